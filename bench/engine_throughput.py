@@ -4,7 +4,7 @@
    pipeline BuildEngine --local-scheduler`` with ``PERFDAG_ARTIFACTS`` set to ``--artifacts``
    (``PrepareModel -> Quantize -> BuildEngine``, params/default.yaml: the tiny Llama, int8
    weight-only, fp32 torch engine, max_batch_size 32).
-2. Baseline: the *same engine model* (``harness.torch_engine.load_torch_engine``, i.e. the
+2. Baseline: the *same engine model* (``harness.backends.torch.engine.load_torch_engine``, i.e. the
    int8 weights dequantized as the server runs them) with Hugging Face ``generate``, greedy,
    one request at a time, same prompts and token count, same torch thread count as the
    served model (``--threads``).  Runs before the server starts so nothing competes.
@@ -39,7 +39,6 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -84,7 +83,9 @@ def build_engine(artifacts: Path, params_file: str, overrides: str) -> Path:
     # Where that engine is: the same task's content-hashed artifact directory.
     os.environ["PERFDAG_ARTIFACTS"] = str(artifacts)
     os.environ["PERFDAG_RUN_ID"] = run_id
-    from pipeline import BuildEngine  # pipeline first: it imports tasks (circular otherwise)
+    from pipeline import (
+        BuildEngine,  # pipeline first: it imports tasks (circular otherwise)
+    )
 
     task = BuildEngine(params_file=params_file, overrides=overrides)
     manifest = task.manifest()
@@ -104,7 +105,7 @@ def build_engine(artifacts: Path, params_file: str, overrides: str) -> Path:
 def hf_one_at_a_time(engine_dir: Path, prompts: list[list[int]], new_tokens: int, threads: int) -> dict:
     import torch
 
-    from harness.torch_engine import load_torch_engine
+    from harness.backends.torch.engine import load_torch_engine
 
     torch.set_num_threads(threads)
     model, _ = load_torch_engine(engine_dir)
@@ -138,7 +139,7 @@ def served(url: str, model: str, prompts: list[list[int]], new_tokens: int, conc
     """Closed loop: `concurrency` clients (own channel + stream each) pull prompts from one queue."""
     import tritonclient.grpc as grpcclient
 
-    from harness import servers as S
+    from harness.serving.contract import is_final, request_inputs, response_tokens
 
     work: "queue.SimpleQueue[list[int]]" = queue.SimpleQueue()
     for ids in prompts:
@@ -166,7 +167,7 @@ def served(url: str, model: str, prompts: list[list[int]], new_tokens: int, conc
                         except queue.Empty:
                             break
                     t0 = time.perf_counter()
-                    client.async_stream_infer(model, S.request_inputs(ids, new_tokens, None, streaming, exclude_input_in_output=True), outputs=outputs,
+                    client.async_stream_infer(model, request_inputs(ids, new_tokens, None, streaming, exclude_input_in_output=True), outputs=outputs,
                                               request_id=f"{k}-{phase}", enable_empty_final_response=True)
                     ntok = nresp = 0
                     first = None
@@ -174,15 +175,13 @@ def served(url: str, model: str, prompts: list[list[int]], new_tokens: int, conc
                         t, result, error = resp.get(timeout=timeout_s)
                         if error is not None:
                             raise RuntimeError(str(error))
-                        out = result.as_numpy("output_ids")
-                        if out is not None and out.size:
-                            n = int(result.as_numpy("sequence_length").reshape(-1)[0])
+                        n = response_tokens(result).size
+                        if n:
                             ntok += n
                             nresp += 1
-                            if first is None and n:
+                            if first is None:
                                 first = t
-                        final = result.get_response().parameters.get("triton_final_response")
-                        if final is not None and final.bool_param:
+                        if is_final(result):
                             break
                     if phase == "warm":
                         break
@@ -222,16 +221,18 @@ def served(url: str, model: str, prompts: list[list[int]], new_tokens: int, conc
 
 
 def start_server(engine_dir: Path, workdir: Path, threads: int):
-    from harness import servers as S
-    from harness.triton_repo import render_torch_model_config, write_model_repo
+    from harness.backends.torch.repo import MODEL_PY, render_torch_model_config
+    from harness.serving import cpu_server as CS
+    from harness.serving import ports as P
+    from harness.serving.pbtxt import write_model_repo
 
     cfg = json.loads((engine_dir / "config.json").read_text())
     name = "tensorrt_llm"
     repo = write_model_repo(workdir / "repo", {name: render_torch_model_config(
         name, decoupled=True, max_batch_size=int(cfg["max_batch_size"]), engine_dir=engine_dir,
-        num_threads=threads, device="cpu")})
-    ports = S.free_ports(3)
-    h = S.start_tritonserver(repo, workdir / "server.log", grpc_port=ports[0], http_port=ports[1],
+        num_threads=threads, device="cpu")}, MODEL_PY.read_text())
+    ports = P.free_ports(3)
+    h = CS.start_tritonserver(repo, workdir / "server.log", grpc_port=ports[0], http_port=ports[1],
                              metrics_port=ports[2], die_with_parent=True)
     return h, name
 
@@ -275,7 +276,7 @@ def main() -> int:
     hf = hf_one_at_a_time(engine_dir, prompts, args.new_tokens, args.threads)
     print(f"HF generate one at a time: {hf['tok_s']:.0f} tok/s ({hf['seconds']:.1f}s)", flush=True)
 
-    from harness import servers as S
+    from harness.serving import cpu_server as CS
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="perfdag_engine_bench_") as tmp:
@@ -283,7 +284,7 @@ def main() -> int:
         try:
             print(f"tritonserver pid {h.pid} gRPC {h.grpc_url}", flush=True)
             t0 = time.monotonic()
-            S.wait_ready(h, timeout_s=180)
+            CS.wait_ready(h, timeout_s=180)
             print(f"ready in {time.monotonic() - t0:.1f}s", flush=True)
             for c in levels:
                 st = served(h.grpc_url, model, prompts, args.new_tokens, c, streaming=True)
@@ -293,7 +294,7 @@ def main() -> int:
                 print(f"  concurrency {c}: streaming {st['tok_s']:.0f} tok/s"
                       + ("" if ns is None else f", non-streaming {ns['tok_s']:.0f} tok/s"), flush=True)
         finally:
-            S.stop_server(h, timeout=20)
+            CS.stop_server(h, timeout=20)
             print(f"tritonserver pid {h.pid} stopped", flush=True)
     load1 = os.getloadavg()
 

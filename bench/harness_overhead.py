@@ -1,12 +1,12 @@
 """Harness overhead: what perfdag's LoadGen SUT sustains vs a bare tritonclient loop.
 
 Both drive the same tritonserver (CPU) serving the zero-cost echo model
-(``harness/triton_model/echo_model.py``) with the same number of gRPC channels, the same
+(``harness/serving/echo_model.py``) with the same number of gRPC channels, the same
 prompts and the same requests (TRT-LLM tensor contract, ``request_output_len`` tokens):
 
 * bare: one process, one thread + channel + stream per channel; every request is sent at
   once (as LoadGen's Offline query) and the clock stops at the last final response;
-* perfdag: :func:`harness.loadgen_sut.run_loadgen` Offline (LoadGen's own samples/s), with
+* perfdag: :func:`harness.loadgen.run_loadgen` Offline (LoadGen's own samples/s), with
   frontends x clients_per_frontend = channels.
 
 Rows: streaming (one response per token: the Server/Interactive path) and non-streaming
@@ -25,15 +25,17 @@ import threading
 import time
 from pathlib import Path
 
-
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from harness import servers as S  # noqa: E402
-from harness.loadgen_sut import run_loadgen  # noqa: E402
-from harness.triton_repo import render_torch_model_config, write_model_repo  # noqa: E402
+from harness.backends.torch.repo import render_torch_model_config
+from harness.loadgen import run_loadgen  # noqa: E402
+from harness.serving import cpu_server as CS
+from harness.serving import ports as P
+from harness.serving.contract import is_final, request_inputs, response_tokens
+from harness.serving.pbtxt import write_model_repo  # noqa: E402
 
-ECHO_PY = REPO / "harness" / "triton_model" / "echo_model.py"
+ECHO_PY = REPO / "harness" / "serving" / "echo_model.py"
 
 
 def bare_loop(url: str, model: str, prompts: list[list[int]], channels: int, max_new_tokens: int,
@@ -51,11 +53,11 @@ def bare_loop(url: str, model: str, prompts: list[list[int]], channels: int, max
                 state["errors"].append(str(error))
                 done.set()
                 return
-            p = result.get_response().parameters.get("triton_final_response")
-            result.as_numpy("output_ids")  # decode like the SUT does
+            response_tokens(result)  # decode like the SUT does
+            final = is_final(result)
             with lock:
                 state["responses"] += 1
-                if p is not None and p.bool_param:
+                if final:
                     state["remaining"] -= 1
                     if state["remaining"] == 0:
                         done.set()
@@ -82,7 +84,7 @@ def bare_loop(url: str, model: str, prompts: list[list[int]], channels: int, max
     wclients = [grpcclient.InferenceServerClient(url) for _ in range(channels)]
     for c in wclients:
         c.start_stream(callback=warm_cb)
-        c.async_stream_infer(model, S.request_inputs(prompts[0], max_new_tokens, None, streaming, exclude_input_in_output=True), outputs=outputs,
+        c.async_stream_infer(model, request_inputs(prompts[0], max_new_tokens, None, streaming, exclude_input_in_output=True), outputs=outputs,
                              request_id="w", enable_empty_final_response=True)
     warm.wait(30)
     for c in wclients:
@@ -94,7 +96,7 @@ def bare_loop(url: str, model: str, prompts: list[list[int]], channels: int, max
     def submit(k: int):
         c = clients[k]
         for j, ids in enumerate(shares[k]):
-            c.async_stream_infer(model, S.request_inputs(ids, max_new_tokens, None, streaming, exclude_input_in_output=True), outputs=outputs,
+            c.async_stream_infer(model, request_inputs(ids, max_new_tokens, None, streaming, exclude_input_in_output=True), outputs=outputs,
                                  request_id=f"{k}-{j}", enable_empty_final_response=True)
 
     t0 = time.monotonic()
@@ -146,13 +148,13 @@ def main() -> int:
         root = Path(tmp)
         repo = write_model_repo(root / "repo", {"echo": render_torch_model_config(
             "echo", decoupled=True, max_batch_size=64, engine_dir="unused", instance_count=args.instances)},
-            model_py_src=ECHO_PY)
-        ports = S.free_ports(3)
-        h = S.start_tritonserver(repo, root / "server.log", grpc_port=ports[0], http_port=ports[1],
+            ECHO_PY.read_text())
+        ports = P.free_ports(3)
+        h = CS.start_tritonserver(repo, root / "server.log", grpc_port=ports[0], http_port=ports[1],
                                  metrics_port=ports[2])
         rows = []
         try:
-            S.wait_ready(h, timeout_s=120)
+            CS.wait_ready(h, timeout_s=120)
             for streaming in (True, False):
                 bare = max((bare_loop(h.grpc_url, "echo", prompts, channels, args.tokens, streaming)
                             for _ in range(args.repeat)), key=lambda x: x["samples_per_s"])
@@ -161,7 +163,7 @@ def main() -> int:
                          key=lambda x: x["samples_per_s"])
                 rows.append(("streaming" if streaming else "non-streaming", bare, pd))
         finally:
-            S.stop_server(h, timeout=20)
+            CS.stop_server(h, timeout=20)
 
     print(f"\nharness overhead: {args.samples} samples x {args.tokens} tokens, {channels} gRPC channels "
           f"(perfdag: {args.frontends} frontend(s) x {args.clients} clients), echo model x{args.instances}\n")

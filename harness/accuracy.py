@@ -29,6 +29,8 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
+from .errors import MeasurementError
+
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL", "rougeLsum")
 
 #: MLPerf reference accuracy (fp16/bf16 reference implementation), per model.
@@ -51,7 +53,7 @@ MODEL_ALIASES = {
 LENGTH_METRICS = ("tokens_per_sample",)
 
 
-class AccuracyLogError(ValueError):
+class AccuracyLogError(MeasurementError, ValueError):
     """mlperf_log_accuracy.json is missing or malformed."""
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from .errors import InputError
 from .tiny_model import corpus_lines
 
 FORMATS = ("builtin", "mlperf_pickle", "jsonl")
@@ -35,7 +36,7 @@ BUILTIN_MIN_WORDS = 6
 BUILTIN_WORD_SPREAD = 5
 
 
-class DatasetError(ValueError):
+class DatasetError(InputError):
     """A dataset file is missing, malformed or too small; the message names file and field."""
 
 

@@ -5,7 +5,8 @@ import json
 from pathlib import Path
 
 from .accuracy import check, parse_accuracy_log, score_outputs
-from .loadgen_sut import run_loadgen
+from .loadgen import run_loadgen
+from .loadgen.settings import from_params
 
 
 def endpoints_and_models(servers: list[dict]) -> tuple[list[str], list[str]]:
@@ -13,28 +14,26 @@ def endpoints_and_models(servers: list[dict]) -> tuple[list[str], list[str]]:
     eps, names = [], []
     for s in servers:
         for m in s["models"]:
-            eps.append(f"{s['host']}:{s['grpc_port']}")
+            eps.append(f"{s['host']}:{s.get('port', s.get('grpc_port'))}")
             names.append(m)
     return eps, names
 
 
-def loadgen_settings(loadgen, num_samples: int) -> dict:
-    return {"offline_expected_qps": loadgen.offline_expected_qps, "server_target_qps": loadgen.server_target_qps,
-            "min_duration_ms": loadgen.min_duration_ms, "min_query_count": loadgen.min_query_count,
-            "max_duration_ms": loadgen.max_duration_ms or None,
-            "performance_sample_count": loadgen.performance_sample_count or num_samples,
-            "ttft_latency_ms": loadgen.ttft_latency_ms, "tpot_latency_ms": loadgen.tpot_latency_ms,
-            "mlperf_model": loadgen.mlperf_model, "seed": loadgen.seed}
+def protocol_of(servers: list[dict]) -> str:
+    protocols = {s.get("protocol", "triton-grpc") for s in servers}
+    if len(protocols) != 1:
+        raise ValueError(f"servers speak different protocols: {sorted(protocols)}")
+    return protocols.pop()
 
 
 def run_performance(servers: list[dict], samples, params, out_dir: Path, *, end_id: int, pad_id: int | None) -> dict:
     eps, names = endpoints_and_models(servers)
     h = params.harness
-    return run_loadgen(eps, names, samples, loadgen_settings(params.loadgen, len(samples)), out_dir,
+    return run_loadgen(eps, names, samples, from_params(params.loadgen, len(samples)), out_dir,
                        scenario=params.loadgen.scenario, mode="PerformanceOnly", frontends=h.frontends,
                        clients_per_frontend=h.clients_per_frontend, warmup_queries=h.warmup_queries,
                        end_id=end_id, pad_id=pad_id, max_new_tokens=params.dataset.max_new_tokens,
-                       request_timeout_s=h.request_timeout_s)
+                       request_timeout_s=h.request_timeout_s, protocol=protocol_of(servers))
 
 
 def run_accuracy(servers: list[dict], samples, params, out_dir: Path, *, end_id: int, pad_id: int | None,
@@ -44,11 +43,11 @@ def run_accuracy(servers: list[dict], samples, params, out_dir: Path, *, end_id:
     h, a = params.harness, params.accuracy
     if a.num_samples:
         samples = samples[:a.num_samples]
-    settings = {**loadgen_settings(params.loadgen, len(samples)), "performance_sample_count": len(samples)}
+    settings = {**from_params(params.loadgen, len(samples)), "performance_sample_count": len(samples)}
     run_loadgen(eps, names, samples, settings, out_dir, scenario="Offline", mode="AccuracyOnly",
                 frontends=h.frontends, clients_per_frontend=h.clients_per_frontend, warmup_queries=0,
                 end_id=end_id, pad_id=pad_id, max_new_tokens=params.dataset.max_new_tokens,
-                request_timeout_s=h.request_timeout_s)
+                request_timeout_s=h.request_timeout_s, protocol=protocol_of(servers))
     outputs = parse_accuracy_log(out_dir / "mlperf_log_accuracy.json")
     scores = score_outputs(outputs, samples, tokenizer_dir)
     verdict = check(scores, reference_scores, target=a.target, tolerance=a.tokens_per_sample_tolerance)

@@ -15,8 +15,10 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .errors import InputError
 
-class SweepError(ValueError):
+
+class SweepError(InputError):
     pass
 
 

@@ -5,9 +5,8 @@ import argparse
 import json
 import sys
 
-from harness.config import ParamsError
-
-from .settings import DEFAULT_PARAMS
+from harness.errors import PerfdagError
+from tasks.settings import DEFAULT_PARAMS
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     import pipeline  # noqa: F401  (registers the stages)
+
     from .status import print_status, stage_status
 
     try:
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "gc":
             from . import gc as gc_module
             return gc_module.command(args)
-    except ParamsError as e:
+    except PerfdagError as e:
         print(e, file=sys.stderr)
         return 2
     return 0

@@ -17,6 +17,9 @@ Deleting takes the key's lock non-blocking (held: skipped), checks the artifact 
 replaced or referenced by a run since the plan, renames it out of the stage directory (so no
 reader ever sees a half-deleted artifact that still has its manifest), releases the lock and
 removes the renamed tree.
+
+One module over 400 lines: planning, deleting and reporting share one Plan, and the argument
+that gc never deletes what is in use reads best in one place.
 """
 from __future__ import annotations
 
@@ -32,7 +35,7 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from harness import deploy
+from harness.serving import launcher
 from harness.store import MANIFEST
 
 RUNS, NIGHTLY, TRASH = "runs", "Nightly", ".gc-trash"
@@ -165,11 +168,11 @@ def run_is_live(run_id: str) -> bool:
 
 
 def servers_in_use(records: list[dict]) -> bool:
-    """The recorded servers answer ready (harness.deploy.servers_live), or a tritonserver process
+    """The recorded servers answer ready (harness.serving.launcher.servers_live), or a tritonserver process
     perfdag started for them still runs (same pid and start time), ready or not."""
     if not records:
         return False
-    if deploy.servers_live(records):
+    if launcher.servers_live(records):
         return True
     return any(_still_running(r) for r in records if not r.get("external"))
 
@@ -473,7 +476,7 @@ def gc(root: Path, keep_days: float = 14, delete: bool = False) -> Plan:
 
 
 def command(args) -> int:
-    from .settings import artifacts_root
+    from tasks.settings import artifacts_root
 
     if not 0 <= args.keep_days <= 36500:  # also refuses nan
         print(f"--keep-days must be between 0 and 36500, not {args.keep_days:g}", file=sys.stderr)

@@ -4,10 +4,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness.deploy import servers_live, stop_recorded
+from harness.serving.launcher import servers_live, stop_recorded
 from harness.store import ArtifactStore
-
-from .settings import artifacts_root
+from tasks.settings import artifacts_root
 
 
 def recorded(store: ArtifactStore) -> list[tuple[str, Path, list[dict]]]:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import STAGES, StageTask
+from tasks.base import STAGES, StageTask
 
 
 def flatten(doc: Any, prefix: str = "") -> dict[str, Any]:

@@ -1,15 +1,14 @@
-"""One module per stage: thin luigi tasks that call into harness/."""
+"""One module per stage: thin luigi tasks that call into harness/. The stage base is tasks/base.py;
+tasks never import pipeline/ (pipeline composes them into FullRun, Sweep and the CLI)."""
+from .base import STAGE_ORDER, STAGES, StageTask
 from .build_engine import BuildEngine
 from .check_accuracy import CheckAccuracy
 from .fill_triton_repo import FillTritonRepo
-from .full_run import FullRun
 from .launch_servers import LaunchServers
-from .nightly import Nightly
 from .prepare_dataset import PrepareDataset
 from .prepare_model import PrepareModel
 from .quantize import Quantize
 from .run_loadgen import RunLoadgen
-from .sweep import Sweep
 
-__all__ = ["PrepareModel", "Quantize", "BuildEngine", "FillTritonRepo", "LaunchServers", "PrepareDataset",
-           "RunLoadgen", "CheckAccuracy", "FullRun", "Sweep", "Nightly"]
+__all__ = ["STAGE_ORDER", "STAGES", "StageTask", "PrepareModel", "Quantize", "BuildEngine", "FillTritonRepo",
+           "LaunchServers", "PrepareDataset", "RunLoadgen", "CheckAccuracy"]

@@ -3,10 +3,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.measure import run_accuracy
 from harness.versions import versions
-from pipeline.base import log, register
 
+from .base import log, register
 from .measuring import MeasuringStage
 
 
@@ -19,6 +18,8 @@ class CheckAccuracy(MeasuringStage):
         return versions("mlcommons-loadgen", "rouge-score", "transformers")
 
     def build(self, out_dir: Path) -> dict:
+        from harness.measure import run_accuracy
+
         servers, samples, ds = self.inputs()
         doc = run_accuracy(servers, samples, self.params, out_dir, end_id=ds["end_id"],
                            pad_id=ds["pad_id"], tokenizer_dir=ds["tokenizer_dir"],

@@ -1,13 +1,12 @@
-"""FillTritonRepo: the Triton model repositories (one per server) serving the engine."""
+"""FillTritonRepo: the servers' configuration (Triton model repositories, one per server)."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-from harness.deploy import fill_torch_repos
-from harness.trtllm.layout import num_servers
-from harness.trtllm.repo import fill_trtllm_repos
-from pipeline.base import StageTask, register
+from harness.backends import backend_for
 
+from .base import StageTask, register
 from .build_engine import BuildEngine
 
 
@@ -19,23 +18,21 @@ def decoupled_for(scenario: str) -> bool:
 @register
 class FillTritonRepo(StageTask):
     stage = "FillTritonRepo"
-    reads = ("runtime", "triton.model_name", "build.backend", "build.tp_size", "build.pp_size")
+
+    @property
+    def reads(self):
+        return backend_for(self.params).repo_reads(self.params)
 
     def upstream(self):
         return {"engine": self.clone(BuildEngine)}
 
     def key_inputs(self):
         # Only what the repo renders from the scenario, so other loadgen.* keys keep the repo.
-        return {"decoupled": decoupled_for(self.params.loadgen.scenario), "num_servers": num_servers(self.params)}
+        return {"decoupled": decoupled_for(self.params.loadgen.scenario),
+                "num_servers": backend_for(self.params).num_servers(self.params)}
 
     def build(self, out_dir: Path) -> dict:
-        p = self.params
         engine_dir = self.input_dir("engine") / "engine"
-        decoupled = decoupled_for(p.loadgen.scenario)
-        if p.build.backend == "trtllm":
-            return {"layout": fill_trtllm_repos(out_dir, engine_dir, p, decoupled=decoupled)}
-        layout = fill_torch_repos(out_dir, engine_dir, num_servers=num_servers(p),
-                                  instances_per_server=p.runtime.instances_per_server,
-                                  model_name=p.triton.model_name, decoupled=decoupled,
-                                  runtime=p.runtime, device=p.build.device)
-        return {"layout": layout}
+        engine_rel = os.path.relpath(engine_dir, self.artifact_dir)  # configs stay valid when the root moves
+        return {"layout": backend_for(self.params).fill(engine_dir, engine_rel, out_dir, self.params,
+                                                        decoupled_for(self.params.loadgen.scenario))}

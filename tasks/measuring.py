@@ -3,8 +3,8 @@ per host at a time, and the nightly date in their keys."""
 from __future__ import annotations
 
 from harness.datasets import Sample
-from pipeline.base import StageTask, host_resource
 
+from .base import StageTask, host_resource
 from .launch_servers import LaunchServers
 from .prepare_dataset import PrepareDataset, read_samples
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from harness.datasets import Sample, load_dataset, write_jsonl
 from harness.versions import versions
-from pipeline.base import StageTask, log, register
 
+from .base import StageTask, log, register
 from .prepare_model import PrepareModel, checkpoint_dir
 
 SAMPLES_FILE = "samples.jsonl"
@@ -38,13 +38,16 @@ class PrepareDataset(StageTask):
         d = self.params.dataset
         if d.path is None:
             return {}
-        from harness.hashing import dir_content_hash  # a file enters by content, like checkpoints
+        from harness.hashing import (
+            dir_content_hash,  # a file enters by content, like checkpoints
+        )
         return {"dataset_sha256": dir_content_hash(d.path, self.store.root / ".hashcache" / "files.json")}
 
     def build(self, out_dir: Path) -> dict:
+        from transformers import AutoTokenizer
+
         from harness.accuracy import reference_scores_for, score_texts
         from harness.references import greedy_references
-        from transformers import AutoTokenizer
 
         p, d = self.params, self.params.dataset
         up = self.upstream()["model"]

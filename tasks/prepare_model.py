@@ -7,7 +7,8 @@ from pathlib import Path
 from harness.hashing import dir_content_hash
 from harness.tiny_model import CORPUS, build_tiny_llama
 from harness.versions import versions
-from pipeline.base import StageTask, log, register
+
+from .base import StageTask, log, register
 
 
 @register

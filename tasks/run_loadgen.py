@@ -4,10 +4,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness.measure import run_performance
 from harness.versions import versions
-from pipeline.base import log, register
 
+from .base import log, register
 from .measuring import MeasuringStage
 
 
@@ -20,6 +19,8 @@ class RunLoadgen(MeasuringStage):
         return versions("mlcommons-loadgen", "tritonclient")
 
     def build(self, out_dir: Path) -> dict:
+        from harness.measure import run_performance
+
         servers, samples, ds = self.inputs()
         result = run_performance(servers, samples, self.params, out_dir,
                                  end_id=ds["end_id"], pad_id=ds["pad_id"])

@@ -21,7 +21,6 @@ def luigi_cmd(task: str, *args: str) -> list[str]:
 def run_luigi(task: str, *args: str, artifacts: Path, env: dict | None = None, check: bool = True,
               timeout: float = 600) -> subprocess.CompletedProcess:
     full_env = {**os.environ, "PERFDAG_ARTIFACTS": str(artifacts), **(env or {})}
-    full_env.pop("PERFDAG_RUN_ID", None)
     proc = subprocess.run(luigi_cmd(task, *args), cwd=REPO, env=full_env, capture_output=True,
                           text=True, timeout=timeout)
     if check and proc.returncode != 0:

@@ -9,9 +9,7 @@ import subprocess
 import sys
 
 import pytest
-
-from conftest import tritonservers_under, SHORT, run_luigi, run_records, statuses
-
+from conftest import SHORT, run_luigi, run_records, statuses, tritonservers_under
 
 
 @pytest.fixture
@@ -82,8 +80,8 @@ def test_server_scenario_measures_ttft_and_tpot(root):
 
 
 def test_damaged_engine_fails_the_accuracy_check(root):
-    from safetensors.torch import load_file, save_file
     import torch
+    from safetensors.torch import load_file, save_file
 
     weights = only(root, "BuildEngine/*/engine/weights.safetensors")
     tensors = load_file(weights)

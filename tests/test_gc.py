@@ -9,10 +9,10 @@ import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import harness.serving.launcher
 import pytest
 from filelock import FileLock
 
-import harness.deploy
 from pipeline import gc
 from pipeline.__main__ import main
 
@@ -61,7 +61,7 @@ def aid(stage: str, k: str) -> str:
 
 @pytest.fixture
 def no_servers(monkeypatch):
-    monkeypatch.setattr(harness.deploy, "servers_live", lambda records, timeout_s=2.0: False)
+    monkeypatch.setattr(harness.serving.launcher, "servers_live", lambda records, timeout_s=2.0: False)
 
 
 @pytest.fixture
@@ -166,7 +166,7 @@ def test_in_use_survives_with_its_upstream(tmp_path, monkeypatch):
         starting = artifact(root, "LaunchServers", "starting", servers=[
             {"pid": proc.pid, "create_time": psutil.Process(proc.pid).create_time(), "host": "127.0.0.1",
              "grpc_port": 1, "models": ["m"]}])
-        monkeypatch.setattr(harness.deploy, "servers_live",
+        monkeypatch.setattr(harness.serving.launcher, "servers_live",
                             lambda records, timeout_s=2.0: all(r.get("host") == "10.0.0.7" for r in records))
         # A run whose process still runs counts whatever its age: this test process, started before "now".
         started = datetime.fromtimestamp(psutil.Process().create_time() + 0.5, timezone.utc)
@@ -238,7 +238,6 @@ def test_dry_run_and_delete_are_exclusive():
 def test_cli(store):
     root, s = store
     env = {**os.environ, "PERFDAG_ARTIFACTS": str(root)}
-    env.pop("PERFDAG_RUN_ID", None)
 
     def cli(*args):
         out = subprocess.run([sys.executable, "-m", "pipeline", "gc", *args], check=False, cwd=REPO, env=env,

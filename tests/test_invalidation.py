@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import pytest
+from conftest import REPO
 from luigi.task_register import Register
 
-from conftest import REPO
 from pipeline import STAGES
 
 DEFAULT = REPO / "params" / "default.yaml"
@@ -148,16 +148,15 @@ def test_trtllm_invalidation_matrix(what, change, expected, gpu_inputs, monkeypa
     ("gpu_compute_capability", "10.0", FROM_BUILD),  # an SM 9.0 (H100/H200) engine is not reused on SM 10.0 (B200)
 ])
 def test_trtllm_tool_changes(tool, value, expected, gpu_inputs, monkeypatch):
-    import harness.trtllm.build as trt_build
-    import tasks.build_engine as build_engine
+    import harness.backends.trtllm as trtllm_backend
+    import harness.backends.trtllm.build as trt_build
 
     before = keys(H100, gpu_inputs)
-    build_engine.engine_key_tools_cached.cache_clear()
+    trtllm_backend.engine_key_tools_cached.cache_clear()
     if tool == "tensorrt_llm":
         monkeypatch.setattr(trt_build, "trtllm_version", lambda: value)
-        monkeypatch.setattr("tasks.quantize.trtllm_version", lambda: value)
     else:
         monkeypatch.setattr(trt_build, "gpu_compute_capability", lambda run=None: value)
     after = keys(H100, gpu_inputs)
-    build_engine.engine_key_tools_cached.cache_clear()
+    trtllm_backend.engine_key_tools_cached.cache_clear()
     assert {s for s in STAGES if before[s] != after[s]} == expected

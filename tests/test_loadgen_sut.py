@@ -18,17 +18,38 @@ import numpy as np
 import psutil
 import pytest
 
-from harness import servers as S
-from harness.accuracy import (AccuracyLogError, check, parse_accuracy_log, reference_scores_for, rouge_scores,
-                              score_outputs, score_texts)
-from harness.datasets import DatasetError, Sample, builtin_prompt_split, load_dataset, write_jsonl
-from harness.loadgen_sut import LoadgenError, latency_constraints, parse_summary, run_loadgen
-from harness.triton_model.echo_model import echo_tokens
-from harness.triton_repo import render_torch_model_config, write_model_repo
+from harness.accuracy import (
+    AccuracyLogError,
+    check,
+    parse_accuracy_log,
+    reference_scores_for,
+    rouge_scores,
+    score_outputs,
+    score_texts,
+)
+from harness.backends.torch.repo import render_torch_model_config
+from harness.datasets import (
+    DatasetError,
+    Sample,
+    builtin_prompt_split,
+    load_dataset,
+    write_jsonl,
+)
+from harness.loadgen import (
+    LoadgenError,
+    latency_constraints,
+    parse_summary,
+    run_loadgen,
+)
+from harness.serving import cpu_server as CS
+from harness.serving import ports as P
+from harness.serving import tritonserver as TS
+from harness.serving.echo_model import echo_tokens
+from harness.serving.pbtxt import write_model_repo
 
 pytestmark = pytest.mark.timeout(240)
 
-ECHO_PY = Path(__file__).resolve().parent.parent / "harness" / "triton_model" / "echo_model.py"
+ECHO_PY = Path(__file__).resolve().parent.parent / "harness" / "serving" / "echo_model.py"
 ERROR_TOKEN = 999
 MAX_NEW = 8
 
@@ -205,28 +226,28 @@ def test_parse_accuracy_log_and_score_outputs(tmp_path, tokenizer_dir):
 # ====================================================================== LoadGen SUT
 
 def _ports(n: int = 3) -> list[int]:
-    return S.free_ports(n)
+    return P.free_ports(n)
 
 
-def _start_server(root: Path, models: dict[str, dict[str, str]], backend_dir: Path) -> S.ServerHandle:
+def _start_server(root: Path, models: dict[str, dict[str, str]], backend_dir: Path) -> CS.TritonServer:
     cfgs = {name: render_torch_model_config(name, decoupled=True, max_batch_size=64, engine_dir="unused",
                                             extra_parameters=params)
             for name, params in models.items()}
-    repo = write_model_repo(root / "repo", cfgs, model_py_src=ECHO_PY)
+    repo = write_model_repo(root / "repo", cfgs, ECHO_PY.read_text())
     grpc, http, metrics = _ports()
-    h = S.start_tritonserver(repo, root / "server.log", grpc_port=grpc, http_port=http, metrics_port=metrics,
+    h = CS.start_tritonserver(repo, root / "server.log", grpc_port=grpc, http_port=http, metrics_port=metrics,
                              backend_dir=backend_dir)
     try:
-        S.wait_ready(h, timeout_s=120)
+        CS.wait_ready(h, timeout_s=120)
     except BaseException:
-        S.stop_server(h, timeout=10)
+        CS.stop_server(h, timeout=10)
         raise
     return h
 
 
 @pytest.fixture(scope="module")
 def backend_dir(tmp_path_factory) -> Path:
-    return S.prepare_backend_dir(tmp_path_factory.mktemp("backends"))
+    return TS.prepare_backend_dir(tmp_path_factory.mktemp("backends"))
 
 
 @pytest.fixture(scope="module")
@@ -238,7 +259,7 @@ def echo_server(tmp_path_factory, backend_dir):
     try:
         yield h
     finally:
-        S.stop_server(h, timeout=20)
+        CS.stop_server(h, timeout=20)
 
 
 def _prompts(n: int) -> list[list[int]]:
@@ -249,7 +270,7 @@ def _lg_children() -> list[psutil.Process]:
     out = []
     for p in psutil.Process().children(recursive=True):
         try:
-            if "harness.loadgen_sut" in " ".join(p.cmdline()) or p.name().startswith("perfdag-frontend"):
+            if "harness.loadgen" in " ".join(p.cmdline()) or p.name().startswith("perfdag-frontend"):
                 out.append(p)
             elif "multiprocessing" in " ".join(p.cmdline()):
                 out.append(p)
@@ -345,14 +366,14 @@ def test_request_error_ends_run_naming_server(echo_server, tmp_path):
     assert ei.value.server == echo_server.grpc_url
     assert time.monotonic() - t0 < 30
     assert not _lg_children()
-    with pytest.raises(LoadgenError, match=r"server .*model 'nope'.*cannot start a stream"):
+    with pytest.raises(LoadgenError, match=r"server .*model 'nope'.*cannot connect"):
         run_loadgen([echo_server.grpc_url], "nope", samples[:4], {}, tmp_path / "nope", scenario="Offline",
                     frontends=1, clients_per_frontend=1, request_timeout_s=10, progress=False)
 
 
 def test_killed_server_ends_run_with_clear_error(echo_server, tmp_path, backend_dir):
     victim = _start_server(tmp_path / "victim", {"echo_slow": {"token_delay_ms": "20"}}, backend_dir)
-    shm_prefix = next(a.split("=", 1)[1] for a in victim.cmd if "shm-region-prefix-name=" in a)
+    shm_prefix = next(a.split("=", 1)[1] for a in victim.process.argv if "shm-region-prefix-name=" in a)
 
     def kill_later():
         time.sleep(3.0)
@@ -370,7 +391,7 @@ def test_killed_server_ends_run_with_clear_error(echo_server, tmp_path, backend_
         elapsed = time.monotonic() - t0
     finally:
         killer.join(10)
-        S.stop_server(victim, timeout=5)
+        CS.stop_server(victim, timeout=5)
         for f in Path("/dev/shm").glob(shm_prefix + "*"):
             f.unlink(missing_ok=True)
     msg = str(ei.value)
@@ -378,7 +399,7 @@ def test_killed_server_ends_run_with_clear_error(echo_server, tmp_path, backend_
     assert ei.value.server == victim.grpc_url
     assert elapsed < 20, f"took {elapsed:.1f}s to notice the dead server"
     assert not _lg_children()
-    assert S.is_ready(echo_server, ["echo"])  # the healthy server was left alone
+    assert CS.is_ready(echo_server, ["echo"])  # the healthy server was left alone
 
 
 def test_config_errors_are_clear():

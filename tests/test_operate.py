@@ -12,8 +12,7 @@ import sys
 import time
 
 import pytest
-
-from conftest import tritonservers_under, REPO, SHORT, run_luigi, run_records, statuses
+from conftest import REPO, SHORT, run_luigi, run_records, statuses, tritonservers_under
 
 
 def free_port() -> int:
@@ -66,7 +65,6 @@ def write_sweep(tmp_path, grid: dict, name="small") -> str:
 def test_sweep_on_luigid_with_two_workers_builds_shared_stages_once(root, luigid, tmp_path):
     sweep = write_sweep(tmp_path, {"build.max_batch_size": [16, 32], "loadgen.min_duration_ms": [1000, 1500]})
     env = {**os.environ, "PERFDAG_ARTIFACTS": str(root)}
-    env.pop("PERFDAG_RUN_ID", None)
     cmd = [sys.executable, "-m", "luigi", "--module", "pipeline", "Sweep", "--sweep", sweep,
            "--scheduler-host", "127.0.0.1", "--scheduler-port", str(luigid), "--workers", "1"]
     workers = [subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -120,4 +118,4 @@ def test_nightly_reuses_engines_remeasures_and_flags_a_regression(root, tmp_path
     (reg,) = second["regressions"]
     assert any("INVALID" in r or "tokens/s fell" in r for r in reg["reasons"])
     assert "regression" in (root / "Nightly" / "nightly" / "2026-11-02" / "nightly.md").read_text().lower()
-    assert "NightlyRegression" in proc.stderr
+    assert "regression(s) on 2026-11-02 vs 2026-11-01" in proc.stderr and "Traceback" not in proc.stderr

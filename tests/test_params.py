@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 import yaml
-
 from conftest import REPO, run_luigi
+
 from harness.config import ParamsError, resolve
 from pipeline import BuildEngine, PrepareModel
 

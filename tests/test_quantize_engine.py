@@ -9,9 +9,19 @@ import shutil
 import pytest
 import torch
 
-from harness.quantize import CPU_FORMATS, GPU_ONLY_FORMATS, QuantizeError, greedy_tokens, quantize_checkpoint, \
-    quantize_in_memory
-from harness.torch_engine import EngineBuildError, build_torch_engine, load_torch_engine
+from harness.backends.torch.engine import (
+    EngineBuildError,
+    build_torch_engine,
+    load_torch_engine,
+)
+from harness.backends.torch.quantize import (
+    CPU_FORMATS,
+    GPU_ONLY_FORMATS,
+    QuantizeError,
+    greedy_tokens,
+    quantize_checkpoint,
+    quantize_in_memory,
+)
 
 # Measured max |engine - modelopt| logit difference is <= 5e-7 (fp32 rounding of scale
 # products) on logits of magnitude ~1; 1e-5 leaves headroom without hiding a real bug

@@ -11,8 +11,7 @@ import sys
 import time
 
 import pytest
-
-from conftest import tritonservers_under, FAST, REPO, run_luigi, run_records, statuses
+from conftest import FAST, REPO, run_luigi, run_records, statuses, tritonservers_under
 
 
 def servers_of(root):
@@ -37,8 +36,9 @@ def serve_root(built_fast, tmp_path):
 
 
 def test_launch_reuse_relaunch_and_stop(serve_root):
-    from harness.servers import generate
-    from harness.torch_engine import load_torch_engine
+    from harness.serving.triton_client import generate
+
+    from harness.backends.torch.engine import load_torch_engine
 
     root = serve_root
     run_luigi("LaunchServers", "--overrides", FAST + ",loadgen.scenario=Server", artifacts=root)

@@ -1,7 +1,7 @@
 """Serving harness: a real tritonserver (CPU) running the torch engine's Python-backend model.
 
 One module-scoped server hosts two models built from a tiny seeded Llama:
-  llm       decoupled, in-flight batching, loaded through harness.torch_engine
+  llm       decoupled, in-flight batching, loaded through harness.backends.torch.engine
   llm_sync  non-decoupled, loaded from the plain HF directory (fallback path)
 Greedy outputs must equal single-request ``generate`` exactly (fp32).
 """
@@ -19,9 +19,18 @@ import psutil
 import pytest
 import torch
 
-from harness import servers as S
-from harness.triton_repo import (ModelConfigError, check_model_config, render_torch_model_config,
-                                 validate_model_config, write_model_repo)
+from harness.backends.torch.repo import MODEL_PY, render_torch_model_config
+from harness.serving import cpu_server as CS
+from harness.serving import ports as P
+from harness.serving import triton_client as TC
+from harness.serving import tritonserver as TS
+from harness.serving.pbtxt import (
+    ModelConfigError,
+    check_model_config,
+    validate_model_config,
+    write_model_repo,
+)
+from harness.serving.processes import ServerError
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -66,12 +75,12 @@ def _triton_procs() -> set[int]:
 
 
 def _ports(n: int = 3) -> list[int]:
-    return S.free_ports(n)
+    return P.free_ports(n)
 
 
 @pytest.fixture(scope="module")
 def backend_dir(tmp_path_factory) -> Path:
-    return S.prepare_backend_dir(tmp_path_factory.mktemp("backends"))
+    return TS.prepare_backend_dir(tmp_path_factory.mktemp("backends"))
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +98,7 @@ def tiny(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, tiny, backend_dir):
-    from harness.torch_engine import build_torch_engine
+    from harness.backends.torch.engine import build_torch_engine
 
     model, hf_dir = tiny
     root = tmp_path_factory.mktemp("serving")
@@ -100,15 +109,15 @@ def server(tmp_path_factory, tiny, backend_dir):
                                          engine_dir=root / "engine", max_num_tokens=512),
         "llm_sync": render_torch_model_config("llm_sync", decoupled=False, max_batch_size=16,
                                               engine_dir=hf_dir),
-    })
+    }, MODEL_PY.read_text())
     grpc, http, metrics = _ports()
-    handle = S.start_tritonserver(repo, root / "server.log", grpc_port=grpc, http_port=http,
+    handle = CS.start_tritonserver(repo, root / "server.log", grpc_port=grpc, http_port=http,
                                   metrics_port=metrics, backend_dir=backend_dir, die_with_parent=True)
     try:
-        S.wait_ready(handle, timeout_s=150)
+        CS.wait_ready(handle, timeout_s=150)
         yield handle
     finally:
-        S.stop_server(handle, timeout=20)
+        CS.stop_server(handle, timeout=20)
         assert not handle.alive()
 
 
@@ -156,7 +165,7 @@ def test_rendered_config_is_valid_trtllm_contract(tmp_path):
 def test_inflight_batcher_joins_mid_flight_and_is_exact(tiny):
     """In-process scheduler: requests arrive between decode steps, join the running batch,
     and every output equals single-request greedy generate."""
-    from harness.triton_model.model import GenRequest, InflightBatcher
+    from harness.backends.torch.batcher import GenRequest, InflightBatcher
 
     model, _ = tiny
     rng = random.Random(7)
@@ -186,7 +195,7 @@ def test_inflight_batcher_joins_mid_flight_and_is_exact(tiny):
 
 
 def test_inflight_batcher_limits_and_cancellation(tiny):
-    from harness.triton_model.model import GenRequest, InflightBatcher
+    from harness.backends.torch.batcher import GenRequest, InflightBatcher
 
     model, _ = tiny
     b = InflightBatcher(model, max_batch_size=4, max_num_tokens=40, max_seq_len=32,
@@ -225,16 +234,16 @@ def test_streamed_tokens_equal_hf_generate(server, tiny):
     prompt = [5, 17, 99, 3, 250, 42, 7]
     ref = hf_greedy(model, prompt, 24)
     assert len(ref) == 24
-    assert S.generate(server.grpc_url, "llm", prompt, 24, streaming=True) == ref
+    assert TC.generate(server.grpc_url, "llm", prompt, 24, streaming=True) == ref
 
 
 def test_concurrent_requests_match_one_at_a_time(server, tiny):
     model, _ = tiny
     rng = random.Random(3)
     reqs = [([rng.randrange(3, VOCAB) for _ in range(rng.randint(1, 48))], rng.randint(1, 32)) for _ in range(16)]
-    serial = [S.generate(server.grpc_url, "llm", p, n) for p, n in reqs]
+    serial = [TC.generate(server.grpc_url, "llm", p, n) for p, n in reqs]
     with ThreadPoolExecutor(max_workers=16) as pool:
-        concurrent = list(pool.map(lambda r: S.generate(server.grpc_url, "llm", r[0], r[1]), reqs))
+        concurrent = list(pool.map(lambda r: TC.generate(server.grpc_url, "llm", r[0], r[1]), reqs))
     assert concurrent == serial
     assert serial == [hf_greedy(model, p, n) for p, n in reqs]
     assert [len(c) for c in concurrent] == [n for _, n in reqs]
@@ -246,8 +255,8 @@ def test_end_id_stops_generation(server, tiny):
     full = hf_greedy(model, prompt, 16)
     end_id = full[5]
     expected = full[: full.index(end_id)]
-    assert S.generate(server.grpc_url, "llm", prompt, 16, end_id=end_id) == expected
-    assert S.generate(server.grpc_url, "llm", prompt, 16, end_id=end_id, streaming=False) == expected
+    assert TC.generate(server.grpc_url, "llm", prompt, 16, end_id=end_id) == expected
+    assert TC.generate(server.grpc_url, "llm", prompt, 16, end_id=end_id, streaming=False) == expected
 
 
 def test_non_streaming_returns_full_sequence(server, tiny):
@@ -255,16 +264,16 @@ def test_non_streaming_returns_full_sequence(server, tiny):
     prompt = [11, 22, 33, 44, 55]
     ref = hf_greedy(model, prompt, 20)
     # decoupled model, streaming off: one response carrying every generated token
-    assert S.generate(server.grpc_url, "llm", prompt, 20, streaming=False) == ref
+    assert TC.generate(server.grpc_url, "llm", prompt, 20, streaming=False) == ref
     # non-decoupled model (unary infer): output_ids = prompt + generated, as TRT-LLM by default
-    assert S.infer(server.grpc_url, "llm_sync", prompt, 20) == prompt + ref
+    assert TC.infer(server.grpc_url, "llm_sync", prompt, 20) == prompt + ref
 
 
 def test_invalid_request_gets_error_response(server):
-    with pytest.raises(S.ServerError, match="max_input_len"):
-        S.generate(server.grpc_url, "llm", list(range(3, 3 + 129)) , 4)
+    with pytest.raises(ServerError, match="max_input_len"):
+        TC.generate(server.grpc_url, "llm", list(range(3, 3 + 129)) , 4)
     # the server keeps serving afterwards
-    assert len(S.generate(server.grpc_url, "llm", [4, 5], 3)) == 3
+    assert len(TC.generate(server.grpc_url, "llm", [4, 5], 3)) == 3
 
 
 # ---------------------------------------------------------------- process management
@@ -276,9 +285,9 @@ def test_port_in_use_is_a_clear_error(tmp_path, backend_dir):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", grpc))
         sock.listen(1)
-        assert S.port_in_use("127.0.0.1", grpc)
-        with pytest.raises(S.ServerError, match=rf"already in use.*grpc={grpc}"):
-            S.start_tritonserver(tmp_path / "repo", tmp_path / "server.log", grpc_port=grpc, http_port=http,
+        assert P.port_in_use("127.0.0.1", grpc)
+        with pytest.raises(ServerError, match=rf"already in use.*grpc={grpc}"):
+            CS.start_tritonserver(tmp_path / "repo", tmp_path / "server.log", grpc_port=grpc, http_port=http,
                                  metrics_port=metrics, backend_dir=backend_dir, die_with_parent=True)
     assert _triton_procs() == before
 
@@ -287,31 +296,31 @@ def test_killed_server_is_detected(tmp_path, backend_dir):
     (tmp_path / "repo").mkdir()  # no models: the server is ready within a second or two
     before = _triton_procs()
     grpc, http, metrics = _ports()
-    h = S.start_tritonserver(tmp_path / "repo", tmp_path / "a.log", grpc_port=grpc, http_port=http,
+    h = CS.start_tritonserver(tmp_path / "repo", tmp_path / "a.log", grpc_port=grpc, http_port=http,
                              metrics_port=metrics, backend_dir=backend_dir, die_with_parent=True)
     try:
-        S.wait_ready(h, timeout_s=60)
-        assert S.is_ready(h)
+        CS.wait_ready(h, timeout_s=60)
+        assert CS.is_ready(h)
         os.kill(h.pid, signal.SIGKILL)
-        h.proc.wait(timeout=10)
-        assert not S.is_ready(h)
-        with pytest.raises(S.ServerError, match=r"exited with code -9"):
-            S.wait_ready(h, timeout_s=10)
+        h.process.proc.wait(timeout=10)
+        assert not CS.is_ready(h)
+        with pytest.raises(ServerError, match=r"exited with code -9"):
+            CS.wait_ready(h, timeout_s=10)
     finally:
-        S.stop_server(h, timeout=5)
+        CS.stop_server(h, timeout=5)
 
     # killed right after launch, before it could come up
     grpc, http, metrics = _ports()
-    h = S.start_tritonserver(tmp_path / "repo", tmp_path / "b.log", grpc_port=grpc, http_port=http,
+    h = CS.start_tritonserver(tmp_path / "repo", tmp_path / "b.log", grpc_port=grpc, http_port=http,
                              metrics_port=metrics, backend_dir=backend_dir, die_with_parent=True)
     try:
         os.kill(h.pid, signal.SIGKILL)
         t0 = time.monotonic()
-        with pytest.raises(S.ServerError, match=r"exited with code -9.*last log lines"):
-            S.wait_ready(h, timeout_s=30)
+        with pytest.raises(ServerError, match=r"exited with code -9.*last log lines"):
+            CS.wait_ready(h, timeout_s=30)
         assert time.monotonic() - t0 < 10
     finally:
-        S.stop_server(h, timeout=5)
+        CS.stop_server(h, timeout=5)
     assert _triton_procs() == before
 
 
@@ -320,18 +329,18 @@ def test_broken_config_reports_log_tail_and_leaves_no_process(tmp_path, tiny, ba
     good = render_torch_model_config("llm", decoupled=True, max_batch_size=4, engine_dir=hf_dir)
     broken = good.replace('data_type: TYPE_INT32', 'data_type: TYPE_NOPE', 1)
     assert validate_model_config(broken)  # our own validator catches it up front ...
-    repo = write_model_repo(tmp_path / "repo", {"llm": broken}, validate=False)  # ... forced through
+    repo = write_model_repo(tmp_path / "repo", {"llm": broken}, MODEL_PY.read_text(), validate=False)  # ... forced through
     before = _triton_procs()
     grpc, http, metrics = _ports()
-    h = S.start_tritonserver(repo, tmp_path / "server.log", grpc_port=grpc, http_port=http,
+    h = CS.start_tritonserver(repo, tmp_path / "server.log", grpc_port=grpc, http_port=http,
                              metrics_port=metrics, backend_dir=backend_dir, die_with_parent=True)
     try:
-        with pytest.raises(S.ServerError) as err:
-            S.wait_ready(h, timeout_s=60)
+        with pytest.raises(ServerError) as err:
+            CS.wait_ready(h, timeout_s=60)
         msg = str(err.value)
         assert "last log lines" in msg and "TYPE_NOPE" in msg
     finally:
-        S.stop_server(h, timeout=5)
+        CS.stop_server(h, timeout=5)
     assert not h.alive()
     assert _triton_procs() == before
 
@@ -340,16 +349,16 @@ def test_model_that_fails_to_initialize_reports_traceback(tmp_path, backend_dir)
     """Valid config, but the engine directory does not exist: the Python model's initialize()
     raises inside the backend stub; the server exits and the error names the cause."""
     text = render_torch_model_config("llm", decoupled=True, max_batch_size=4, engine_dir=tmp_path / "missing")
-    repo = write_model_repo(tmp_path / "repo", {"llm": text})
+    repo = write_model_repo(tmp_path / "repo", {"llm": text}, MODEL_PY.read_text())
     before = _triton_procs()
     grpc, http, metrics = _ports()
-    h = S.start_tritonserver(repo, tmp_path / "server.log", grpc_port=grpc, http_port=http,
+    h = CS.start_tritonserver(repo, tmp_path / "server.log", grpc_port=grpc, http_port=http,
                              metrics_port=metrics, backend_dir=backend_dir, die_with_parent=True)
     try:
-        with pytest.raises(S.ServerError, match=r"(?s)exited with code.*error lines:.*engine directory \S*missing does not exist"):
-            S.wait_ready(h, timeout_s=90)
+        with pytest.raises(ServerError, match=r"(?s)exited with code.*error lines:.*engine directory \S*missing does not exist"):
+            CS.wait_ready(h, timeout_s=90)
     finally:
-        S.stop_server(h, timeout=5)
+        CS.stop_server(h, timeout=5)
     assert _triton_procs() == before
 
 
@@ -363,11 +372,11 @@ def test_server_vs_a_killed_launcher(tmp_path, backend_dir, die_with_parent):
 
     (tmp_path / "repo").mkdir()
     script = (
-        "import sys, time; from harness import servers as S\n"
-        "p = [S.free_port() for _ in range(3)]\n"
-        f"h = S.start_tritonserver({str(tmp_path / 'repo')!r}, {str(tmp_path / 's.log')!r}, grpc_port=p[0],"
+        "import sys, time; from harness.serving import cpu_server as CS, ports as P\n"
+        "p = [P.free_port() for _ in range(3)]\n"
+        f"h = CS.start_tritonserver({str(tmp_path / 'repo')!r}, {str(tmp_path / 's.log')!r}, grpc_port=p[0],"
         f" http_port=p[1], metrics_port=p[2], backend_dir={str(backend_dir)!r}, die_with_parent={die_with_parent})\n"
-        "S.wait_ready(h, 60); print(h.pid, h.grpc_url, flush=True); time.sleep(600)\n")
+        "CS.wait_ready(h, 60); print(h.pid, h.grpc_url, flush=True); time.sleep(600)\n")
     launcher = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
                                 cwd=Path(__file__).resolve().parent.parent)
     server_pid = None
@@ -396,11 +405,11 @@ def test_server_vs_a_killed_launcher(tmp_path, backend_dir, die_with_parent):
             import tritonclient.grpc as grpcclient
             with contextlib.closing(grpcclient.InferenceServerClient(url)) as client:
                 assert client.is_server_ready()
-            S.stop_server(server_pid, timeout=10)
+            CS.stop_server(server_pid, timeout=10)
             assert gone()
     finally:
         if launcher.poll() is None:
             launcher.kill()
             launcher.wait(10)
         if server_pid is not None and not gone():
-            S.stop_server(server_pid, timeout=5)
+            CS.stop_server(server_pid, timeout=5)

@@ -18,14 +18,14 @@ from conftest import REPO
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2
 
+from harness.backends.trtllm.build import build_problems, trtllm_build_args
+from harness.backends.trtllm.launch import tritonserver_commands
+from harness.backends.trtllm.layout import server_layout
+from harness.backends.trtllm.repo import render_server_repos
 from harness.config.resolve import deep_merge, load_params_file
 from harness.config.rules import cross_field_problems
 from harness.config.schema import Params
-from harness.triton_repo import validate_model_config
-from harness.trtllm.build import build_problems, trtllm_build_args
-from harness.trtllm.launch import tritonserver_commands
-from harness.trtllm.layout import server_layout
-from harness.trtllm.repo import render_server_repos
+from harness.serving.pbtxt import validate_model_config
 
 EXAMPLES = REPO / "params" / "examples"
 GOLDEN = Path(__file__).resolve().parent / "golden" / "trtllm"
@@ -66,7 +66,7 @@ def snapshot(p: Params) -> dict:
             msg = text_format.Parse(text, model_config_pb2.ModelConfig())
             configs[f"{repo}/{name}"] = json_format.MessageToDict(msg, preserving_proto_field_name=True)
     return {"trtllm_build": trtllm_build_args(p, CKPT, ENGINE),
-            "launch": [{"server": s.server, "mode": s.mode, "env": s.env, "models": list(s.models), "argv": s.argv}
+            "launch": [{"server": s.index, "mode": s.mode, "env": s.env, "models": list(s.models), "argv": s.argv}
                        for s in specs],
             "configs": configs}
 
@@ -182,7 +182,8 @@ def _mpi_segments(argv: list[str]) -> list[list[str]]:
 def test_tritonserver_accepts_every_generated_flag(placeholders, tmp_path):
     """Runs each generated rank's argv with the tritonserver bundled in nvidia-pytriton (CPU), on an
     empty repository: an unknown or malformed option makes it exit at once with a usage message."""
-    from harness.servers import ServerError, server_env, tritonserver_binary
+    from harness.serving.processes import ServerError
+    from harness.serving.tritonserver import server_env, tritonserver_binary
     try:
         binary = str(tritonserver_binary())
     except ServerError as e:

@@ -5,15 +5,15 @@ import copy
 
 import pytest
 
-from harness.config.schema import Params
-from harness.trtllm import TrtllmError
-from harness.trtllm.quant import (
+from harness.backends.trtllm import TrtllmError
+from harness.backends.trtllm.quant import (
     build_modelopt_config,
     checkpoint_flag_problems,
     export_plan,
     merge_kv_entries,
     modelopt_quant_cfg,
 )
+from harness.config.schema import Params
 
 
 def trt(**quantize) -> Params:

@@ -9,12 +9,21 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
+from harness.backends.trtllm import TrtllmError
+from harness.backends.trtllm.build import (
+    check_engine_config,
+    engine_key_tools,
+    gpu_compute_capability,
+    trtllm_build_args,
+)
+from harness.backends.trtllm.launch import pick_ports, tritonserver_commands
+from harness.backends.trtllm.layout import (
+    data_parallel_layout,
+    default_num_servers,
+    server_layout,
+)
+from harness.backends.trtllm.repo import fill_trtllm_repos, render_trtllm_model_config
 from harness.config.schema import Params
-from harness.trtllm import TrtllmError
-from harness.trtllm.build import check_engine_config, engine_key_tools, gpu_compute_capability, trtllm_build_args
-from harness.trtllm.launch import pick_ports, tritonserver_commands
-from harness.trtllm.layout import data_parallel_layout, default_num_servers, server_layout
-from harness.trtllm.repo import fill_trtllm_repos, render_trtllm_model_config
 
 
 def p(**sections) -> Params:

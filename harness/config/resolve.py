@@ -14,6 +14,7 @@ from typing import Any, Mapping
 import yaml
 from pydantic import ValidationError
 
+from ..errors import InputError
 from .rules import cross_field_problems
 from .schema import SECTIONS, Params
 
@@ -29,14 +30,12 @@ FLAG_ALIASES = {"tensor_parallelism": "tp_size", "pipeline_parallelism": "pp_siz
                 "exclude_input_from_output": "exclude_input_in_output", "calib_max_seq_length": "calib_max_len"}
 
 
-class ParamsError(ValueError):
+class ParamsError(InputError):
     """One or more problems in the resolved parameters; str() lists one per line."""
 
     def __init__(self, problems: list[str]):
-        self.problems = list(problems)
-        n = len(self.problems)
-        lines = "\n".join(f"  - {p}" for p in self.problems)
-        super().__init__(f"invalid parameters ({n} problem{'s' if n != 1 else ''}):\n{lines}")
+        n = len(problems)
+        super().__init__(f"invalid parameters ({n} problem{'s' if n != 1 else ''}):", problems)
 
 
 def parse_scalar(text: str) -> Any:

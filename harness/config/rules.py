@@ -1,17 +1,15 @@
-"""Rules that need more than one field: each returns problems as 'field: what is wrong; the fix'."""
+"""Rules that need more than one field: each returns problems as 'field: what is wrong; the fix'.
+
+Rules every backend shares live here; the chosen backend adds its own (Backend.problems).
+"""
 from __future__ import annotations
 
-from ..trtllm.launch import endpoint_problems
-from ..trtllm.layout import num_servers
-from ..trtllm.rules import trtllm_problems
-from .schema import CPU_QUANT_FORMATS, GPU_ONLY_QUANT_FORMATS, Params
-
-# Flags the torch backend understands beyond the typed fields (none yet): anything else in a
-# flag dict is meant for TensorRT-LLM and would be silently ignored on CPU, so it is an error.
-TORCH_BACKEND_FLAGS: dict[str, tuple[str, ...]] = {"quantize": (), "build": (), "runtime": ()}
+from .schema import Params
 
 
 def cross_field_problems(p: Params) -> list[str]:
+    from ..backends import backend_for
+
     out: list[str] = []
     b, q = p.build, p.quantize
 
@@ -29,27 +27,10 @@ def cross_field_problems(p: Params) -> list[str]:
         if t.hidden_size % 128 or t.intermediate_size % 128:
             out.append(f"quantize.format: int4_awq packs weights in groups of 128 input columns; model.tiny.hidden_size ({t.hidden_size}) and intermediate_size ({t.intermediate_size}) must be multiples of 128")
 
-    if b.backend == "torch":
-        if b.tp_size * b.pp_size != 1:
-            out.append(f"build.tp_size/pp_size: the torch backend runs one device per engine (got tp {b.tp_size} x pp {b.pp_size}); use runtime.instances_per_server or triton.num_servers for data parallelism, or build.backend=trtllm")
-        if b.device == "cpu" and q.format in GPU_ONLY_QUANT_FORMATS:
-            out.append(f"quantize.format: {q.format} needs a GPU (modelopt cannot run it on CPU); on CPU use one of {', '.join(CPU_QUANT_FORMATS)}")
-        if q.kv_cache_dtype != "none":
-            out.append(f"quantize.kv_cache_dtype: {q.kv_cache_dtype} KV cache is not implemented by the torch backend; use none or build.backend=trtllm")
-        if b.device == "cpu" and b.dtype == "float16":
-            out.append("build.dtype: float16 is not supported on CPU by the torch backend; use float32 or bfloat16")
-        for section, known in TORCH_BACKEND_FLAGS.items():
-            flags = getattr(p, section).flags
-            for key in flags:
-                if key not in known:
-                    allowed = ", ".join(k for k in type(getattr(p, section)).model_fields if k != "flags")
-                    out.append(f"{section}.flags.{key}: not a flag the torch backend knows; it accepts the section's own keys ({allowed})")
-    else:
-        out += trtllm_problems(p)  # reports endpoint problems itself
-
+    backend = backend_for(p)
+    out += backend.problems(p)
     t = p.triton
-    if t.grpc_ports and len(t.grpc_ports) != num_servers(p):
-        out.append(f"triton.grpc_ports: {len(t.grpc_ports)} ports for {num_servers(p)} server(s) (triton.num_servers); give one per server or none to pick free ports")
-    if b.backend != "trtllm":
-        out += endpoint_problems(t.endpoints)
+    n = backend.num_servers(p)
+    if t.grpc_ports and len(t.grpc_ports) != n:
+        out.append(f"triton.grpc_ports: {len(t.grpc_ports)} ports for {n} server(s) (triton.num_servers); give one per server or none to pick free ports")
     return out

@@ -1,0 +1,71 @@
+"""The one interface every backend implements, stage by stage.
+
+A backend turns (checkpoint, quantize, build, runtime) into servers that speak a protocol the
+LoadGen SUT has a core for. Tasks ask `backend_for(params)` and call these methods; they never
+branch on a backend's name. Everything that decides *what* runs (command lines, configs, plans)
+is a pure function of the parameters, so it is tested on CPU and can enter the stage keys.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+Log = Callable[[str], None]
+
+
+class Backend:
+    name: str = ""
+    protocol: str = "triton-grpc"   # what its servers speak: "triton-grpc" | "openai-http"
+
+    # --- validation (before any stage runs) -------------------------------------------------
+    def problems(self, params) -> list[str]:
+        """Every 'field: what is wrong; the fix' this backend finds in the parameters."""
+        return []
+
+    def notes(self, params) -> list[str]:
+        """Advice that does not block a run."""
+        return []
+
+    # --- Quantize ---------------------------------------------------------------------------
+    def quantize_reads(self, params) -> tuple[str, ...]:
+        return ("quantize", "build.backend", "build.device")
+
+    def quantize_tools(self, params) -> dict[str, str]:
+        return {}
+
+    def quantize(self, src: Path, out_dir: Path, params, log: Log, final_dir: Path) -> dict:
+        """Writes the quantized checkpoint under `out_dir` (published as `final_dir`); returns manifest
+        fields, with `checkpoint` the checkpoint's path relative to the artifact."""
+        raise NotImplementedError
+
+    # --- BuildEngine ------------------------------------------------------------------------
+    def build_tools(self, params) -> dict[str, str]:
+        return {}
+
+    def build(self, checkpoint: Path, out_dir: Path, params, log: Log) -> dict:
+        """Writes the engine to `out_dir/engine`; returns manifest fields."""
+        raise NotImplementedError
+
+    # --- FillTritonRepo (the servers' configuration) ----------------------------------------
+    def repo_reads(self, params) -> tuple[str, ...]:
+        return ("runtime", "triton.model_name", "build.backend", "build.tp_size", "build.pp_size")
+
+    def num_servers(self, params) -> int:
+        """Servers to launch: triton.num_servers, else 1 for Offline and one per data-parallel rank
+        for Server/Interactive (NVIDIA's convention). One rank unless a backend says otherwise."""
+        n = params.triton.num_servers
+        return int(n) if n is not None else 1
+
+    def fill(self, engine_dir: Path, engine_rel: str, out_dir: Path, params, decoupled: bool) -> dict:
+        """Writes the servers' configuration under `out_dir`; returns the layout (manifest field).
+        `engine_rel` is the engine directory relative to the artifact, for relocatable configs."""
+        raise NotImplementedError
+
+    # --- LaunchServers ----------------------------------------------------------------------
+    def serving_tools(self, params) -> dict[str, str]:
+        return {}
+
+    def launch(self, repo_dir: Path, layout: dict, out_dir: Path, params, *, runtime_dir: Path,
+               on_spawn: Callable[[dict], None], log: Log) -> list[dict]:
+        """Starts the servers (or checks external ones); returns their records."""
+        raise NotImplementedError

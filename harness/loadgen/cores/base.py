@@ -1,0 +1,114 @@
+"""The client side of the SUT behind one small interface: a *core* talks one protocol to one server.
+
+A frontend process runs several cores (clients), each with its own connection: a gRPC channel
+and stream, or an HTTP connection pool. The frontend calls `connect` (health check), `warmup`,
+then `enqueue` for every query LoadGen issues to that client, and `close` at the end. A core
+never blocks the caller: it sends from its own thread or event loop and reports through `sink`
+(the frontend's queue to the driver) as responses arrive: `First` on the first token of a
+streamed response, `Alive` on later ones (at most once a second), `Done` with every generated
+token, `Failed` on any error. A new protocol is one module with one `Core` subclass.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+
+from ..messages import Alive, Done, Failed, First
+
+
+class Prompts:
+    """The dataset's prompts as one flat int32 array with offsets (cheap to ship to processes),
+    plus their text where a core has to send text."""
+
+    def __init__(self, flat: np.ndarray, offsets: np.ndarray, texts: list[str] | None = None):
+        self.flat, self.offsets, self.texts = flat, offsets, texts
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def ids(self, i: int) -> np.ndarray:
+        return self.flat[self.offsets[i]:self.offsets[i + 1]]
+
+
+class Core:
+    """One client: one connection to one server, for one model."""
+
+    protocol = ""
+
+    def __init__(self, spec: dict, cfg: dict, prompts: Prompts, sink, frontend: int):
+        self.g = spec["g"]                 # global client number
+        self.url = spec["url"]
+        self.model = spec["model"]
+        self.cfg = cfg
+        self.prompts = prompts
+        self.sink = sink
+        self.frontend = frontend
+        self.streaming = bool(cfg["streaming"])
+        self.failed = False
+        self.closing = False
+        self.sent = 0
+        self.completed = 0
+        self.warm_left = 0
+        self.warm_done = threading.Event()
+        self._last_alive = 0
+        self.info: dict = {}               # what it settled on (streaming, prompt/output methods)
+
+    # --- the interface -------------------------------------------------------------------
+    def connect(self) -> None:
+        """Checks the server and model are ready and opens the connection; raises on failure."""
+        raise NotImplementedError
+
+    def enqueue(self, qid, sample: int) -> None:
+        """Sends one request (from the core's own thread or loop; never blocks the caller)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def warmup(self, n: int) -> None:
+        """Sends `n` warm-up requests (string qids: their responses go to no one); `warm_done` is set
+        when all have finished."""
+        self.warm_left = n
+        if n == 0:
+            self.warm_done.set()
+            return
+        for k in range(n):
+            self.enqueue(f"w{self.g}-{k}", (self.g + k * 7919) % len(self.prompts))
+
+    # --- what cores report -----------------------------------------------------------------
+    def on_token(self, qid, first: bool, tokens: np.ndarray, now: int) -> None:
+        """A streamed response arrived for `qid` (`first`: its first tokens)."""
+        if isinstance(qid, str):
+            return
+        if first and self.streaming:
+            self.sink.put(First(qid, now, tokens[:1].tobytes()))
+        elif self.streaming and now - self._last_alive > 1e9:
+            self._last_alive = now
+            self.sink.put(Alive(self.g, now))
+
+    def on_done(self, qid, t_first: int, tokens: np.ndarray, now: int) -> None:
+        """The request is complete with every generated token."""
+        self.completed += 1
+        if isinstance(qid, str):
+            self.warm_left -= 1
+            if self.warm_left <= 0:
+                self.warm_done.set()
+            return
+        if self.streaming and not t_first:
+            # nothing generated: LoadGen still needs a first token before the completion
+            t_first = now
+            self.sink.put(First(qid, now, b""))
+        self.sink.put(Done(qid, t_first if self.streaming else 0, now, tokens.tobytes(), int(tokens.size)))
+
+    def fail(self, message: str, qid=None) -> None:
+        if self.failed:
+            return
+        self.failed = True
+        self.warm_done.set()
+        self.sink.put(Failed(self.frontend, self.g, self.url, self.model, message, qid))
+
+
+def now_ns() -> int:
+    return time.monotonic_ns()

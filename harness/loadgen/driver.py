@@ -1,0 +1,385 @@
+"""The LoadGen driver process: LoadGen itself, the query scheduler, and the completer thread.
+
+    python -m harness.loadgen.driver --driver cfg.pkl     (started by runner.run_loadgen)
+
+- LoadGen runs StartTestWithLogSettings on the main thread; `issue_queries` picks a client
+  (least-outstanding server for Server/Interactive, round-robin for Offline) and puts an `Issue`
+  on that client's frontend queue.
+- The completer thread lives for the whole test and is the only caller of FirstTokenComplete /
+  QuerySamplesComplete (LoadGen's logger segfaults on calls from threads that exit mid-test),
+  holding each response buffer until the call returns (else the accuracy log holds garbage).
+  Every completion reports `n_tokens` (else tokens/s reads 0); streamed runs report the first
+  token (else TTFT/TPOT read 0 and the latency constraints pass silently).
+- The watchdog thread emits progress, notices dead frontends and stalled servers.
+On any request error, dead frontend or stalled server the driver reports and exits at once
+(LoadGen cannot be aborted). It dies with its caller (PR_SET_PDEATHSIG), and its frontends die
+with it. JSON events go to the caller on fd 1; everything else printed goes to harness.log.
+"""
+from __future__ import annotations
+
+import collections
+import contextlib
+import itertools
+import json
+import os
+import pickle
+import queue
+import signal
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from .frontend import frontend_main
+from .messages import Alive, Done, Failed, First, Issue, Quit, Ready, Stopped
+from .results import json_default, measured_stats, write_requests_csv
+from .settings import SettingsError, build_test_settings
+
+
+def _methods(clients: dict) -> dict:
+    """How prompts went out and output tokens came back, as the clients settled it."""
+    out = {}
+    for key in ("prompt", "output_tokens"):
+        seen = sorted({str(c.get(key)) for c in clients.values() if c.get(key)})
+        out[key] = seen[0] if len(seen) == 1 else (seen or None)
+    return out
+
+
+class _Fatal(Exception):
+    pass
+
+
+class _Driver:
+    def __init__(self, cfg: dict, emit: Callable[[dict], None]):
+        self.cfg = cfg
+        self.emit = emit
+        self.scenario = cfg["scenario"]
+        self.clients = cfg["clients"]
+        self.n_servers = len(cfg["endpoints"])
+        self.lock = threading.Lock()
+        self.fatal_lock = threading.Lock()
+        self.inflight: dict[int, list] = {}
+        self.client_out = [0] * len(self.clients)
+        self.server_out = [0] * self.n_servers
+        self.server_busy_since = [0] * self.n_servers
+        self.server_last = [0] * self.n_servers
+        self.server_done = [0] * self.n_servers
+        self.clients_of = [[c["g"] for c in self.clients if c["server"] == s] for s in range(self.n_servers)]
+        self.rr = itertools.count()
+        self.rr_server = itertools.count()
+        self.issued = 0
+        self.completed = 0
+        self.tokens = 0
+        self.t0 = 0
+        self.records: list[tuple] = []
+        self.ttfts = collections.deque(maxlen=20000)
+        self.lats = collections.deque(maxlen=20000)
+        self.ready = set()
+        self.ready_info: dict = {}
+        self.stopped = set()
+        self.ready_ev = threading.Event()
+        self.stopped_ev = threading.Event()
+        self.stopping = False
+        self.request_errors = 0
+        self.procs = []
+        self.in_qs = []
+        self.t_setup = time.monotonic()
+
+    # -- fatal: report and leave at once (LoadGen cannot be aborted) --
+    def fatal(self, message: str, server: str | None = None) -> None:
+        if not self.fatal_lock.acquire(blocking=False):
+            time.sleep(3600)  # another thread is already exiting the process
+        try:
+            self.emit({"event": "fatal", "message": message, "server": server, "stats": self._stats_brief()})
+            sys.stderr.write(f"FATAL: {message}\n")
+            sys.stderr.flush()
+        finally:
+            for p in self.procs:
+                with contextlib.suppress(Exception):
+                    p.kill()
+            os._exit(3)
+
+    def _stats_brief(self) -> dict:
+        return {"issued": self.issued, "completed": self.completed, "outstanding": len(self.inflight),
+                "tokens": self.tokens, "request_errors": self.request_errors}
+
+    # -- server selection (LoadGen issue thread) --
+    def _pick(self) -> int:
+        if self.scenario == "Offline":
+            return next(self.rr) % len(self.clients)
+        start = next(self.rr_server) % self.n_servers
+        best_s = min(range(self.n_servers), key=lambda s: (self.server_out[s], (s - start) % self.n_servers))
+        cl = self.clients_of[best_s]
+        return min(cl, key=lambda g: self.client_out[g])
+
+    def issue_queries(self, query_samples) -> None:
+        now = time.monotonic_ns()
+        per_fe: dict[int, list] = collections.defaultdict(list)
+        with self.lock:
+            if not self.t0:
+                self.t0 = now
+            for qs in query_samples:
+                g = self._pick()
+                s = self.clients[g]["server"]
+                self.inflight[qs.id] = [qs.index, g, now]
+                self.client_out[g] += 1
+                if self.server_out[s] == 0:
+                    self.server_busy_since[s] = now
+                self.server_out[s] += 1
+                per_fe[self.clients[g]["frontend"]].append(Issue(qs.id, qs.index, g))
+                self.issued += 1
+        for fe, items in per_fe.items():
+            self.in_qs[fe].put(items)
+
+    def flush_queries(self) -> None:
+        pass
+
+    # -- completer thread: the only caller of FirstTokenComplete / QuerySamplesComplete --
+    def completer(self, lg, out_q) -> None:
+        try:
+            while True:
+                msgs = [out_q.get()]
+                with contextlib.suppress(queue.Empty):
+                    while len(msgs) < 512:
+                        msgs.append(out_q.get_nowait())
+                firsts, dones = [], []
+                quit_ = False
+                for m in msgs:
+                    if isinstance(m, First):
+                        firsts.append(m)
+                    elif isinstance(m, Done):
+                        dones.append(m)
+                    elif isinstance(m, Alive):
+                        s = self.clients[m.client]["server"]
+                        self.server_last[s] = max(self.server_last[s], m.t)
+                    elif isinstance(m, Ready):
+                        self.ready.add(m.frontend)
+                        self.ready_info[m.frontend] = m.info
+                        if len(self.ready) == len(self.procs):
+                            self.ready_ev.set()
+                    elif isinstance(m, Stopped):
+                        self.stopped.add(m.frontend)
+                        if len(self.stopped) == len(self.procs):
+                            self.stopped_ev.set()
+                    elif isinstance(m, Failed):
+                        if self.stopping and "CANCELLED" in m.message:
+                            continue
+                        self.request_errors += 1
+                        where = f"server {m.url} (model {m.model!r})" if m.url else f"frontend {m.frontend}"
+                        self.fatal(f"{where}: {m.message.strip()}", server=m.url or None)
+                    elif isinstance(m, Quit):
+                        quit_ = True
+                if firsts:
+                    self._complete_first(lg, firsts)
+                if dones:
+                    self._complete_done(lg, dones)
+                if quit_:
+                    return
+        except Exception as exc:
+            self.fatal(f"completer thread crashed: {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+
+    def _complete_first(self, lg, msgs) -> None:
+        keep, resps = [], []
+        with self.lock:
+            for qid, t, data in msgs:
+                st = self.inflight.get(qid)
+                if st is None:
+                    continue
+                s = self.clients[st[1]]["server"]
+                self.server_last[s] = max(self.server_last[s], t)
+                arr = np.frombuffer(data, dtype=np.int32) if data else np.zeros(1, dtype=np.int32)[:0]
+                keep.append(arr)
+                resps.append(lg.QuerySampleResponse(qid, arr.ctypes.data, arr.nbytes))
+                self.ttfts.append((t - st[2]) / 1e6)
+        if resps:
+            lg.FirstTokenComplete(resps)
+        del keep  # buffers stay referenced until LoadGen copied them
+
+    def _complete_done(self, lg, msgs) -> None:
+        keep, resps = [], []
+        with self.lock:
+            for qid, t_first, t_done, data, n in msgs:
+                st = self.inflight.pop(qid, None)
+                if st is None:
+                    continue
+                sidx, g, t_issue = st[0], st[1], st[2]
+                s = self.clients[g]["server"]
+                self.client_out[g] -= 1
+                self.server_out[s] -= 1
+                self.server_done[s] += 1
+                self.server_last[s] = max(self.server_last[s], t_done)
+                arr = np.frombuffer(data, dtype=np.int32) if data else np.zeros(1, dtype=np.int32)[:0]
+                keep.append(arr)
+                resps.append(lg.QuerySampleResponse(qid, arr.ctypes.data, arr.nbytes, int(n)))
+                self.records.append((sidx, s, t_issue, t_first, t_done, int(n)))
+                self.completed += 1
+                self.tokens += int(n)
+                self.lats.append((t_done - t_issue) / 1e6)
+        if resps:
+            lg.QuerySamplesComplete(resps)
+        del keep
+
+    # -- watchdog thread --
+    def watchdog(self) -> None:
+        timeout_ns = int(self.cfg["request_timeout_s"] * 1e9)
+        last_emit = 0.0
+        while not self.stopped_ev.is_set():
+            time.sleep(0.25)
+            for i, p in enumerate(self.procs):
+                if p.exitcode is not None and i not in self.stopped and not self.stopping:
+                    self.fatal(f"frontend process {i} (pid {p.pid}) exited with code {p.exitcode} mid-run")
+            now = time.monotonic_ns()
+            with self.lock:
+                for s in range(self.n_servers):
+                    if self.server_out[s] > 0:
+                        since = max(self.server_busy_since[s], self.server_last[s])
+                        if now - since > timeout_ns:
+                            url = self.cfg["endpoints"][s]
+                            msg = (f"server {url} (model {self.cfg['models'][s]!r}) sent no response for "
+                                   f"{self.cfg['request_timeout_s']:.0f}s with {self.server_out[s]} request(s) "
+                                   "outstanding (harness.request_timeout_s)")
+                            break
+                else:
+                    msg = None
+            if msg:
+                self.request_errors += 1
+                self.fatal(msg, server=url)
+            if time.monotonic() - last_emit >= 0.5:
+                last_emit = time.monotonic()
+                self.emit(self.progress())
+
+    def progress(self) -> dict:
+        with self.lock:
+            elapsed = (time.monotonic_ns() - self.t0) / 1e9 if self.t0 else 0.0
+            ttfts = list(self.ttfts)
+            lats = list(self.lats)
+            p = {"event": "progress", "phase": "run" if self.t0 else ("warmup" if not self.ready_ev.is_set() else "ready"),
+                 "issued": self.issued, "completed": self.completed, "outstanding": len(self.inflight),
+                 "tokens": self.tokens, "elapsed_s": round(elapsed, 2),
+                 "elapsed_setup_s": round(time.monotonic() - self.t_setup, 2),
+                 "samples_per_s": round(self.completed / elapsed, 3) if elapsed > 0 else 0.0,
+                 "tokens_per_s": round(self.tokens / elapsed, 3) if elapsed > 0 else 0.0,
+                 "p99_ttft_ms": round(float(np.percentile(ttfts, 99)), 3) if ttfts else None,
+                 "p99_latency_ms": round(float(np.percentile(lats, 99)), 3) if lats else None}
+        return p
+
+    # -- the run --
+    def run(self) -> int:
+        import multiprocessing as mp
+
+        import mlperf_loadgen as lg
+
+        cfg = self.cfg
+        ctx = mp.get_context("spawn")
+        out_q = ctx.Queue()
+        self.in_qs = [ctx.Queue() for _ in range(cfg["frontends"])]
+        fe_cfg = {k: v for k, v in cfg.items() if k != "prompts"}
+        for fe in range(cfg["frontends"]):
+            specs = [c for c in self.clients if c["frontend"] == fe]
+            p = ctx.Process(target=frontend_main, name=f"perfdag-frontend-{fe}", daemon=True,
+                            args=(fe, specs, fe_cfg, cfg["prompts"], self.in_qs[fe], out_q, os.getpid()))
+            p.start()
+            self.procs.append(p)
+        self.emit({"event": "started", "pid": os.getpid(), "frontend_pids": [p.pid for p in self.procs]})
+        comp = threading.Thread(target=self.completer, args=(lg, out_q), name="loadgen-completer", daemon=True)
+        comp.start()
+        wd = threading.Thread(target=self.watchdog, name="loadgen-watchdog", daemon=True)
+        wd.start()
+        if not self.ready_ev.wait(cfg["startup_timeout_s"]):
+            missing = sorted(set(range(len(self.procs))) - self.ready)
+            self.fatal(f"frontend(s) {missing} not ready (connect + warm-up) within {cfg['startup_timeout_s']:.0f}s; "
+                       f"servers {cfg['endpoints']}")
+        warm_s = max((i.get("warmup_s", 0.0) for i in self.ready_info.values()), default=0.0)
+        warm_n = sum(i.get("warmup_requests", 0) for i in self.ready_info.values())
+        clients = {}
+        for info in self.ready_info.values():
+            clients.update(info.get("clients", {}))
+        streaming = {g: c.get("streaming") for g, c in clients.items()}
+        sys.stderr.write(f"frontends ready: warm-up {warm_n} requests in {warm_s:.2f}s; streaming {streaming}\n")
+
+        try:
+            settings, self.perf_count = build_test_settings(lg, self.scenario, cfg["mode"], cfg["settings"],
+                                                            cfg["n_samples"], Path(cfg["out_dir"]))
+        except SettingsError as exc:
+            raise _Fatal(str(exc)) from None
+        log_settings = lg.LogSettings()
+        log_settings.log_output.outdir = cfg["out_dir"]
+        log_settings.log_output.copy_summary_to_stdout = False
+        log_settings.enable_trace = False
+        sut = lg.ConstructSUT(self.issue_queries, self.flush_queries)
+        qsl = lg.ConstructQSL(cfg["n_samples"], self.perf_count, lambda s: None, lambda s: None)
+        t_start = time.monotonic()
+        lg.StartTestWithLogSettings(sut, qsl, settings, log_settings)
+        test_s = time.monotonic() - t_start
+        final = self.progress()
+        # close the gRPC streams (frontends) before anyone stops tritonserver
+        self.stopping = True
+        for q in self.in_qs:
+            q.put(None)
+        if not self.stopped_ev.wait(60.0):
+            sys.stderr.write("frontends did not stop within 60s; killing them\n")
+        for p in self.procs:
+            p.join(10.0)
+            if p.is_alive():
+                p.kill()
+        out_q.put(Quit())
+        comp.join(10.0)
+        lg.DestroySUT(sut)
+        lg.DestroyQSL(qsl)
+        write_requests_csv(Path(cfg["out_dir"]) / "requests.csv", self.records, self.t0)
+        per_server = [{"endpoint": cfg["endpoints"][s], "model": cfg["models"][s], "completed": self.server_done[s]}
+                      for s in range(self.n_servers)]
+        stats = {**self._stats_brief(), "test_s": round(test_s, 3), "warmup_s": round(warm_s, 3),
+                 "warmup_requests": warm_n, "streaming": any(streaming.values()) if streaming else None,
+                 "per_server": per_server, "measured": measured_stats(self.records),
+                 "methods": _methods(clients)}
+        self.emit({"event": "done", "stats": stats, "final_progress": final})
+        return 0
+
+
+def _driver_main(cfg_path: str) -> int:
+    # fd 1 carries JSON events to the caller; everything else printed to stdout (LoadGen,
+    # libraries) goes to stderr = harness.log.
+    event_fd = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = os.fdopen(1, "w", buffering=1)
+    events = os.fdopen(event_fd, "w", buffering=1)
+    ev_lock = threading.Lock()
+
+    def emit(obj: dict) -> None:
+        line = json.dumps(obj, default=json_default)
+        with ev_lock:
+            try:
+                events.write(line + "\n")
+                events.flush()
+            except (BrokenPipeError, OSError):
+                os._exit(4)  # the caller is gone
+
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(143))
+    from ..serving.processes import pdeathsig_setter
+    setter = pdeathsig_setter(signal.SIGKILL)  # the caller died: so do we (and, by theirs, the frontends)
+    if setter is not None:
+        setter()
+    if len(sys.argv) > 3 and os.getppid() != int(sys.argv[3]):
+        os._exit(3)
+    with open(cfg_path, "rb") as f:
+        cfg = pickle.load(f)
+    driver = _Driver(cfg, emit)
+    try:
+        return driver.run()
+    except _Fatal as exc:
+        driver.fatal(str(exc))
+    except BaseException as exc:
+        driver.fatal(f"driver crashed: {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+    return 2
+
+
+if __name__ == "__main__":
+    if len(sys.argv) in (3, 4) and sys.argv[1] == "--driver":
+        sys.exit(_driver_main(sys.argv[2]))
+    sys.stderr.write("usage: python -m harness.loadgen.driver --driver CONFIG.pkl [PARENT_PID] (internal)\n")
+    sys.exit(2)

@@ -1,0 +1,82 @@
+"""A frontend process: `clients_per_frontend` cores, fed by the driver, reporting to the driver.
+
+It dies with the driver whatever happens to it: PR_SET_PDEATHSIG on Linux, and a parent check
+that does not depend on its queue being idle.
+"""
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import threading
+import time
+import traceback
+
+from .cores import core_class
+from .cores.base import Prompts
+from .messages import Failed, Ready, Stopped
+
+
+def _watch_parent(parent_pid: int) -> None:
+    """Exit at once when the driver is gone (its queue may never wake us)."""
+    while True:
+        time.sleep(0.5)
+        if os.getppid() != parent_pid:
+            os._exit(3)
+
+
+def frontend_main(fe_idx: int, specs: list[dict], cfg: dict, prompts: Prompts, in_q, out_q, parent_pid: int) -> None:
+    from ..serving.processes import pdeathsig_setter
+
+    setter = pdeathsig_setter(signal.SIGKILL)
+    if setter is not None:
+        setter()
+    if os.getppid() != parent_pid:  # the driver died before the death signal was armed
+        os._exit(3)
+    threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True, name="parent-watch").start()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the caller handles Ctrl-C by killing the group
+    Core = core_class(cfg["protocol"])
+    cores = {}
+    try:
+        for spec in specs:
+            c = Core(spec, cfg, prompts, out_q, fe_idx)
+            try:
+                c.connect()
+            except Exception as exc:
+                out_q.put(Failed(fe_idx, spec["g"], spec["url"], spec["model"],
+                                 f"cannot connect: {type(exc).__name__}: {exc}"))
+                return
+            cores[spec["g"]] = c
+        # warm-up: warmup_queries spread over all clients, at least one per client
+        n_clients = len(cfg["clients"])
+        total = cfg["warmup_queries"]
+        t0 = time.monotonic()
+        for g, c in cores.items():
+            c.warmup(0 if total == 0 else max(1, total // n_clients + (1 if g < total % n_clients else 0)))
+        deadline = time.monotonic() + cfg["request_timeout_s"]
+        for c in cores.values():
+            if not c.warm_done.wait(max(0.0, deadline - time.monotonic())):
+                out_q.put(Failed(fe_idx, c.g, c.url, c.model,
+                                 f"warm-up requests got no final response within {cfg['request_timeout_s']:.0f}s"))
+                return
+            if c.failed:
+                return
+        out_q.put(Ready(fe_idx, {"warmup_s": time.monotonic() - t0,
+                                 "warmup_requests": sum(c.completed for c in cores.values()),
+                                 "clients": {c.g: c.info for c in cores.values()}}))
+        while True:
+            try:
+                items = in_q.get(timeout=1.0)
+            except queue.Empty:
+                continue
+            if items is None:
+                break
+            for it in items:
+                cores[it.client].enqueue(it.qid, it.sample)
+    except Exception as exc:
+        out_q.put(Failed(fe_idx, -1, "", "", f"frontend {fe_idx} crashed: {type(exc).__name__}: {exc}\n"
+                                             f"{traceback.format_exc()}"))
+    finally:
+        for c in cores.values():
+            c.close()
+        out_q.put(Stopped(fe_idx, {g: {"sent": c.sent, "completed": c.completed} for g, c in cores.items()}))

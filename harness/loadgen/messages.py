@@ -1,0 +1,58 @@
+"""What the LoadGen driver and its frontend processes send each other (over multiprocessing queues).
+
+Named tuples, so no side unpacks a message by position and both sides agree on its fields.
+Times are `time.monotonic_ns()`; token buffers are int32 bytes.
+"""
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+
+# driver -> frontend (a list of these per put; None ends the frontend)
+class Issue(NamedTuple):
+    qid: int
+    sample: int          # QSL index
+    client: int          # global client number
+
+
+# frontend -> driver
+class First(NamedTuple):
+    qid: int
+    t: int
+    data: bytes          # the first token(s)
+
+
+class Done(NamedTuple):
+    qid: int
+    t_first: int         # 0 when not streamed
+    t_done: int
+    data: bytes          # every generated token
+    n_tokens: int
+
+
+class Alive(NamedTuple):
+    client: int
+    t: int               # a streamed response arrived (keeps a slow server from looking stalled)
+
+
+class Failed(NamedTuple):
+    frontend: int
+    client: int          # -1: the frontend itself
+    url: str
+    model: str
+    message: str
+    qid: Any = None
+
+
+class Ready(NamedTuple):
+    frontend: int
+    info: dict           # warmup_s, warmup_requests, streaming / prompt and output methods per client
+
+
+class Stopped(NamedTuple):
+    frontend: int
+    counts: dict
+
+
+class Quit(NamedTuple):
+    """Ends the driver's completer thread."""

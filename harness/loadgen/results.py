@@ -1,0 +1,243 @@
+"""LoadGen's results as perfdag reads them: mlperf_log_detail/summary parsed into result.json,
+the harness' own per-request measurements (requests.csv) beside them."""
+from __future__ import annotations
+
+import contextlib
+import csv
+import json
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+
+def read_mllog(path: Path) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    if not path.is_file():
+        return values
+    with open(path, errors="replace") as f:
+        for line in f:
+            i = line.find(":::MLLOG")
+            if i < 0:
+                continue
+            try:
+                obj = json.loads(line[i + len(":::MLLOG"):])
+            except json.JSONDecodeError:
+                continue
+            key = obj.get("key")
+            if key is not None:
+                values[key] = obj.get("value")
+    return values
+
+
+def _ns_to_ms(v) -> float | None:
+    try:
+        return round(float(v) / 1e6, 3)
+    except (TypeError, ValueError):
+        return None
+
+
+def _percentiles_ms(d: dict, fmt: str) -> dict | None:
+    out = {}
+    for p in ("50.00", "90.00", "95.00", "97.00", "99.00", "99.90"):
+        v = d.get(fmt.format(p=p))
+        if v is not None:
+            out["p" + p.rstrip("0").rstrip(".").replace(".", "_")] = _ns_to_ms(v)
+    return out or None
+
+
+def parse_summary(out_dir: str | os.PathLike) -> dict:
+    """Parse LoadGen's ``mlperf_log_detail.txt`` (falling back to ``mlperf_log_summary.txt``)
+    in ``out_dir`` into ``result.json``'s LoadGen part.
+
+    Keys: scenario, mode, valid ("VALID"/"INVALID"/None in accuracy runs), invalid_reason,
+    samples_per_s, tokens_per_s, latency_ms / ttft_ms / tpot_ms ({p50, p90, p95, p97, p99,
+    p99_9, mean}; ttft/tpot None where LoadGen measured none), early_stopping ({met, ttft,
+    tpot}), min_duration_met, min_queries_met, perf_constraints_met, query_count,
+    target_qps, ttft_constraint_ms, tpot_constraint_ms, num_errors, warnings, loadgen_version.
+    """
+    out = Path(out_dir)
+    d = read_mllog(out / "mlperf_log_detail.txt")
+    summary_path = out / "mlperf_log_summary.txt"
+    summ = summary_path.read_text(errors="replace") if summary_path.is_file() else ""
+    if not d and not summ:
+        raise FileNotFoundError(f"no LoadGen logs (mlperf_log_detail.txt / mlperf_log_summary.txt) in {out}")
+    scenario = d.get("effective_scenario") or _summary_field(summ, "Scenario")
+    mode = d.get("effective_test_mode") or _summary_field(summ, "Mode")
+    is_offline = scenario == "Offline"
+    sps = d.get("result_samples_per_second") if is_offline else d.get("result_completed_samples_per_sec")
+    tps = d.get("result_tokens_per_second") if is_offline else d.get("result_completed_tokens_per_second")
+    if sps is None:
+        sps = _summary_number(summ, ("Samples per second", "Completed samples per second"))
+    if tps is None:
+        tps = _summary_number(summ, ("Tokens per second", "Completed tokens per second"))
+    valid = d.get("result_validity")
+    if valid is None:
+        m = _summary_field(summ, "Result is")
+        valid = m or None
+    latency = _percentiles_ms(d, "result_{p}_percentile_latency_ns") or {}
+    if d.get("result_mean_latency_ns") is not None:
+        latency["mean"] = _ns_to_ms(d["result_mean_latency_ns"])
+    ttft = _percentiles_ms(d, "result_first_token_{p}_percentile_latency_ns")
+    if ttft is not None and d.get("result_first_token_mean_latency_ns") is not None:
+        ttft["mean"] = _ns_to_ms(d["result_first_token_mean_latency_ns"])
+    tpot = _percentiles_ms(d, "result_time_per_output_token_{p}_percentile_ns")
+    if tpot is not None and d.get("result_time_to_output_token_mean") is not None:
+        tpot["mean"] = _ns_to_ms(d["result_time_to_output_token_mean"])
+    # LoadGen logs 0 for token latencies nobody reported (no FirstTokenComplete): say so
+    if ttft and not any(v for k, v in ttft.items()):
+        ttft = None
+    if tpot and not any(v for k, v in tpot.items()):
+        tpot = None
+    es_met = d.get("early_stopping_met")
+    result = {
+        "scenario": scenario,
+        "mode": mode,
+        "valid": valid,
+        "invalid_reason": (d.get("result_invalid_reason") or "").strip() or None,
+        "samples_per_s": _float(sps),
+        "tokens_per_s": _float(tps),
+        "latency_ms": latency or None,
+        "ttft_ms": ttft,
+        "tpot_ms": tpot,
+        "early_stopping": None if es_met is None else {
+            "met": bool(es_met),
+            "ttft": _squash(d.get("early_stopping_ttft_result")),
+            "tpot": _squash(d.get("early_stopping_tpot_result")),
+            "result": _squash(d.get("early_stopping_result")),
+        },
+        "min_duration_met": d.get("result_min_duration_met"),
+        "min_queries_met": d.get("result_min_queries_met"),
+        "perf_constraints_met": d.get("result_perf_constraints_met"),
+        "query_count": d.get("result_query_count"),
+        "target_qps": d.get("effective_target_qps"),
+        "ttft_constraint_ms": _ns_to_ms(d.get("requested_server_ttft_latency")) if not is_offline else None,
+        "tpot_constraint_ms": _ns_to_ms(d.get("requested_server_tpot_latency")) if not is_offline else None,
+        "num_errors": d.get("num_errors"),
+        "warnings": "No warnings encountered during test." not in summ if summ else None,
+        "loadgen_version": d.get("loadgen_version"),
+    }
+    return result
+
+
+def _float(v) -> float | None:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _squash(text) -> str | None:
+    if text is None:
+        return None
+    s = " ".join(str(text).split())
+    return s or None
+
+
+def _summary_field(summ: str, name: str) -> str | None:
+    for line in summ.splitlines():
+        if line.strip().startswith(name) and ":" in line:
+            return line.split(":", 1)[1].strip()
+    return None
+
+
+def _summary_number(summ: str, names: Sequence[str]) -> float | None:
+    for name in names:
+        v = _summary_field(summ, name)
+        if v is not None:
+            with contextlib.suppress(ValueError):
+                return float(v)
+    return None
+
+
+def merge_measured(result: dict, stats: dict, cfg: dict) -> dict:
+    """Harness-side numbers next to LoadGen's (fills TTFT/TPOT LoadGen did not measure)."""
+    measured = stats.get("measured") or {}
+    extra = {
+        "harness": {
+            "endpoints": cfg["endpoints"], "models": cfg["models"], "frontends": cfg["frontends"],
+            "clients_per_frontend": cfg["clients_per_frontend"], "streaming": stats.get("streaming"),
+            "warmup_queries": stats.get("warmup_requests"), "warmup_s": stats.get("warmup_s"),
+            "max_new_tokens": cfg["max_new_tokens"], "end_id": cfg["end_id"],
+            "request_errors": stats.get("request_errors", 0), "per_server": stats.get("per_server"),
+        },
+        "measured": measured,
+        "ttft_source": "loadgen" if result.get("ttft_ms") else None,
+        "tpot_source": "loadgen" if result.get("tpot_ms") else None,
+    }
+    if not result.get("ttft_ms") and measured.get("ttft_ms"):
+        extra["ttft_ms"] = measured["ttft_ms"]
+        extra["ttft_source"] = "harness"
+    if not result.get("tpot_ms") and measured.get("tpot_ms"):
+        extra["tpot_ms"] = measured["tpot_ms"]
+        extra["tpot_source"] = "harness"
+    return extra
+
+
+def read_requests_csv(path: str | os.PathLike) -> list[dict]:
+    """Per-request rows written by the driver: sample_index, server, issue_ms (since the first
+    issue), ttft_ms (None when not streamed), latency_ms, n_tokens, tpot_ms."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    rows = []
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            rows.append({
+                "sample_index": int(r["sample_index"]), "server": int(r["server"]),
+                "issue_ms": float(r["issue_ms"]),
+                "ttft_ms": float(r["ttft_ms"]) if r["ttft_ms"] else None,
+                "latency_ms": float(r["latency_ms"]), "n_tokens": int(r["n_tokens"]),
+                "tpot_ms": float(r["tpot_ms"]) if r["tpot_ms"] else None,
+            })
+    return rows
+
+
+def json_default(o):
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.floating):
+        return float(o)
+    return str(o)
+
+
+REQUEST_COLUMNS = ["sample_index", "server", "issue_ms", "ttft_ms", "latency_ms", "n_tokens", "tpot_ms"]
+
+
+def write_requests_csv(path: Path, records: Sequence[tuple], t0: int) -> None:
+    """records: (sample index, server, t_issue, t_first or 0, t_done, n_tokens), monotonic ns."""
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(REQUEST_COLUMNS)
+        for sidx, s, ti, tf, td, n in records:
+            ttft = f"{(tf - ti) / 1e6:.3f}" if tf else ""
+            tpot = f"{(td - tf) / 1e6 / (n - 1):.4f}" if tf and n > 1 else ""
+            w.writerow([sidx, s, f"{(ti - t0) / 1e6:.3f}", ttft, f"{(td - ti) / 1e6:.3f}", n, tpot])
+
+
+def measured_stats(records: Sequence[tuple]) -> dict:
+    """Harness-side throughput and latency percentiles from the per-request records."""
+    if not records:
+        return {}
+    rec = np.array([(r[2], r[3], r[4], r[5]) for r in records], dtype=np.float64)
+    ti, tf, td, n = rec[:, 0], rec[:, 1], rec[:, 2], rec[:, 3]
+    span = (td.max() - ti.min()) / 1e9
+
+    def pct(x):
+        if x.size == 0:
+            return None
+        return {"p50": round(float(np.percentile(x, 50)), 3), "p90": round(float(np.percentile(x, 90)), 3),
+                "p99": round(float(np.percentile(x, 99)), 3), "mean": round(float(x.mean()), 3)}
+
+    has_first = tf > 0
+    multi = has_first & (n > 1)
+    return {
+        "requests": int(len(rec)),
+        "tokens": int(n.sum()),
+        "samples_per_s": round(len(rec) / span, 3) if span > 0 else None,
+        "tokens_per_s": round(float(n.sum()) / span, 3) if span > 0 else None,
+        "latency_ms": pct((td - ti) / 1e6),
+        "ttft_ms": pct((tf[has_first] - ti[has_first]) / 1e6),
+        "tpot_ms": pct((td[multi] - tf[multi]) / 1e6 / (n[multi] - 1)),
+    }

@@ -1,0 +1,102 @@
+"""LoadGen test settings: MLPerf's latency presets and the TestSettings a run uses.
+
+Order (later wins): LoadGen's built-in mlperf.conf of `mlperf_model` (Interactive reads the
+`<model>-interactive` Server settings), then `user_conf` (a LoadGen user.conf path), then the
+explicit keys. `seed` 0 keeps MLPerf's official RNG seeds.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+SCENARIOS = ("Offline", "Server", "Interactive")
+MODES = ("PerformanceOnly", "AccuracyOnly")
+
+#: (TTFT ms, TPOT ms) constraints per (MLPerf model, scenario): LoadGen 6.0's built-in
+#: mlperf.conf (Interactive = the `<model>-interactive` Server settings).
+LATENCY_PRESETS: dict[tuple[str, str], tuple[float, float]] = {
+    ("llama2-70b", "Server"): (2000.0, 200.0),
+    ("llama2-70b", "Interactive"): (450.0, 40.0),
+    ("mixtral-8x7b", "Server"): (2000.0, 200.0),
+    ("llama3.1-405b", "Server"): (6000.0, 175.0),
+    ("llama3.1-405b", "Interactive"): (4500.0, 80.0),
+    ("llama3.1-8b", "Server"): (2000.0, 100.0),
+    ("llama3.1-8b", "Interactive"): (500.0, 30.0),
+}
+#: MLPerf model name -> the name LoadGen's mlperf.conf uses.
+CONF_MODEL = {"llama3.1-405b": "llama3_1-405b", "llama3.1-8b": "llama3_1-8b"}
+DEFAULT_MLPERF_MODEL = "llama2-70b"
+
+#: Keys `settings` may hold (the params `loadgen` section plus a few LoadGen extras).
+SETTINGS_KEYS = frozenset({
+    "scenario", "mode", "offline_expected_qps", "server_target_qps", "min_duration_ms", "min_query_count",
+    "max_duration_ms", "max_query_count", "performance_sample_count", "ttft_latency_ms", "tpot_latency_ms",
+    "seed", "mlperf_model", "user_conf",
+})
+
+
+def latency_constraints(scenario: str, mlperf_model: str = DEFAULT_MLPERF_MODEL) -> tuple[float, float] | None:
+    """MLPerf's (TTFT ms, TPOT ms) for `mlperf_model` in `scenario` (None for Offline). Models
+    without a preset get llama2-70b's."""
+    if scenario == "Offline":
+        return None
+    return LATENCY_PRESETS.get((mlperf_model, scenario)) or LATENCY_PRESETS[(DEFAULT_MLPERF_MODEL, scenario)]
+
+
+def from_params(loadgen, num_samples: int) -> dict[str, Any]:
+    """The settings of the params `loadgen` section (None values are left to LoadGen)."""
+    return {"offline_expected_qps": loadgen.offline_expected_qps, "server_target_qps": loadgen.server_target_qps,
+            "min_duration_ms": loadgen.min_duration_ms, "min_query_count": loadgen.min_query_count,
+            "max_duration_ms": loadgen.max_duration_ms or None,
+            "performance_sample_count": loadgen.performance_sample_count or num_samples,
+            "ttft_latency_ms": loadgen.ttft_latency_ms, "tpot_latency_ms": loadgen.tpot_latency_ms,
+            "mlperf_model": loadgen.mlperf_model, "seed": loadgen.seed}
+
+
+class SettingsError(Exception):
+    pass
+
+
+def build_test_settings(lg, scenario: str, mode: str, st: Mapping[str, Any], n_samples: int,
+                  out_dir: Path) -> tuple[Any, int]:
+    """(mlperf_loadgen.TestSettings, performance sample count) for one run; writes `user.conf`
+    (a record of the explicit settings) into `out_dir` unless a user.conf was given."""
+    lg_scen = "Offline" if scenario == "Offline" else "Server"
+    model = st.get("mlperf_model", DEFAULT_MLPERF_MODEL)
+    conf_model = CONF_MODEL.get(model, model) + ("-interactive" if scenario == "Interactive" else "")
+    s = lg.TestSettings()
+    s.scenario = lg.TestScenario.Offline if lg_scen == "Offline" else lg.TestScenario.Server
+    user_conf = st.get("user_conf")
+    if not user_conf:
+        user_conf = out_dir / "user.conf"
+        user_conf.write_text(
+            "# perfdag: LoadGen settings are applied programmatically after the built-in mlperf.conf\n"
+            f"# of {conf_model}.{lg_scen}; see result.json / mlperf_log_detail.txt for effective values.\n"
+            + "".join(f"# {k} = {v}\n" for k, v in sorted(st.items())))
+    rc = s.FromConfig(str(user_conf), conf_model, lg_scen)  # takes a path, does not set the scenario
+    if rc != 0:
+        raise SettingsError(f"LoadGen could not read {user_conf} (FromConfig returned {rc})")
+    s.mode = lg.TestMode.AccuracyOnly if mode == "AccuracyOnly" else lg.TestMode.PerformanceOnly
+    s.use_token_latencies = True
+    if lg_scen == "Offline":
+        if "offline_expected_qps" in st:
+            s.offline_expected_qps = float(st["offline_expected_qps"])
+    else:
+        s.server_target_latency_ns = 0  # LLMs: only TTFT/TPOT constrain (as mlperf.conf)
+        if "server_target_qps" in st:
+            s.server_target_qps = float(st["server_target_qps"])
+        # always explicit: a model mlperf.conf does not know would get LoadGen's 100 ms placeholders
+        ttft, tpot = latency_constraints(scenario, model)
+        s.ttft_latency = int(float(st.get("ttft_latency_ms", ttft)) * 1e6)
+        s.tpot_latency = int(float(st.get("tpot_latency_ms", tpot)) * 1e6)
+    for key in ("min_duration_ms", "max_duration_ms", "min_query_count", "max_query_count"):
+        if key in st:
+            setattr(s, key, int(st[key]))
+    perf = min(int(st.get("performance_sample_count") or 0) or n_samples, n_samples)
+    s.performance_sample_count_override = perf
+    seed = int(st.get("seed") or 0)
+    if seed:
+        s.qsl_rng_seed = seed
+        s.sample_index_rng_seed = seed + 1
+        s.schedule_rng_seed = seed + 2
+    return s, perf

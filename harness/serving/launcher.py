@@ -1,0 +1,178 @@
+"""The one launch loop every backend uses: spawn, wait until ready, warm up, record; and stop.
+
+A backend renders `LaunchSpec`s (pure functions, tested on CPU); this module runs them. A launch
+that fails or is interrupted (Ctrl-C, SIGTERM) stops every process it started before raising.
+Records (servers.json) carry pid + process start time, so a recycled pid is never signalled.
+"""
+from __future__ import annotations
+
+import contextlib
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+from .ports import port_in_use
+from .processes import (
+    Process,
+    ServerError,
+    is_same_process,
+    spawn,
+    start_time,
+    terminate,
+)
+from .tritonserver import shm_regions
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    index: int
+    argv: list[str]
+    host: str
+    ports: dict[str, int]                 # by name; "serve" is the one clients use
+    models: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)   # set on top of base_env
+    base_env: dict[str, str] | None = None              # replaces the inherited environment
+    protocol: str = "triton-grpc"
+    mode: str = "single"
+    repo: str = ""
+    cwd: str | None = None
+    shm_prefix: str | None = None
+
+    @property
+    def url(self) -> str:
+        return f"{self.host}:{self.ports['serve']}"
+
+
+def protocol_for(name: str):
+    """Readiness and warm-up for a serving protocol."""
+    if name == "triton-grpc":
+        from .triton_client import TritonGrpc
+        return TritonGrpc()
+    if name == "openai-http":
+        from .openai_client import OpenAIHttp
+        return OpenAIHttp()
+    raise ValueError(f"unknown serving protocol {name!r}")
+
+
+@contextlib.contextmanager
+def _stop_on_interrupt(started: list[Process]) -> Iterator[None]:
+    """Ctrl-C, SIGTERM or an error while launching stops what this launch started."""
+    def on_term(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+    previous = None
+    with contextlib.suppress(ValueError):  # not the main thread (luigi's multi-worker mode)
+        previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    except BaseException:
+        for p in started:
+            terminate(p.pid, 10, p.proc)
+        raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def record_of(spec: LaunchSpec, proc: Process, out_dir: Path) -> dict:
+    """What servers.json keeps of a launched server."""
+    return {"pid": proc.pid, "create_time": start_time(proc.pid), "host": spec.host, "port": spec.ports["serve"],
+            **{f"{k}_port": v for k, v in spec.ports.items() if k != "serve"},
+            "protocol": spec.protocol, "models": list(spec.models), "mode": spec.mode, "repo": spec.repo,
+            "log": str(proc.log_path.relative_to(out_dir)), "cmd": proc.argv, "env": spec.env,
+            "shm_prefix": spec.shm_prefix, **({"grpc_port": spec.ports["serve"]} if spec.protocol == "triton-grpc" else {})}
+
+
+def launch(specs: Sequence[LaunchSpec], out_dir: str | Path, *, ready_timeout_s: float,
+           warmup_prompt: Sequence[int] | None, streaming: bool,
+           on_spawn: Callable[[dict], None] = lambda rec: None,
+           log: Callable[[str], None] = print) -> list[dict]:
+    """Starts every spec, waits until each serves its models, warms each model up; returns the
+    records. `on_spawn` sees each record the moment its process exists (before readiness)."""
+    out_dir = Path(out_dir).resolve()
+    busy = [f"{s.host}:{p} ({name})" for s in specs for name, p in s.ports.items() if port_in_use(s.host, p)]
+    if busy:
+        raise ServerError(f"cannot start servers: port(s) already in use: {', '.join(busy)} "
+                          "(another server still running? leave the ports unset to pick free ones)")
+    started: list[Process] = []
+    records: list[dict] = []
+    with _stop_on_interrupt(started):
+        for spec in specs:
+            proc = spawn(spec.argv, out_dir / "logs" / f"server_{spec.index}.log", env=spec.base_env,
+                         env_overlay=spec.env, cwd=spec.cwd)
+            started.append(proc)
+            rec = record_of(spec, proc, out_dir)
+            on_spawn(rec)
+            records.append(rec)
+            log(f"server {spec.index} ({spec.protocol}, {spec.mode}): pid {proc.pid}, {spec.url}, "
+                f"log logs/{proc.log_path.name} in the LaunchServers artifact")
+        proto = {s.protocol: protocol_for(s.protocol) for s in specs}
+        for spec, proc in zip(specs, started):
+            t0 = time.monotonic()
+            proto[spec.protocol].wait_ready(proc, spec.url, list(spec.models), ready_timeout_s)
+            log(f"server {spec.index} (pid {proc.pid}) ready in {time.monotonic() - t0:.1f}s")
+        for spec in specs:
+            for name in spec.models if warmup_prompt else ():  # first requests pay lazy initialisation
+                proto[spec.protocol].warmup(spec.url, name, warmup_prompt, streaming)
+    return records
+
+
+def url_of(rec: dict) -> str:
+    return f"{rec['host']}:{rec.get('port', rec.get('grpc_port'))}"
+
+
+def is_ours(rec: dict) -> bool:
+    """The recorded pid still is the process we started (not a recycled pid)."""
+    return not rec.get("external") and is_same_process(rec.get("pid"), rec.get("create_time"))
+
+
+def stop_recorded(records: Sequence[dict], timeout: float = 30.0) -> list[int]:
+    """Stops every recorded server that is still ours and removes its shared memory; returns the pids stopped."""
+    stopped = []
+    for rec in records:
+        if rec.get("external"):
+            continue
+        if is_ours(rec):
+            terminate(int(rec["pid"]), timeout)
+            stopped.append(int(rec["pid"]))
+        remove_shm(rec)
+    return stopped
+
+
+def remove_shm(rec: dict) -> list[str]:
+    """Removes the /dev/shm regions of a server that is gone (its Python backend leaves them on a kill)."""
+    prefix = rec.get("shm_prefix")
+    if not prefix or is_ours(rec):
+        return []
+    gone = []
+    for path in shm_regions(prefix):
+        with contextlib.suppress(OSError):
+            Path(path).unlink()
+            gone.append(path)
+    return gone
+
+
+def servers_live(records: Sequence[dict], timeout_s: float = 2.0) -> bool:
+    """Every server answers ready for all its models (and, when we launched it, still is our pid)."""
+    for rec in records:
+        if not rec.get("external") and not is_ours(rec):
+            return False
+        if not protocol_for(rec.get("protocol", "triton-grpc")).probe(url_of(rec), rec["models"], timeout_s):
+            return False
+    return True
+
+
+def external_servers(endpoints: Sequence[str], models: Sequence[str], ready_timeout_s: float,
+                     protocol: str = "triton-grpc") -> list[dict]:
+    """Servers launched outside perfdag: readiness checks only, nothing spawned."""
+    proto = protocol_for(protocol)
+    records = []
+    for ep in endpoints:
+        host, _, port = ep.rpartition(":")
+        rec = {"external": True, "host": host, "port": int(port), "protocol": protocol, "models": list(models)}
+        if protocol == "triton-grpc":
+            rec["grpc_port"] = int(port)
+        proto.wait_ready(None, ep, list(models), ready_timeout_s)
+        records.append(rec)
+    return records

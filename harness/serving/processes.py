@@ -1,0 +1,230 @@
+"""Processes perfdag starts: spawn with a log, recognise them later, stop them and their group.
+
+A process is identified by (pid, start time), so a recycled pid is never signalled. Servers run
+in their own session (they outlive the launching run and are shared across runs); helpers that
+must not outlive their parent get PR_SET_PDEATHSIG.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from ..errors import ServingError
+
+
+class ServerError(ServingError):
+    """A server failed to start, is not ready, or died; the message carries its log's error lines."""
+
+
+@dataclass
+class Process:
+    """A child we spawned, with the log its output goes to (from byte `log_offset` on)."""
+
+    proc: subprocess.Popen
+    argv: list[str]
+    log_path: Path
+    log_offset: int = 0
+    env: dict[str, str] = field(default_factory=dict)  # what was set on top of the inherited environment
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def diagnostics(self, n: int = 40) -> str:
+        return log_diagnostics(self.log_path, n, offset=self.log_offset)
+
+
+def spawn(argv: Sequence[str], log_path: str | os.PathLike, *, env: Mapping[str, str] | None = None,
+          env_overlay: Mapping[str, str] | None = None, cwd: str | os.PathLike | None = None,
+          new_session: bool = True, die_with_parent: bool = False) -> Process:
+    """Starts `argv` with stdout+stderr appended to `log_path` (the command line goes first).
+
+    `env` replaces the inherited environment, `env_overlay` is set on top. `new_session` makes it
+    a process-group leader, so stopping its group stops its helpers (stubs, MPI ranks) too.
+    """
+    log_path = Path(log_path)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    overlay = dict(env_overlay or {})
+    full_env = {**(dict(os.environ) if env is None else dict(env)), **overlay}
+    argv = [str(a) for a in argv]
+    with open(log_path, "ab", buffering=0) as log:
+        offset = log.tell()
+        shown = " ".join(f"{k}={v}" for k, v in overlay.items())
+        log.write(("$ " + (shown + " " if shown else "") + " ".join(argv) + "\n").encode())
+        try:
+            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env=full_env, cwd=None if cwd is None else str(cwd),
+                                    start_new_session=new_session,
+                                    preexec_fn=pdeathsig_preexec() if die_with_parent else None)
+        except OSError as exc:
+            raise ServerError(f"cannot start {argv[0]}: {exc}") from None
+    return Process(proc=proc, argv=argv, log_path=log_path, log_offset=offset, env=overlay)
+
+
+def pdeathsig_preexec(sig: int = signal.SIGTERM):
+    """A preexec_fn asking the kernel to send `sig` when the spawning thread dies (Linux; else None)."""
+    setter = pdeathsig_setter(sig)
+    if setter is None:
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:  # runs between fork and exec: no imports, no locks
+        setter()
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
+
+    return preexec
+
+
+def pdeathsig_setter(sig: int = signal.SIGTERM):
+    """A function that sets PR_SET_PDEATHSIG for the calling process, or None off Linux."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    return lambda: prctl(1, int(sig), 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+
+
+def start_time(pid: int) -> float | None:
+    """The process' start time (seconds since the epoch), None when it is gone."""
+    import psutil
+
+    try:
+        p = psutil.Process(pid)
+        if p.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return p.create_time()
+    except psutil.Error:
+        return None
+
+
+def is_same_process(pid: int | None, create_time: float | None) -> bool:
+    """`pid` still is the process that started at `create_time` (not a recycled pid)."""
+    if not pid or create_time is None:
+        return False
+    started = start_time(int(pid))
+    return started is not None and abs(started - float(create_time)) < 1.0
+
+
+def terminate(pid: int, timeout: float = 30.0, proc: subprocess.Popen | None = None) -> int | None:
+    """SIGTERM the process (its whole group when it leads one), SIGKILL after `timeout`, and make sure
+    nothing of the group is left. Returns the exit code when we could reap it."""
+    def alive() -> bool:
+        if proc is not None:
+            return proc.poll() is None
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        with contextlib.suppress(ChildProcessError, OSError):
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return False
+        try:  # a zombie someone else has yet to reap is dead for our purposes
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except (OSError, IndexError):
+            return True
+
+    def group_alive() -> bool:
+        try:
+            os.killpg(pid, 0)
+            return True
+        except (ProcessLookupError, PermissionError):
+            return False
+
+    def signal_group(sig: int) -> None:
+        # A session leader's group holds only it and its helpers; never signal anything else.
+        try:
+            if os.getpgid(pid) == pid:
+                os.killpg(pid, sig)
+                return
+        except (ProcessLookupError, PermissionError):
+            pass
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+    if alive():
+        signal_group(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if alive():
+            signal_group(signal.SIGKILL)
+    if proc is not None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=10)
+    # Helpers (backend stubs) outlive a killed leader briefly; reap the rest of the group.
+    if group_alive():
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            deadline = time.monotonic() + 5
+            while group_alive() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if group_alive():
+                os.killpg(pid, signal.SIGKILL)
+    return proc.returncode if proc is not None else None
+
+
+# --- logs ------------------------------------------------------------------------------------
+
+def _read_log(path: str | os.PathLike, offset: int = 0, max_bytes: int | None = None) -> str:
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        size = f.tell()
+        start = offset if max_bytes is None else max(offset, size - max_bytes)
+        f.seek(min(start, size))
+        return f.read().decode("utf-8", "replace")
+
+
+def log_tail(path: str | os.PathLike, n: int = 40, offset: int = 0) -> str:
+    """The last `n` lines of the log (from byte `offset` on)."""
+    try:
+        data = _read_log(path, offset, 256 * 1024)
+    except OSError as exc:
+        return f"<no log: {exc}>"
+    return "\n".join(data.splitlines()[-n:])
+
+
+# Harmless on a CPU-only host; not worth repeating in error reports.
+_NOISE = ("CudaDriverHelper", "pinned memory", "CUDA driver", "cuda_memory_manager", "GPU metrics")
+
+
+def log_errors(path: str | os.PathLike, n: int = 20, offset: int = 0) -> list[str]:
+    """The log's error lines (glog `E...`, `ERROR`, `error:`, failed loads, tracebacks), CPU noise dropped.
+
+    Triton prints its model/backend tables after the failure, so the failure itself is usually
+    not among the last lines."""
+    try:
+        text = _read_log(path, offset, 8 * 1024 * 1024)
+    except OSError:
+        return []
+    out = []
+    for line in text.splitlines():
+        s = line.lstrip()
+        if (s.startswith("E") and s[1:5].isdigit()) or "ERROR" in s or s.startswith("error:") \
+                or "failed to load" in s or "Traceback" in s:
+            if not any(x in s for x in _NOISE):
+                out.append(line)
+    return out[-n:]
+
+
+def log_diagnostics(path: str | os.PathLike, n: int = 40, offset: int = 0) -> str:
+    """Error lines of the log followed by its last `n` lines, for exception messages."""
+    errors = log_errors(path, offset=offset)
+    head = ("error lines:\n" + "\n".join(errors) + "\n") if errors else ""
+    return f"{head}last log lines ({path}):\n{log_tail(path, n, offset=offset)}"

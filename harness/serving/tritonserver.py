@@ -1,0 +1,149 @@
+"""The tritonserver binary: where it is, the environment its Python-backend stubs need, its argv.
+
+On CPU the binary, the Python backend and per-Python-version stubs come from the
+`nvidia-pytriton` wheel. Pitfalls handled here:
+- The stub embeds CPython and must match the running interpreter: the stub of
+  `sys.version_info` is copied next to `libtriton_python.so`.
+- It dlopens `libpython3.X.so`: LD_LIBRARY_PATH starts with the running interpreter's LIBDIR,
+  or the system libpython is picked up (`undefined symbol: _PyModule_Add`);
+  `nvidia_pytriton.libs` supplies the server's own libraries.
+- The stub imports numpy/torch from whatever environment it finds: the venv's bin/ goes first
+  on PATH, and the perfdag checkout on PYTHONPATH so a model can `import harness`.
+- Each server gets its own Python shared-memory prefix, so concurrent servers never share
+  /dev/shm regions, and the regions of a dead server can be found and removed.
+"""
+from __future__ import annotations
+
+import glob
+import importlib.util
+import os
+import shutil
+import sys
+import sysconfig
+from pathlib import Path
+from typing import Sequence
+
+from .processes import ServerError
+
+REPO_ROOT = Path(__file__).resolve().parents[2]  # the perfdag checkout (holds harness/)
+SHM_PREFIX = "perfdag"
+
+
+def _pytriton_root() -> Path:
+    spec = importlib.util.find_spec("pytriton")
+    if spec is None or not spec.submodule_search_locations:
+        raise ServerError("nvidia-pytriton is not installed (it provides the CPU tritonserver binary)")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def tritonserver_dist() -> Path:
+    """`.../site-packages/pytriton/tritonserver` (bin/, backends/, python_backend_stubs/)."""
+    dist = _pytriton_root() / "tritonserver"
+    if not (dist / "bin" / "tritonserver").is_file():
+        raise ServerError(f"tritonserver binary not found under {dist}")
+    return dist
+
+
+def tritonserver_binary() -> Path:
+    return tritonserver_dist() / "bin" / "tritonserver"
+
+
+def python_backend_stub(version: str | None = None) -> Path:
+    """The Python-backend stub built for `version` (default: the running Python, "3.X")."""
+    version = version or f"{sys.version_info.major}.{sys.version_info.minor}"
+    stub = tritonserver_dist() / "python_backend_stubs" / version / "triton_python_backend_stub"
+    if not stub.is_file():
+        have = sorted(p.name for p in (tritonserver_dist() / "python_backend_stubs").iterdir())
+        raise ServerError(f"no Python-backend stub for Python {version} in nvidia-pytriton (has: {have})")
+    return stub
+
+
+def prepare_backend_dir(dest: str | os.PathLike) -> Path:
+    """`dest/python/` with libtriton_python.so, triton_python_backend_utils.py and the stub of the
+    running Python; returns `dest` (the `--backend-directory`). Idempotent."""
+    dest = Path(dest)
+    pydir = dest / "python"
+    pydir.mkdir(parents=True, exist_ok=True)
+    src = tritonserver_dist() / "backends" / "python"
+    for name in ("libtriton_python.so", "triton_python_backend_utils.py"):
+        _copy_if_changed(src / name, pydir / name)
+    stub = pydir / "triton_python_backend_stub"
+    _copy_if_changed(python_backend_stub(), stub)
+    stub.chmod(0o755)
+    return dest
+
+
+def _copy_if_changed(src: Path, dst: Path) -> None:
+    if dst.is_file() and dst.stat().st_size == src.stat().st_size and dst.stat().st_mtime >= src.stat().st_mtime:
+        return
+    tmp = dst.with_name(dst.name + f".tmp{os.getpid()}")
+    shutil.copy2(src, tmp)
+    os.replace(tmp, dst)
+
+
+def server_env(base: dict | None = None) -> dict:
+    """The environment for a tritonserver whose Python-backend stubs run *this* interpreter."""
+    env = dict(os.environ if base is None else base)
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "/usr/local/bin:/usr/bin:/bin")
+    libdir = sysconfig.get_config_var("LIBDIR") or ""
+    libs = [p for p in (libdir, str(_pytriton_root().parent / "nvidia_pytriton.libs")) if p]
+    if env.get("LD_LIBRARY_PATH"):
+        libs.append(env["LD_LIBRARY_PATH"])
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(libs)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    if sys.prefix != sys.base_prefix:
+        env["VIRTUAL_ENV"] = sys.prefix
+    env.pop("PYTHONHOME", None)
+    return env
+
+
+def shm_prefix(tag: str) -> str:
+    """A Python-backend shared-memory prefix unique to one server (`tag`: pid + random)."""
+    return f"{SHM_PREFIX}{tag}_"
+
+
+def shm_regions(prefix: str) -> list[str]:
+    """The /dev/shm files a server with this prefix created."""
+    return sorted(glob.glob(f"/dev/shm/{glob.escape(prefix)}*"))
+
+
+def cpu_argv(repo_dir: str, *, grpc_port: int | str, http_port: int | str, metrics_port: int | str,
+             bind: str, backend_dir: str, shm: str, binary: str | None = None, cache_dir: str | None = None,
+             exit_timeout_s: int = 10, shm_default_bytes: int = 4 << 20, shm_growth_bytes: int = 1 << 20,
+             extra: Sequence[str] = ()) -> list[str]:
+    """The command line of a CPU tritonserver (pytriton's binary) serving Python-backend models."""
+    return [
+        binary or str(tritonserver_binary()),
+        f"--model-repository={repo_dir}",
+        f"--backend-directory={backend_dir}",
+        f"--cache-directory={cache_dir or tritonserver_dist() / 'caches'}",
+        f"--grpc-address={bind}", f"--grpc-port={grpc_port}",
+        f"--http-address={bind}", f"--http-port={http_port}",
+        f"--metrics-address={bind}", f"--metrics-port={metrics_port}",
+        "--allow-gpu-metrics=false",
+        "--strict-readiness=true",
+        "--disable-auto-complete-config",
+        f"--exit-timeout-secs={int(exit_timeout_s)}",
+        f"--backend-config=python,shm-region-prefix-name={shm}",
+        f"--backend-config=python,shm-default-byte-size={int(shm_default_bytes)}",
+        f"--backend-config=python,shm-growth-byte-size={int(shm_growth_bytes)}",
+        "--log-verbose=0",
+        *map(str, extra),
+    ]
+
+
+def cpu_spec(index: int, repo_dir: str | os.PathLike, models: Sequence[str], ports: Sequence[int], *, bind: str,
+             backend_dir: str | os.PathLike, env: dict | None = None):
+    """The LaunchSpec of one CPU tritonserver on `repo_dir` (ports: gRPC, HTTP, metrics)."""
+    import uuid
+
+    from .launcher import LaunchSpec
+
+    grpc, http, metrics = ports
+    shm = shm_prefix(f"{os.getpid()}_{uuid.uuid4().hex[:8]}")
+    repo = str(Path(repo_dir).resolve())
+    argv = cpu_argv(repo, grpc_port=grpc, http_port=http, metrics_port=metrics, bind=bind,
+                    backend_dir=str(Path(backend_dir).resolve()), shm=shm)
+    return LaunchSpec(index=index, argv=argv, host=bind, models=tuple(models),
+                      base_env=server_env() if env is None else env,
+                      ports={"serve": grpc, "http": http, "metrics": metrics}, repo=repo, cwd=repo, shm_prefix=shm)

@@ -1,0 +1,71 @@
+"""Nightly: a dated sweep compared with the newest earlier night; a regression exits non-zero.
+
+The date enters only the measuring stages' keys (RunLoadgen, CheckAccuracy and what builds on
+them), so every night measures afresh while models, engines and repos are reused.
+Backfill: luigi --module pipeline RangeDailyBase --of Nightly --start 2026-11-01 --stop 2026-11-08
+(with [Nightly] sweep=... in luigi.cfg or --Nightly-sweep).
+"""
+from __future__ import annotations
+
+import json
+
+import luigi
+
+from harness.errors import PerfdagError
+from harness.sweep import compare_nights
+from tasks.settings import artifacts_root
+
+from .sweep import Sweep
+
+
+class NightlyRegression(PerfdagError):
+    pass
+
+
+class Nightly(luigi.Task):
+    date = luigi.DateParameter()
+    sweep = luigi.Parameter(description="sweep file measured every night")
+    overrides = luigi.Parameter(default="", description="applied to every point after the sweep's values")
+    max_drop = luigi.FloatParameter(default=0.05, description="tokens/s drop that counts as a regression")
+
+    def requires(self):
+        return Sweep(sweep=self.sweep, overrides=self.overrides, nightly_date=self.date.isoformat())
+
+    def night_dir(self, date_iso: str):
+        return artifacts_root() / "Nightly" / self.requires().definition_name() / date_iso
+
+    def output(self):
+        return luigi.LocalTarget(str(self.night_dir(self.date.isoformat()) / "nightly.json"))
+
+    def previous_night(self):
+        earlier = sorted(d for d in self.night_dir("x").parent.glob("*")
+                         if d.name < self.date.isoformat() and (d / "nightly.json").is_file())
+        return json.loads((earlier[-1] / "nightly.json").read_text()) if earlier else None
+
+    def run(self):
+        sweep = json.loads((self.requires().artifact_dir / "sweep.json").read_text())
+        prev = self.previous_night()
+        regressions = compare_nights(sweep["rows"], prev["rows"] if prev else [], sweep["varied"], self.max_drop)
+        doc = {"date": self.date.isoformat(), "sweep": self.sweep, "compared_with": prev["date"] if prev else None,
+               "max_drop": self.max_drop, "regressions": regressions, "rows": sweep["rows"], "varied": sweep["varied"]}
+        out = self.night_dir(self.date.isoformat())
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "nightly.md").write_text(_markdown(doc))
+        with self.output().open("w") as f:
+            json.dump(doc, f, indent=2)
+        if regressions:
+            lines = "\n".join(f"  - {json.dumps(r['point'])}: {'; '.join(r['reasons'])}" for r in regressions)
+            raise NightlyRegression(f"{len(regressions)} regression(s) on {doc['date']} vs {doc['compared_with']}:\n{lines}")
+
+
+def _markdown(doc: dict) -> str:
+    lines = [f"# nightly {doc['date']}", "", f"compared with: {doc['compared_with'] or 'nothing (first night)'}",
+             f"max tokens/s drop: {doc['max_drop']:.0%}", ""]
+    if doc["regressions"]:
+        lines += ["## Regressions", ""] + [f"- `{json.dumps(r['point'])}`: {'; '.join(r['reasons'])}" for r in doc["regressions"]]
+    else:
+        lines.append("No regressions.")
+    cols = [*doc["varied"], "tokens_per_s", "samples_per_s", "tpot_p99_ms", "valid", "accuracy_passed"]
+    lines += ["", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(str(r.get(c)) for c in cols) + " |" for r in doc["rows"]]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,86 @@
+"""Sweep: one FullRun per point of a sweep file; shared stages are shared artifacts.
+
+Points that share a stage's inputs share its key, so a sweep over build/runtime/loadgen keys
+quantizes once; points that share a Triton repo reuse its live servers (FullRuns inside a
+sweep keep their servers, and the sweep stops what it launched when it is done).
+"""
+from __future__ import annotations
+
+import json
+from functools import cached_property
+from pathlib import Path
+
+import luigi
+
+from harness.config import ParamsError
+from harness.serving.launcher import stop_recorded
+from harness.sweep import (
+    SweepError,
+    load_sweep,
+    point_overrides,
+    points,
+    row,
+    write_results,
+)
+from tasks import LaunchServers
+from tasks.base import StageTask, log
+
+from .full_run import FullRun
+
+
+class Sweep(StageTask):  # not in STAGES: it takes a sweep file, not one params document
+    stage = "Sweep"  # --overrides apply to every point, after the sweep's own values
+    sweep = luigi.Parameter(description="sweep file, e.g. params/sweeps/batch.yaml")
+    keep_servers = luigi.BoolParameter(default=False, significant=False)
+
+    @cached_property
+    def _loaded(self):
+        try:
+            return load_sweep(self.sweep)
+        except SweepError as e:
+            raise ParamsError([str(e)]) from None
+
+    @property
+    def definition(self):
+        return self._loaded[0]
+
+    @property
+    def base(self):
+        return self._loaded[1]
+
+    @property
+    def points(self):
+        return points(self.definition)
+
+    def definition_name(self) -> str:
+        return self.definition.name or Path(self.sweep).stem
+
+    def key_inputs(self):
+        return {"sweep": self.definition.model_dump(mode="json")}
+
+    def upstream(self):
+        return {f"point{i:03d}": self.clone(FullRun, params_file=str(self.base),
+                                             overrides=point_overrides(self.definition, p, self.overrides),
+                                             keep_servers=True)
+                for i, p in enumerate(self.points)}
+
+    def build(self, out_dir: Path) -> dict:
+        rows = []
+        for (name, task), point in zip(self.upstream().items(), self.points):
+            report = json.loads((task.artifact_dir / "report.json").read_text())
+            rows.append(row(point, report))
+        varied = list(dict.fromkeys(k for p in self.points for k in p))
+        plots = write_results(out_dir, self.definition_name(), varied, rows)
+        return {"points": len(rows), "plots": plots}
+
+    def run(self):
+        super().run()
+        log.info("sweep results: %s", self.artifact_dir / "sweep.md")
+        if not self.keep_servers:
+            # Its points' servers, whichever worker launched them (under luigid that may be another).
+            stopped = []
+            for point in self.upstream().values():
+                stopped += stop_recorded(point.clone(LaunchServers).servers())
+            if stopped:
+                log.info("sweep done: stopped its servers, pids %s (--keep-servers keeps them)",
+                         ", ".join(map(str, stopped)))
