@@ -242,3 +242,55 @@ def check(scores: Mapping[str, float], reference_scores: Mapping[str, float] | s
     if model is not None:
         out["reference_model"] = model
     return out
+
+
+# --------------------------------------------------------------------------------------
+# The CheckAccuracy stage's work
+# --------------------------------------------------------------------------------------
+
+def failure_reasons(verdict: dict) -> list[str]:
+    """Each failed metric, with its score, what was needed and by how much it missed."""
+    out = []
+    for name in verdict.get("failed", []):
+        m = verdict["metrics"][name]
+        if "threshold" in m:
+            out.append(f"{name} {m['score']:.4f} < {m['threshold']:.4f} needed "
+                       f"({m['score'] - m['threshold']:+.4f}; {m['ratio'] * 100:.2f}% of the reference {m['reference']:.4f})")
+        else:
+            out.append(f"{name} {m['score']:.1f} outside [{m['min']:.1f}, {m['max']:.1f}] "
+                       f"(reference {m['reference']:.1f})")
+    if not verdict.get("metrics"):
+        out.append("no metric could be checked")
+    return out
+
+
+def score_accuracy_log(log_path: str | os.PathLike, samples: Sequence, tokenizer_dir: str | os.PathLike,
+                       out_dir: str | os.PathLike, *, published: str | None, reference_source: str | None,
+                       target: float, tolerance: float) -> dict:
+    """Scores an accuracy log against the samples' references and checks it against the reference
+    scores: MLPerf's published ones (`published`, a model name), else the references scored
+    against themselves over the samples that ran. Writes accuracy.json into `out_dir`."""
+    from transformers import AutoTokenizer
+
+    outputs = parse_accuracy_log(log_path)
+    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    scores = score_outputs(outputs, samples, tokenizer_dir, tokenizer=tok)
+    if published:
+        refs = reference_scores_for(published)
+        source = f"MLPerf published scores of {published}"
+    else:
+        by_index = {int(s.index): s for s in samples}
+        ran = [by_index[i] for i in sorted(outputs)]
+        texts = [s.reference_text or "" for s in ran]
+        lengths = [len(s.reference_ids) if s.reference_ids is not None else len(tok.encode(t, add_special_tokens=False))
+                   for s, t in zip(ran, texts)]
+        self_scores = score_texts(texts, texts, lengths)
+        refs = {k: self_scores[k] for k in ("rouge1", "rouge2", "rougeL", "tokens_per_sample")}
+        source = f"{reference_source or 'the references'}, scored against themselves"
+    verdict = check(scores, refs, target=target, tolerance=tolerance)
+    reasons = failure_reasons(verdict) if not verdict["passed"] else []
+    doc = {"scores": scores, "reference_scores": refs, "reference_source": source, "target": target,
+           "tokens_per_sample_tolerance": tolerance, "samples": len(outputs), "passed": bool(verdict["passed"]),
+           "why": "; ".join(reasons) or None, "check": verdict}
+    (Path(out_dir) / "accuracy.json").write_text(json.dumps(doc, indent=2))
+    return doc

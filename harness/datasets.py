@@ -1,10 +1,10 @@
-"""Prompt sets: calibration prompts and benchmark datasets, as token ids.
+"""Benchmark datasets, as token ids (calibration prompts: harness/calibration.py).
 
 Benchmark datasets load into a list of :class:`Sample` (the LoadGen QSL is indexed by
 ``Sample.index``, which is the sample's position in the list).  Formats:
 
 ``builtin``
-    Prompts cut from the shipped corpus (``harness.tiny_model.corpus_lines()``): the first
+    Prompts cut from the shipped corpus (``harness.corpus.corpus_lines()``): the first
     6-10 words of each line (6 + i % 5 for line i, so deterministic), tokenised with the
     model's tokenizer.  ``reference_text`` is the rest of the line (the ground-truth
     continuation); the pipeline may replace references with a reference model's outputs.
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .errors import InputError
-from .tiny_model import corpus_lines
+from .corpus import corpus_lines
 
 FORMATS = ("builtin", "mlperf_pickle", "jsonl")
 #: Word counts of builtin prompts cycle through this range (line i gets 6 + i % 5 words).
@@ -57,23 +57,12 @@ class Sample:
         return len(self.input_ids)
 
 
-def calibration_prompts(tokenizer_dir: str | Path, n: int, max_len: int) -> list[list[int]]:
-    """The first `n` shipped corpus lines, tokenised with the model's tokenizer, cut to max_len."""
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
-    lines = corpus_lines()
-    if n > len(lines):
-        raise ValueError(f"quantize.calib_size: {n} exceeds the {len(lines)} calibration samples shipped; use at most {len(lines)}")
-    return [tok.encode(line, add_special_tokens=False)[:max_len] for line in lines[:n]]
-
-
 # --------------------------------------------------------------------------------------
 # Benchmark datasets
 # --------------------------------------------------------------------------------------
 
 def load_dataset(fmt: str, path: str | os.PathLike | None, tokenizer_dir: str | os.PathLike | None,
-                 num_samples: int, max_input_len: int | None = None) -> list[Sample]:
+                 num_samples: int, max_input_len: int | None = None, sha256: str | None = None) -> list[Sample]:
     """Load the first ``num_samples`` samples of a dataset (see the module docstring).
 
     ``tokenizer_dir`` is needed for ``builtin`` and for text inputs; prompts longer than
@@ -99,8 +88,10 @@ def load_dataset(fmt: str, path: str | os.PathLike | None, tokenizer_dir: str | 
         path = Path(path).expanduser()
         if not path.is_file():
             raise DatasetError(f"dataset file {path} does not exist")
-        loader = _load_mlperf_pickle if fmt == "mlperf_pickle" else _load_jsonl
-        samples = loader(path, tokenizer_dir, num_samples)
+        if fmt == "mlperf_pickle":
+            samples = _load_mlperf_pickle(path, tokenizer_dir, num_samples, sha256)
+        else:
+            samples = _load_jsonl(path, tokenizer_dir, num_samples)
     if max_input_len is not None:
         cap = int(max_input_len)
         for s in samples:
@@ -182,9 +173,13 @@ def _is_np_int(x) -> bool:
         return False
 
 
-def _load_mlperf_pickle(path: Path, tokenizer_dir, num_samples: int) -> list[Sample]:
+def _load_mlperf_pickle(path: Path, tokenizer_dir, num_samples: int, sha256: str | None = None) -> list[Sample]:
     import pandas as pd
 
+    if sha256:  # checked again right before unpickling: the file may have changed since validation
+        from .hashing import file_sha256
+        if file_sha256(path) != sha256.lower():
+            raise DatasetError(f"dataset.sha256: {path} no longer matches {sha256}; refusing to unpickle it")
     try:
         df = pd.read_pickle(path)
     except Exception as exc:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +16,24 @@ def canonical_json(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
-def stage_key(stage: str, schema_version: int, params: dict, tools: dict, upstream: dict) -> str:
-    """sha256 of everything a stage's output depends on; upstream keys chain it (Merkle style)."""
+def stage_key(stage: str, schema_version: int, params: dict, tools: dict, upstream: dict,
+              code: dict | None = None, executed: dict | None = None) -> str:
+    """sha256 of everything a stage's output depends on; upstream keys chain it (Merkle style).
+    `code`: digests of the perfdag modules that do the work; `executed`: what an external tool runs."""
     doc = {"stage": stage, "schema_version": schema_version, "params": params,
-           "tools": tools, "upstream": upstream}
+           "tools": tools, "upstream": upstream, "code": code or {}, "executed": executed or {}}
     return hashlib.sha256(canonical_json(doc).encode()).hexdigest()
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """sha256 of a file's bytes, memoised per process by (path, size, mtime_ns)."""
+    st = os.stat(path)
+    return _file_sha256_memo(os.path.realpath(path), st.st_size, st.st_mtime_ns)
+
+
+@lru_cache(maxsize=256)
+def _file_sha256_memo(path: str, size: int, mtime_ns: int) -> str:
+    return _file_sha256(Path(path))
 
 
 def _file_sha256(path: Path) -> str:

@@ -1,10 +1,8 @@
-"""Glue between the serving records, the dataset and the LoadGen SUT (no luigi)."""
+"""Glue between the serving records, the dataset and the LoadGen SUT (no luigi, no scoring)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from .accuracy import check, parse_accuracy_log, score_outputs
 from .loadgen import run_loadgen
 from .loadgen.settings import from_params
 
@@ -26,33 +24,28 @@ def protocol_of(servers: list[dict]) -> str:
     return protocols.pop()
 
 
-def run_performance(servers: list[dict], samples, params, out_dir: Path, *, end_id: int, pad_id: int | None) -> dict:
+def _run(servers, samples, params, out_dir: Path, *, mode: str, settings: dict, warmup: int, end_id, pad_id,
+         **extra) -> dict:
     eps, names = endpoints_and_models(servers)
     h = params.harness
-    return run_loadgen(eps, names, samples, from_params(params.loadgen, len(samples)), out_dir,
-                       scenario=params.loadgen.scenario, mode="PerformanceOnly", frontends=h.frontends,
-                       clients_per_frontend=h.clients_per_frontend, warmup_queries=h.warmup_queries,
+    return run_loadgen(eps, names, samples, settings, out_dir, scenario=params.loadgen.scenario, mode=mode,
+                       frontends=h.frontends, clients_per_frontend=h.clients_per_frontend, warmup_queries=warmup,
                        end_id=end_id, pad_id=pad_id, max_new_tokens=params.dataset.max_new_tokens,
-                       request_timeout_s=h.request_timeout_s, protocol=protocol_of(servers))
+                       request_timeout_s=h.request_timeout_s, protocol=protocol_of(servers), **extra)
+
+
+def run_performance(servers: list[dict], samples, params, out_dir: Path, *, end_id: int, pad_id: int | None,
+                    **extra) -> dict:
+    """The timed run in loadgen.scenario."""
+    return _run(servers, samples, params, out_dir, mode="PerformanceOnly",
+                settings=from_params(params.loadgen, len(samples)), warmup=params.harness.warmup_queries,
+                end_id=end_id, pad_id=pad_id, **extra)
 
 
 def run_accuracy(servers: list[dict], samples, params, out_dir: Path, *, end_id: int, pad_id: int | None,
-                 tokenizer_dir: str, reference_scores: dict) -> dict:
-    """An AccuracyOnly LoadGen run (Offline: every sample once), scored and checked."""
-    eps, names = endpoints_and_models(servers)
-    h, a = params.harness, params.accuracy
-    if a.num_samples:
-        samples = samples[:a.num_samples]
+                 **extra) -> dict:
+    """An AccuracyOnly run in loadgen.scenario (streaming for Server and Interactive): every sample
+    once, its tokens in mlperf_log_accuracy.json."""
     settings = {**from_params(params.loadgen, len(samples)), "performance_sample_count": len(samples)}
-    run_loadgen(eps, names, samples, settings, out_dir, scenario="Offline", mode="AccuracyOnly",
-                frontends=h.frontends, clients_per_frontend=h.clients_per_frontend, warmup_queries=0,
-                end_id=end_id, pad_id=pad_id, max_new_tokens=params.dataset.max_new_tokens,
-                request_timeout_s=h.request_timeout_s, protocol=protocol_of(servers))
-    outputs = parse_accuracy_log(out_dir / "mlperf_log_accuracy.json")
-    scores = score_outputs(outputs, samples, tokenizer_dir)
-    verdict = check(scores, reference_scores, target=a.target, tolerance=a.tokens_per_sample_tolerance)
-    doc = {"scores": scores, "reference_scores": reference_scores, "target": a.target,
-           "tokens_per_sample_tolerance": a.tokens_per_sample_tolerance, "samples": len(samples),
-           "passed": bool(verdict["passed"]), "check": verdict}
-    (out_dir / "accuracy.json").write_text(json.dumps(doc, indent=2))
-    return doc
+    return _run(servers, samples, params, out_dir, mode="AccuracyOnly", settings=settings, warmup=0,
+                end_id=end_id, pad_id=pad_id, **extra)

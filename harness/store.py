@@ -1,8 +1,10 @@
 """The content-addressed artifact store: artifacts/<Stage>/<key16>/, published atomically.
 
-A result is a directory holding manifest.json, moved into place by one rename, so a reader
-never sees a half-built one. Builds run in `.tmp-*` siblings under a per-key flock, which the
-kernel releases when the holder dies, so a killed worker leaves no lock that blocks anyone.
+A result is a directory holding manifest.json, moved into place by one rename, so a reader never
+sees a half-built one. The manifest lists every published file with its size, mtime and digest
+(harness/integrity.py), so reuse can tell a corrupted or edited artifact from a good one. Builds
+run in `.tmp-*` siblings under a per-key flock, which the kernel releases when the holder dies,
+so a killed worker leaves no lock that blocks anyone.
 """
 from __future__ import annotations
 
@@ -15,11 +17,13 @@ import time
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from filelock import FileLock
 
-MANIFEST = "manifest.json"
+from . import integrity
+
+MANIFEST = integrity.MANIFEST
 
 
 def utc_now() -> str:
@@ -38,9 +42,9 @@ class ArtifactStore:
         f = self.path(stage, key) / MANIFEST
         try:
             m = json.loads(f.read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
+        except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError, UnicodeDecodeError):
             return None
-        return m if m.get("key") == key else None
+        return m if isinstance(m, dict) and m.get("key") == key else None
 
     def is_published(self, stage: str, key: str) -> bool:
         return self.manifest(stage, key) is not None
@@ -51,11 +55,19 @@ class ArtifactStore:
         for f in (self.root / stage).glob(f"*/{MANIFEST}"):
             try:
                 m = json.loads(f.read_text())
-            except (OSError, json.JSONDecodeError):
+            except (OSError, json.JSONDecodeError, UnicodeDecodeError):
                 continue
-            m["_dir"] = str(f.parent)
-            out.append(m)
+            if isinstance(m, dict):
+                m["_dir"] = str(f.parent)
+                out.append(m)
         return sorted(out, key=lambda m: m.get("finished_at", ""), reverse=True)
+
+    def problems(self, stage: str, key: str, manifest: dict, *, full: bool = False) -> list[str]:
+        """How the artifact on disk differs from what was published (empty: intact)."""
+        files = manifest.get("files")
+        if not isinstance(files, dict):
+            return ["manifest lists no files (published by an older perfdag); rebuild it"]
+        return integrity.problems(self.path(stage, key), files, full=full, skip=manifest.get("volatile", ()))
 
     @contextmanager
     def lock(self, stage: str, key: str) -> Iterator[None]:
@@ -70,24 +82,24 @@ class ArtifactStore:
             shutil.rmtree(d, ignore_errors=True)
 
     def build(self, stage: str, key: str, make: Callable[[Path], dict], manifest: dict,
-              replace: bool = False) -> tuple[str, dict]:
-        """Builds the artifact unless it is already published (or replace=True forces it).
+              volatile: Iterable[str] = ()) -> dict:
+        """Builds the artifact in a temp dir and publishes it by one rename, replacing any old one.
 
-        `make(tmp_dir)` fills the directory and returns extra manifest fields. Returns
-        ('built' | 'reused', manifest). Call under lock(); see `ensure`.
+        `make(tmp_dir)` fills the directory and returns extra manifest fields. Files under
+        `volatile` (e.g. logs a running server keeps writing) are not checksummed. Call under lock().
         """
-        existing = self.manifest(stage, key)
-        if existing is not None and not replace:
-            return "reused", existing
         self._clear_stale_tmp(stage, key)
         final = self.path(stage, key)
         tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{key[:16]}-", dir=final.parent))
         started, t0 = utc_now(), time.monotonic()
         try:
             extra = make(tmp) or {}
+            volatile = sorted(volatile)
+            files = integrity.describe(tmp, skip=volatile)
             doc = {**manifest, "stage": stage, "key": key, "host": socket.gethostname(),
                    "pid": os.getpid(), "started_at": started, "finished_at": utc_now(),
-                   "wall_seconds": round(time.monotonic() - t0, 3), **extra}
+                   "wall_seconds": round(time.monotonic() - t0, 3), **extra,
+                   "files": files, "volatile": volatile, "content_digest": integrity.content_digest(files)}
             (tmp / MANIFEST).write_text(json.dumps(doc, indent=2, sort_keys=True, default=str))
             if final.exists():
                 trash = final.parent / f".trash-{key[:16]}-{os.getpid()}"
@@ -97,10 +109,21 @@ class ArtifactStore:
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        return "built", doc
+        return doc
 
-    def ensure(self, stage: str, key: str, make: Callable[[Path], dict], manifest: dict,
-               replace: bool = False) -> tuple[str, dict]:
+    def ensure(self, stage: str, key: str, make: Callable[[Path], dict], manifest: dict, *,
+               reusable: Callable[[dict], bool] = lambda m: True,
+               hold: Callable[[dict], None] = lambda m: None,
+               volatile: Iterable[str] = ()) -> tuple[str, dict]:
+        """('reused' | 'built', manifest). Under the key's lock: a published artifact that
+        `reusable` accepts is reused, anything else is (re)built; `hold` runs on the result before
+        the lock is released (e.g. to take a lease on servers)."""
         self.path(stage, key).parent.mkdir(parents=True, exist_ok=True)
         with self.lock(stage, key):
-            return self.build(stage, key, make, manifest, replace)
+            existing = self.manifest(stage, key)
+            if existing is not None and reusable(existing):
+                status, doc = "reused", existing
+            else:
+                status, doc = "built", self.build(stage, key, make, manifest, volatile)
+            hold(doc)
+            return status, doc

@@ -24,7 +24,8 @@ class SweepError(InputError):
 
 class SweepFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    name: str = ""
+    # Names a directory (Nightly/<name>/): a plain name, never a path.
+    name: str = Field("", pattern=r"^(|[A-Za-z0-9][A-Za-z0-9_.-]{0,99})$")
     base: str = "params/default.yaml"
     overrides: str = ""
     grid: dict[str, list[Any]] = Field(default_factory=dict)
@@ -45,12 +46,19 @@ def load_sweep(path: str | Path) -> tuple[SweepFile, Path]:
     path = Path(path)
     if not path.is_file():
         raise SweepError(f"--sweep: {path} not found")
+    from pydantic import ValidationError
+
+    from .config import yamlio
+    from .errors import InputError
+
     try:
-        sweep = SweepFile.model_validate(yaml.safe_load(path.read_text()) or {})
-    except yaml.YAMLError as e:
-        raise SweepError(f"{path}: malformed YAML: {e}") from None
-    except Exception as e:  # pydantic's message names the field
-        raise SweepError(f"{path}: {e}") from None
+        doc = yamlio.load_file(path)
+        sweep = SweepFile.model_validate(doc or {})
+    except InputError as e:
+        raise SweepError(str(e)) from None
+    except ValidationError as e:  # one line per field
+        lines = "; ".join(f"{'.'.join(map(str, x['loc'])) or '<document>'}: {x['msg']}" for x in e.errors())
+        raise SweepError(f"{path}: {lines}") from None
     base = Path(sweep.base)
     if not base.is_absolute() and not base.exists():
         base = Path(os.path.normpath(path.parent / base))

@@ -10,12 +10,9 @@ import time
 from pathlib import Path
 from typing import Callable
 
-CORPUS = Path(__file__).with_name("data") / "corpus.txt"
+from .corpus import corpus_lines
+
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<pad>"]
-
-
-def corpus_lines() -> list[str]:
-    return [ln for ln in CORPUS.read_text().splitlines() if ln.strip()]
 
 
 def train_tokenizer(vocab_size: int, out_dir: Path):

@@ -21,4 +21,4 @@ from .nightly import Nightly
 from .sweep import Sweep
 
 __all__ = ["STAGES", "StageTask", "PrepareModel", "Quantize", "BuildEngine", "FillTritonRepo",
-           "LaunchServers", "PrepareDataset", "RunLoadgen", "CheckAccuracy", "FullRun", "Sweep", "Nightly"]
+           "LaunchServers", "PrepareDataset", "RunLoadgen", "RunAccuracy", "CheckAccuracy", "FullRun", "Sweep", "Nightly"]

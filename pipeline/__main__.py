@@ -16,6 +16,8 @@ def main(argv: list[str] | None = None) -> int:
     st.add_argument("--params-file", default=DEFAULT_PARAMS)
     st.add_argument("--overrides", default="")
     st.add_argument("--json", action="store_true", help="machine-readable output")
+    st.add_argument("--verify", action="store_true",
+                    help="re-hash every published file (default: size and mtime, re-hash what moved)")
     sv = sub.add_parser("servers", help="list or stop the tritonserver processes perfdag started")
     sv.add_argument("action", choices=["list", "stop"])
     sv.add_argument("--all", action="store_true", help="stop: every recorded server, not just this params' ones")
@@ -41,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         if args.command == "status":
-            rows = stage_status(args.params_file, args.overrides)
+            rows = stage_status(args.params_file, args.overrides, verify=args.verify)
             print(json.dumps(rows, indent=2, default=str)) if args.json else print_status(rows)
         elif args.command == "servers":
             return servers_command(args)
@@ -65,7 +67,9 @@ def servers_command(args) -> int:
             print("no servers recorded")
         for r in rows if not args.json else []:
             kind = "external" if r["external"] else f"pid {r['pid']}"
-            print(f"{r['key']}  {kind:>12}  {r['address']:<22} {r['state']:<6} {','.join(r['models'])}")
+            who = ("held by " + ", ".join(r["held_by"])) if r["held_by"] else "no run holds it"
+            print(f"{r['key']}  {kind:>12}  {r['address']:<22} {r['state']:<7} {','.join(r['models'])}  "
+                  f"{who}{'  (kept)' if r['kept'] else ''}")
         return 0
     key16 = None
     if not args.all:

@@ -1,4 +1,8 @@
-"""FullRun: performance + accuracy, then report.json / report.md / plots; stops the servers it started."""
+"""FullRun: performance + accuracy, then report.json / report.md / plots; releases its servers.
+
+Its exit code says the verdict (tasks/lifecycle.py): 0 VALID and accuracy PASS, 10 INVALID,
+11 accuracy FAIL, 12 both. A fully cached rerun prints the same summary and exits the same way.
+"""
 from __future__ import annotations
 
 import json
@@ -6,9 +10,9 @@ from pathlib import Path
 
 import luigi
 
-from tasks import CheckAccuracy, RunLoadgen
+from tasks import CheckAccuracy, LaunchServers, RunLoadgen
 from tasks.base import STAGE_ORDER, StageTask, register
-from tasks.lifecycle import stop_servers_launched_this_run
+from tasks.lifecycle import note_result, release_servers
 
 
 @register
@@ -17,9 +21,14 @@ class FullRun(StageTask):
     reads = ("model.name",)  # the report is labelled with it
     keep_servers = luigi.BoolParameter(default=False, significant=False,
                                        description="leave the servers running after the run")
+    as_point = luigi.BoolParameter(default=False, significant=False,
+                                   description="set by Sweep: the sweep reports and releases, not the point")
 
     def upstream(self):
         return {"performance": self.clone(RunLoadgen), "accuracy": self.clone(CheckAccuracy)}
+
+    def code(self):
+        return ("harness.report", "harness.loadgen.results")  # the report, and the request log it plots
 
     def stage_keys(self) -> dict[str, str]:
         keys, todo = {}, [self]
@@ -41,11 +50,32 @@ class FullRun(StageTask):
         write_report(out_dir, report, read_requests_csv(perf_dir / "requests.csv"))
         return {"report": report}
 
+    def report(self) -> dict:
+        return json.loads((self.artifact_dir / "report.json").read_text())
+
+    def _note(self, persist: bool) -> None:
+        from harness.report import summary_text
+
+        if self.as_point:
+            return
+        r = self.report()
+        note_result(self.task_id, valid=r["performance"]["valid"], accuracy=r["accuracy"]["passed"],
+                    summary=summary_text(r, self.artifact_dir), persist=persist)
+
+    def is_done(self) -> bool:
+        done = super().is_done()
+        if done:
+            self._note(persist=False)  # a cached run reports like a fresh one
+        return done
+
     def run(self):
         from harness.report import summary_text
 
         super().run()
-        print(summary_text(json.loads((self.artifact_dir / "report.json").read_text()), self.artifact_dir), flush=True)
-        if not self.keep_servers:
-            stop_servers_launched_this_run("FullRun done; --keep-servers keeps them")
-
+        if not self.as_point:
+            r = self.report()
+            print(summary_text(r, self.artifact_dir), flush=True)
+            note_result(self.task_id, valid=r["performance"]["valid"], accuracy=r["accuracy"]["passed"])
+        if not self.as_point:
+            release_servers([self.clone(LaunchServers).key[:16]], keep=self.keep_servers,
+                            why="FullRun done; --keep-servers keeps them")

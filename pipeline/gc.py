@@ -36,6 +36,10 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from harness.serving import launcher
+from harness.serving.cleanup import orphan_servers, orphan_shm
+from harness.serving.cleanup import remove as remove_paths
+from harness.serving.launcher import is_ours
+from harness.serving.registry import ServerRegistry
 from harness.store import MANIFEST
 
 RUNS, NIGHTLY, TRASH = "runs", "Nightly", ".gc-trash"
@@ -80,6 +84,7 @@ class Plan:
     skipped: list[dict]
     warnings: list[str]
     run_files: dict[str, int] = field(default_factory=dict)  # run.json -> mtime_ns when planned
+    servers: dict = field(default_factory=dict)  # leftovers of killed runs: orphan servers, dead records, shm
 
     @property
     def goes(self) -> list[Entry]:
@@ -307,12 +312,15 @@ def plan(root: Path, keep_days: float = 14, now: datetime | None = None) -> Plan
     for e in entries:
         if lock_held(root, e.stage, e.key16):
             keep_because(e, "lock held: a stage is building this key" + (" (in-progress build)" if e.kind == "leftover" else ""))
+    registry = ServerRegistry(root)
     for e in by_id.values():
         if e.stage == "LaunchServers":
             recs = _server_records(Path(e.path), _read_manifest(Path(e.path)) or {})
-            if servers_in_use(recs):
-                addrs = ", ".join(f"{r.get('host')}:{r.get('grpc_port')}" for r in recs)
+            if servers_in_use(recs) or any(is_ours(r) for r in registry.records(e.key16)):
+                addrs = ", ".join(f"{r.get('host')}:{r.get('port', r.get('grpc_port'))}" for r in recs)
                 keep_because(e, f"live servers ({addrs})")
+            elif registry.holders(e.key16):
+                keep_because(e, "a running run holds its servers")
 
     # Upstream closure of everything kept.
     todo = [by_id[i] for i in keep if i in by_id]
@@ -347,8 +355,12 @@ def plan(root: Path, keep_days: float = 14, now: datetime | None = None) -> Plan
     runs_info = {"count": len(runs), "older_than_keep_days": old_runs, "live": live_runs}
     nights = sorted(str(d.relative_to(root)) for d in (root / NIGHTLY).glob("*/*") if d.is_dir()) \
         if (root / NIGHTLY).is_dir() else []
+    servers = {"orphans": [{"key16": r["key16"], "pid": r["pid"]} for r in
+                           orphan_servers(root, lambda k: not lock_held(root, "LaunchServers", k))],
+               "dead_records": [r["_file"] for r in registry.records() if not r.get("external") and not is_ours(r)],
+               "orphan_shm": orphan_shm()}
     return Plan(root, keep_days, now, cutoff, entries, runs_info, {"nights": len(nights)}, skipped, warnings,
-                {r["file"]: r["mtime_ns"] for r in runs})
+                {r["file"]: r["mtime_ns"] for r in runs}, servers)
 
 
 # --- deleting ---------------------------------------------------------------------------------
@@ -359,9 +371,32 @@ def _remove_tree(p: Path) -> None:
         p.unlink()
 
 
+def _clean_servers(p: Plan) -> None:
+    """Stops the servers of launches that never published (their runs were killed), forgets dead
+    servers and removes the shared memory nobody maps."""
+    root, registry = p.root, ServerRegistry(p.root)
+    done = {"stopped": [], "records": 0, "shm": 0}
+    for o in p.servers.get("orphans", []):
+        lock = FileLock(str(lock_path(root, "LaunchServers", o["key16"])), timeout=0)
+        try:
+            lock_path(root, "LaunchServers", o["key16"]).parent.mkdir(parents=True, exist_ok=True)
+            lock.acquire()
+        except (Timeout, OSError):
+            continue
+        try:
+            if not registry.holders(o["key16"]):
+                done["stopped"] += registry.stop(o["key16"])
+        finally:
+            lock.release()
+    done["records"] = registry.sweep_dead()
+    done["shm"] = remove_paths(orphan_shm())
+    p.servers["done"] = done
+
+
 def execute(p: Plan) -> None:
     """Deletes what the plan lets go, each under its key's lock taken non-blocking."""
     root = p.root
+    _clean_servers(p)
     trash = root / TRASH
     for e in p.goes:
         path = Path(e.path)
@@ -428,7 +463,7 @@ def to_json(p: Plan, deleted: bool) -> dict:
         "freed": {"count": sum(e.status == "deleted" for e in goes),
                   "bytes": sum(e.size_bytes for e in goes if e.status == "deleted")} if deleted else None,
         "keep": [e.public() for e in p.kept],
-        "skipped": p.skipped, "runs": p.runs, "nightly": p.nightly, "warnings": p.warnings,
+        "skipped": p.skipped, "runs": p.runs, "nightly": p.nightly, "warnings": p.warnings, "servers": p.servers,
     }
 
 
@@ -464,6 +499,13 @@ def render(p: Plan, deleted: bool, verbose: bool = False) -> str:
                  "(gc never deletes run history)")
     lines.append(f"Nightly/: {p.nightly['nights']} night(s) kept (gc never deletes Nightly history)")
     lines += [f"left alone: {s['id']}: {s['why']}" for s in p.skipped]
+    sv = p.servers or {}
+    if sv.get("orphans") or sv.get("dead_records") or sv.get("orphan_shm"):
+        verb = "stopped/removed" if deleted else "would stop/remove"
+        lines.append(f"servers: {verb} {len(sv.get('orphans', []))} server(s) of launches that never published "
+                     f"(pids {', '.join(str(o['pid']) for o in sv.get('orphans', [])) or '-'}), "
+                     f"{len(sv.get('dead_records', []))} record(s) of dead servers, "
+                     f"{len(sv.get('orphan_shm', []))} shared-memory region(s) nobody maps")
     lines += [f"warning: {w}" for w in p.warnings]
     return "\n".join(lines)
 

@@ -8,18 +8,20 @@ Backfill: luigi --module pipeline RangeDailyBase --of Nightly --start 2026-11-01
 from __future__ import annotations
 
 import json
+import logging
+from pathlib import Path
 
 import luigi
 
-from harness.errors import PerfdagError
 from harness.sweep import compare_nights
+from harness.config import ParamsError
+from tasks.lifecycle import errors_as_messages, note_result, setup
 from tasks.settings import artifacts_root
 
 from .sweep import Sweep
 
 
-class NightlyRegression(PerfdagError):
-    pass
+log = logging.getLogger("perfdag")
 
 
 class Nightly(luigi.Task):
@@ -27,6 +29,14 @@ class Nightly(luigi.Task):
     sweep = luigi.Parameter(description="sweep file measured every night")
     overrides = luigi.Parameter(default="", description="applied to every point after the sweep's values")
     max_drop = luigi.FloatParameter(default=0.05, description="tokens/s drop that counts as a regression")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        try:  # the sweep (and its name, which names a directory) is checked before anything runs
+            self.night_dir(self.date.isoformat())
+        except ParamsError:
+            errors_as_messages()
+            raise
 
     def requires(self):
         return Sweep(sweep=self.sweep, overrides=self.overrides, nightly_date=self.date.isoformat())
@@ -43,6 +53,7 @@ class Nightly(luigi.Task):
         return json.loads((earlier[-1] / "nightly.json").read_text()) if earlier else None
 
     def run(self):
+        setup()
         sweep = json.loads((self.requires().artifact_dir / "sweep.json").read_text())
         prev = self.previous_night()
         regressions = compare_nights(sweep["rows"], prev["rows"] if prev else [], sweep["varied"], self.max_drop)
@@ -53,9 +64,22 @@ class Nightly(luigi.Task):
         (out / "nightly.md").write_text(_markdown(doc))
         with self.output().open("w") as f:
             json.dump(doc, f, indent=2)
-        if regressions:
+        self._note(doc)
+
+    def complete(self) -> bool:
+        setup()
+        done = super().complete()
+        if done:
+            self._note(json.loads(Path(self.output().path).read_text()), quiet=True)
+        return done
+
+    def _note(self, doc: dict, quiet: bool = False) -> None:
+        """A regression is the night's verdict: recorded, then the exit code (13) says it."""
+        regressions = doc.get("regressions") or []
+        if regressions and not quiet:
             lines = "\n".join(f"  - {json.dumps(r['point'])}: {'; '.join(r['reasons'])}" for r in regressions)
-            raise NightlyRegression(f"{len(regressions)} regression(s) on {doc['date']} vs {doc['compared_with']}:\n{lines}")
+            log.error("%d regression(s) on %s vs %s:\n%s", len(regressions), doc["date"], doc["compared_with"], lines)
+        note_result(self.task_id, regression=bool(regressions), persist=not quiet)
 
 
 def _markdown(doc: dict) -> str:

@@ -1,36 +1,68 @@
-"""`python -m pipeline servers list|stop`: the tritonserver processes perfdag has recorded."""
+"""`python -m pipeline servers list|stop`: the server processes perfdag has recorded, and who uses them.
+
+Records come from the server registry (written the moment a process exists, so servers of a
+killed launch are listed too) and from published LaunchServers artifacts (external endpoints,
+and records of older perfdag versions).
+"""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-from harness.serving.launcher import servers_live, stop_recorded
+from harness.serving.launcher import is_ours, servers_live, stop_recorded
+from harness.serving.registry import ServerRegistry
 from harness.store import ArtifactStore
 from tasks.settings import artifacts_root
 
 
-def recorded(store: ArtifactStore) -> list[tuple[str, Path, list[dict]]]:
-    """(key16, artifact dir, server records) for every LaunchServers artifact."""
+def published(store: ArtifactStore) -> list[tuple[str, list[dict]]]:
+    """(key16, server records) of every published LaunchServers artifact."""
     out = []
     for f in sorted((store.root / "LaunchServers").glob("*/servers.json")):
-        out.append((f.parent.name, f.parent, json.loads(f.read_text())["servers"]))
+        try:
+            out.append((f.parent.name, json.loads(f.read_text())["servers"]))
+        except (OSError, json.JSONDecodeError, KeyError):
+            continue
     return out
 
 
 def list_servers() -> list[dict]:
-    rows = []
-    for key16, _, servers in recorded(ArtifactStore(artifacts_root())):
-        for rec in servers:
-            rows.append({"key": key16, "pid": rec.get("pid"), "address": f"{rec['host']}:{rec['grpc_port']}",
-                         "models": rec["models"], "external": bool(rec.get("external")),
-                         "state": "ready" if servers_live([rec]) else "down"})
+    store = ArtifactStore(artifacts_root())
+    registry = ServerRegistry(store.root)
+    rows, seen = [], set()
+    for rec in registry.records():
+        key16 = rec["key16"]
+        seen.add((key16, rec.get("pid")))
+        state = "ready" if servers_live([rec]) else ("running" if is_ours(rec) else "gone")
+        rows.append(_row(key16, rec, state, registry))
+    for key16, recs in published(store):
+        for rec in recs:
+            if (key16, rec.get("pid")) in seen or not (rec.get("external") or is_ours(rec)):
+                continue
+            rows.append(_row(key16, rec, "ready" if servers_live([rec]) else "down", registry))
     return rows
 
 
+def _row(key16: str, rec: dict, state: str, registry: ServerRegistry) -> dict:
+    holders = registry.holders(key16)
+    return {"key": key16, "pid": rec.get("pid"), "address": f"{rec['host']}:{rec.get('port', rec.get('grpc_port'))}",
+            "protocol": rec.get("protocol", "triton-grpc"), "models": rec.get("models", []),
+            "external": bool(rec.get("external")), "state": state, "kept": registry.kept(key16),
+            "held_by": [h["run_id"] for h in holders]}
+
+
 def stop(key16: str | None) -> list[int]:
-    """Stops the servers of one LaunchServers key, or of all when key16 is None."""
-    stopped = []
-    for k, _, servers in recorded(ArtifactStore(artifacts_root())):
-        if key16 is None or k == key16:
-            stopped += stop_recorded(servers)
-    return stopped
+    """Stops the servers of one LaunchServers key, or of all when key16 is None (leases or not:
+    the user asked), and removes the shared memory of dead ones."""
+    store = ArtifactStore(artifacts_root())
+    registry = ServerRegistry(store.root)
+    stopped: list[int] = []
+    keys = [key16] if key16 else sorted(set(registry.keys()) | {k for k, _ in published(store)})
+    for k in keys:
+        with store.lock("LaunchServers", k):
+            stopped += registry.stop(k)
+            for kk, recs in published(store):
+                if kk == k:
+                    stopped += stop_recorded(recs)
+    registry.sweep_dead()
+    return sorted(set(stopped))
+

@@ -1,4 +1,11 @@
-"""`python -m pipeline status`: every stage's key, cached or missing, and why (like `dvc status`)."""
+"""`python -m pipeline status`: every stage's key, cached or missing, and why (like `dvc status`).
+
+States: `cached` (reusable), `missing` (with which key inputs differ from the newest cached
+artifact of that stage: params, tools, upstream keys, perfdag's code, what a tool is handed),
+`corrupt` (published, but its files, or those it was made from, are not what was published),
+`stopped` (servers perfdag stopped on purpose; the next run relaunches them), `stale` (servers
+that died or stopped answering; the next run relaunches them).
+"""
 from __future__ import annotations
 
 from typing import Any
@@ -15,32 +22,48 @@ def flatten(doc: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix: doc}
 
 
+SECTIONS = ("params", "tools", "upstream", "code", "executed")
+
+
 def _why(task: StageTask) -> list[dict]:
-    """Keys whose values differ from the newest cached artifact of the same stage."""
+    """What differs from the newest cached artifact of the same stage."""
     cached = task.store.manifests(task.stage)
     if not cached:
         return [{"field": "*", "reason": "no cached artifact of this stage"}]
     newest = cached[0]
-    now = flatten({k: task.key_doc[k] for k in ("params", "tools", "upstream")})
-    then = flatten({k: newest.get(k, {}) for k in ("params", "tools", "upstream")})
     diffs = []
-    for field in sorted(set(now) | set(then)):
-        if now.get(field, "<absent>") != then.get(field, "<absent>"):
-            diffs.append({"field": field, "cached": then.get(field, "<absent>"), "now": now.get(field, "<absent>")})
+    for section in SECTIONS:
+        now, then = task.key_doc.get(section) or {}, newest.get(section) or {}
+        if section == "code":  # one line per module: 'code: harness/accuracy.py changed'
+            for mod in sorted(set(now) | set(then)):
+                if now.get(mod) != then.get(mod):
+                    what = "added" if mod not in then else "removed" if mod not in now else "changed"
+                    diffs.append({"field": f"code.{mod}", "reason": f"code: {mod} {what}"})
+            continue
+        fnow, fthen = flatten({section: now}), flatten({section: then})
+        for field in sorted(set(fnow) | set(fthen)):
+            if fnow.get(field, "<absent>") != fthen.get(field, "<absent>"):
+                diffs.append({"field": field, "cached": fthen.get(field, "<absent>"), "now": fnow.get(field, "<absent>")})
     return diffs or [{"field": "*", "reason": f"same inputs as {newest.get('key', '?')[:16]} but schema or key differ"}]
 
 
-def stage_status(params_file: str, overrides: str) -> list[dict]:
+def stage_status(params_file: str, overrides: str, verify: bool = False) -> list[dict]:
     rows = []
     for name, cls in STAGES.items():
-        task = cls(params_file=params_file, overrides=overrides)
+        task = cls(params_file=params_file, overrides=overrides, verify=verify)
         m = task.manifest()
-        status = "missing" if m is None else "cached" if task.usable(m) else "stale"
-        row = {"stage": name, "key": task.key[:16], "status": status, "path": str(task.artifact_dir)}
-        if status == "missing":
-            row["changed"] = _why(task)
-        elif status == "stale":
-            row["changed"] = [{"field": "*", "reason": "published but no longer usable (e.g. its servers are down); the next run rebuilds it"}]
+        row = {"stage": name, "key": task.key[:16], "path": str(task.artifact_dir), "code": task.key_doc["code"]}
+        if m is None:
+            row.update(status="missing", changed=_why(task))
+        elif problems := task.trust_problems(m):
+            row.update(status="corrupt", changed=[{"field": "*", "reason": p} for p in problems])
+        elif not task.usable(m):
+            stopped = name == "LaunchServers" and not task.registry.records(task.key[:16])
+            row.update(status="stopped" if stopped else "stale", changed=[{"field": "*", "reason": (
+                "servers stopped by perfdag (FullRun's end or `servers stop`); the next run relaunches them"
+                if stopped else "published, but its servers died or stopped answering; the next run relaunches them")}])
+        else:
+            row["status"] = "cached"
         rows.append(row)
     return rows
 
@@ -56,6 +79,6 @@ def print_status(rows: list[dict]) -> None:
         why = ""
         for c in r.get("changed", []):
             why += (f"{c['field']}: {c['cached']!r} -> {c['now']!r}\n" if "cached" in c else f"{c['reason']}\n")
-        style = {"cached": "green", "stale": "red"}.get(r["status"], "yellow")
+        style = {"cached": "green", "stale": "red", "corrupt": "red", "stopped": "cyan"}.get(r["status"], "yellow")
         table.add_row(r["stage"], r["key"], f"[{style}]{r['status']}[/]", why.rstrip())
     Console().print(table)

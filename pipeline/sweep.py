@@ -13,7 +13,6 @@ from pathlib import Path
 import luigi
 
 from harness.config import ParamsError
-from harness.serving.launcher import stop_recorded
 from harness.sweep import (
     SweepError,
     load_sweep,
@@ -24,6 +23,7 @@ from harness.sweep import (
 )
 from tasks import LaunchServers
 from tasks.base import StageTask, log
+from tasks.lifecycle import note_result, release_servers
 
 from .full_run import FullRun
 
@@ -53,7 +53,14 @@ class Sweep(StageTask):  # not in STAGES: it takes a sweep file, not one params 
         return points(self.definition)
 
     def definition_name(self) -> str:
-        return self.definition.name or Path(self.sweep).stem
+        """Names Nightly/<name>/: the sweep's name, else its file's stem; never a path."""
+        import re
+
+        name = self.definition.name or Path(self.sweep).stem
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}", name) or ".." in name:
+            raise ParamsError([f"sweep name {name!r} cannot name a directory; set name: to letters, digits, "
+                               "'_', '.', '-' in the sweep file"])
+        return name
 
     def key_inputs(self):
         return {"sweep": self.definition.model_dump(mode="json")}
@@ -61,8 +68,19 @@ class Sweep(StageTask):  # not in STAGES: it takes a sweep file, not one params 
     def upstream(self):
         return {f"point{i:03d}": self.clone(FullRun, params_file=str(self.base),
                                              overrides=point_overrides(self.definition, p, self.overrides),
-                                             keep_servers=True)
+                                             as_point=True)
                 for i, p in enumerate(self.points)}
+
+    def _note(self) -> None:
+        rows = json.loads((self.artifact_dir / "sweep.json").read_text())["rows"]
+        note_result(self.task_id, valid=all(r.get("valid") for r in rows),
+                    accuracy=all(r.get("accuracy_passed") for r in rows), persist=False)
+
+    def is_done(self) -> bool:
+        done = super().is_done()
+        if done:
+            self._note()
+        return done
 
     def build(self, out_dir: Path) -> dict:
         rows = []
@@ -76,11 +94,7 @@ class Sweep(StageTask):  # not in STAGES: it takes a sweep file, not one params 
     def run(self):
         super().run()
         log.info("sweep results: %s", self.artifact_dir / "sweep.md")
-        if not self.keep_servers:
-            # Its points' servers, whichever worker launched them (under luigid that may be another).
-            stopped = []
-            for point in self.upstream().values():
-                stopped += stop_recorded(point.clone(LaunchServers).servers())
-            if stopped:
-                log.info("sweep done: stopped its servers, pids %s (--keep-servers keeps them)",
-                         ", ".join(map(str, stopped)))
+        self._note()
+        # Its points' servers, whichever worker launched them (under luigid that may be another).
+        release_servers([p.clone(LaunchServers).key[:16] for p in self.upstream().values()],
+                        keep=self.keep_servers, why="sweep done; --keep-servers keeps them")

@@ -8,7 +8,8 @@ from .launch_servers import LaunchServers
 from .prepare_dataset import PrepareDataset
 from .prepare_model import PrepareModel
 from .quantize import Quantize
+from .run_accuracy import RunAccuracy
 from .run_loadgen import RunLoadgen
 
 __all__ = ["STAGE_ORDER", "STAGES", "StageTask", "PrepareModel", "Quantize", "BuildEngine", "FillTritonRepo",
-           "LaunchServers", "PrepareDataset", "RunLoadgen", "CheckAccuracy"]
+           "LaunchServers", "PrepareDataset", "RunLoadgen", "RunAccuracy", "CheckAccuracy"]

@@ -1,8 +1,11 @@
 """The content-hashed luigi task every perfdag stage derives from.
 
 A stage declares which parameter sections (or single keys) it reads, which tools shape its
-output, its upstream stages, and one `build()` call into harness/. Its key hashes all of that
-plus the upstream keys; its output is artifacts/<Stage>/<key16>/ with manifest.json.
+output, its upstream stages, the perfdag modules whose behaviour shapes its output (`code`), what it
+hands an external tool (`executed`), and one `build()` call into harness/. Its key hashes all of
+that plus the upstream keys; its output is artifacts/<Stage>/<key16>/ with manifest.json. A
+published artifact is reused only while its files, and those of everything it was made from, are
+what was published.
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from typing import Any, ClassVar
 
 import luigi
 
+from harness.codehash import code_digests
 from harness.config import ENV_FLAGS, Params, ParamsError, resolve
 from harness.hashing import stage_key
 from harness.store import ArtifactStore
@@ -68,10 +72,14 @@ class StageTask(luigi.Task):
     overrides = luigi.Parameter(default="", description='"section.key=value,..." applied last')
     rerun_from = luigi.Parameter(default="", description="rebuild this stage and everything downstream")
     nightly_date = luigi.Parameter(default="", description="set by Nightly: enters measuring stages' keys only")
+    verify = luigi.BoolParameter(default=False, significant=False,
+                                 description="re-hash every file of every artifact before reusing it "
+                                             "(default: size and mtime, re-hash what moved)")
 
     stage: ClassVar[str]
-    schema_version: ClassVar[int] = 1
+    schema_version: ClassVar[int] = 2
     reads: ClassVar[tuple[str, ...]] = ()
+    volatile: ClassVar[tuple[str, ...]] = ()  # paths in the artifact that change after publishing (logs)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -80,13 +88,13 @@ class StageTask(luigi.Task):
             self.params  # noqa: B018
             if self.rerun_from and self.rerun_from not in STAGES:
                 raise ParamsError([f"--rerun-from: unknown stage {self.rerun_from!r}; stages are {', '.join(STAGES)}"])
+            # luigi (and luigid across workers) tells tasks apart by task_id, which it derives from
+            # every parameter: two sweep points differing only in loadgen.* would be two LaunchServers
+            # tasks for one artifact. The content key is the identity that matters.
+            self.task_id = f"{self.stage}_{self.key[:16]}" + (f"_rerun-{self.rerun_from}" if self.must_rerun else "")
         except ParamsError:
             lifecycle.errors_as_messages()  # luigi would log it with a traceback
             raise
-        # luigi (and luigid across workers) tells tasks apart by task_id, which it derives from
-        # every parameter: two sweep points differing only in loadgen.* would be two LaunchServers
-        # tasks for one artifact. The content key is the identity that matters.
-        self.task_id = f"{self.stage}_{self.key[:16]}" + (f"_rerun-{self.rerun_from}" if self.must_rerun else "")
         self._Task__hash = hash(self.task_id)
 
     # --- what a stage declares -------------------------------------------------------
@@ -100,12 +108,24 @@ class StageTask(luigi.Task):
         """Extra content that enters the key (e.g. an input checkpoint's content hash)."""
         return {}
 
+    def code(self) -> tuple[str, ...]:
+        """perfdag modules whose behaviour shapes the output (their digests enter the key)."""
+        return ()
+
+    def executed(self) -> dict[str, Any]:
+        """What an external tool is handed, normalised (command lines, environment, config files):
+        keyed instead of the code that renders it, so a refactor keeps the artifact."""
+        return {}
+
     def build(self, out_dir: Path) -> dict:
         raise NotImplementedError
 
     def usable(self, manifest: dict) -> bool:
         """A published artifact that is no longer usable (e.g. its servers died) gets rebuilt."""
         return True
+
+    def hold(self, manifest: dict) -> None:
+        """Runs under the key's lock once the artifact is reused or built (servers: take a lease)."""
 
     # --- derived ---------------------------------------------------------------------
     @cached_property
@@ -120,12 +140,13 @@ class StageTask(luigi.Task):
     def key_doc(self) -> dict:
         return {"params": {**select(self.params, self.reads), **self.key_inputs()},
                 "tools": self.tools(),
-                "upstream": {name: t.key for name, t in self.upstream().items()}}
+                "upstream": {name: t.key for name, t in self.upstream().items()},
+                "code": code_digests(self.code()),
+                "executed": self.executed()}
 
     @cached_property
     def key(self) -> str:
-        d = self.key_doc
-        return stage_key(self.stage, self.schema_version, d["params"], d["tools"], d["upstream"])
+        return stage_key(self.stage, self.schema_version, **self.key_doc)
 
     @property
     def artifact_dir(self) -> Path:
@@ -136,11 +157,36 @@ class StageTask(luigi.Task):
         return bool(self.rerun_from) and (
             self.rerun_from == self.stage or any(t.must_rerun for t in self.upstream().values()))
 
+    @property
+    def full_verify(self) -> bool:
+        return bool(self.verify) or os.environ.get("PERFDAG_VERIFY") == "1"
+
     def manifest(self) -> dict | None:
         return self.store.manifest(self.stage, self.key)
 
     def input_dir(self, name: str) -> Path:
         return self.upstream()[name].artifact_dir
+
+    def trust_problems(self, manifest: dict, fresh: bool = False) -> list[str]:
+        """Why this published artifact must not be reused (empty: it is what was published, and so is
+        everything it was made from). Files: size and mtime, re-hashed when moved or under --verify.
+        Memoised per process; `fresh` looks again (an upstream may have been rebuilt since)."""
+        memo = (self.stage, self.key, manifest.get("finished_at"), self.full_verify)
+        if memo in _TRUST_MEMO and not fresh:
+            return _TRUST_MEMO[memo]
+        out = [f"{self.stage} {self.key[:16]}: {p}" for p in
+               self.store.problems(self.stage, self.key, manifest, full=self.full_verify)]
+        recorded = manifest.get("upstream_content") or {}
+        for name, up in self.upstream().items():
+            um = up.manifest()
+            if um is None:  # gone (gc keeps upstream closures); nothing contradicts this result
+                continue
+            out += [p for p in up.trust_problems(um, fresh) if p not in out]
+            if recorded.get(name) and um.get("content_digest") != recorded[name]:
+                out.append(f"{up.stage} {up.key[:16]} was rebuilt with other content after {self.stage} "
+                           f"{self.key[:16]} was made from it")
+        _TRUST_MEMO[memo] = out
+        return out
 
     # --- luigi -----------------------------------------------------------------------
     def requires(self):
@@ -159,21 +205,42 @@ class StageTask(luigi.Task):
             return False
         if self.must_rerun and m.get("run_id") != runlog.current_run_id():
             return False
-        if not self.usable(m):
+        problems = self.trust_problems(m)
+        if problems:
+            _warn_once(self, problems)
             return False
-        runlog.record(self.store.root, self.stage, self.key, "reused", path=str(self.artifact_dir))
+        if not self.reuse_now(m):
+            return False
+        runlog.record(self.store.root, self.stage, self.key, "reused", code=self.key_doc["code"])
         return True
+
+    def reuse_now(self, manifest: dict) -> bool:
+        """Whether luigi may skip this stage: usable (and held, see `hold`)."""
+        return self.usable(manifest)
 
     def run(self):
         lifecycle.setup()
         t0 = time.monotonic()
-        base = {**self.key_doc, "schema_version": self.schema_version,
+        upstream_content = {}
+        for name, up in self.upstream().items():
+            um = up.manifest()
+            upstream_content[name] = um.get("content_digest") if um else None
+        base = {**self.key_doc, "schema_version": self.schema_version, "upstream_content": upstream_content,
                 "run_id": runlog.current_run_id(), "resolved_params": self.params.model_dump(mode="json")}
-        m = self.manifest()
-        replace = (self.must_rerun and not self._rebuilt_this_run()) or (m is not None and not self.usable(m))
-        status, _ = self.store.ensure(self.stage, self.key, self._build_with_fault_hook, base, replace=replace)
+
+        def reusable(m: dict) -> bool:
+            if self.must_rerun and m.get("run_id") != runlog.current_run_id():
+                return False
+            problems = self.trust_problems(m, fresh=True)
+            if problems:
+                _warn_once(self, problems)
+                return False
+            return self.usable(m)
+
+        status, _ = self.store.ensure(self.stage, self.key, self._build_with_fault_hook, base, reusable=reusable,
+                                      hold=self.hold, volatile=self.volatile)
         wall = round(time.monotonic() - t0, 3)
-        runlog.record(self.store.root, self.stage, self.key, status, wall, str(self.artifact_dir))
+        runlog.record(self.store.root, self.stage, self.key, status, wall, code=self.key_doc["code"])
         log.info("%s %s: %s in %.1fs", self.stage, self.key[:16], status, wall)
 
     def _build_with_fault_hook(self, out_dir: Path) -> dict:
@@ -183,12 +250,21 @@ class StageTask(luigi.Task):
         # the finished-but-unpublished build open so a test can SIGKILL or race it.
         stage, _, seconds = os.environ.get("PERFDAG_FAULT_SLEEP", "").partition(":")
         if stage == self.stage:
+            log.info("fault hook: holding %s for %ss before publishing", self.stage, seconds or 0)
             time.sleep(float(seconds or 0))
         return extra
 
-    def _rebuilt_this_run(self) -> bool:
-        m = self.manifest()
-        return bool(m and m.get("run_id") == runlog.current_run_id())
+
+_TRUST_MEMO: dict[tuple, list[str]] = {}
+_WARNED: set[tuple] = set()
+
+
+def _warn_once(task: StageTask, problems: list[str]) -> None:
+    if (task.stage, task.key) in _WARNED:
+        return
+    _WARNED.add((task.stage, task.key))
+    log.warning("%s %s: not reusing the published artifact, it will be rebuilt:\n  %s",
+                task.stage, task.key[:16], "\n  ".join(problems))
 
 
 def host_resource(name: str) -> str:
@@ -198,7 +274,7 @@ def host_resource(name: str) -> str:
 
 # The DAG's topological order; STAGES (filled by tasks/ as classes are defined) follows it.
 STAGE_ORDER = ("PrepareModel", "Quantize", "BuildEngine", "FillTritonRepo", "LaunchServers",
-               "PrepareDataset", "RunLoadgen", "CheckAccuracy", "FullRun")
+               "PrepareDataset", "RunLoadgen", "RunAccuracy", "CheckAccuracy", "FullRun")
 STAGES: dict[str, type[StageTask]] = {}
 
 

@@ -21,6 +21,12 @@ class BuildEngine(StageTask):
     def tools(self):
         return backend_for(self.params).build_tools(self.params)
 
+    def code(self):
+        return backend_for(self.params).build_code(self.params)
+
+    def executed(self):
+        return backend_for(self.params).build_executed(self.params)
+
     def build(self, out_dir: Path) -> dict:
         up = self.upstream()["checkpoint"]
         return backend_for(self.params).build(checkpoint_dir(up.artifact_dir, up.manifest()), out_dir, self.params,

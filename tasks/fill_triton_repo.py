@@ -31,8 +31,18 @@ class FillTritonRepo(StageTask):
         return {"decoupled": decoupled_for(self.params.loadgen.scenario),
                 "num_servers": backend_for(self.params).num_servers(self.params)}
 
+    def code(self):
+        return backend_for(self.params).repo_code(self.params)
+
+    @property
+    def engine_rel(self) -> str:
+        """The engine relative to the artifacts root (servers run there): the root can move."""
+        return os.path.relpath(self.input_dir("engine") / "engine", self.store.root)
+
+    def executed(self):
+        decoupled = decoupled_for(self.params.loadgen.scenario)
+        return {"repos": backend_for(self.params).render_repos(self.params, self.engine_rel, decoupled)}
+
     def build(self, out_dir: Path) -> dict:
-        engine_dir = self.input_dir("engine") / "engine"
-        engine_rel = os.path.relpath(engine_dir, self.artifact_dir)  # configs stay valid when the root moves
-        return {"layout": backend_for(self.params).fill(engine_dir, engine_rel, out_dir, self.params,
-                                                        decoupled_for(self.params.loadgen.scenario))}
+        return {"layout": backend_for(self.params).fill(self.input_dir("engine") / "engine", self.engine_rel, out_dir,
+                                                        self.params, decoupled_for(self.params.loadgen.scenario))}

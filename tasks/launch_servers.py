@@ -1,16 +1,22 @@
 """LaunchServers: real server processes on the filled configuration (or external endpoints).
 
 Complete only while the recorded servers answer ready: a dead or unready server makes the next
-run relaunch them. Live servers with the same key are reused across runs.
+run relaunch them. Live servers with the same key are reused across runs. Every process is in the
+server registry (harness/serving/registry.py) the moment it exists, and a run that uses the
+servers holds a lease on them; both are decided under the key's lock, so two runs never both
+launch and no run stops servers another is measuring against.
 """
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from harness.backends import backend_for
 from harness.serving.launcher import servers_live, stop_recorded
+from harness.serving.registry import ServerRegistry, run_holder
 
+from . import runlog
 from .base import StageTask, host_resource, log, register
 from .fill_triton_repo import FillTritonRepo
 
@@ -21,6 +27,9 @@ SERVERS_FILE = "servers.json"
 class LaunchServers(StageTask):
     stage = "LaunchServers"
     reads = ("triton.bind", "triton.grpc_ports", "triton.endpoints", "triton.binary")
+    # What a launch publishes is runtime state (pids, ports, logs the servers keep writing), not
+    # content: measurements made against an earlier launch of the same key stay valid.
+    volatile = ("logs", SERVERS_FILE)
 
     def upstream(self):
         return {"repo": self.clone(FillTritonRepo)}
@@ -32,18 +41,42 @@ class LaunchServers(StageTask):
     def tools(self):
         return backend_for(self.params).serving_tools(self.params)
 
+    @property
+    def repo_rel(self) -> str:
+        return os.path.relpath(self.input_dir("repo"), self.store.root)
+
+    def executed(self):
+        return backend_for(self.params).launch_executed(self.params, self.repo_rel)
+
+    @property
+    def registry(self) -> ServerRegistry:
+        return ServerRegistry(self.store.root)
+
     def servers(self) -> list[dict]:
         f = self.artifact_dir / SERVERS_FILE
         return json.loads(f.read_text())["servers"] if f.is_file() else []
 
     def usable(self, manifest: dict) -> bool:
-        return servers_live(self.servers())
+        # Patience: a server busy with another run's measurement answers late, and is not dead.
+        return servers_live(self.servers(), patience_s=30.0)
+
+    def hold(self, manifest: dict) -> None:
+        self.registry.lease(self.key[:16], run_holder(runlog.current_run_id()))
+
+    def reuse_now(self, manifest: dict) -> bool:
+        with self.store.lock(self.stage, self.key):  # decided together with launches and stops
+            if not self.usable(manifest):
+                return False
+            self.hold(manifest)
+            return True
 
     def build(self, out_dir: Path) -> dict:
-        stop_recorded(self.servers())  # a stale record being replaced: stop what is left of it
+        # Under the key's lock: what is left of a stale launch (a dead run's, or crashed servers) goes.
+        stop_recorded(self.servers())
+        self.registry.stop(self.key[:16])
         repo = self.upstream()["repo"]
-        servers = backend_for(self.params).launch(repo.artifact_dir, repo.manifest()["layout"], out_dir, self.params,
-                                                  runtime_dir=self.store.root / ".backends",
-                                                  on_spawn=lambda rec: None, log=log.info)
+        servers = backend_for(self.params).launch(
+            self.repo_rel, repo.manifest()["layout"], out_dir, self.params, root=self.store.root,
+            on_spawn=lambda rec: self.registry.record(self.key[:16], rec), log=log.info)
         (out_dir / SERVERS_FILE).write_text(json.dumps({"servers": servers}, indent=2))
         return {"servers": servers}

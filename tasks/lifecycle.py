@@ -1,20 +1,38 @@
 """Process-wide setup for a run, done explicitly (importing perfdag changes no global state).
 
 `setup()` runs when luigi first asks a stage whether it is complete or runs one (idempotent):
-perfdag's log handler, perfdag errors shown as messages instead of tracebacks, servers stopped
-when a stage fails or the run is interrupted. A run that succeeds keeps what LaunchServers
-started (live servers are reused by the next run); a run that fails or is interrupted stops the
-servers it launched itself, never older ones.
+perfdag's log handler, perfdag errors shown as messages instead of tracebacks, Ctrl-C as one
+line, server leases released at the end, and the exit code of the run's verdict.
+
+Servers and leases: a run that measures holds a lease on its servers (tasks/launch_servers.py).
+FullRun and Sweep release theirs at the end; servers nobody else holds and nobody asked to keep
+(--keep-servers) are stopped then. Whatever a run still holds when it exits is released too: a run
+that failed or was interrupted stops the servers it was the last user of; a run that succeeded
+leaves them up for the next run to reuse.
+
+Exit codes (beyond luigi's own: 30 a stage failed, 40 bad parameters, ...): see EXIT_CODES.
 """
 from __future__ import annotations
 
 import atexit
-import json
 import logging
+import os
 import signal
+import sys
 import threading
 
-_state = {"setup": False, "failed": False, "interrupted": False, "filter": False}
+EXIT_INVALID = 10       # a performance run was INVALID
+EXIT_ACCURACY = 11      # accuracy FAILed
+EXIT_BOTH = 12          # both
+EXIT_REGRESSION = 13    # Nightly found a regression
+EXIT_INTERRUPTED = 130  # Ctrl-C / SIGTERM
+EXIT_CODES = {EXIT_INVALID: "a performance run was INVALID", EXIT_ACCURACY: "accuracy FAILed",
+              EXIT_BOTH: "a performance run was INVALID and accuracy FAILed",
+              EXIT_REGRESSION: "Nightly found a regression", EXIT_INTERRUPTED: "interrupted"}
+
+_state = {"setup": False, "failed": False, "interrupted": False, "filter": False, "released": False}
+_verdicts: dict[str, dict] = {}   # top-level results noted in this process
+_summaries: list[str] = []        # printed at exit (after luigi's own summary)
 log = logging.getLogger("perfdag")
 
 
@@ -25,6 +43,10 @@ class _PerfdagErrorAsMessage(logging.Filter):
         from harness.errors import PerfdagError
 
         exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, RuntimeError) and str(exc).startswith("Unfulfilled dependency at run time"):
+            # luigi re-checks requirements before a stage runs: servers that died meanwhile
+            exc = PerfdagError(f"{exc}: a stage this one needs is no longer complete (servers that stopped "
+                               "answering, or an artifact changed under the run); rerun to rebuild it")
         if isinstance(exc, PerfdagError):
             msg = record.getMessage()
             record.msg = str(exc) if msg.startswith("Uncaught exception") else f"{msg}\n{exc}"
@@ -63,43 +85,146 @@ def setup() -> None:
     runlog.current_run_id()
     luigi.Task.event_handler(luigi.Event.FAILURE)(_on_failure)
     atexit.register(_at_exit)
-    if threading.current_thread() is threading.main_thread() and \
-            signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-        signal.signal(signal.SIGINT, _on_sigint)
+    if threading.current_thread() is threading.main_thread():
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            signal.signal(signal.SIGINT, _on_signal)
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, _on_signal)
+        previous = sys.excepthook
+        sys.excepthook = lambda t, v, tb: _interrupted_exit() if issubclass(t, KeyboardInterrupt) else previous(t, v, tb)
 
 
-def servers_launched_this_run() -> list[dict]:
+# --- servers ----------------------------------------------------------------------------------
+
+def release_servers(keys16: list[str] | None = None, *, keep: bool, why: str) -> list[int]:
+    """Drops this run's leases (all it holds, or on `keys16`). `keep` marks the servers to be kept;
+    else servers no other live run holds, and nobody asked to keep, are stopped. Returns pids stopped."""
+    from harness.serving.registry import ServerRegistry
+    from harness.store import ArtifactStore
+
     from . import runlog
     from .settings import artifacts_root
 
-    out = []
-    for f in (artifacts_root() / "LaunchServers").glob("*/manifest.json"):
-        try:
-            m = json.loads(f.read_text())
-        except (OSError, json.JSONDecodeError):
+    store = ArtifactStore(artifacts_root())
+    registry = ServerRegistry(store.root)
+    run_id = runlog.current_run_id()
+    stopped: list[int] = []
+    # Named keys are released whether this run used them or not (a FullRun whose measurements were
+    # all cached is still where its servers end); at exit, only what this run holds.
+    for key16 in registry.leased_by(run_id) if keys16 is None else keys16:
+        if not registry.records(key16) and not registry.holders(key16):
             continue
-        if m.get("run_id") == runlog.current_run_id():
-            out += m.get("servers", [])
-    return out
-
-
-def stop_servers_launched_this_run(why: str) -> None:
-    from harness.serving.launcher import stop_recorded
-
-    stopped = stop_recorded(servers_launched_this_run())
+        try:
+            with store.lock("LaunchServers", key16):  # decided like launches: no run starts using them meanwhile
+                others = registry.release(key16, run_id)
+                if keep:
+                    registry.keep(key16)
+                elif not others and not registry.kept(key16):
+                    stopped += registry.stop(key16)
+                elif others:
+                    log.info("servers %s stay up: run(s) %s still use them", key16,
+                             ", ".join(h["run_id"] for h in others))
+        except OSError as e:
+            log.warning("could not release servers %s: %s", key16, e)
     if stopped:
-        log.info("stopped the servers this run started (%s): pids %s", why, ", ".join(map(str, stopped)))
+        log.info("stopped servers (%s): pids %s", why, ", ".join(map(str, stopped)))
+    return stopped
 
+
+# --- verdicts and the exit code -----------------------------------------------------------------
+
+def note_result(task_id: str, *, valid: bool = True, accuracy: bool = True, regression: bool = False,
+                summary: str | None = None, persist: bool = True) -> None:
+    """A top-level result: its summary is printed at exit, its verdict decides the exit code."""
+    from . import runlog
+    from .settings import artifacts_root
+
+    verdict = {"valid": bool(valid), "accuracy": bool(accuracy), "regression": bool(regression)}
+    first = task_id not in _verdicts
+    _verdicts[task_id] = verdict
+    if summary and first:
+        _summaries.append(summary)
+    if persist:
+        runlog.record_verdict(artifacts_root(), task_id, verdict)
+
+
+def exit_code(verdicts: list[dict]) -> int:
+    if any(v.get("regression") for v in verdicts):
+        return EXIT_REGRESSION
+    invalid = any(not v.get("valid", True) for v in verdicts)
+    failed = any(not v.get("accuracy", True) for v in verdicts)
+    return EXIT_BOTH if invalid and failed else EXIT_INVALID if invalid else EXIT_ACCURACY if failed else 0
+
+
+def _all_verdicts() -> list[dict]:
+    from . import runlog
+    from .settings import artifacts_root
+
+    doc = runlog.read(artifacts_root()) or {}
+    merged = {**(doc.get("verdicts") or {}), **_verdicts}  # worker processes note theirs in run.json
+    return list(merged.values())
+
+
+# --- handlers ------------------------------------------------------------------------------------
 
 def _on_failure(task, exception):
     _state["failed"] = True
 
 
-def _at_exit():
+def _release_at_exit() -> None:
+    if _state["released"]:
+        return
+    _state["released"] = True
+    try:
+        if _state["failed"] or _state["interrupted"]:
+            release_servers(keep=False, why="the run failed" if _state["failed"] else "interrupted")
+        else:
+            _release_leases_only()
+    except Exception as e:  # never turn a finished run into a traceback at exit
+        log.warning("releasing servers at exit failed: %s", e)
+
+
+def _release_leases_only() -> None:
+    """A run that succeeded leaves its servers up (the next run reuses them)."""
+    from harness.serving.registry import ServerRegistry
+
+    from . import runlog
+    from .settings import artifacts_root
+
+    registry = ServerRegistry(artifacts_root())
+    run_id = runlog.current_run_id()
+    for key16 in registry.leased_by(run_id):
+        registry.release(key16, run_id)
+
+
+def _at_exit() -> None:
+    _release_at_exit()
+    for text in _summaries:
+        print(text, flush=True)
     if _state["failed"] or _state["interrupted"]:
-        stop_servers_launched_this_run("the run failed" if _state["failed"] else "interrupted")
+        return
+    code = exit_code(_all_verdicts())
+    if code:
+        print(f"perfdag: exit {code}: {EXIT_CODES[code]}", file=sys.stderr, flush=True)
+        for h in logging.getLogger().handlers + log.handlers:
+            h.flush()
+        os._exit(code)  # luigi has already chosen 0; a script must see the verdict
 
 
-def _on_sigint(signum, frame):
+def _on_signal(signum, frame):
     _state["interrupted"] = True
     raise KeyboardInterrupt
+
+
+def _interrupted_exit() -> None:
+    """Ctrl-C: stop what this run was the last user of, say so in one line, no traceback."""
+    _state["interrupted"] = True
+    stopped = []
+    try:
+        stopped = release_servers(keep=False, why="interrupted")
+        _state["released"] = True
+    except Exception:
+        pass
+    what = f"; stopped server pids {', '.join(map(str, stopped))}" if stopped else ""
+    print(f"perfdag: interrupted{what}", file=sys.stderr, flush=True)
+    os._exit(EXIT_INTERRUPTED)

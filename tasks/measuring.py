@@ -1,5 +1,5 @@
-"""What RunLoadgen and CheckAccuracy share: the servers and dataset they need, one measurement
-per host at a time, and the nightly date in their keys."""
+"""What the measuring stages share: the servers and dataset they need, one measurement per host at
+a time, the nightly date in their keys, and the SUT's code."""
 from __future__ import annotations
 
 from harness.datasets import Sample
@@ -7,6 +7,13 @@ from harness.datasets import Sample
 from .base import StageTask, host_resource
 from .launch_servers import LaunchServers
 from .prepare_dataset import PrepareDataset, read_samples
+
+# The LoadGen SUT: its behaviour shapes every measurement (client cores by protocol below).
+SUT_CODE = ("harness.measure", "harness.loadgen", "harness.loadgen.runner", "harness.loadgen.driver",
+            "harness.loadgen.frontend", "harness.loadgen.settings", "harness.loadgen.results",
+            "harness.loadgen.messages", "harness.loadgen.cores", "harness.loadgen.cores.base")
+CORE_CODE = {"triton-grpc": ("harness.loadgen.cores.triton_grpc", "harness.serving.contract"),
+             "openai-http": ("harness.loadgen.cores.openai_http", "harness.serving.sse")}
 
 
 class MeasuringStage(StageTask):
@@ -19,6 +26,10 @@ class MeasuringStage(StageTask):
 
     def key_inputs(self):
         return {"nightly_date": self.nightly_date} if self.nightly_date else {}
+
+    def code(self):
+        from harness.backends import backend_for
+        return SUT_CODE + CORE_CODE[backend_for(self.params).protocol]
 
     def inputs(self) -> tuple[list[dict], list[Sample], dict]:
         """(server records, samples, dataset manifest)."""

@@ -1,12 +1,12 @@
 """PrepareDataset: the benchmark samples as token ids, with their accuracy references.
 
 For the built-in dataset the references are the unquantized model's greedy outputs (run once
-here with transformers); other datasets bring their own reference outputs and MLPerf's
-published reference scores.
+here with transformers); other datasets bring their own reference outputs. Which reference
+scores apply is CheckAccuracy's business, so changing them never re-prepares the dataset.
 """
 from __future__ import annotations
 
-import json
+import os
 from pathlib import Path
 
 from harness.datasets import Sample, load_dataset, write_jsonl
@@ -21,12 +21,13 @@ SAMPLES_FILE = "samples.jsonl"
 @register
 class PrepareDataset(StageTask):
     stage = "PrepareDataset"
+    reads = ("dataset", "build.max_input_len")
 
     @property
-    def reads(self):  # whose published scores apply matters only when they are used
+    def greedy_references(self) -> bool:
+        """The built-in dataset, scored against the unquantized model's own outputs."""
         p = self.params
-        own = p.dataset.format == "builtin" and p.accuracy.reference_scores == "auto"
-        return ("dataset", "build.max_input_len", "accuracy.reference_scores") + (() if own else ("loadgen.mlperf_model",))
+        return p.dataset.format == "builtin" and p.accuracy.reference_scores == "auto"
 
     def upstream(self):
         return {"model": self.clone(PrepareModel)}
@@ -34,42 +35,45 @@ class PrepareDataset(StageTask):
     def tools(self):
         return versions("transformers", "torch")
 
+    def code(self):
+        return ("harness.datasets", "harness.corpus") + (("harness.references",) if self.greedy_references else ())
+
     def key_inputs(self):
         d = self.params.dataset
-        if d.path is None:
-            return {}
-        from harness.hashing import (
-            dir_content_hash,  # a file enters by content, like checkpoints
-        )
-        return {"dataset_sha256": dir_content_hash(d.path, self.store.root / ".hashcache" / "files.json")}
+        out = {"greedy_references": self.greedy_references}
+        if d.format == "builtin":  # prompts are cut from the shipped corpus
+            from harness.corpus import corpus_sha256
+            out["corpus_sha256"] = corpus_sha256()
+        if d.path is not None:
+            from harness.hashing import dir_content_hash  # a file enters by content, like checkpoints
+            out["dataset_sha256"] = dir_content_hash(d.path, self.store.root / ".hashcache" / "files.json")
+        return out
 
     def build(self, out_dir: Path) -> dict:
         from transformers import AutoTokenizer
 
-        from harness.accuracy import reference_scores_for, score_texts
         from harness.references import greedy_references
 
         p, d = self.params, self.params.dataset
         up = self.upstream()["model"]
         model_dir = checkpoint_dir(up.artifact_dir, up.manifest())
-        samples = load_dataset(d.format, d.path, model_dir, d.num_samples, p.build.max_input_len)
+        samples = load_dataset(d.format, d.path, model_dir, d.num_samples, p.build.max_input_len, sha256=d.sha256)
         tok = AutoTokenizer.from_pretrained(str(model_dir))
-        if d.format == "builtin" and p.accuracy.reference_scores == "auto":
+        source = "the dataset's reference outputs"
+        if self.greedy_references:
             refs = greedy_references(model_dir, [s.input_ids for s in samples], d.max_new_tokens, log=log.info)
             texts = tok.batch_decode(refs, skip_special_tokens=True)
             for s, ids, text in zip(samples, refs, texts):
                 s.reference_ids, s.reference_text = ids, text
-            scores = score_texts(texts, texts, [len(r) for r in refs])
-            reference = {"source": "unquantized model, transformers greedy",
-                         "scores": {k: scores[k] for k in ("rouge1", "rouge2", "rougeL", "tokens_per_sample")}}
-        else:
-            name = p.loadgen.mlperf_model if p.accuracy.reference_scores == "auto" else p.accuracy.reference_scores
-            reference = {"source": f"MLPerf published scores of {name}", "scores": reference_scores_for(name)}
+            source = "unquantized model, transformers greedy"
         write_jsonl(samples, out_dir / SAMPLES_FILE)
-        (out_dir / "reference.json").write_text(json.dumps(reference, indent=2))
-        return {"num_samples": len(samples), "reference": reference, "end_id": tok.eos_token_id,
-                "pad_id": tok.pad_token_id, "tokenizer_dir": str(model_dir)}
+        return {"num_samples": len(samples), "reference_source": source, "end_id": tok.eos_token_id,
+                "pad_id": tok.pad_token_id, "tokenizer": os.path.relpath(model_dir, self.artifact_dir)}
 
 
 def read_samples(artifact_dir: Path, manifest: dict) -> list[Sample]:
     return load_dataset("jsonl", artifact_dir / SAMPLES_FILE, None, manifest["num_samples"])
+
+
+def tokenizer_dir(artifact_dir: Path, manifest: dict) -> Path:
+    return (artifact_dir / manifest["tokenizer"]).resolve()

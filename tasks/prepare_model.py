@@ -1,11 +1,10 @@
 """PrepareModel: the built-in tiny Llama, or a user's Hugging Face checkpoint by content hash."""
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 from harness.hashing import dir_content_hash
-from harness.tiny_model import CORPUS, build_tiny_llama
+from harness.corpus import corpus_sha256
 from harness.versions import versions
 
 from .base import StageTask, log, register
@@ -26,9 +25,12 @@ class PrepareModel(StageTask):
     def tools(self):
         return versions("torch", "transformers", "tokenizers") if self.builtin else {}
 
+    def code(self):
+        return ("harness.tiny_model", "harness.corpus") if self.builtin else ()
+
     def key_inputs(self):
         if self.builtin:
-            return {"corpus_sha256": hashlib.sha256(CORPUS.read_bytes()).hexdigest()}
+            return {"corpus_sha256": corpus_sha256()}
         memo = self.store.root / ".hashcache" / "files.json"
         log.info("PrepareModel: hashing %s (memoised by size and mtime)", self.params.model.checkpoint)
         return {"checkpoint_sha256": dir_content_hash(self.params.model.checkpoint, memo)}
@@ -36,6 +38,8 @@ class PrepareModel(StageTask):
     def build(self, out_dir: Path) -> dict:
         if not self.builtin:
             return {"checkpoint": self.params.model.checkpoint}
+        from harness.tiny_model import build_tiny_llama
+
         info = build_tiny_llama(self.params.model.tiny, out_dir / "model", log=log.info)
         return {"checkpoint": "model", "tiny_model": info}
 

@@ -23,6 +23,16 @@ class Quantize(StageTask):
     def tools(self):
         return backend_for(self.params).quantize_tools(self.params)
 
+    def code(self):
+        return backend_for(self.params).quantize_code(self.params)
+
+    def executed(self):
+        return backend_for(self.params).quantize_executed(self.params)
+
+    def key_inputs(self):
+        from harness.corpus import corpus_sha256
+        return {"calibration_corpus_sha256": corpus_sha256()}  # calibration prompts come from it
+
     def build(self, out_dir: Path) -> dict:
         up = self.upstream()["model"]
         src = checkpoint_dir(up.artifact_dir, up.manifest())

@@ -1,17 +1,19 @@
 """artifacts/runs/<utc-time>-<pid>/run.json: what one invocation touched, built or reused.
 
 The run id lives in the environment so luigi's forked worker processes write to the same run.
+On a read-only artifacts root the record is skipped with one warning: a fully cached run still
+works there.
 """
 from __future__ import annotations
 
 import json
+import logging
 import os
 from datetime import datetime, timezone
 from pathlib import Path
 
-from filelock import FileLock
-
 ENV = "PERFDAG_RUN_ID"
+_warned = {"readonly": False}
 
 
 def start_new_run() -> str:
@@ -28,21 +30,49 @@ def run_file(root: Path) -> Path:
     return root / "runs" / current_run_id() / "run.json"
 
 
-def record(root: Path, stage: str, key: str, status: str, wall_seconds: float | None = None,
-           path: str | None = None) -> None:
-    """Adds a stage to this run's run.json; 'built' overrides an earlier 'reused', never the reverse."""
+def read(root: Path) -> dict | None:
+    try:
+        return json.loads(run_file(root).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def _update(root: Path, change) -> None:
+    from filelock import FileLock
+
     f = run_file(root)
-    f.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(f) + ".lock"):
-        doc = json.loads(f.read_text()) if f.exists() else {
-            "run_id": current_run_id(), "started_at": datetime.now(timezone.utc).isoformat(), "stages": {}}
+    try:
+        f.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(f) + ".lock"):
+            doc = json.loads(f.read_text()) if f.exists() else {
+                "run_id": current_run_id(), "started_at": datetime.now(timezone.utc).isoformat(), "stages": {}}
+            if change(doc) is False:
+                return
+            doc["updated_at"] = datetime.now(timezone.utc).isoformat()
+            tmp = f.with_name(f".run.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(doc, indent=2))
+            os.replace(tmp, f)
+    except OSError as e:
+        if not _warned["readonly"]:
+            _warned["readonly"] = True
+            logging.getLogger("perfdag").warning("run record not written (%s): %s", f, e.strerror or e)
+
+
+def record(root: Path, stage: str, key: str, status: str, wall_seconds: float | None = None,
+           code: dict | None = None) -> None:
+    """Adds a stage to this run's run.json; 'built' overrides an earlier 'reused', never the reverse."""
+    def change(doc):
         entry_id = f"{stage}/{key[:16]}"
         old = doc["stages"].get(entry_id)
         if old and old["status"] == "built" and status == "reused":
-            return
-        doc["stages"][entry_id] = {"stage": stage, "key": key, "status": status,
-                                   "wall_seconds": wall_seconds, "path": path}
-        doc["updated_at"] = datetime.now(timezone.utc).isoformat()
-        tmp = f.with_suffix(".tmp")
-        tmp.write_text(json.dumps(doc, indent=2))
-        os.replace(tmp, f)
+            return False
+        doc["stages"][entry_id] = {"stage": stage, "key": key, "status": status, "wall_seconds": wall_seconds,
+                                   "path": f"{stage}/{key[:16]}", "code": code or {}}
+    _update(root, change)
+
+
+def record_verdict(root: Path, task_id: str, verdict: dict) -> None:
+    """A top-level result (FullRun, Sweep): what the exit code of this invocation reports."""
+    def change(doc):
+        doc.setdefault("verdicts", {})[task_id] = verdict
+    _update(root, change)

@@ -67,8 +67,28 @@ def built_default(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.fixture
+def gpu_overrides(tmp_path) -> str:
+    """Overrides that let the GPU examples validate here: a checkpoint and a dataset that exist."""
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
+    (tmp_path / "data.pkl").write_bytes(b"")
+    return f"model.checkpoint={tmp_path / 'ckpt'},dataset.path={tmp_path / 'data.pkl'}"
+
+
 def tritonservers_under(root) -> list[int]:
     """pids of tritonserver processes whose command line points into this artifacts root."""
     import subprocess
     out = subprocess.run(["pgrep", "-f", f"tritonserver.*{root}"], capture_output=True, text=True)
     return [int(p) for p in out.stdout.split()]
+
+
+def republish(artifact_dir: Path) -> None:
+    """Rewrites an artifact's manifest as if it had been published as it is now: for tests that need
+    a broken artifact perfdag trusts (a bad engine that was built that way, not tampered with)."""
+    from harness import integrity
+
+    m = json.loads((artifact_dir / "manifest.json").read_text())
+    m["files"] = integrity.describe(artifact_dir, skip=m.get("volatile", ()))
+    m["content_digest"] = integrity.content_digest(m["files"])
+    (artifact_dir / "manifest.json").write_text(json.dumps(m, indent=2, sort_keys=True))

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import SHORT, run_luigi, run_records, statuses, tritonservers_under
+from conftest import SHORT, republish, run_luigi, run_records, statuses, tritonservers_under
 
 
 @pytest.fixture
@@ -34,7 +34,7 @@ def test_fullrun_reports_performance_and_accuracy_and_stops_its_servers(root):
     report_dir = only(root, "FullRun/*")
     report = json.loads((report_dir / "report.json").read_text())
     assert set(report["stages"]) == {"PrepareModel", "Quantize", "BuildEngine", "FillTritonRepo", "LaunchServers",
-                                     "PrepareDataset", "RunLoadgen", "CheckAccuracy", "FullRun"}
+                                     "PrepareDataset", "RunLoadgen", "RunAccuracy", "CheckAccuracy", "FullRun"}
     perf, acc = report["performance"], report["accuracy"]
     assert perf["scenario"] == "Offline" and perf["valid"] is True
     assert perf["samples_per_second"] > 0 and perf["tokens_per_second"] > perf["samples_per_second"]
@@ -47,7 +47,8 @@ def test_fullrun_reports_performance_and_accuracy_and_stops_its_servers(root):
     perf_dir = only(root, "RunLoadgen/*")
     for name in ("mlperf_log_summary.txt", "mlperf_log_detail.txt", "result.json"):
         assert (perf_dir / name).is_file()
-    assert (only(root, "CheckAccuracy/*") / "mlperf_log_accuracy.json").is_file()
+    assert (only(root, "RunAccuracy/*") / "mlperf_log_accuracy.json").is_file()
+    assert (only(root, "CheckAccuracy/*") / "accuracy.json").is_file()
     assert tritonservers_under(root) == []  # FullRun stopped what it started
 
 
@@ -90,6 +91,7 @@ def test_damaged_engine_fails_the_accuracy_check(root):
         if "mlp" in name and t.dtype.is_floating_point and t.dim() == 2:
             tensors[name] = t + torch.randn(t.shape, generator=gen) * t.abs().mean() * 2
     save_file(tensors, weights)
+    republish(weights.parent.parent)  # an engine built bad (not tampered with: that would be rebuilt)
     run_luigi("CheckAccuracy", "--overrides", SHORT, artifacts=root)
     acc = json.loads((only(root, "CheckAccuracy/*") / "accuracy.json").read_text())
     assert acc["passed"] is False

@@ -10,7 +10,7 @@ from pipeline import STAGES
 DEFAULT = REPO / "params" / "default.yaml"
 ALL = set(STAGES)
 SERVE = {"FillTritonRepo", "LaunchServers"}
-MEASURE = {"RunLoadgen", "CheckAccuracy", "FullRun"}
+MEASURE = {"RunLoadgen", "RunAccuracy", "CheckAccuracy", "FullRun"}
 FROM_BUILD = {"BuildEngine"} | SERVE | MEASURE
 FROM_QUANTIZE = {"Quantize"} | FROM_BUILD
 NONE: set[str] = set()
@@ -35,7 +35,7 @@ MATRIX = [
     ("build", "override", "build.max_input_len=100", FROM_BUILD | {"PrepareDataset"}),  # prompts are cut to it
     ("build", "override", "build.device=cuda", FROM_QUANTIZE),  # calibration runs on the device
     ("runtime", "override", "runtime.max_queue_delay_microseconds=100", SERVE | MEASURE),
-    ("runtime", "env", ("TRTLLM_RUNTIME_FLAGS", "enable_chunked_context:true"), SERVE | MEASURE),
+    ("runtime", "env", ("TRTLLM_RUNTIME_FLAGS", "batch_scheduler_policy:guaranteed_no_evict"), SERVE | MEASURE),
     ("triton", "override", "triton.num_servers=2", SERVE | MEASURE),
     ("triton", "override", "triton.bind=0.0.0.0", {"LaunchServers"} | MEASURE),
     ("harness", "override", "harness.clients_per_frontend=8", MEASURE),
@@ -114,14 +114,6 @@ def test_real_checkpoint_enters_by_content_not_path(tmp_path, built_fast, artifa
 H100 = REPO / "params" / "examples" / "llama2-70b-h100x8-offline.yaml"
 
 
-@pytest.fixture
-def gpu_inputs(tmp_path):
-    (tmp_path / "ckpt").mkdir()
-    (tmp_path / "ckpt" / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
-    (tmp_path / "data.pkl").write_bytes(b"")
-    return f"model.checkpoint={tmp_path / 'ckpt'},dataset.path={tmp_path / 'data.pkl'}"
-
-
 TRTLLM_MATRIX = [
     ("runtime flag keeps the engine", ("TRTLLM_RUNTIME_FLAGS", "kv_cache_free_gpu_mem_fraction:0.8"), SERVE | MEASURE),
     ("runtime field keeps the engine", "runtime.enable_kv_cache_reuse=true", SERVE | MEASURE),
@@ -133,13 +125,13 @@ TRTLLM_MATRIX = [
 
 
 @pytest.mark.parametrize("what,change,expected", TRTLLM_MATRIX, ids=[m[0] for m in TRTLLM_MATRIX])
-def test_trtllm_invalidation_matrix(what, change, expected, gpu_inputs, monkeypatch, artifacts):
-    before = keys(H100, gpu_inputs)
+def test_trtllm_invalidation_matrix(what, change, expected, gpu_overrides, monkeypatch, artifacts):
+    before = keys(H100, gpu_overrides)
     if isinstance(change, tuple):
         monkeypatch.setenv(*change)
-        after = keys(H100, gpu_inputs)
+        after = keys(H100, gpu_overrides)
     else:
-        after = keys(H100, f"{gpu_inputs},{change}")
+        after = keys(H100, f"{gpu_overrides},{change}")
     assert {s for s in STAGES if before[s] != after[s]} == expected
 
 
@@ -147,16 +139,16 @@ def test_trtllm_invalidation_matrix(what, change, expected, gpu_inputs, monkeypa
     ("tensorrt_llm", "0.99.0", FROM_QUANTIZE),       # engine (and its checkpoint format) never cross versions
     ("gpu_compute_capability", "10.0", FROM_BUILD),  # an SM 9.0 (H100/H200) engine is not reused on SM 10.0 (B200)
 ])
-def test_trtllm_tool_changes(tool, value, expected, gpu_inputs, monkeypatch):
+def test_trtllm_tool_changes(tool, value, expected, gpu_overrides, monkeypatch):
     import harness.backends.trtllm as trtllm_backend
     import harness.backends.trtllm.build as trt_build
 
-    before = keys(H100, gpu_inputs)
+    before = keys(H100, gpu_overrides)
     trtllm_backend.engine_key_tools_cached.cache_clear()
     if tool == "tensorrt_llm":
         monkeypatch.setattr(trt_build, "trtllm_version", lambda: value)
     else:
         monkeypatch.setattr(trt_build, "gpu_compute_capability", lambda run=None: value)
-    after = keys(H100, gpu_inputs)
+    after = keys(H100, gpu_overrides)
     trtllm_backend.engine_key_tools_cached.cache_clear()
     assert {s for s in STAGES if before[s] != after[s]} == expected

@@ -68,7 +68,7 @@ def tokenizer_dir(tmp_path_factory) -> Path:
 def test_builtin_dataset_is_deterministic_prefixes(tokenizer_dir):
     from transformers import AutoTokenizer
 
-    from harness.tiny_model import corpus_lines
+    from harness.corpus import corpus_lines
 
     a = load_dataset("builtin", None, tokenizer_dir, 20, max_input_len=64)
     b = load_dataset("builtin", None, tokenizer_dir, 20, max_input_len=64)

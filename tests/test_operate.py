@@ -84,7 +84,7 @@ def test_sweep_on_luigid_with_two_workers_builds_shared_stages_once(root, luigid
     # The copied root already holds the default (batch 32) engine: one new engine (batch 16), a repo
     # and servers per batch size, one dataset (64 samples), a measurement per point, one sweep.
     assert per_stage == {"PrepareDataset": 1, "BuildEngine": 1, "FillTritonRepo": 2, "LaunchServers": 2,
-                         "CheckAccuracy": 2, "RunLoadgen": 4, "FullRun": 4, "Sweep": 1}
+                         "RunAccuracy": 2, "CheckAccuracy": 2, "RunLoadgen": 4, "FullRun": 4, "Sweep": 1}
     both = [json.loads(f.read_text()) for f in (root / "runs").glob("*/run.json")]
     assert len({r["run_id"] for r in both}) >= 2  # both workers took part
 

@@ -11,7 +11,7 @@ import sys
 import time
 
 import pytest
-from conftest import FAST, REPO, run_luigi, run_records, statuses, tritonservers_under
+from conftest import FAST, REPO, republish, run_luigi, run_records, statuses, tritonservers_under
 
 
 def servers_of(root):
@@ -97,7 +97,8 @@ def test_repo_the_server_refuses_gives_log_tail_and_no_orphan(serve_root):
     """An engine directory that cannot load makes the model fail; the error carries the log tail."""
     root = serve_root
     weights = next((root / "BuildEngine").glob("*/engine/weights.safetensors"))
-    weights.write_bytes(b"not a safetensors file")  # the served model cannot load this engine
+    weights.write_bytes(b"not a safetensors file")  # the served model cannot load this engine ...
+    republish(weights.parent.parent)  # ... which was published so (a tampered one would be rebuilt)
     proc = run_luigi("LaunchServers", "--overrides", FAST, artifacts=root, check=False)
     assert proc.returncode != 0
     assert "tensorrt_llm" in proc.stderr and "log" in proc.stderr.lower()

@@ -97,7 +97,7 @@ def test_example_validates_clean(name, placeholders, tmp_path):
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     rows = json.loads(out.stdout)
-    assert [r["status"] for r in rows] == ["missing"] * len(rows) and len(rows) == 9
+    assert [r["status"] for r in rows] == ["missing"] * len(rows) and len(rows) == 10
 
 
 @pytest.mark.parametrize("name", RUNNABLE)

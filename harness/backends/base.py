@@ -4,6 +4,11 @@ A backend turns (checkpoint, quantize, build, runtime) into servers that speak a
 LoadGen SUT has a core for. Tasks ask `backend_for(params)` and call these methods; they never
 branch on a backend's name. Everything that decides *what* runs (command lines, configs, plans)
 is a pure function of the parameters, so it is tested on CPU and can enter the stage keys.
+
+Keys (harness/codehash.py, harness/executed.py): where perfdag's own code does a stage's work the
+backend lists those modules (`*_code`), and their digests enter the key; where an external tool
+does it (modelopt export, trtllm-build, tritonserver, mpirun) the backend renders what the tool
+is handed (`*_executed`), normalised, and that enters the key instead of the renderer's source.
 """
 from __future__ import annotations
 
@@ -33,6 +38,12 @@ class Backend:
     def quantize_tools(self, params) -> dict[str, str]:
         return {}
 
+    def quantize_code(self, params) -> tuple[str, ...]:
+        return ("harness.calibration", "harness.corpus")
+
+    def quantize_executed(self, params) -> dict:
+        return {}
+
     def quantize(self, src: Path, out_dir: Path, params, log: Log, final_dir: Path) -> dict:
         """Writes the quantized checkpoint under `out_dir` (published as `final_dir`); returns manifest
         fields, with `checkpoint` the checkpoint's path relative to the artifact."""
@@ -40,6 +51,12 @@ class Backend:
 
     # --- BuildEngine ------------------------------------------------------------------------
     def build_tools(self, params) -> dict[str, str]:
+        return {}
+
+    def build_code(self, params) -> tuple[str, ...]:
+        return ()
+
+    def build_executed(self, params) -> dict:
         return {}
 
     def build(self, checkpoint: Path, out_dir: Path, params, log: Log) -> dict:
@@ -56,16 +73,29 @@ class Backend:
         n = params.triton.num_servers
         return int(n) if n is not None else 1
 
+    def repo_code(self, params) -> tuple[str, ...]:
+        return ()
+
+    def render_repos(self, params, engine_rel: str, decoupled: bool) -> dict[str, dict[str, str]]:
+        """{repo: {file name: text}}: the configuration the servers are handed (keyed)."""
+        return {}
+
     def fill(self, engine_dir: Path, engine_rel: str, out_dir: Path, params, decoupled: bool) -> dict:
         """Writes the servers' configuration under `out_dir`; returns the layout (manifest field).
-        `engine_rel` is the engine directory relative to the artifact, for relocatable configs."""
+        `engine_rel` is the engine directory relative to the artifacts root (servers run there), so
+        the root can be moved."""
         raise NotImplementedError
 
     # --- LaunchServers ----------------------------------------------------------------------
     def serving_tools(self, params) -> dict[str, str]:
         return {}
 
-    def launch(self, repo_dir: Path, layout: dict, out_dir: Path, params, *, runtime_dir: Path,
+    def launch_executed(self, params, repo_rel: str) -> dict:
+        """The server command lines and environment, with placeholders for ports and paths."""
+        return {}
+
+    def launch(self, repo_rel: str, layout: dict, out_dir: Path, params, *, root: Path,
                on_spawn: Callable[[dict], None], log: Log) -> list[dict]:
-        """Starts the servers (or checks external ones); returns their records."""
+        """Starts the servers (or checks external ones) in the artifacts root `root`, on the
+        configuration at `repo_rel` (relative to it); returns their records."""
         raise NotImplementedError

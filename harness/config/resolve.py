@@ -15,6 +15,7 @@ import yaml
 from pydantic import ValidationError
 
 from ..errors import InputError
+from . import yamlio
 from .rules import cross_field_problems
 from .schema import SECTIONS, Params
 
@@ -41,7 +42,7 @@ class ParamsError(InputError):
 def parse_scalar(text: str) -> Any:
     """A YAML scalar ('16' -> 16, 'true' -> True, '[1,2]' -> [1, 2]), so CLI values type like the file."""
     try:
-        return yaml.safe_load(text) if text.strip() else ""
+        return yamlio.loads(text) if text.strip() else ""
     except yaml.YAMLError:
         return text
 
@@ -101,17 +102,22 @@ def load_params_file(path: Path, problems: list[str], _chain: tuple[Path, ...] =
         problems.append(f"params file {str(path)!r} not found{where}; pass --params-file with an existing YAML file")
         return {}
     try:
-        doc = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problems.append(f"{path.name}: malformed YAML{where}: {getattr(e, 'problem', e)}")
+        doc = yamlio.load_file(path)
+    except InputError as e:
+        problems.append(str(e))
         return {}
+    except OSError as e:
+        problems.append(f"{path}: cannot be read ({e.strerror}); check its permissions")
+        return {}
+    doc = {} if doc is None else doc
     if not isinstance(doc, dict):
         problems.append(f"{path.name}: top level must be a mapping of sections, got {type(doc).__name__}")
         return {}
     parent = doc.pop("extends", None)
     if parent is None:
+        return doc
+    if not isinstance(parent, str) or not parent.strip():
+        problems.append(f"{path.name}: extends: must be a file name, got {parent!r}")
         return doc
     base = load_params_file(path.parent / str(parent), problems, (*_chain, path))
     return deep_merge(base, doc)
@@ -142,6 +148,27 @@ def _promote_flags(doc: dict) -> None:
             name = FLAG_ALIASES.get(key, key)
             if name in fields and name != "flags":
                 sec[name] = sec["flags"].pop(key)
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def control_character_problems(doc: Any, path: str = "") -> list[str]:
+    """Strings (and keys) with control characters: invisible in a terminal, fatal in a path or argv."""
+    out = []
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            where = f"{path}.{k}" if path else str(k)
+            if isinstance(k, str) and _CONTROL.search(k):
+                out.append(f"{where!r}: key contains a control character; remove it")
+            out += control_character_problems(v, where)
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            out += control_character_problems(v, f"{path}[{i}]")
+    elif isinstance(doc, str) and _CONTROL.search(doc):
+        ch = _CONTROL.search(doc).group()
+        out.append(f"{path}: contains the control character {ch!r} (in {doc!r}); remove it")
+    return out
 
 
 def _pydantic_problems(err: ValidationError) -> list[str]:
@@ -193,6 +220,7 @@ def resolve(params_file: str | os.PathLike | None = None, overrides: str = "",
     for parts, value in parsed:
         _set_path(doc, parts, value)
     _promote_flags(doc)
+    problems += control_character_problems(doc)
     try:
         params = Params.model_validate(doc)
     except ValidationError as e:

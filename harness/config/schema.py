@@ -21,7 +21,9 @@ SCENARIOS = ("Offline", "Server", "Interactive")
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # strict: YAML already gives numbers and booleans their types, so `true` is never a count and
+    # "3" never a number; non-finite numbers (.nan, .inf) are refused everywhere.
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, strict=True, allow_inf_nan=False)
 
 
 class TinyModel(Section):
@@ -128,6 +130,19 @@ class TritonSection(Section):
     def _endpoints_string(cls, v):
         return [v] if isinstance(v, str) else v
 
+    @field_validator("bind")
+    @classmethod
+    def _bind_is_an_address(cls, v: str) -> str:
+        import ipaddress
+        if v == "localhost":
+            return v
+        try:
+            ipaddress.ip_address(v)
+        except ValueError:
+            raise ValueError(f"{v!r} is not an IP address to bind; use 127.0.0.1 (this host only), "
+                             "0.0.0.0 (every interface) or another address of this host") from None
+        return v
+
     @field_validator("grpc_ports")
     @classmethod
     def _ports_in_range(cls, v: list[int]) -> list[int]:
@@ -171,6 +186,9 @@ class DatasetSection(Section):
     format: Literal["builtin", "mlperf_pickle", "jsonl"] = "builtin"
     num_samples: int = Field(256, ge=1)
     max_new_tokens: int = Field(32, ge=1)
+    # A pickle runs whatever code it holds when loaded: name its sha256, or say you trust it.
+    sha256: Optional[str] = Field(None, pattern=r"^[0-9a-fA-F]{64}$")
+    allow_pickle: bool = False
 
     @model_validator(mode="after")
     def _path_matches_format(self):
@@ -181,6 +199,16 @@ class DatasetSection(Section):
             raise ValueError(f"format {self.format} needs dataset.path")
         elif not Path(self.path).expanduser().is_file():
             raise ValueError(f"dataset.path {self.path!r} is not a file")
+        if self.format == "mlperf_pickle" and not self.sha256 and not self.allow_pickle:
+            raise ValueError("format mlperf_pickle loads a Python pickle, which runs whatever code the file holds; "
+                             "set dataset.sha256 to the file's sha256 (a file that does not match is refused) or "
+                             "dataset.allow_pickle: true if you trust the file")
+        if self.sha256 and self.path is not None:
+            from ..hashing import file_sha256
+            got = file_sha256(self.path)
+            if got != self.sha256.lower():
+                raise ValueError(f"dataset.sha256: {self.path} has sha256 {got}, not {self.sha256}; "
+                                 "the file changed, or the hash is wrong")
         return self
 
 

@@ -19,11 +19,9 @@ import json
 import os
 import pickle
 import queue
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -107,14 +105,15 @@ def run_loadgen(
         with contextlib.suppress(FileNotFoundError):
             (out / name).unlink()
     cfg["out_dir"] = str(out)
-    tmp = Path(tempfile.mkdtemp(prefix="perfdag_lg_"))
+    # The driver's input lives in the output directory (a stage's temp dir: swept if we are killed).
+    cfg_path = out / f".driver-{os.getpid()}.pkl"
     try:
-        cfg_path = tmp / "driver.pkl"
         with open(cfg_path, "wb") as f:
             pickle.dump(cfg, f, protocol=pickle.HIGHEST_PROTOCOL)
         stats = _run_driver(cfg, cfg_path, out, progress)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            cfg_path.unlink()
     result = parse_summary(out)
     result["loadgen_scenario"] = result["scenario"]
     result["scenario"] = cfg["scenario"]  # Interactive runs as LoadGen's Server scenario

@@ -61,7 +61,7 @@ def start_tritonserver(repo_dir: str | os.PathLike, log_path: str | os.PathLike,
     if not (backend_dir / "python" / "triton_python_backend_stub").is_file():
         prepare_backend_dir(backend_dir)
     models = sorted(p.name for p in repo_dir.iterdir() if (p / "config.pbtxt").is_file())
-    spec = cpu_spec(0, repo_dir, models, ports, bind=bind, backend_dir=backend_dir)
+    spec = cpu_spec(0, repo_dir, models, ports, bind=bind, backend_dir=Path(backend_dir).resolve())
     proc = spawn(spec.argv, log_path, env=spec.base_env, cwd=spec.cwd, die_with_parent=die_with_parent)
     return TritonServer(proc, spec, repo_dir)
 

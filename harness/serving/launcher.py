@@ -75,21 +75,27 @@ def _stop_on_interrupt(started: list[Process]) -> Iterator[None]:
             signal.signal(signal.SIGTERM, previous)
 
 
-def record_of(spec: LaunchSpec, proc: Process, out_dir: Path) -> dict:
-    """What servers.json keeps of a launched server."""
+def record_of(spec: LaunchSpec, proc: Process, out_dir: Path, names: dict[str, str] | None = None) -> dict:
+    """What servers.json keeps of a launched server; `names` replace machine paths (the artifacts root
+    becomes <root>, so the record stays true when the root moves)."""
+    from ..executed import normalise
+
+    names = names or {}
     return {"pid": proc.pid, "create_time": start_time(proc.pid), "host": spec.host, "port": spec.ports["serve"],
             **{f"{k}_port": v for k, v in spec.ports.items() if k != "serve"},
-            "protocol": spec.protocol, "models": list(spec.models), "mode": spec.mode, "repo": spec.repo,
-            "log": str(proc.log_path.relative_to(out_dir)), "cmd": proc.argv, "env": spec.env,
-            "shm_prefix": spec.shm_prefix, **({"grpc_port": spec.ports["serve"]} if spec.protocol == "triton-grpc" else {})}
+            "protocol": spec.protocol, "models": list(spec.models), "mode": spec.mode,
+            "repo": normalise(spec.repo, names), "log": str(proc.log_path.relative_to(out_dir)),
+            "cmd": normalise(proc.argv, names), "env": normalise(spec.env, names), "shm_prefix": spec.shm_prefix,
+            **({"grpc_port": spec.ports["serve"]} if spec.protocol == "triton-grpc" else {})}
 
 
 def launch(specs: Sequence[LaunchSpec], out_dir: str | Path, *, ready_timeout_s: float,
            warmup_prompt: Sequence[int] | None, streaming: bool,
            on_spawn: Callable[[dict], None] = lambda rec: None,
-           log: Callable[[str], None] = print) -> list[dict]:
+           log: Callable[[str], None] = print, names: dict[str, str] | None = None) -> list[dict]:
     """Starts every spec, waits until each serves its models, warms each model up; returns the
-    records. `on_spawn` sees each record the moment its process exists (before readiness)."""
+    records. `on_spawn` sees each record the moment its process exists (before readiness). `names`
+    replace machine paths in what is written down (records, log headers), not in what runs."""
     out_dir = Path(out_dir).resolve()
     busy = [f"{s.host}:{p} ({name})" for s in specs for name, p in s.ports.items() if port_in_use(s.host, p)]
     if busy:
@@ -98,11 +104,14 @@ def launch(specs: Sequence[LaunchSpec], out_dir: str | Path, *, ready_timeout_s:
     started: list[Process] = []
     records: list[dict] = []
     with _stop_on_interrupt(started):
+        from ..executed import normalise
+
         for spec in specs:
+            shown = " ".join([f"{k}={v}" for k, v in spec.env.items()] + list(spec.argv))
             proc = spawn(spec.argv, out_dir / "logs" / f"server_{spec.index}.log", env=spec.base_env,
-                         env_overlay=spec.env, cwd=spec.cwd)
+                         env_overlay=spec.env, cwd=spec.cwd, shown=normalise(shown, names or {}))
             started.append(proc)
-            rec = record_of(spec, proc, out_dir)
+            rec = record_of(spec, proc, out_dir, names)
             on_spawn(rec)
             records.append(rec)
             log(f"server {spec.index} ({spec.protocol}, {spec.mode}): pid {proc.pid}, {spec.url}, "
@@ -128,7 +137,8 @@ def is_ours(rec: dict) -> bool:
 
 
 def stop_recorded(records: Sequence[dict], timeout: float = 30.0) -> list[int]:
-    """Stops every recorded server that is still ours and removes its shared memory; returns the pids stopped."""
+    """Stops every recorded server that is still ours, and what is left of those that died (backend
+    stubs), and removes their shared memory; returns the pids stopped."""
     stopped = []
     for rec in records:
         if rec.get("external"):
@@ -136,8 +146,28 @@ def stop_recorded(records: Sequence[dict], timeout: float = 30.0) -> list[int]:
         if is_ours(rec):
             terminate(int(rec["pid"]), timeout)
             stopped.append(int(rec["pid"]))
+        else:
+            stopped += kill_leftovers(rec)
         remove_shm(rec)
     return stopped
+
+
+def kill_leftovers(rec: dict) -> list[int]:
+    """Processes a dead server left (its Python-backend stubs), known by its unique shm prefix."""
+    import psutil
+
+    prefix = rec.get("shm_prefix")
+    if not prefix:
+        return []
+    gone = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            if any(prefix in a for a in p.info["cmdline"] or ()):
+                p.kill()
+                gone.append(p.pid)
+        except psutil.Error:
+            continue
+    return gone
 
 
 def remove_shm(rec: dict) -> list[str]:
@@ -153,13 +183,21 @@ def remove_shm(rec: dict) -> list[str]:
     return gone
 
 
-def servers_live(records: Sequence[dict], timeout_s: float = 2.0) -> bool:
-    """Every server answers ready for all its models (and, when we launched it, still is our pid)."""
+def servers_live(records: Sequence[dict], timeout_s: float = 2.0, patience_s: float = 0.0) -> bool:
+    """Every server answers ready for all its models (and, when we launched it, still is our pid).
+
+    A server busy with another run's load may answer a probe late: with `patience_s`, a live process
+    that does not answer is asked again, with longer timeouts, for up to that long before it counts
+    as down (a dead process counts as down at once)."""
     for rec in records:
         if not rec.get("external") and not is_ours(rec):
             return False
-        if not protocol_for(rec.get("protocol", "triton-grpc")).probe(url_of(rec), rec["models"], timeout_s):
-            return False
+        proto = protocol_for(rec.get("protocol", "triton-grpc"))
+        deadline, t = time.monotonic() + patience_s, timeout_s
+        while not proto.probe(url_of(rec), rec["models"], t):
+            if time.monotonic() + t > deadline or (not rec.get("external") and not is_ours(rec)):
+                return False
+            t = min(t * 2, 10.0)
     return True
 
 

@@ -46,8 +46,9 @@ class Process:
 
 def spawn(argv: Sequence[str], log_path: str | os.PathLike, *, env: Mapping[str, str] | None = None,
           env_overlay: Mapping[str, str] | None = None, cwd: str | os.PathLike | None = None,
-          new_session: bool = True, die_with_parent: bool = False) -> Process:
-    """Starts `argv` with stdout+stderr appended to `log_path` (the command line goes first).
+          new_session: bool = True, die_with_parent: bool = False, shown: str | None = None) -> Process:
+    """Starts `argv` with stdout+stderr appended to `log_path` (the command line goes first, as
+    `shown` when given: e.g. with machine paths replaced by names).
 
     `env` replaces the inherited environment, `env_overlay` is set on top. `new_session` makes it
     a process-group leader, so stopping its group stops its helpers (stubs, MPI ranks) too.
@@ -59,8 +60,9 @@ def spawn(argv: Sequence[str], log_path: str | os.PathLike, *, env: Mapping[str,
     argv = [str(a) for a in argv]
     with open(log_path, "ab", buffering=0) as log:
         offset = log.tell()
-        shown = " ".join(f"{k}={v}" for k, v in overlay.items())
-        log.write(("$ " + (shown + " " if shown else "") + " ".join(argv) + "\n").encode())
+        if shown is None:
+            shown = " ".join([f"{k}={v}" for k, v in overlay.items()] + argv)
+        log.write(("$ " + shown + "\n").encode())
         try:
             proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     env=full_env, cwd=None if cwd is None else str(cwd),

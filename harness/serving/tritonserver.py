@@ -81,20 +81,33 @@ def _copy_if_changed(src: Path, dst: Path) -> None:
     os.replace(tmp, dst)
 
 
+def env_prefixes() -> dict[str, list[str]]:
+    """What perfdag puts in front of PATH-like variables for the server (and nothing else)."""
+    libdir = sysconfig.get_config_var("LIBDIR") or ""
+    return {"PATH": [str(Path(sys.executable).parent)],
+            "LD_LIBRARY_PATH": [p for p in (libdir, str(_pytriton_root().parent / "nvidia_pytriton.libs")) if p],
+            "PYTHONPATH": [str(REPO_ROOT)]}
+
+
 def server_env(base: dict | None = None) -> dict:
     """The environment for a tritonserver whose Python-backend stubs run *this* interpreter."""
     env = dict(os.environ if base is None else base)
-    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "/usr/local/bin:/usr/bin:/bin")
-    libdir = sysconfig.get_config_var("LIBDIR") or ""
-    libs = [p for p in (libdir, str(_pytriton_root().parent / "nvidia_pytriton.libs")) if p]
-    if env.get("LD_LIBRARY_PATH"):
-        libs.append(env["LD_LIBRARY_PATH"])
-    env["LD_LIBRARY_PATH"] = os.pathsep.join(libs)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    for var, first in env_prefixes().items():
+        env[var] = os.pathsep.join(first + ([env[var]] if env.get(var) else []))
     if sys.prefix != sys.base_prefix:
         env["VIRTUAL_ENV"] = sys.prefix
+    env["PYTHONDONTWRITEBYTECODE"] = "1"  # the stub would write __pycache__ into published repositories
     env.pop("PYTHONHOME", None)
     return env
+
+
+def env_overlay_described() -> dict[str, str]:
+    """`server_env` as a shell would write it (`$PATH` for the inherited rest): what keys take."""
+    out = {var: os.pathsep.join(first + [f"${var}"]) for var, first in env_prefixes().items()}
+    if sys.prefix != sys.base_prefix:
+        out["VIRTUAL_ENV"] = sys.prefix
+    out["PYTHONDONTWRITEBYTECODE"] = "1"
+    return out
 
 
 def shm_prefix(tag: str) -> str:
@@ -132,18 +145,21 @@ def cpu_argv(repo_dir: str, *, grpc_port: int | str, http_port: int | str, metri
     ]
 
 
-def cpu_spec(index: int, repo_dir: str | os.PathLike, models: Sequence[str], ports: Sequence[int], *, bind: str,
-             backend_dir: str | os.PathLike, env: dict | None = None):
-    """The LaunchSpec of one CPU tritonserver on `repo_dir` (ports: gRPC, HTTP, metrics)."""
+def cpu_spec(index: int, repo_dir: str | os.PathLike, models: Sequence[str], ports: Sequence, *, bind: str,
+             backend_dir: str | os.PathLike, cwd: str | os.PathLike | None = None, env: dict | None = None,
+             shm: str | None = None, binary: str | None = None):
+    """The LaunchSpec of one CPU tritonserver on `repo_dir` (ports: gRPC, HTTP, metrics). Paths may
+    be relative to `cwd` (default: the repository itself)."""
     import uuid
 
     from .launcher import LaunchSpec
 
     grpc, http, metrics = ports
-    shm = shm_prefix(f"{os.getpid()}_{uuid.uuid4().hex[:8]}")
-    repo = str(Path(repo_dir).resolve())
+    shm = shm or shm_prefix(f"{os.getpid()}_{uuid.uuid4().hex[:8]}")
+    repo = os.fspath(repo_dir)
     argv = cpu_argv(repo, grpc_port=grpc, http_port=http, metrics_port=metrics, bind=bind,
-                    backend_dir=str(Path(backend_dir).resolve()), shm=shm)
+                    backend_dir=os.fspath(backend_dir), shm=shm, binary=binary)
     return LaunchSpec(index=index, argv=argv, host=bind, models=tuple(models),
                       base_env=server_env() if env is None else env,
-                      ports={"serve": grpc, "http": http, "metrics": metrics}, repo=repo, cwd=repo, shm_prefix=shm)
+                      ports={"serve": grpc, "http": http, "metrics": metrics}, repo=repo,
+                      cwd=os.fspath(cwd) if cwd is not None else repo, shm_prefix=shm)

@@ -41,6 +41,12 @@ class TorchBackend(Backend):
                        "backend; use none or build.backend=trtllm")
         if b.device == "cpu" and b.dtype == "float16":
             out.append("build.dtype: float16 is not supported on CPU by the torch backend; use float32 or bfloat16")
+        ignored = {"runtime": ("num_gpus", "gpu_device_ids", "kv_cache_free_gpu_mem_fraction", "enable_kv_cache_reuse",
+                               "enable_chunked_context", "max_tokens_in_paged_kv_cache")}
+        for section, fields in ignored.items():
+            for f in sorted(set(fields) & getattr(p, section).model_fields_set):
+                out.append(f"{section}.{f}: the torch backend ignores it (TensorRT-LLM only); remove it, "
+                           "or use build.backend=trtllm")
         for section, known in FLAGS.items():
             for key in getattr(p, section).flags:
                 if key not in known:
@@ -53,8 +59,12 @@ class TorchBackend(Backend):
     def quantize_tools(self, p) -> dict[str, str]:
         return versions("nvidia-modelopt", "torch", "transformers")
 
+    def quantize_code(self, p) -> tuple[str, ...]:
+        # calibration, the agreement measurement and the export call are perfdag's own code
+        return super().quantize_code(p) + ("harness.backends.torch.quantize", "harness.backends.checkpoint")
+
     def quantize(self, src: Path, out_dir: Path, p, log, final_dir: Path) -> dict:
-        from ...datasets import calibration_prompts
+        from ...calibration import calibration_prompts
         from .quantize import quantize_checkpoint
 
         q = p.quantize
@@ -71,6 +81,9 @@ class TorchBackend(Backend):
     def build_tools(self, p) -> dict[str, str]:
         return versions("torch", "transformers")
 
+    def build_code(self, p) -> tuple[str, ...]:
+        return ("harness.backends.torch.engine", "harness.backends.checkpoint")
+
     def build(self, checkpoint: Path, out_dir: Path, p, log) -> dict:
         from .engine import build_torch_engine
 
@@ -81,34 +94,70 @@ class TorchBackend(Backend):
         return {"engine": "engine", "engine_config": config}
 
     # --- FillTritonRepo ---------------------------------------------------------------------
-    def fill(self, engine_dir: Path, engine_rel: str, out_dir: Path, p, decoupled: bool) -> dict:
-        from .repo import fill_repos, render_repos
+    def repo_code(self, p) -> tuple[str, ...]:
+        # The served model is perfdag's: the Triton glue, the batcher and the engine loader.
+        return ("harness/backends/torch/triton_model/model.py", "harness.backends.torch.batcher",
+                "harness.serving.triton_python", "harness.backends.torch.engine", "harness.backends.checkpoint")
 
-        # A model directory is <artifact>/server_<i>/<model>: two levels below the artifact.
-        repos = render_repos(p, os.path.join("..", "..", engine_rel), num_servers=self.num_servers(p),
-                             decoupled=decoupled)
-        return fill_repos(out_dir, repos, decoupled=decoupled)
+    def render_repos(self, p, engine_rel: str, decoupled: bool) -> dict[str, dict[str, str]]:
+        from .repo import render_repos
+
+        # A model directory is <root>/FillTritonRepo/<key16>/server_<i>/<model>: four levels down.
+        return render_repos(p, os.path.join("..", "..", "..", "..", engine_rel), num_servers=self.num_servers(p),
+                            decoupled=decoupled)
+
+    def fill(self, engine_dir: Path, engine_rel: str, out_dir: Path, p, decoupled: bool) -> dict:
+        from .repo import fill_repos
+
+        return fill_repos(out_dir, self.render_repos(p, engine_rel, decoupled), decoupled=decoupled)
 
     # --- LaunchServers ----------------------------------------------------------------------
     def serving_tools(self, p) -> dict[str, str]:
         return versions("nvidia-pytriton", "tritonclient")
 
-    def launch(self, repo_dir: Path, layout: dict, out_dir: Path, p, *, runtime_dir: Path, on_spawn, log) -> list[dict]:
+    def _backend_dir(self, p) -> str:
+        tag = f"pytriton-{self.serving_tools(p)['nvidia-pytriton']}-py{sys.version_info.major}.{sys.version_info.minor}"
+        return os.path.join(".backends", tag)
+
+    def _specs(self, p, repo_rel: str, servers, ports, root, env, shm=None):
+        from ...serving.tritonserver import cpu_spec
+
+        # Servers run in the artifacts root; their argv names it (ps shows which root a server serves).
+        binary = None if p.triton.binary == "auto" else p.triton.binary
+        return [cpu_spec(i, os.path.join(str(root), repo_rel, srv["repo"]), srv["models"], ports[i],
+                         bind=p.triton.bind, backend_dir=os.path.join(str(root), self._backend_dir(p)), cwd=root,
+                         env=env, shm=shm, binary=binary)
+                for i, srv in enumerate(servers)]
+
+    def launch_executed(self, p, repo_rel: str) -> dict:
+        from ...executed import normalise
+        from ...serving.pbtxt import model_names
+        from ...serving.tritonserver import env_overlay_described
+
+        t = p.triton
+        if t.endpoints:
+            return {}  # nothing is launched; the endpoints are keyed as parameters
+        names = model_names(t.model_name, p.runtime.instances_per_server)
+        n = self.num_servers(p)
+        ports = [(t.grpc_ports[i] if t.grpc_ports else "<grpc_port>", "<http_port>", "<metrics_port>")
+                 for i in range(n)]
+        specs = self._specs(p, repo_rel, [{"repo": f"server_{i}", "models": names} for i in range(n)], ports,
+                            "<root>", env={}, shm="<shm>")
+        return normalise({"argv": [s.argv for s in specs], "cwd": "<root>", "env": env_overlay_described()})
+
+    def launch(self, repo_rel: str, layout: dict, out_dir: Path, p, *, root: Path, on_spawn, log) -> list[dict]:
         from ...serving.endpoints import parse_endpoints
         from ...serving.launcher import external_servers, launch
         from ...serving.pbtxt import model_names
         from ...serving.ports import server_ports
-        from ...serving.tritonserver import cpu_spec, prepare_backend_dir, server_env
+        from ...serving.tritonserver import prepare_backend_dir, server_env
 
         t = p.triton
         if t.endpoints:
             names = model_names(t.model_name, p.runtime.instances_per_server)
             return external_servers(parse_endpoints(t.endpoints), names, t.ready_timeout_s)
-        tag = f"pytriton-{self.serving_tools(p)['nvidia-pytriton']}-py{sys.version_info.major}.{sys.version_info.minor}"
-        backend_dir = prepare_backend_dir(runtime_dir / tag)
-        env = server_env()
+        prepare_backend_dir(Path(root) / self._backend_dir(p))
         ports = server_ports(len(layout["servers"]), t.bind, t.grpc_ports)
-        specs = [cpu_spec(i, repo_dir / srv["repo"], srv["models"], ports[i], bind=t.bind, backend_dir=backend_dir,
-                          env=env) for i, srv in enumerate(layout["servers"])]
+        specs = self._specs(p, repo_rel, layout["servers"], ports, root, server_env())
         return launch(specs, out_dir, ready_timeout_s=t.ready_timeout_s, warmup_prompt=[1, 2, 3, 4],
-                      streaming=layout["decoupled"], on_spawn=on_spawn, log=log)
+                      streaming=layout["decoupled"], on_spawn=on_spawn, log=log, names={str(root): "<root>"})

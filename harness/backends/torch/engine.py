@@ -279,7 +279,6 @@ def build_torch_engine(checkpoint_dir, out_dir, *, dtype: str = "float32", max_b
             "hidden_size": hf_cfg.hidden_size,
             "num_hidden_layers": hf_cfg.num_hidden_layers,
             "max_position_embeddings": getattr(hf_cfg, "max_position_embeddings", None),
-            "source": str(ckpt.resolve()),
         },
     }
     (out / "config.json").write_text(json.dumps(config, indent=2))

@@ -14,7 +14,6 @@ thin wrappers around those plans. No luigi imports.
 """
 from __future__ import annotations
 
-import os
 from functools import lru_cache
 from pathlib import Path
 
@@ -52,8 +51,13 @@ class TrtllmBackend(Backend):
         # modelopt's TensorRT-LLM exporter imports tensorrt_llm when it is installed.
         return {**versions("nvidia-modelopt", "torch", "transformers"), "tensorrt_llm": trtllm_version()}
 
+    def quantize_executed(self, p) -> dict:
+        # The export modelopt runs: presets, exporter and its arguments (not the code around it).
+        from .quant import export_plan
+        return {"export": export_plan(p)}
+
     def quantize(self, src: Path, out_dir: Path, p, log, final_dir: Path) -> dict:
-        from ...datasets import calibration_prompts
+        from ...calibration import calibration_prompts
         from .common import raise_if
         from .quant import checkpoint_config_problems, export_plan, quantize_for_trtllm
 
@@ -66,6 +70,10 @@ class TrtllmBackend(Backend):
     # --- BuildEngine: an engine is never reused across TensorRT-LLM versions or GPU generations
     def build_tools(self, p) -> dict[str, str]:
         return engine_key_tools_cached()
+
+    def build_executed(self, p) -> dict:
+        from .build import trtllm_build_args
+        return {"argv": trtllm_build_args(p, "<checkpoint>", "<engine>")}
 
     def build(self, checkpoint: Path, out_dir: Path, p, log) -> dict:
         from .build import (
@@ -87,18 +95,32 @@ class TrtllmBackend(Backend):
         from .layout import num_servers
         return num_servers(p)
 
+    def render_repos(self, p, engine_rel: str, decoupled: bool) -> dict[str, dict[str, str]]:
+        from .repo import render_server_repos
+        return render_server_repos(p, engine_rel, decoupled=decoupled)  # tritonserver runs in the root
+
     def fill(self, engine_dir: Path, engine_rel: str, out_dir: Path, p, decoupled: bool) -> dict:
         from .repo import fill_trtllm_repos
-
-        # tritonserver runs in its repository (<artifact>/server_<i>), one level below the artifact.
-        return fill_trtllm_repos(out_dir, os.path.join("..", engine_rel), p, decoupled=decoupled)
+        return fill_trtllm_repos(out_dir, engine_rel, p, decoupled=decoupled)
 
     # --- LaunchServers ----------------------------------------------------------------------
     def serving_tools(self, p) -> dict[str, str]:
         from .launch import serving_key_tools
         return {**serving_key_tools(), **versions("tritonclient")}
 
-    def launch(self, repo_dir: Path, layout: dict, out_dir: Path, p, *, runtime_dir: Path, on_spawn, log) -> list[dict]:
+    def launch_executed(self, p, repo_rel: str) -> dict:
+        from ...executed import normalise
+        from .launch import tritonserver_commands
+        from .layout import server_layout
+
+        if p.triton.endpoints:
+            return {}
+        ports = [(g, "<http_port>", "<metrics_port>") for g in
+                 (p.triton.grpc_ports or ["<grpc_port>"] * len(server_layout(p)))]
+        specs = tritonserver_commands(p, f"<root>/{repo_rel}", ports, cwd="<root>")
+        return normalise({"argv": [s.argv for s in specs], "env": [s.env for s in specs], "cwd": "<root>"})
+
+    def launch(self, repo_rel: str, layout: dict, out_dir: Path, p, *, root: Path, on_spawn, log) -> list[dict]:
         from ...serving.endpoints import parse_endpoints
         from ...serving.launcher import external_servers, launch
         from ...serving.pbtxt import model_names
@@ -109,6 +131,6 @@ class TrtllmBackend(Backend):
         if t.endpoints:
             return external_servers(parse_endpoints(t.endpoints),
                                     model_names(t.model_name, p.runtime.instances_per_server), t.ready_timeout_s)
-        specs = tritonserver_commands(p, repo_dir, pick_ports(p, free_port))
+        specs = tritonserver_commands(p, f"{root}/{repo_rel}", pick_ports(p, free_port), cwd=str(root))
         return launch(specs, out_dir, ready_timeout_s=t.ready_timeout_s, warmup_prompt=[1, 2, 3, 4],
-                      streaming=layout["decoupled"], on_spawn=on_spawn, log=log)
+                      streaming=layout["decoupled"], on_spawn=on_spawn, log=log, names={str(root): "<root>"})

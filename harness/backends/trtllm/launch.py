@@ -54,7 +54,8 @@ def _worker_args(binary: str, repo: str, models: Sequence[str]) -> list[str]:
 
 
 def server_command(plan: ServerPlan, repo: str, ports: ServerPorts, *, binary: str = DEFAULT_BINARY,
-                   mpirun: str = "mpirun", bind: str = "127.0.0.1", shm_prefix: str = "perfdag_s") -> LaunchSpec:
+                   mpirun: str = "mpirun", bind: str = "127.0.0.1", shm_prefix: str = "perfdag_s",
+                   cwd: str | None = None) -> LaunchSpec:
     """The command and extra environment for one server of the layout."""
     env = {"CUDA_VISIBLE_DEVICES": plan.cuda_visible_devices}
     rank0 = _serving_args(binary, repo, ports, bind) + [_shm_arg(shm_prefix, plan.index, 0)]
@@ -72,14 +73,15 @@ def server_command(plan: ServerPlan, repo: str, ports: ServerPorts, *, binary: s
     else:
         raise ValueError(f"unknown server mode {plan.mode!r}")
     return LaunchSpec(index=plan.index, argv=argv, host=bind, env=env, models=plan.models, mode=plan.mode, repo=repo,
-                      cwd=repo, ports={"serve": ports.grpc, "http": ports.http, "metrics": ports.metrics},
+                      cwd=cwd, ports={"serve": ports.grpc, "http": ports.http, "metrics": ports.metrics},
                       shm_prefix=f"{shm_prefix}{plan.index}_")
 
 
 def tritonserver_commands(params, repo_dir, ports: Sequence[ServerPorts | tuple[int, int, int]], *,
                           binary: str | None = None, mpirun: str = "mpirun", bind: str | None = None,
-                          shm_prefix: str = "perfdag_s") -> list[LaunchSpec]:
-    """One LaunchSpec per server: repo `repo_dir/server_<i>`, ports[i] = (grpc, http, metrics)."""
+                          shm_prefix: str = "perfdag_s", cwd: str | None = None) -> list[LaunchSpec]:
+    """One LaunchSpec per server: repo `repo_dir/server_<i>`, ports[i] = (grpc, http, metrics).
+    The servers run in `cwd` (the artifacts root: repository and engine paths are relative to it)."""
     if params.triton.endpoints:
         raise ValueError("triton.endpoints is set: the servers are external, perfdag launches none")
     plans = server_layout(params)
@@ -88,7 +90,7 @@ def tritonserver_commands(params, repo_dir, ports: Sequence[ServerPorts | tuple[
     binary = resolve_binary(binary if binary is not None else params.triton.binary)
     bind = bind if bind is not None else params.triton.bind
     return [server_command(plan, os.path.join(os.fspath(repo_dir), f"server_{plan.index}"), ServerPorts(*p),
-                           binary=binary, mpirun=mpirun, bind=bind, shm_prefix=shm_prefix)
+                           binary=binary, mpirun=mpirun, bind=bind, shm_prefix=shm_prefix, cwd=cwd)
             for plan, p in zip(plans, ports)]
 
 

@@ -1,0 +1,142 @@
+"""The durable record of every server perfdag starts, and the leases runs hold on them.
+
+    <root>/.servers/<key16>/procs/<pid>-<start>.json   one per process, written the moment it exists
+    <root>/.servers/<key16>/leases/<run id>.json       one per run measuring against these servers
+    <root>/.servers/<key16>/keep                       a run asked to keep them (--keep-servers)
+
+A record lives outside any artifact's temp dir, so the next run, `servers stop --all` and gc find a
+server even when its launching run was killed before publishing. A lease names the run (its
+process id and start time): a lease whose process is gone no longer counts. Servers that are not
+kept are stopped by the last lease holder to leave. Callers decide under the LaunchServers key's
+lock, so two runs never both launch, and no run stops servers another run is using.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import socket
+import time
+from pathlib import Path
+
+from .launcher import is_ours, remove_shm, stop_recorded
+from .processes import is_same_process, start_time
+
+DIR = ".servers"
+_SAFE = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def _write(path: Path, doc: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(doc, indent=2, default=str))
+    os.replace(tmp, path)
+
+
+def _read(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def run_holder(run_id: str) -> dict:
+    """A lease holder for the run `run_id` ('<time>-<pid>'): the run's main process, whichever
+    worker process asks."""
+    pid = int(run_id.rsplit("-", 1)[1])
+    return {"run_id": run_id, "pid": pid, "create_time": start_time(pid), "host": socket.gethostname(),
+            "since": time.time()}
+
+
+class ServerRegistry:
+    def __init__(self, root: str | os.PathLike):
+        self.root = Path(root) / DIR
+
+    def _dir(self, key16: str) -> Path:
+        return self.root / _SAFE.sub("_", key16)
+
+    # --- process records ---------------------------------------------------------------------
+    def record(self, key16: str, rec: dict) -> None:
+        """Records a server process at once (before it is ready)."""
+        _write(self._dir(key16) / "procs" / f"{rec['pid']}-{int((rec.get('create_time') or 0) * 1000)}.json",
+               {**rec, "key16": key16})
+
+    def records(self, key16: str | None = None) -> list[dict]:
+        keys = [key16] if key16 else sorted(p.name for p in self.root.glob("*") if p.is_dir())
+        out = []
+        for k in keys:
+            for f in sorted((self._dir(k) / "procs").glob("*.json")):
+                rec = _read(f)
+                if rec is not None:
+                    out.append({**rec, "key16": k, "_file": str(f)})
+        return out
+
+    def keys(self) -> list[str]:
+        return sorted(p.name for p in self.root.glob("*") if p.is_dir())
+
+    def stop(self, key16: str, timeout: float = 30.0) -> list[int]:
+        """Stops every recorded process of `key16` that is still ours, removes the shared memory
+        of those that are gone, and forgets them; returns the pids stopped."""
+        stopped = []
+        for rec in self.records(key16):
+            stopped += stop_recorded([rec], timeout)
+            with contextlib.suppress(OSError):
+                Path(rec["_file"]).unlink()
+        with contextlib.suppress(OSError):
+            (self._dir(key16) / "keep").unlink()
+        self._tidy(key16)
+        return stopped
+
+    def sweep_dead(self, key16: str | None = None) -> int:
+        """Forgets records of processes that are gone (after removing their shared memory)."""
+        n = 0
+        for rec in self.records(key16):
+            if not is_ours(rec):
+                remove_shm(rec)
+                with contextlib.suppress(OSError):
+                    Path(rec["_file"]).unlink()
+                    n += 1
+        for k in [key16] if key16 else self.keys():
+            self._tidy(k)
+        return n
+
+    def _tidy(self, key16: str) -> None:
+        d = self._dir(key16)
+        for sub in ("procs", "leases", ""):
+            with contextlib.suppress(OSError):
+                (d / sub).rmdir() if sub else d.rmdir()
+
+    # --- leases -------------------------------------------------------------------------------
+    def lease(self, key16: str, holder: dict) -> None:
+        _write(self._dir(key16) / "leases" / f"{_SAFE.sub('_', holder['run_id'])}.json", holder)
+
+    def holders(self, key16: str) -> list[dict]:
+        """Live lease holders (a lease whose run is gone is removed)."""
+        out = []
+        for f in sorted((self._dir(key16) / "leases").glob("*.json")):
+            h = _read(f)
+            if h and is_same_process(h.get("pid"), h.get("create_time")):
+                out.append(h)
+            else:
+                with contextlib.suppress(OSError):
+                    f.unlink()
+        return out
+
+    def release(self, key16: str, run_id: str) -> list[dict]:
+        """Drops `run_id`'s lease; returns the live holders left."""
+        with contextlib.suppress(OSError):
+            (self._dir(key16) / "leases" / f"{_SAFE.sub('_', run_id)}.json").unlink()
+        return self.holders(key16)
+
+    def leased_by(self, run_id: str) -> list[str]:
+        """The keys `run_id` holds a lease on."""
+        name = f"{_SAFE.sub('_', run_id)}.json"
+        return [k for k in self.keys() if (self._dir(k) / "leases" / name).is_file()]
+
+    def keep(self, key16: str) -> None:
+        self._dir(key16).mkdir(parents=True, exist_ok=True)
+        (self._dir(key16) / "keep").touch()
+
+    def kept(self, key16: str) -> bool:
+        return (self._dir(key16) / "keep").is_file()

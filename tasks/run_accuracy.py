@@ -1,0 +1,31 @@
+"""RunAccuracy: LoadGen's AccuracyOnly run in the scenario being measured (streaming for Server and
+Interactive, with first tokens and n_tokens reported), every sample once. Scoring is CheckAccuracy,
+so a new accuracy target rescores without running again."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.versions import versions
+
+from .base import log, register
+from .measuring import MeasuringStage
+
+
+@register
+class RunAccuracy(MeasuringStage):
+    stage = "RunAccuracy"
+    reads = ("harness", "loadgen.scenario", "loadgen.mlperf_model", "accuracy.num_samples")
+
+    def tools(self):
+        return versions("mlcommons-loadgen", "tritonclient")
+
+    def build(self, out_dir: Path) -> dict:
+        from harness.measure import run_accuracy
+
+        servers, samples, ds = self.inputs()
+        n = self.params.accuracy.num_samples
+        samples = samples[:n] if n else samples
+        result = run_accuracy(servers, samples, self.params, out_dir, end_id=ds["end_id"], pad_id=ds["pad_id"])
+        log.info("RunAccuracy %s: %d samples logged", self.params.loadgen.scenario, len(samples))
+        return {"samples": len(samples), "scenario": self.params.loadgen.scenario,
+                "methods": (result.get("harness") or {}).get("methods")}

@@ -1,0 +1,229 @@
+"""perfdag's own code in the keys: change what a module does and exactly the stages that depend on it
+(and everything downstream) become missing; reword its comments and nothing does. Where an external
+tool does the work, the key follows the command it is handed, not the code that renders it."""
+from __future__ import annotations
+
+import ast
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import FAST, REPO
+from luigi.task_register import Register
+
+from harness.codehash import import_closure, module_path
+from pipeline import STAGES
+
+ALL = set(STAGES)
+SERVE = {"FillTritonRepo", "LaunchServers"}
+MEASURE = {"RunLoadgen", "RunAccuracy", "CheckAccuracy", "FullRun"}
+FROM_BUILD = {"BuildEngine"} | SERVE | MEASURE
+FROM_QUANTIZE = {"Quantize"} | FROM_BUILD
+H100 = "params/examples/llama2-70b-h100x8-offline.yaml"
+
+# Modules a stage may use without listing them, and why they cannot change its output.
+NOT_SHAPING = {
+    "harness.errors": "exception types",
+    "harness.versions": "tool versions enter keys as values",
+    "harness.config": "parameters enter keys as values", "harness.config.schema": "", "harness.config.resolve": "",
+    "harness.config.rules": "", "harness.config.yamlio": "",
+    "harness.hashing": "how keys are made", "harness.codehash": "", "harness.integrity": "", "harness.store": "",
+    "harness.executed": "",
+    "harness.backends": "dispatch", "harness.backends.base": "", "harness.backends.torch": "",
+    "harness.backends.trtllm": "",
+    "harness.serving.processes": "process plumbing: how processes start and die, not what they compute",
+    "harness.serving.ports": "", "harness.serving.launcher": "", "harness.serving.registry": "",
+    "harness.serving.cleanup": "", "harness.serving.endpoints": "", "harness.serving.triton_client": "",
+    "harness.serving.tritonserver": "what it renders (argv, env) is keyed as executed",
+    "harness.serving.pbtxt": "what it renders (config.pbtxt) is keyed as executed",
+    "harness.backends.torch.repo": "what it renders (config.pbtxt) is keyed as executed",
+}
+KEYED_AS_EXECUTED = ("harness.backends.trtllm.",)  # the trtllm renderers: their commands are the key
+
+
+def _allowed(mod: str, declared: set[str]) -> bool:
+    return mod in declared or mod in NOT_SHAPING or mod.startswith(KEYED_AS_EXECUTED)
+
+
+def _dotted(m: str) -> str:
+    return m[:-3].replace("/", ".") if m.endswith(".py") else m
+
+
+def _task(name: str, params_file: str = "params/default.yaml", overrides: str = ""):
+    Register.clear_instance_cache()
+    return STAGES[name](params_file=params_file, overrides=overrides)
+
+
+def test_declared_code_covers_what_each_stage_imports(gpu_overrides):
+    """A module a stage uses for its work and does not list is caught here: the closure of its
+    declared modules, and everything its task module imports, must be declared or explained."""
+    cases = (("params/default.yaml", ""), (H100, gpu_overrides))
+    for name in STAGES:
+        declared_any: set[str] = set()
+        for params_file, overrides in cases:
+            task = _task(name, params_file, overrides)
+            declared = {_dotted(m) for m in task.code()}
+            declared_any |= declared
+            for m in task.code():
+                module_path(m)  # every declared module exists
+            missing = {m for m in import_closure(task.code()) if not _allowed(_dotted(m), declared)}
+            assert not missing, f"{name} ({params_file}): uses {sorted(missing)} without declaring them in code()"
+        src = Path(sys.modules[type(task).__module__].__file__)
+        missing = {m for m in _harness_imports(src) if not _allowed(m, declared_any)}
+        assert not missing, f"{name}: its task module uses {sorted(missing)}, which no code() declares"
+
+
+def _harness_imports(path: Path) -> set[str]:
+    from harness.codehash import _existing_module
+
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        for n in names:
+            if n.split(".")[0] == "harness" and (m := _existing_module(n)):
+                out.add(m)
+    return out
+
+
+# --- the code invalidation matrix, in a copy of the tree ---------------------------------------------
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory):
+    t = tmp_path_factory.mktemp("tree")
+    for d in ("harness", "tasks", "pipeline", "params"):
+        shutil.copytree(REPO / d, t / d, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "luigi.cfg", t / "luigi.cfg")
+    return t
+
+
+def status(tree_dir: Path, root: Path, params_file="params/default.yaml", overrides=FAST) -> dict:
+    out = subprocess.run([sys.executable, "-m", "pipeline", "status", "--json", "--params-file", params_file,
+                          "--overrides", overrides], cwd=tree_dir,
+                         env={**os.environ, "PERFDAG_ARTIFACTS": str(root), "PYTHONPATH": str(tree_dir)},
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return {r["stage"]: r for r in json.loads(out.stdout)}
+
+
+def edited(tree_dir: Path, rel: str, change):
+    """A context: `rel` in the copied tree changed by `change(text) -> text`, restored after."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def cm():
+        f = tree_dir / rel
+        old = f.read_text()
+        f.write_text(change(old))
+        try:
+            yield
+        finally:
+            f.write_text(old)
+    return cm()
+
+
+def behaviour(text: str) -> str:
+    return text + "\n_PERFDAG_TEST_BEHAVIOUR_CHANGE = 1\n"
+
+
+def comment(text: str) -> str:
+    return "# a comment that changes nothing\n" + text.replace("\n\n\n", "\n\n\n# spacing\n\n", 1) + "\n# end\n"
+
+
+def docstring(text: str) -> str:
+    tree = ast.parse(text)
+    doc = tree.body[0]
+    assert isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant)
+    lines = text.splitlines(keepends=True)
+    return "".join(lines[:doc.lineno - 1]) + '"""A reworded docstring."""\n' + "".join(lines[doc.end_lineno:])
+
+
+MATRIX = [
+    ("harness/accuracy.py", {"CheckAccuracy", "FullRun"}),
+    ("harness/report.py", {"FullRun"}),
+    ("harness/backends/torch/engine.py", FROM_BUILD),
+    ("harness/backends/torch/quantize.py", FROM_QUANTIZE),
+    ("harness/calibration.py", FROM_QUANTIZE),
+    ("harness/tiny_model.py", ALL),
+    ("harness/datasets.py", {"PrepareDataset"} | MEASURE),
+    ("harness/references.py", {"PrepareDataset"} | MEASURE),
+    ("harness/backends/torch/triton_model/model.py", SERVE | MEASURE),
+    ("harness/backends/torch/batcher.py", SERVE | MEASURE),
+    ("harness/loadgen/driver.py", MEASURE),
+    ("harness/loadgen/cores/triton_grpc.py", MEASURE),
+    ("harness/serving/contract.py", MEASURE),
+    ("harness/serving/launcher.py", set()),       # plumbing: the commands it runs are unchanged
+    ("harness/serving/processes.py", set()),
+    ("harness/backends/torch/repo.py", set()),    # the configs it renders are unchanged
+]
+
+
+@pytest.mark.parametrize("rel,expected", MATRIX, ids=[m[0] for m in MATRIX])
+def test_code_invalidation_matrix(tree, tmp_path, rel, expected):
+    root = tmp_path / "artifacts"
+    before = {s: r["key"] for s, r in status(tree, root).items()}
+    for change in (comment, docstring):
+        with edited(tree, rel, change):
+            assert {s: r["key"] for s, r in status(tree, root).items()} == before, change.__name__
+    with edited(tree, rel, behaviour):
+        after = status(tree, root)
+    changed = {s for s in before if after[s]["key"] != before[s]}
+    assert changed == expected
+    for s in changed & set(after):
+        if rel in json.dumps(after[s]["code"]):
+            break
+    else:
+        if expected:
+            raise AssertionError(f"no changed stage lists {rel} in its code digests")
+
+
+def test_trtllm_engine_key_follows_the_command_not_the_renderer(tree, tmp_path, gpu_overrides):
+    root = tmp_path / "artifacts"
+    before = status(tree, root, H100, gpu_overrides)
+
+    def refactor(text):  # same argv, other code: a renamed helper
+        return text.replace("def _explicit(", "def _explicit_flag(").replace("_explicit(", "_explicit_flag(")
+
+    with edited(tree, "harness/backends/trtllm/build.py", refactor):
+        after = status(tree, root, H100, gpu_overrides)
+    assert {s: r["key"] for s, r in after.items()} == {s: r["key"] for s, r in before.items()}
+
+    def new_flag(text):  # the rendered command changes
+        return text.replace('"--max_batch_size", str(b.max_batch_size)',
+                            '"--max_batch_size", str(b.max_batch_size), "--strip_plan"')
+
+    with edited(tree, "harness/backends/trtllm/build.py", new_flag):
+        after = status(tree, root, H100, gpu_overrides)
+    changed = {s for s in before if after[s]["key"] != before[s]["key"]}
+    assert changed == FROM_BUILD
+
+    def launch_refactor(text):  # tritonserver argv unchanged: LaunchServers kept
+        return text.replace("def _serving_args(", "def _serving_argv(").replace("_serving_args(", "_serving_argv(")
+
+    with edited(tree, "harness/backends/trtllm/launch.py", launch_refactor):
+        after = status(tree, root, H100, gpu_overrides)
+    assert after["LaunchServers"]["key"] == before["LaunchServers"]["key"]
+    assert after["BuildEngine"]["key"] == before["BuildEngine"]["key"]
+
+
+def test_status_says_which_code_changed(tree, tmp_path, built_fast):
+    """Against artifacts built before the edit: the engine's code changes, so BuildEngine and what
+    follows are missing with the reason named, while PrepareModel and Quantize stay cached."""
+    root = tmp_path / "a"
+    shutil.copytree(built_fast, root)
+    assert {s for s, r in status(tree, root).items() if r["status"] == "cached"} >= {"PrepareModel", "Quantize",
+                                                                                       "BuildEngine"}
+    with edited(tree, "harness/backends/torch/engine.py", behaviour):
+        st = status(tree, root)
+    assert st["PrepareModel"]["status"] == st["Quantize"]["status"] == "cached"
+    assert st["BuildEngine"]["status"] == "missing"
+    assert any(c.get("reason") == "code: harness/backends/torch/engine.py changed" for c in st["BuildEngine"]["changed"])
+    with edited(tree, "harness/backends/torch/engine.py", docstring):
+        assert status(tree, root)["BuildEngine"]["status"] == "cached"
