@@ -23,6 +23,15 @@ from harness.backends.torch.quantize import (
     quantize_in_memory,
 )
 
+def _has_w8a16() -> bool:
+    """modelopt 0.37 (TensorRT-LLM 1.1/1.2's) has no INT8_WEIGHT_ONLY_CFG: int8 is refused there."""
+    import modelopt.torch.quantization as mtq
+    return hasattr(mtq, "INT8_WEIGHT_ONLY_CFG")
+
+
+HAS_W8A16 = _has_w8a16()
+INT8_ANY = "int8" if HAS_W8A16 else "int8_sq"  # an int8-weight format this modelopt exports
+
 # Measured max |engine - modelopt| logit difference is <= 5e-7 (fp32 rounding of scale
 # products) on logits of magnitude ~1; 1e-5 leaves headroom without hiding a real bug
 # (a wrong scale moves logits by > 0.1).
@@ -87,6 +96,10 @@ def exported(ckpts, prompts, tmp_path_factory):
 
 @pytest.mark.parametrize("fmt", CPU_FORMATS)
 def test_engine_matches_modelopt(fmt, ckpts, prompts, exported, tmp_path):
+    if fmt == "int8" and not HAS_W8A16:
+        with pytest.raises(QuantizeError, match="INT8_WEIGHT_ONLY_CFG.*W8A8_SQ_PER_CHANNEL.*int8_sq"):
+            exported(fmt)
+        return
     out, res = exported(fmt)
     assert res["format"] == fmt and res["calib_samples"] == (0 if fmt == "none" else len(prompts))
     assert 0.0 <= res["greedy_token_agreement"] <= 1.0 and 0.0 <= res["teacher_forced_agreement"] <= 1.0
@@ -122,11 +135,17 @@ def test_engine_matches_modelopt(fmt, ckpts, prompts, exported, tmp_path):
 
 
 def test_plain_from_pretrained_on_export_is_silently_wrong(exported, ckpts, prompts):
-    """The trap the engine exists for: transformers loads int8 codes as floats without scales."""
+    """The trap the engine exists for: transformers 5 loads int8 codes as floats without scales.
+    (transformers 4.57 at least refuses to copy int8 codes into float weights.)"""
+    import transformers
     from transformers import AutoModelForCausalLM
-    out, _ = exported("int8")
+    out, _ = exported(INT8_ANY)
+    if int(transformers.__version__.split(".")[0]) < 5:
+        with pytest.raises(RuntimeError, match="floating point"):
+            AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32)
+        return
     naive = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32).eval()
-    ref = quantize_in_memory(_src(ckpts, "int8"), "int8", prompts, log=lambda s: None)
+    ref = quantize_in_memory(_src(ckpts, INT8_ANY), INT8_ANY, prompts, log=lambda s: None)
     with torch.no_grad():
         diff = max((naive(input_ids=torch.tensor([p])).logits - ref(input_ids=torch.tensor([p])).logits).abs().max()
                    for p in prompts)
@@ -147,7 +166,7 @@ def test_unbuildable_request_names_field(field, kwargs, exported, tmp_path):
 
 
 def test_unknown_export_algo_is_refused(exported, tmp_path):
-    out, _ = exported("int8")
+    out, _ = exported(INT8_ANY)
     bad = tmp_path / "bad"
     shutil.copytree(out, bad)
     q = json.loads((bad / "hf_quant_config.json").read_text())

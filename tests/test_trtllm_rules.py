@@ -166,3 +166,128 @@ def test_server_scenario_with_shared_ports_is_a_note():
     p = params(triton__num_servers=1)
     assert trtllm_problems(p) == []
     assert any("one server per replica" in n for n in trtllm_notes(p))
+
+
+# ---------------------------------------------------------------------------------------------
+# What trtllm-build and the tensorrtllm backend do differently from what was asked (issue 11):
+# each refused before any stage runs, in the unit and through `python -m pipeline status`.
+# ---------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def mixtral_ckpt(tmp_path):
+    (tmp_path / "mixtral").mkdir()
+    (tmp_path / "mixtral" / "config.json").write_text(
+        '{"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "num_local_experts": 8}')
+    return str(tmp_path / "mixtral")
+
+
+def test_reduce_fusion_only_for_the_architectures_trtllm_build_fuses(mixtral_ckpt):
+    """builder.py: 'Overriding reduce_fusion to False' unless Llama/Gemma2/Medusa at tp_size > 1."""
+    p = one(trtllm_problems(params(model__checkpoint=mixtral_ckpt, quantize__format="fp8")),
+            "build.flags.reduce_fusion", "MixtralForCausalLM", "LlamaForCausalLM, Gemma2ForCausalLM, MedusaForCausalLM")
+    assert "disable it" in p
+    assert not any("reduce_fusion" in x for x in trtllm_problems(params(model__checkpoint=mixtral_ckpt,
+                                                                        build__flags__reduce_fusion=None)))
+    assert trtllm_problems(params()) == []  # builtin: the tiny Llama at tp 2 keeps it
+    # user_buffer needs reduce_fusion that survives, not just the flag.
+    one(trtllm_problems(params(model__checkpoint=mixtral_ckpt, build__flags__user_buffer="enable")),
+        "build.flags.user_buffer", "needs reduce_fusion")
+
+
+@pytest.mark.parametrize("fmt, kv, reason", [
+    ("int8_sq", "int8", "INT8 KV cache"),
+    ("int4_awq", "int8", "INT8 KV cache"),
+    ("int8_sq", "fp8", "FP8 KV cache with quantize.format=int8_sq"),
+])
+def test_chunked_context_needs_paged_context_fmha_even_at_its_default(fmt, kv, reason):
+    """use_paged_context_fmha left at its default (on) is still turned off by trtllm-build for an INT8
+    KV cache or an FP8 KV cache without an FP8-family format; chunked context then fails at load."""
+    changes = dict(quantize__format=fmt, quantize__kv_cache_dtype=kv, build__flags__use_paged_context_fmha=None,
+                   build__flags__use_fp8_context_fmha=None)
+    p = one(trtllm_problems(params(**changes)), "build.flags.use_paged_context_fmha", "enable_chunked_context", reason,
+            "default")
+    assert "set runtime.enable_chunked_context=false" in p
+    # Without chunked context nothing needs it: trtllm-build's own choice, no error.
+    assert not any("paged_context_fmha" in x for x in trtllm_problems(params(**changes,
+                                                                             runtime__enable_chunked_context=False,
+                                                                             build__max_num_tokens=1024)))
+    # FP8 weights + FP8 KV keep it: no error.
+    assert trtllm_problems(params(build__flags__use_paged_context_fmha=None)) == []
+
+
+def test_log_level_takes_only_the_levels_every_release_has():
+    for level in ("debug", "trace"):
+        p = one(trtllm_problems(params(build__flags__log_level=level)), "build.flags.log_level", repr(level))
+        assert "newer trtllm-build releases" in p and "use verbose" in p
+    assert trtllm_problems(params(build__flags__log_level="verbose")) == []
+    one(trtllm_problems(params(build__flags__log_level="loud")), "build.flags.log_level", "verbose")
+
+
+def test_keys_the_backend_ignores_are_not_written(monkeypatch):
+    from harness.backends.trtllm import build as trt_build
+    from harness.backends.trtllm.repo import render_trtllm_model_config
+
+    def rendered(p):
+        return render_trtllm_model_config(p, "/engine", model_name="tensorrt_llm", decoupled=True, gpu_device_ids=[0])
+
+    text = rendered(params())
+    assert "FORCE_CPU_ONLY_INPUT_TENSORS" not in text and "enable_trt_overlap" not in text
+    monkeypatch.setattr(trt_build, "trtllm_version", lambda: "1.1.0")
+    p = one(trtllm_problems(params(runtime__flags={"enable_trt_overlap": True})), "runtime.flags.enable_trt_overlap",
+            "deprecated and will be ignored", "1.1.0", "remove it")
+    assert ">= 1.3" in p
+    # false is what every backend does: accepted, nothing written.
+    assert trtllm_problems(params(runtime__flags={"enable_trt_overlap": False})) == []
+    assert "enable_trt_overlap" not in rendered(params(runtime__flags={"enable_trt_overlap": False}))
+    # A backend that applies it (NVIDIA/TensorRT-LLM#10018, 1.3 pre-releases) gets it.
+    monkeypatch.setattr(trt_build, "trtllm_version", lambda: "1.3.0rc5")
+    assert trtllm_problems(params(runtime__flags={"enable_trt_overlap": True})) == []
+    assert 'key: "enable_trt_overlap"' in rendered(params(runtime__flags={"enable_trt_overlap": True}))
+
+
+def test_int8_moe_cannot_be_exported_for_trtllm(mixtral_ckpt):
+    for fmt in ("int8", "int8_sq"):
+        one(trtllm_problems(params(model__checkpoint=mixtral_ckpt, quantize__format=fmt,
+                                   quantize__kv_cache_dtype="none", build__flags__reduce_fusion=None,
+                                   build__flags__use_fp8_context_fmha=None)),
+            "quantize.format", fmt, "MixtralForCausalLM", "fp8 or int4_awq")
+
+
+_INT8_KV_DEFAULT_PAGED = """\
+extends: {repo}/params/default.yaml
+quantize: {{format: int8_sq, kv_cache_dtype: int8}}
+build: {{backend: trtllm, device: cuda, dtype: float16}}
+runtime: {{num_gpus: 1, enable_chunked_context: true}}
+"""
+
+
+@pytest.mark.parametrize("case, overrides, words", [
+    ("reduce_fusion", "", ["build.flags.reduce_fusion", "MixtralForCausalLM"]),
+    ("log_level", "build.flags.log_level=trace", ["build.flags.log_level", "'trace'", "use verbose"]),
+    ("trt_overlap", "runtime.flags.enable_trt_overlap=true", ["runtime.flags.enable_trt_overlap", "remove it"]),
+    ("int8_moe", "quantize.format=int8_sq,quantize.kv_cache_dtype=none", ["quantize.format", "int8 MoE experts"]),
+    ("paged_default", None, ["build.flags.use_paged_context_fmha", "INT8 KV cache", "enable_chunked_context"]),
+])
+def test_each_gap_stops_pipeline_status_before_any_stage(case, overrides, words, mixtral_ckpt, tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    data = tmp_path / "data.pkl"
+    data.write_bytes(b"")
+    if overrides is None:
+        params_file = tmp_path / "p.yaml"
+        params_file.write_text(_INT8_KV_DEFAULT_PAGED.format(repo=REPO))
+        args = ["--params-file", str(params_file)]
+    else:
+        args = ["--params-file", str(REPO / "params/examples/llama2-70b-h100x8-offline.yaml"), "--overrides",
+                ",".join(x for x in (f"model.checkpoint={mixtral_ckpt},dataset.path={data}", overrides) if x)]
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("TRTLLM_")}
+    env["PERFDAG_ARTIFACTS"] = str(tmp_path / "artifacts")
+    out = subprocess.run([sys.executable, "-m", "pipeline", "status", *args], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    lines = [x for x in (out.stdout + out.stderr).splitlines() if x.strip().startswith("- ")]
+    assert any(all(w in x for w in words) for x in lines), lines
+    assert not (tmp_path / "artifacts").exists()  # nothing ran, nothing written

@@ -10,12 +10,8 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from harness.backends.trtllm import TrtllmError
-from harness.backends.trtllm.build import (
-    check_engine_config,
-    engine_key_tools,
-    gpu_compute_capability,
-    trtllm_build_args,
-)
+from harness.backends.trtllm.build import engine_key_tools, gpu_compute_capability, trtllm_build_args
+from harness.backends.trtllm.engine_check import check_engine_config
 from harness.backends.trtllm.launch import pick_ports, tritonserver_commands
 from harness.backends.trtllm.layout import (
     data_parallel_layout,

@@ -24,3 +24,11 @@ def architecture(checkpoint_dir) -> str | None:
     """The HF architecture named in config.json (e.g. LlamaForCausalLM), or None."""
     cfg = json.loads((Path(checkpoint_dir) / "config.json").read_text())
     return (cfg.get("architectures") or [None])[0]
+
+
+def hf_dtype_kwargs(dtype) -> dict:
+    """The dtype keyword of from_pretrained/from_config: `dtype` since transformers 4.56, `torch_dtype`
+    before (TensorRT-LLM 1.0 ships 4.53, where an unknown `dtype` would be ignored and fp32 loaded)."""
+    import transformers
+    major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+    return {"dtype": dtype} if (major, minor) >= (4, 56) else {"torch_dtype": dtype}

@@ -5,6 +5,11 @@ export is wrong, silently: transformers logs "Unknown quantization type ... skip
 int8/fp8 codes as floats without their scales. So the export's tensors are decoded here and
 each quantized nn.Linear becomes a `QuantLinear` reproducing modelopt's fake-quant numerics.
 
+Exports of modelopt 0.37 (TensorRT-LLM 1.1/1.2's) and 0.47 have the same tensor layout. A
+Mixtral export holds one tensor set per expert (`block_sparse_moe.experts.K.w1`...); under
+transformers 5, whose Mixtral stores experts fused, the engine model gets per-expert linears
+(harness/backends/moe.py) so each expert keeps its own scales.
+
 Engine directory:
   weights.safetensors  dequantized weights (engine dtype) + per-layer `input_scale` and
                        `pre_quant_scale` (the activation quantization modelopt applies)
@@ -22,7 +27,8 @@ import torch
 from torch import nn
 
 from ...errors import BuildError
-from ..checkpoint import TOKENIZER_FILES
+from ..checkpoint import TOKENIZER_FILES, hf_dtype_kwargs
+from ..moe import unfused_shell
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -236,7 +242,7 @@ def build_torch_engine(checkpoint_dir, out_dir, *, dtype: str = "float32", max_b
     quant = read_quant_config(ckpt)
     if quant is None:
         from transformers import AutoModelForCausalLM
-        model = AutoModelForCausalLM.from_pretrained(str(ckpt), dtype=tdtype)
+        model = AutoModelForCausalLM.from_pretrained(str(ckpt), **hf_dtype_kwargs(tdtype))
         sd, fmt, layers = model.state_dict(), "none", {}
         n_params = sum(p.numel() for p in model.parameters())
     else:
@@ -294,6 +300,16 @@ def _no_init():
         return contextlib.nullcontext()
 
 
+def _module_path(key: str, modules: dict) -> str:
+    """A checkpoint tensor name in this model's module naming: a Mixtral export names the MoE block
+    `block_sparse_moe` (transformers 4), which transformers 5 calls `mlp`."""
+    owner = key.rpartition(".")[0]
+    if owner in modules or ".block_sparse_moe." not in key:
+        return key
+    alt = key.replace(".block_sparse_moe.", ".mlp.")
+    return alt if alt.rpartition(".")[0] in modules else key
+
+
 def load_torch_engine(engine_dir, device: str = "cpu"):
     """Rebuilds the model from an engine directory; returns (model in eval mode, engine config)."""
     from safetensors.torch import load_file
@@ -305,17 +321,22 @@ def load_torch_engine(engine_dir, device: str = "cpu"):
         raise EngineBuildError(f"{eng} is a {config.get('backend')!r} engine, not a torch engine")
     dtype = DTYPES[config["dtype"]]
     hf_cfg = _config_from_dict(json.loads((eng / "hf_config.json").read_text()))
+    sd = load_file(str(eng / "weights.safetensors"), device=device)
     with _no_init():  # random init of weights that are replaced right away is slow on big models
-        model = AutoModelForCausalLM.from_config(hf_cfg, dtype=dtype)
+        model = AutoModelForCausalLM.from_config(hf_cfg, **hf_dtype_kwargs(dtype))
+        if any(".experts.0.w1." in k for k in sd):  # per-expert weights; this transformers fuses them
+            unfused_shell(model)
+    modules = dict(model.named_modules())
+    sd = {_module_path(k, modules): v for k, v in sd.items()}
 
     for name, info in config["quantization"]["layers"].items():
+        name = _module_path(name + ".weight", modules).removesuffix(".weight")
         parent, _, child = name.rpartition(".")
         lin = model.get_submodule(name)
         model.get_submodule(parent).register_module(child, QuantLinear(
             lin.in_features, lin.out_features, lin.bias is not None, info["input"],
             info["pre_quant_scale"], dtype))
 
-    sd = load_file(str(eng / "weights.safetensors"), device=device)
     missing, unexpected = model.load_state_dict(sd, strict=False, assign=True)
     tied = {"lm_head.weight"} if getattr(hf_cfg, "tie_word_embeddings", False) else set()
     missing = [k for k in missing if k not in tied]

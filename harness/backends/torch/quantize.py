@@ -3,17 +3,23 @@
 modelopt's CPU path is fake quantization: weights and activations are rounded to the target
 format and back, so the in-memory model shows the format's accuracy, and
 `export_hf_checkpoint` writes the real quantized tensors (codes + scales) that engines read.
+
+Runs on modelopt 0.37 (TensorRT-LLM 1.1/1.2's) and 0.47 with transformers 4.57 or 5.x: presets
+come from harness/backends/mtq_config.py, transformers-5 Mixtral experts are unfused first
+(harness/backends/moe.py), and the export's RoPE and model sizes are written and checked
+against the source (harness/backends/export_checks.py) before anything is published.
 """
 from __future__ import annotations
 
-import copy
+import json
 import time
 from pathlib import Path
 from typing import Callable
 
 from ...config.schema import CPU_QUANT_FORMATS as CPU_FORMATS
-from ...errors import BuildError
 from ..checkpoint import copy_tokenizer_files
+from ..export_checks import hf_checkpoint_problems, patch_hf_rope
+from ..mtq_config import QuantizeError, build_modelopt_config
 
 # format -> name of modelopt's preset config (looked up lazily: importing modelopt is slow).
 MTQ_CONFIGS = {
@@ -35,10 +41,6 @@ INT4_GROUP = 128  # INT4_AWQ_CFG block size along the input dimension
 GREEDY_NEW_TOKENS = 16
 
 
-class QuantizeError(BuildError, ValueError):
-    """The requested quantization cannot be done here; the message says what to change."""
-
-
 def check_format(fmt: str, device: str = "cpu") -> None:
     if fmt in GPU_ONLY_FORMATS:
         if device.startswith("cuda"):
@@ -52,12 +54,8 @@ def check_format(fmt: str, device: str = "cpu") -> None:
 
 
 def _mtq_config(fmt: str) -> dict:
-    import modelopt.torch.quantization as mtq
-    if fmt == "nvfp4":
-        return copy.deepcopy(mtq.NVFP4_DEFAULT_CFG)
-    if fmt == "w4a8_awq":
-        return copy.deepcopy(mtq.W4A8_AWQ_BETA_CFG)
-    return copy.deepcopy(getattr(mtq, MTQ_CONFIGS[fmt]))
+    """The running modelopt's preset (dict- or list-shaped); refuses int8 where it would be mislabelled."""
+    return build_modelopt_config(fmt, "none")
 
 
 def _check_int4_shapes(model) -> None:
@@ -73,11 +71,16 @@ def _check_int4_shapes(model) -> None:
             f"intermediate_size are multiples of {INT4_GROUP}, or another format")
 
 
-def load_fp32(src_dir, device: str = "cpu"):
+def load_fp32(src_dir, device: str = "cpu", unfuse: bool = True):
     # from_pretrained (not from_config): export_hf_checkpoint fails with a TypeError otherwise.
     import torch
     from transformers import AutoModelForCausalLM
-    model = AutoModelForCausalLM.from_pretrained(str(src_dir), dtype=torch.float32)
+
+    from ..checkpoint import hf_dtype_kwargs
+    from ..moe import unfuse_moe_experts
+    model = AutoModelForCausalLM.from_pretrained(str(src_dir), **hf_dtype_kwargs(torch.float32))
+    if unfuse:  # transformers 5 Mixtral: modelopt's export needs per-expert linears
+        unfuse_moe_experts(model)
     return model.to(device).eval()
 
 
@@ -118,7 +121,7 @@ def _agreement(ref, model, prompts) -> tuple[float, float]:
     return frac(ref_greedy, greedy), frac(ref_tf, tf)
 
 
-def _quantize_loaded(model, fmt, calib_prompts, device, log):
+def _quantize_loaded(model, fmt, calib_prompts, device, log, cfg=None):
     import modelopt.torch.quantization as mtq
     import torch
     from modelopt.torch.export.unified_export_hf import (
@@ -136,23 +139,48 @@ def _quantize_loaded(model, fmt, calib_prompts, device, log):
                 m(input_ids=torch.tensor([p], device=device))
 
     log(f"quantize: calibrating {fmt} ({MTQ_CONFIGS.get(fmt, fmt)}) on {len(calib_prompts)} prompts")
-    mtq.quantize(model, _mtq_config(fmt), forward_loop)
+    mtq.quantize(model, cfg if cfg is not None else _mtq_config(fmt), forward_loop)
     # Export first unifies scales of layers sharing an input (q/k/v, gate/up: averaged
     # pre_quant_scale, max input amax) and requantizes. Do it now so the in-memory model's
     # numerics are exactly what gets exported; export's own pass is then a no-op.
     with torch.no_grad():
         requantize_resmooth_fused_llm_layers(model)
+        _sync_moe_gate_up_like_export(model)
     return model.eval()
+
+
+def _keep_export_resmooth_idempotent(model) -> None:
+    """The export runs requantize_resmooth_fused_llm_layers again. modelopt 0.37's (unlike 0.47's)
+    fails on a layer whose AWQ pre_quant_scale the first pass already folded into its layernorm
+    (it marks those `fused_with_layernorm`). Give them a pre_quant_scale of ones: folding it again
+    changes nothing, and the export drops it again."""
+    import torch
+    for m in model.modules():
+        q = getattr(m, "input_quantizer", None)
+        if getattr(m, "fused_with_layernorm", False) and q is not None and not hasattr(q, "_pre_quant_scale"):
+            q.pre_quant_scale = torch.ones(m.in_features, dtype=m.weight.dtype, device=m.weight.device)
+
+
+def _sync_moe_gate_up_like_export(model) -> None:
+    """modelopt >= 0.4x's HF export gives each MoE expert's w1/w3 one weight amax (their max, for
+    engines that fuse them); do it here too so the measured model is the exported one. 0.37's
+    export keeps them apart, and has no such function."""
+    try:
+        from modelopt.torch.export.layer_utils import sync_moe_gate_up_amax
+    except ImportError:
+        return
+    sync_moe_gate_up_amax(model)
 
 
 def quantize_in_memory(src_dir, fmt: str, calib_prompts: list[list[int]], device: str = "cpu",
                        log: Callable[[str], None] = print):
     """The fake-quantized modelopt model (what `quantize_checkpoint` measures and exports)."""
     check_format(fmt, device)
-    model = load_fp32(src_dir, device)
+    cfg = None if fmt == "none" else _mtq_config(fmt)  # refuse before loading the model
+    model = load_fp32(src_dir, device, unfuse=fmt != "none")
     if fmt == "none":
         return model
-    return _quantize_loaded(model, fmt, calib_prompts, device, log)
+    return _quantize_loaded(model, fmt, calib_prompts, device, log, cfg)
 
 
 def quantize_checkpoint(src_dir, out_dir, fmt: str, calib_prompts: list[list[int]], device: str = "cpu",
@@ -163,9 +191,10 @@ def quantize_checkpoint(src_dir, out_dir, fmt: str, calib_prompts: list[list[int
 
     t0 = time.monotonic()
     check_format(fmt, device)
+    cfg = None if fmt == "none" else _mtq_config(fmt)  # refuse before a long calibration
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    model = load_fp32(src_dir, device)
+    model = load_fp32(src_dir, device, unfuse=fmt != "none")
 
     if fmt == "none":
         model.save_pretrained(out_dir, safe_serialization=True)
@@ -173,11 +202,13 @@ def quantize_checkpoint(src_dir, out_dir, fmt: str, calib_prompts: list[list[int
     else:
         # Reference tokens first, from the same weights, so no second fp32 copy is held.
         ref = _reference(model, calib_prompts)
-        _quantize_loaded(model, fmt, calib_prompts, device, log)
+        _quantize_loaded(model, fmt, calib_prompts, device, log, cfg)
         greedy, teacher = _agreement(ref, model, calib_prompts)
         log(f"quantize: {fmt} agreement with fp32: greedy {greedy:.3f}, teacher-forced {teacher:.3f}")
         # Export packs weights in place, so it must come after the measurement.
+        _keep_export_resmooth_idempotent(model)
         export_hf_checkpoint(model, export_dir=str(out_dir))
+    rope = check_hf_export(src_dir, out_dir)
     tok = copy_tokenizer_files(src_dir, out_dir)
     log(f"quantize: wrote {out_dir} ({'tokenizer: ' + ', '.join(tok) if tok else 'no tokenizer files in source'})")
     return {
@@ -186,5 +217,17 @@ def quantize_checkpoint(src_dir, out_dir, fmt: str, calib_prompts: list[list[int
         "calib_samples": 0 if fmt == "none" else len(calib_prompts),
         "greedy_token_agreement": round(greedy, 6),
         "teacher_forced_agreement": round(teacher, 6),
+        "rope": rope,
         "seconds": round(time.monotonic() - t0, 3),
     }
+
+
+def check_hf_export(src_dir, out_dir) -> dict:
+    """Writes the source's RoPE into the export in both transformers majors' spellings, then refuses
+    an export whose RoPE, MoE or sizes differ from the source (before BuildEngine ever sees it)."""
+    src_cfg = json.loads((Path(src_dir) / "config.json").read_text())
+    rope = patch_hf_rope(out_dir, src_cfg)
+    problems = hf_checkpoint_problems(json.loads((Path(out_dir) / "config.json").read_text()), src_cfg)
+    if problems:
+        raise QuantizeError(f"the exported checkpoint {out_dir} does not describe the source model:", problems)
+    return rope

@@ -2,14 +2,15 @@
 a check of the built engine's config.json against what was asked.
 
 trtllm-build warns and *overrides* many conflicting settings (FP8 context FMHA without an FP8
-checkpoint, reduce_fusion at tp 1, ...), so the engine differs from the parameters with only a
-log line to show for it. `build_problems` refuses those combinations before anything runs.
+checkpoint, reduce_fusion at tp 1 or for an architecture it does not fuse, paged context FMHA with
+an INT8 KV cache, ...), so the engine differs from the parameters with only a log line to show for
+it, or fails to load at serving time (chunked context without paged context FMHA). `build_problems`
+refuses those combinations before anything runs, also where the flag is left at its default.
 Facts here follow tensorrt_llm/commands/build.py, tensorrt_llm/plugin/plugin.py and
-tensorrt_llm/builder.py (TensorRT-LLM 0.1x); flags are passed as `--name value`.
+tensorrt_llm/builder.py (TensorRT-LLM 0.1x to 1.x); flags are passed as `--name value`.
 """
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from dataclasses import dataclass
@@ -56,7 +57,9 @@ BUILD_FLAGS: dict[str, Flag] = {
     "max_lora_rank": Flag("int", minimum=1),
     "workers": Flag("int", minimum=1),
     "kv_cache_type": Flag("choice", ("continuous", "paged", "disabled")),
-    "log_level": Flag("choice", ("internal_error", "error", "warning", "info", "verbose", "debug", "trace")),
+    # debug/trace exist only in newer trtllm-build releases (older ones: "invalid choice"); both log
+    # at TensorRT's VERBOSE level there, as verbose does, so only the levels every release has are taken.
+    "log_level": Flag("choice", ("internal_error", "error", "warning", "info", "verbose")),
     "profiling_verbosity": Flag("choice", ("layer_names_only", "detailed", "none")),
     "logits_dtype": Flag("choice", ("float16", "float32")),
     "speculative_decoding_mode": Flag("choice", ("draft_tokens_external", "lookahead_decoding", "medusa",
@@ -77,6 +80,10 @@ DEFAULTS = {"context_fmha": True, "use_paged_context_fmha": True, "remove_input_
             "kv_cache_type": "paged", "use_fused_mlp": True, "reduce_fusion": False}
 FP8_CONTEXT_FORMATS = ("fp8", "w4a8_awq", "nvfp4")  # QuantAlgo FP8 / W4A8_AWQ / NVFP4
 _FP8_NAMES = "fp8, w4a8_awq or nvfp4"
+# builder.py keeps reduce_fusion only for these architectures at tp_size > 1 ('Overriding reduce_fusion to False').
+REDUCE_FUSION_ARCHS = ("LlamaForCausalLM", "Gemma2ForCausalLM", "MedusaForCausalLM")
+NEWER_LOG_LEVELS = ("debug", "trace")
+BUILTIN_ARCHITECTURE = "LlamaForCausalLM"  # model.checkpoint: builtin is the tiny Llama
 MAX_NUM_TOKENS_ADVISED = 16384
 
 
@@ -141,6 +148,34 @@ def _effective_switch(flags, name) -> bool:
     return DEFAULTS.get(name, False) if v is None else v == "enable"
 
 
+def model_architecture(params) -> str | None:
+    """The HF architecture of model.checkpoint (config.json), the tiny Llama for builtin; None if unreadable."""
+    from ..checkpoint import architecture
+
+    ckpt = params.model.checkpoint
+    if ckpt == "builtin":
+        return BUILTIN_ARCHITECTURE
+    try:
+        return architecture(ckpt)
+    except (OSError, ValueError):  # validation reports the checkpoint itself elsewhere
+        return None
+
+
+def paged_context_fmha_off_reason(params) -> str | None:
+    """Why trtllm-build (builder.py) turns paged context FMHA off whatever the flag says, or None."""
+    q, flags = params.quantize, params.build.flags
+    if _explicit(flags, "streamingllm") == "enable":
+        return "streamingllm is enabled"
+    if _explicit(flags, "context_fmha") == "disable":
+        return "context_fmha is disabled"
+    if q.kv_cache_dtype == "int8":
+        return "an INT8 KV cache ('Paged Context FMHA is disabled because it doesn't work with int8 kv cache')"
+    if q.kv_cache_dtype == "fp8" and q.format not in FP8_CONTEXT_FORMATS:
+        return (f"an FP8 KV cache with quantize.format={q.format} (it needs FP8 context FMHA, which only "
+                f"{_FP8_NAMES} checkpoints have)")
+    return None
+
+
 def build_problems(params, *, include_shape_checks: bool = True) -> list[str]:
     """What trtllm-build would reject, or silently change, for these parameters.
 
@@ -158,6 +193,10 @@ def build_problems(params, *, include_shape_checks: bool = True) -> list[str]:
             bad(name, "is a typed build field, not a flag", f"set build.{TYPED_FIELDS[name]}")
         elif name in DEPRECATED:
             bad(name, "is deprecated in trtllm-build", DEPRECATED[name])
+        elif name == "log_level" and str(value).lower() in NEWER_LOG_LEVELS:
+            bad(name, f"{value!r} exists only in newer trtllm-build releases (older ones stop with 'invalid "
+                "choice', after Quantize has run); where it exists it logs at TensorRT's VERBOSE level, as "
+                "verbose does", "use verbose (or internal_error, error, warning, info)")
         elif name not in BUILD_FLAGS:
             bad(name, "not a trtllm-build flag perfdag knows" + suggest(name, BUILD_FLAGS),
                 "check the spelling against `trtllm-build --help`")
@@ -184,31 +223,48 @@ def build_problems(params, *, include_shape_checks: bool = True) -> list[str]:
             bad("use_fp8_context_fmha", f"with paged context FMHA it needs an FP8 KV cache, quantize.kv_cache_dtype is "
                 f"{q.kv_cache_dtype} (trtllm-build would silently disable it)",
                 "set quantize.kv_cache_dtype=fp8, or use_paged_context_fmha=disable")
+    chunked = ", and runtime.enable_chunked_context needs it" if r.enable_chunked_context else ""
     if on("use_paged_context_fmha"):
         if off("context_fmha"):
-            bad("use_paged_context_fmha", "needs context_fmha, which is disabled", "enable context_fmha")
+            bad("use_paged_context_fmha", f"needs context_fmha, which is disabled{chunked}", "enable context_fmha")
         if q.kv_cache_dtype == "int8":
-            bad("use_paged_context_fmha", "does not work with an int8 KV cache (trtllm-build would silently disable it)",
-                "use quantize.kv_cache_dtype fp8 or none, or disable it")
+            bad("use_paged_context_fmha", "does not work with an int8 KV cache (trtllm-build would silently disable "
+                f"it{chunked})", "use quantize.kv_cache_dtype fp8 or none, or disable it")
         if q.kv_cache_dtype == "fp8" and not fp8_family:
             bad("use_paged_context_fmha", f"with an FP8 KV cache it needs FP8 context FMHA, which quantize.format="
-                f"{q.format} cannot use (trtllm-build would silently disable it)",
+                f"{q.format} cannot use (trtllm-build would silently disable it{chunked})",
                 f"use quantize.format {_FP8_NAMES}, or kv_cache_dtype none")
         if on("streamingllm"):
-            bad("use_paged_context_fmha", "is turned off by trtllm-build when streamingllm is on", "disable one of them")
+            bad("use_paged_context_fmha", f"is turned off by trtllm-build when streamingllm is on{chunked}",
+                "disable one of them")
     if off("use_fp8_context_fmha") and fp8_family and q.kv_cache_dtype == "fp8" \
             and _effective_switch(flags, "use_paged_context_fmha") and not off("context_fmha"):
         bad("use_fp8_context_fmha", "is forced on by trtllm-build for paged context FMHA with an FP8 KV cache",
             "remove it, or set use_paged_context_fmha=disable")
-    if r.enable_chunked_context and (off("use_paged_context_fmha") or off("context_fmha")):
-        bad("use_paged_context_fmha", "chunked context (runtime.enable_chunked_context) needs paged context FMHA",
-            "enable use_paged_context_fmha and context_fmha, or set runtime.enable_chunked_context=false")
+    if r.enable_chunked_context:
+        forced_off = paged_context_fmha_off_reason(params)
+        if off("use_paged_context_fmha") or off("context_fmha"):
+            bad("use_paged_context_fmha", "chunked context (runtime.enable_chunked_context) needs paged context FMHA",
+                "enable use_paged_context_fmha and context_fmha, or set runtime.enable_chunked_context=false")
+        elif forced_off and not on("use_paged_context_fmha"):
+            # Left at its default (on): trtllm-build still turns it off, and the engine then fails to
+            # load with 'Chunked context requires ... paged context FMHA all enabled'.
+            bad("use_paged_context_fmha", f"chunked context (runtime.enable_chunked_context) needs paged context FMHA, "
+                f"which trtllm-build turns off for {forced_off}, even at its default (on); the engine would fail to "
+                "load", "set runtime.enable_chunked_context=false (and build.max_num_tokens >= build.max_input_len), "
+                f"or use quantize.kv_cache_dtype none (or fp8 with quantize.format {_FP8_NAMES})")
 
+    arch = model_architecture(params)
+    reduce_fusion = on("reduce_fusion") and b.tp_size > 1 and (arch is None or arch in REDUCE_FUSION_ARCHS)
     if on("reduce_fusion") and b.tp_size == 1:
         bad("reduce_fusion", "fuses the all-reduce of tensor parallelism; at build.tp_size=1 trtllm-build turns it off",
             "disable it or raise build.tp_size")
+    elif on("reduce_fusion") and not reduce_fusion:
+        bad("reduce_fusion", f"trtllm-build keeps it only for {', '.join(REDUCE_FUSION_ARCHS)} at tp_size > 1 and "
+            f"turns it off for {arch} (model.checkpoint's architecture)",
+            "disable it (remove build.flags.reduce_fusion)")
     if on("user_buffer"):
-        if not _effective_switch(flags, "reduce_fusion"):
+        if not reduce_fusion:
             bad("user_buffer", "needs reduce_fusion (trtllm-build would silently turn it off)", "enable reduce_fusion")
         if q.format != "fp8":
             bad("user_buffer", f"is only supported for FP8 Llama, quantize.format is {q.format}", "disable it")
@@ -216,7 +272,10 @@ def build_problems(params, *, include_shape_checks: bool = True) -> list[str]:
         if q.format != "nvfp4":
             bad("norm_quant_fusion", f"needs an NVFP4 Llama checkpoint, quantize.format is {q.format} "
                 "(trtllm-build would silently turn it off)", "disable it or use quantize.format=nvfp4")
-        if _effective_switch(flags, "reduce_fusion"):
+        elif arch not in (None, "LlamaForCausalLM"):
+            bad("norm_quant_fusion", f"trtllm-build keeps it only for LlamaForCausalLM, model.checkpoint is {arch}",
+                "disable it")
+        if reduce_fusion:
             bad("norm_quant_fusion", "cannot be combined with reduce_fusion", "disable one of them")
     for name in ("gemm_swiglu_plugin", "low_latency_gemm_swiglu_plugin"):
         if _explicit(flags, name) == "fp8":
@@ -265,67 +324,6 @@ def build_notes(params) -> list[str]:
         notes.append(f"build.max_num_tokens: {b.max_num_tokens} > {MAX_NUM_TOKENS_ADVISED}; TensorRT-LLM advises "
                      "against it (no gain expected, may exceed TensorRT tensor volume)")
     return notes
-
-
-# ---------------------------------------------------------------------------------------------
-# The built engine vs what was asked
-# ---------------------------------------------------------------------------------------------
-
-def load_engine_config(engine_dir_or_config) -> dict:
-    if isinstance(engine_dir_or_config, Mapping):
-        return dict(engine_dir_or_config)
-    p = Path(engine_dir_or_config)
-    return json.loads((p / "config.json" if p.is_dir() else p).read_text())
-
-
-def check_engine_config(engine_dir_or_config, params, tools: Mapping[str, str] | None = None) -> list[str]:
-    """Differences between an engine's config.json and the parameters (empty: it is the engine asked for).
-
-    Layout (tensorrt_llm.builder.EngineConfig): {"version", "pretrained_config": {"dtype", "mapping":
-    {"world_size", "tp_size", "pp_size"}, "quantization": {"quant_algo", "kv_cache_quant_algo"}},
-    "build_config": {"max_batch_size", "max_num_tokens", "max_seq_len", "max_input_len", "kv_cache_type",
-    "plugin_config": {...}}}.
-    """
-    from .quant import export_plan
-
-    cfg = load_engine_config(engine_dir_or_config)
-    b = params.build
-    pre, bc = cfg.get("pretrained_config", {}), cfg.get("build_config", {})
-    mapping, quant, plugins = pre.get("mapping", {}), pre.get("quantization", {}), bc.get("plugin_config", {})
-    out = []
-
-    def diff(where, got, want):
-        if got != want:
-            out.append(f"engine {where}: {got!r}, asked {want!r}; rebuild the engine (BuildEngine) with these parameters")
-
-    for key in ("max_batch_size", "max_num_tokens", "max_seq_len", "max_input_len"):
-        diff(f"build_config.{key}", bc.get(key), getattr(b, key))
-    diff("pretrained_config.mapping.tp_size", mapping.get("tp_size"), b.tp_size)
-    diff("pretrained_config.mapping.pp_size", mapping.get("pp_size"), b.pp_size)
-    if "world_size" in mapping:
-        diff("pretrained_config.mapping.world_size", mapping["world_size"], b.tp_size * b.pp_size)
-    plan = export_plan(params)
-    diff("pretrained_config.dtype", pre.get("dtype"), plan["kwargs"]["dtype"])
-    diff("pretrained_config.quantization.quant_algo", quant.get("quant_algo"), plan["quant_algo"])
-    diff("pretrained_config.quantization.kv_cache_quant_algo", quant.get("kv_cache_quant_algo"),
-         plan["kv_cache_quant_algo"])
-    if "kv_cache_type" in bc:
-        diff("build_config.kv_cache_type", str(bc["kv_cache_type"]).upper(), "PAGED")
-    for name in sorted(b.flags):
-        spec, value = BUILD_FLAGS.get(name), _explicit(b.flags, name)
-        if spec is None or value is None or name not in plugins:
-            continue
-        if spec.kind == "switch":
-            diff(f"build_config.plugin_config.{name}", plugins[name], value == "enable")
-        elif spec.kind == "plugin":
-            diff(f"build_config.plugin_config.{name}", plugins[name], None if value == "disable" else value)
-        elif spec.kind == "int":
-            diff(f"build_config.plugin_config.{name}", plugins[name], int(value))
-    want_version = (tools or {}).get("tensorrt_llm")
-    if want_version and want_version != "absent" and cfg.get("version") not in (None, want_version):
-        out.append(f"engine version: built by TensorRT-LLM {cfg.get('version')}, this host has {want_version}; "
-                   "engines do not load across versions, rebuild")
-    return out
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,38 +1,36 @@
 """Quantization for TensorRT-LLM: modelopt presets, the KV-cache config, and the export plan.
 
-modelopt >= 0.44 (0.47 here) writes `quant_cfg` as an ordered *list* of
-`{"quantizer_name": pattern, "cfg"|"enable": ...}` entries, later entries winning. A KV-cache
-preset (e.g. FP8_KV_CFG) is only its `*[kv]_bmm_quantizer` entries; it is appended after the
-model preset, as `mtq.update_quant_cfg_with_kv_cache_quant` does.
+The presets come from the running modelopt, in its own shape (0.37's dict-shaped `quant_cfg` in
+TensorRT-LLM 1.1/1.2, 0.47's list): harness/backends/mtq_config.py builds them for both, and a
+KV-cache preset's entries are added after the model preset's. On modelopt 0.37 `int8` (W8A16) is
+refused: it has no INT8_WEIGHT_ONLY_CFG and would label int8 weights W8A8_SQ_PER_CHANNEL.
+
+The export (`export_trtllm_checkpoint`) runs on any device, CPU included, and needs no
+tensorrt_llm: transformers-5 Mixtral experts are unfused first (harness/backends/moe.py), the
+source's RoPE is written into the checkpoint afterwards and the checkpoint is compared with the
+source config (harness/backends/export_checks.py), so a lost rotary_base or MoE setting stops
+Quantize instead of surfacing as an accuracy miss after the build.
 
 TRTLLM_CHECKPOINT_FLAGS (`quantize.flags`) are NVIDIA-harness names for the same knobs; each
 known key maps onto perfdag's fields, an unknown key is an error, never silently dropped.
 """
 from __future__ import annotations
 
-import copy
+import json
 import time
 from pathlib import Path
 from typing import Any, Callable
 
+from ...errors import BuildError
+from ..mtq_config import (
+    KV_PRESETS,
+    MODEL_PRESETS,
+    QuantizeError,
+    build_modelopt_config,
+    merge_kv_entries,
+    set_awq_block_size,
+)
 from .common import as_int, raise_if, suggest
-
-# quantize.format -> modelopt preset (attribute of modelopt.torch.quantization).
-MODEL_PRESETS: dict[str, str | None] = {
-    "none": None,
-    "int8": "INT8_WEIGHT_ONLY_CFG",   # W8A16 -> TRT-LLM quant_algo W8A16
-    "int8_sq": "INT8_SMOOTHQUANT_CFG",
-    "fp8": "FP8_DEFAULT_CFG",
-    "int4_awq": "INT4_AWQ_CFG",
-    "w4a8_awq": "W4A8_AWQ_BETA_CFG",
-    "nvfp4": "NVFP4_DEFAULT_CFG",
-}
-# quantize.kv_cache_dtype -> KV preset. modelopt 0.47 ships no INT8 KV preset: INT8_KV is
-# perfdag's own entry (int8 per-tensor K/V bmm quantizers), defined below.
-KV_PRESETS: dict[str, str | None] = {"none": None, "fp8": "FP8_KV_CFG", "int8": "INT8_KV"}
-LOCAL_KV_ENTRIES = {
-    "INT8_KV": [{"quantizer_name": "*[kv]_bmm_quantizer", "cfg": {"num_bits": 8, "axis": None}}],
-}
 
 # What the exported checkpoint's config.json says (pretrained_config.quantization).
 QUANT_ALGO = {"none": None, "int8": "W8A16", "int8_sq": "W8A8_SQ_PER_CHANNEL", "fp8": "FP8",
@@ -47,6 +45,7 @@ DECODER_TYPES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "llama", "Mi
 # NVIDIA's --qformat names -> quantize.format.
 QFORMAT_NAMES = {"fp8": "fp8", "int8_sq": "int8_sq", "int4_awq": "int4_awq", "w4a8_awq": "w4a8_awq",
                  "nvfp4": "nvfp4", "int8_wo": "int8", "int8": "int8", "full_prec": "none", "none": "none"}
+ROPE_PATCH_DECODERS = ("llama",)  # decoder types whose exported RoPE perfdag rewrites from the source
 AWQ_BLOCK_SIZES = (64, 128)  # group sizes TensorRT-LLM's W4A16/W4A8 kernels take
 EXPORT_DTYPES = ("float16", "bfloat16", "float32")
 
@@ -74,52 +73,6 @@ def modelopt_quant_cfg(fmt: str, kv_cache_dtype: str = "none") -> tuple[str | No
     if kv_cache_dtype not in KV_PRESETS:
         raise ValueError(f"quantize.kv_cache_dtype {kv_cache_dtype!r} unknown; one of {', '.join(KV_PRESETS)}")
     return MODEL_PRESETS[fmt], KV_PRESETS[kv_cache_dtype]
-
-
-def merge_kv_entries(model_cfg: dict | None, kv_entries: list[dict]) -> dict:
-    """A deep copy of `model_cfg` with the KV entries appended to its list-shaped quant_cfg.
-
-    No model config (format none): disable everything, then the KV entries (KV-only quantization).
-    """
-    cfg = copy.deepcopy(model_cfg) if model_cfg else {}
-    inner = cfg.get("quant_cfg") or [{"quantizer_name": "*", "enable": False}]
-    if not isinstance(inner, list):
-        raise TypeError("quant_cfg is not list-shaped: this needs modelopt >= 0.44")
-    cfg["quant_cfg"] = list(inner) + copy.deepcopy(kv_entries)
-    cfg.setdefault("algorithm", "max")
-    if not cfg["algorithm"]:
-        cfg["algorithm"] = "max"
-    return cfg
-
-
-def set_awq_block_size(cfg: dict, block_size: int) -> dict:
-    """Sets the int4 group size on the `*weight_quantizer` entry (W4A8: its first, int4 stage)."""
-    for entry in cfg["quant_cfg"]:
-        if entry.get("quantizer_name") == "*weight_quantizer" and "cfg" in entry:
-            stage = entry["cfg"][0] if isinstance(entry["cfg"], list) else entry["cfg"]
-            stage["block_sizes"][-1] = int(block_size)
-            return cfg
-    raise ValueError("no *weight_quantizer entry with block_sizes to set the AWQ block size on")
-
-
-def build_modelopt_config(fmt: str, kv_cache_dtype: str = "none", *, awq_block_size: int | None = None,
-                          mtq: Any = None) -> dict | None:
-    """The config dict to pass to `mtq.quantize`, or None when nothing is quantized.
-
-    `mtq` is `modelopt.torch.quantization` (imported lazily: it takes seconds).
-    """
-    preset, kv_preset = modelopt_quant_cfg(fmt, kv_cache_dtype)
-    if preset is None and kv_preset is None:
-        return None
-    if mtq is None:
-        import modelopt.torch.quantization as mtq
-    cfg = copy.deepcopy(getattr(mtq, preset)) if preset else None
-    if kv_preset:
-        kv = LOCAL_KV_ENTRIES.get(kv_preset) or getattr(mtq, kv_preset)["quant_cfg"]
-        cfg = merge_kv_entries(cfg, kv)
-    if awq_block_size is not None and fmt in ("int4_awq", "w4a8_awq"):
-        set_awq_block_size(cfg, awq_block_size)
-    return cfg
 
 
 # ---------------------------------------------------------------------------------------------
@@ -222,53 +175,124 @@ def export_plan(params, *, architecture: str | None = None) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
-# The GPU-only call (thin)
+# Calibrate and export (any device), and the GPU stage call (thin)
 # ---------------------------------------------------------------------------------------------
 
-def quantize_for_trtllm(src_dir, out_dir, params, calib_prompts: list[list[int]],
-                        log: Callable[[str], None] = print) -> dict:
-    """Calibrates on CUDA with modelopt and exports a TensorRT-LLM checkpoint to `out_dir`."""
-    import json
+def source_config(src_dir) -> dict:
+    return json.loads((Path(src_dir) / "config.json").read_text())
 
-    import modelopt
-    import modelopt.torch.quantization as mtq
+
+def load_for_export(src_dir, *, dtype: str, device: str, unfuse: bool = True):
+    """The HF model, ready for modelopt: on `device` in `dtype`, transformers-5 Mixtral experts unfused."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from ..checkpoint import hf_dtype_kwargs
+    from ..moe import unfuse_moe_experts
+
+    kwargs = {"device_map": "auto"} if device.startswith("cuda") else {}
+    model = AutoModelForCausalLM.from_pretrained(str(src_dir), **hf_dtype_kwargs(getattr(torch, dtype)), **kwargs)
+    if not kwargs:
+        model = model.to(device)
+    if unfuse:
+        unfuse_moe_experts(model)
+    return model.eval()
+
+
+def calibrate(model, plan: dict, calib_prompts: list[list[int]], log: Callable[[str], None] = print, *,
+              mtq: Any = None) -> None:
+    """mtq.quantize with the plan's preset (+ KV entries) on the first calib_size prompts; no-op for none/none."""
+    import torch
+    if mtq is None:
+        import modelopt.torch.quantization as mtq
+    cfg = build_modelopt_config(plan["format"], plan["kv_cache_dtype"], awq_block_size=plan["awq_block_size"], mtq=mtq)
+    if cfg is None:
+        return
+    prompts = [p[: plan["calib_max_len"]] for p in calib_prompts[: plan["calib_size"]]]
+    if not prompts:
+        raise QuantizeError(f"quantize.format={plan['format']!r} needs calibration prompts; got none "
+                            "(raise quantize.calib_size)")
+    device = next(model.parameters()).device
+
+    def forward_loop(m):
+        with torch.no_grad():
+            for p in prompts:
+                m(input_ids=torch.tensor([p], device=device))
+    log(f"quantize: {plan['quant_preset']} + {plan['kv_preset']} on {len(prompts)} prompts")
+    mtq.quantize(model, cfg, forward_loop)
+
+
+def export_checkpoint(model, plan: dict, out_dir, src_cfg: dict | None, *, fix_rope: bool = True) -> dict:
+    """modelopt's export_tensorrt_llm_checkpoint (no tensorrt_llm needed), then the source's RoPE.
+
+    Returns {"decoder_type", "rope": what was written}. `fix_rope=False` is the unpatched export,
+    for tests that show what the check catches.
+    """
     import torch
     from modelopt.torch.export import export_tensorrt_llm_checkpoint
     from modelopt.torch.export.model_utils import get_model_type
-    from transformers import AutoModelForCausalLM
+
+    from ..export_checks import patch_trtllm_rope
+
+    kw = plan["kwargs"]
+    decoder = kw["decoder_type"] or get_model_type(model)
+    with torch.inference_mode():
+        export_tensorrt_llm_checkpoint(model, decoder, getattr(torch, kw["dtype"]), export_dir=str(out_dir),
+                                       inference_tensor_parallel=kw["inference_tensor_parallel"],
+                                       inference_pipeline_parallel=kw["inference_pipeline_parallel"])
+    # Written for the llama family (Llama, Mistral, Mixtral: TensorRT-LLM's LLaMAConfig reads
+    # rotary_base / rotary_scaling as HF spells them); other decoders are only checked.
+    patch = fix_rope and src_cfg is not None and decoder in ROPE_PATCH_DECODERS
+    rope = patch_trtllm_rope(out_dir, src_cfg) if patch else None
+    return {"decoder_type": decoder, "rope": rope}
+
+
+def export_trtllm_checkpoint(src_dir, out_dir, plan: dict, calib_prompts: list[list[int]], *, device: str,
+                             load_dtype: str | None = None, log: Callable[[str], None] = print) -> dict:
+    """Load, calibrate, export, write the source's RoPE, and refuse a checkpoint that differs from the
+    source (export_checks). CPU works (tests); the stage runs it on CUDA."""
+    import modelopt
 
     from ..checkpoint import copy_tokenizer_files
+    from ..export_checks import SOURCE_CONFIG, trtllm_checkpoint_problems
+
+    src_cfg = source_config(src_dir)
+    t0 = time.monotonic()
+    model = load_for_export(src_dir, dtype=load_dtype or plan["kwargs"]["dtype"], device=device)
+    calibrate(model, plan, calib_prompts, log)
+    info = export_checkpoint(model, plan, out_dir, src_cfg)
+    problems = trtllm_checkpoint_problems(json.loads((Path(out_dir) / "config.json").read_text()), src_cfg)
+    if problems:
+        raise BuildError(f"the exported TensorRT-LLM checkpoint {out_dir} does not describe the source model:",
+                         problems)
+    copy_tokenizer_files(src_dir, out_dir)
+    # Kept beside the checkpoint (trtllm-build reads only config.json and rank*.safetensors), so
+    # BuildEngine can re-check it against the source before a build.
+    (Path(out_dir) / SOURCE_CONFIG).write_text(json.dumps(src_cfg, indent=2))
+    return {"plan": {**plan, "kwargs": {**plan["kwargs"], "decoder_type": info["decoder_type"]}},
+            "rope": info["rope"], "modelopt_version": modelopt.__version__,
+            "seconds": round(time.monotonic() - t0, 3)}
+
+
+def quantize_for_trtllm(src_dir, out_dir, params, calib_prompts: list[list[int]],
+                        log: Callable[[str], None] = print) -> dict:
+    """Calibrates on CUDA with modelopt and exports a TensorRT-LLM checkpoint to `out_dir` (the stage)."""
+    import torch
+
+    from ..checkpoint import architecture
 
     if not torch.cuda.is_available():
-        raise RuntimeError("quantize_for_trtllm needs a CUDA GPU (build.backend=trtllm)")
-    arch = (json.loads((Path(src_dir) / "config.json").read_text()).get("architectures") or [None])[0]
-    plan = export_plan(params, architecture=arch)
-    t0 = time.monotonic()
+        raise BuildError("quantize_for_trtllm needs a CUDA GPU (build.backend=trtllm); torch sees none")
+    plan = export_plan(params, architecture=architecture(src_dir))
     torch.manual_seed(plan["seed"])
-    model = AutoModelForCausalLM.from_pretrained(str(src_dir), dtype=getattr(torch, plan["kwargs"]["dtype"]),
-                                                 device_map="auto").eval()
-    cfg = build_modelopt_config(plan["format"], plan["kv_cache_dtype"], awq_block_size=plan["awq_block_size"], mtq=mtq)
-    if cfg is not None:
-        def forward_loop(m):
-            with torch.no_grad():
-                for p in calib_prompts[: plan["calib_size"]]:
-                    m(input_ids=torch.tensor([p[: plan["calib_max_len"]]], device=m.device))
-        log(f"quantize: {plan['quant_preset']} + {plan['kv_preset']} on "
-            f"{min(len(calib_prompts), plan['calib_size'])} prompts")
-        mtq.quantize(model, cfg, forward_loop)
-    decoder = plan["kwargs"]["decoder_type"] or get_model_type(model)
-    with torch.inference_mode():
-        export_tensorrt_llm_checkpoint(model, decoder, getattr(torch, plan["kwargs"]["dtype"]), export_dir=str(out_dir),
-                                       inference_tensor_parallel=plan["kwargs"]["inference_tensor_parallel"],
-                                       inference_pipeline_parallel=plan["kwargs"]["inference_pipeline_parallel"])
-    copy_tokenizer_files(src_dir, out_dir)
-    return {"plan": {**plan, "kwargs": {**plan["kwargs"], "decoder_type": decoder}},
-            "modelopt_version": modelopt.__version__, "seconds": round(time.monotonic() - t0, 3)}
+    return export_trtllm_checkpoint(src_dir, out_dir, plan, calib_prompts, device="cuda", log=log)
 
 
 def checkpoint_config_problems(ckpt_dir, params) -> list[str]:
-    """Compares an exported TensorRT-LLM checkpoint's config.json with the plan (mapping, quant algos)."""
-    import json
+    """An exported TensorRT-LLM checkpoint's config.json against the plan (mapping, quant algos) and,
+    when the source config was kept beside it, against the source model (RoPE, MoE, sizes)."""
+    from ..export_checks import SOURCE_CONFIG, trtllm_checkpoint_problems
+
     cfg = json.loads((Path(ckpt_dir) / "config.json").read_text())
     plan = export_plan(params)
     out = []
@@ -279,11 +303,19 @@ def checkpoint_config_problems(ckpt_dir, params) -> list[str]:
     for key in ("quant_algo", "kv_cache_quant_algo"):
         if q.get(key) != plan[key]:
             out.append(f"checkpoint quantization.{key}: {q.get(key)!r}, expected {plan[key]!r}; re-run Quantize")
+    src = Path(ckpt_dir) / SOURCE_CONFIG
+    if src.is_file():
+        out += trtllm_checkpoint_problems(cfg, json.loads(src.read_text()))
     return out
 
 
 __all__ = [
     "build_modelopt_config",
+    "calibrate",
+    "export_checkpoint",
+    "export_trtllm_checkpoint",
+    "load_for_export",
+    "set_awq_block_size",
     "checkpoint_config_problems",
     "checkpoint_flag_problems",
     "export_plan",

@@ -4,11 +4,15 @@ The tensor contract is TensorRT-LLM's (names, types, dims, optional flags as in
 triton_backend/all_models/inflight_batcher_llm/tensorrt_llm/config.pbtxt), the same names the
 torch backend's Python model speaks, so the harness does not care which backend serves.
 Parameters come from the runtime section plus TRTLLM_RUNTIME_FLAGS (`runtime.flags`); each
-known flag maps onto one backend parameter, an unknown flag is an error.
+known flag maps onto one backend parameter, an unknown flag is an error. Only parameters the
+tensorrtllm backend reads are written: FORCE_CPU_ONLY_INPUT_TENSORS is a Python-backend parameter
+(NVIDIA's templates carry it for `backend: python`), and enable_trt_overlap is read by TensorRT-LLM
+1.0/1.1's backend only to log that it is ignored, so it is taken only where it is applied.
 """
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +62,33 @@ UNSUPPORTED = {
     "dynamic_batch_moving_average_window": "not available through the Triton backend; remove it",
     "use_cuda_graphs": "use cuda_graph_mode",
 }
+
+
+# enable_trt_overlap: 1.0/1.1's backend logs 'enable_trt_overlap is deprecated and will be ignored';
+# NVIDIA/TensorRT-LLM#10018 (Dec 2025) applies it again, in 1.3 pre-releases (1.2: unverified).
+TRT_OVERLAP_APPLIED_FROM = (1, 3)
+
+
+def _release(version: str) -> tuple[int, int] | None:
+    """(major, minor) of a version string like '1.2.1' or '1.3.0rc5', None if absent or unparsable."""
+    m = re.match(r"(\d+)\.(\d+)", version)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def trt_overlap_problem(value: bool) -> str | None:
+    """Why runtime.flags.enable_trt_overlap would be ignored here, or None when the backend applies it."""
+    if not value:
+        return None  # false is every backend's behaviour: nothing to write
+    from .build import trtllm_version
+
+    version = trtllm_version()
+    release = _release(version)
+    if release is not None and release >= TRT_OVERLAP_APPLIED_FROM:
+        return None
+    here = "tensorrt_llm is not installed here" if version == "absent" else f"TensorRT-LLM here is {version}"
+    return ("runtime.flags.enable_trt_overlap: the tensorrtllm backend of TensorRT-LLM 1.0/1.1 reads it only to log "
+            "'enable_trt_overlap is deprecated and will be ignored', and 1.2 is not known to apply it; it is taken "
+            f"only with TensorRT-LLM >= {'.'.join(map(str, TRT_OVERLAP_APPLIED_FROM))} ({here}); remove it")
 
 
 def _str(value: Any) -> str:
@@ -110,6 +141,12 @@ def effective_runtime(params) -> tuple[dict[str, Any], dict[str, Any], list[str]
                 bad(key, err, "fix the value")
             elif key == "max_queue_size":
                 batching["max_queue_size"] = v
+            elif key == "enable_trt_overlap":
+                problem = trt_overlap_problem(v)
+                if problem:
+                    out.append(problem)
+                elif v:
+                    extra[RUNTIME_FLAGS[key][0]] = v
             else:
                 extra[RUNTIME_FLAGS[key][0]] = v
         elif key == "use_inflight_batching":
@@ -166,7 +203,6 @@ def render_trtllm_model_config(params, engine_dir, *, model_name: str, decoupled
         "gpt_model_type": values["gpt_model_type"],
         "gpt_model_path": os.fspath(engine_dir),
         "max_beam_width": _str(values.get("max_beam_width", 1)),
-        "FORCE_CPU_ONLY_INPUT_TENSORS": "no",
         "batch_scheduler_policy": values["batch_scheduler_policy"],
         "kv_cache_free_gpu_mem_fraction": _str(float(values["kv_cache_free_gpu_mem_fraction"])),
         "enable_chunked_context": _str(values["enable_chunked_context"]),
