@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import json
+import os
+import sys
 from functools import lru_cache
 from pathlib import Path
 from typing import Iterable
@@ -41,10 +44,48 @@ def _strip_docstrings(tree: ast.AST) -> ast.AST:
     return tree
 
 
+def _memo_file() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "perfdag" / f"code-digests-py{sys.version_info.major}{sys.version_info.minor}.json"
+
+
+_MEMO: dict | None = None
+
+
+def _memo() -> dict:
+    """Digests computed earlier, by (path, size, mtime_ns): parsing ~30 modules per `status` costs
+    more than the rest of it. A cache, not a source of truth: unreadable or unwritable is fine."""
+    global _MEMO
+    if _MEMO is None:
+        try:
+            _MEMO = json.loads(_memo_file().read_text())
+        except (OSError, ValueError):
+            _MEMO = {}
+    return _MEMO
+
+
+def _save_memo() -> None:
+    f = _memo_file()
+    try:
+        f.parent.mkdir(parents=True, exist_ok=True)
+        tmp = f.with_name(f".{f.name}.{os.getpid()}")
+        tmp.write_text(json.dumps(_memo()))
+        os.replace(tmp, f)
+    except OSError:
+        pass
+
+
 @lru_cache(maxsize=None)
 def _digest_cached(path: str, size: int, mtime_ns: int) -> str:
+    ident = f"{path}|{size}|{mtime_ns}"
+    memo = _memo()
+    if ident in memo:
+        return memo[ident]
     tree = _strip_docstrings(ast.parse(Path(path).read_text(), filename=path))
-    return hashlib.sha256(ast.dump(tree, annotate_fields=False, include_attributes=False).encode()).hexdigest()
+    digest = hashlib.sha256(ast.dump(tree, annotate_fields=False, include_attributes=False).encode()).hexdigest()
+    memo[ident] = digest
+    _save_memo()
+    return digest
 
 
 def source_digest(path: str | Path) -> str:

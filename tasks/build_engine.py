@@ -30,4 +30,8 @@ class BuildEngine(StageTask):
     def build(self, out_dir: Path) -> dict:
         up = self.upstream()["checkpoint"]
         return backend_for(self.params).build(checkpoint_dir(up.artifact_dir, up.manifest()), out_dir, self.params,
-                                              log.info)
+                                              log.info, final_dir=self.artifact_dir)
+
+    def engine_dir(self) -> Path:
+        """The published engine (for a pass-through backend, the checkpoint it points at)."""
+        return (self.artifact_dir / self.manifest()["engine"]).resolve()

@@ -34,15 +34,13 @@ class FillTritonRepo(StageTask):
     def code(self):
         return backend_for(self.params).repo_code(self.params)
 
-    @property
-    def engine_rel(self) -> str:
-        """The engine relative to the artifacts root (servers run there): the root can move."""
-        return os.path.relpath(self.input_dir("engine") / "engine", self.store.root)
-
     def executed(self):
+        # What the servers are handed; the engine by its path relative to the root (servers run there).
+        engine_rel = os.path.relpath(self.input_dir("engine") / "engine", self.store.root)
         decoupled = decoupled_for(self.params.loadgen.scenario)
-        return {"repos": backend_for(self.params).render_repos(self.params, self.engine_rel, decoupled)}
+        return {"repos": backend_for(self.params).render_repos(self.params, engine_rel, decoupled)}
 
     def build(self, out_dir: Path) -> dict:
-        return {"layout": backend_for(self.params).fill(self.input_dir("engine") / "engine", self.engine_rel, out_dir,
+        engine = self.upstream()["engine"].engine_dir()
+        return {"layout": backend_for(self.params).fill(engine, os.path.relpath(engine, self.store.root), out_dir,
                                                         self.params, decoupled_for(self.params.loadgen.scenario))}

@@ -11,9 +11,10 @@ from .prepare_dataset import PrepareDataset, read_samples
 # The LoadGen SUT: its behaviour shapes every measurement (client cores by protocol below).
 SUT_CODE = ("harness.measure", "harness.loadgen", "harness.loadgen.runner", "harness.loadgen.driver",
             "harness.loadgen.frontend", "harness.loadgen.settings", "harness.loadgen.results",
-            "harness.loadgen.messages", "harness.loadgen.cores", "harness.loadgen.cores.base")
+            "harness.loadgen.messages", "harness.loadgen.cores", "harness.loadgen.cores.base",
+            "harness.loadgen.openai_api")
 CORE_CODE = {"triton-grpc": ("harness.loadgen.cores.triton_grpc", "harness.serving.contract"),
-             "openai-http": ("harness.loadgen.cores.openai_http", "harness.serving.sse")}
+             "openai-http": ("harness.loadgen.cores.openai_http", "harness.serving.sse", "harness.serving.openai_client")}
 
 
 class MeasuringStage(StageTask):
@@ -24,12 +25,25 @@ class MeasuringStage(StageTask):
     def resources(self):  # measurements on one host never overlap, whatever the worker count
         return {host_resource("measure"): 1}
 
+    @property
+    def protocol(self) -> str:
+        from harness.backends import backend_for
+        return backend_for(self.params).protocol
+
     def key_inputs(self):
-        return {"nightly_date": self.nightly_date} if self.nightly_date else {}
+        out = {"nightly_date": self.nightly_date} if self.nightly_date else {}
+        if self.protocol == "openai-http":  # how prompts go out and tokens come back shapes the result
+            from harness.loadgen.openai_api import methods
+            o = self.params.openai
+            out["openai"] = {"server": o.server, "methods": methods(o.server, o.prompt, o.output_tokens)}
+        return out
+
+    def tools(self):
+        from harness.versions import versions
+        return versions("mlcommons-loadgen", "tritonclient" if self.protocol == "triton-grpc" else "httpx")
 
     def code(self):
-        from harness.backends import backend_for
-        return SUT_CODE + CORE_CODE[backend_for(self.params).protocol]
+        return SUT_CODE + CORE_CODE[self.protocol]
 
     def inputs(self) -> tuple[list[dict], list[Sample], dict]:
         """(server records, samples, dataset manifest)."""

@@ -31,7 +31,8 @@ class Quantize(StageTask):
 
     def key_inputs(self):
         from harness.corpus import corpus_sha256
-        return {"calibration_corpus_sha256": corpus_sha256()}  # calibration prompts come from it
+        # calibration prompts come from the corpus; backends that export alike share the checkpoint
+        return {"calibration_corpus_sha256": corpus_sha256(), "export": backend_for(self.params).export}
 
     def build(self, out_dir: Path) -> dict:
         up = self.upstream()["model"]

@@ -20,7 +20,7 @@ from pipeline import STAGES
 
 ALL = set(STAGES)
 SERVE = {"FillTritonRepo", "LaunchServers"}
-MEASURE = {"RunLoadgen", "RunAccuracy", "CheckAccuracy", "FullRun"}
+MEASURE = {"RunLoadgen", "RunAccuracy", "CheckAccuracy", "RunTest06", "FullRun"}
 FROM_BUILD = {"BuildEngine"} | SERVE | MEASURE
 FROM_QUANTIZE = {"Quantize"} | FROM_BUILD
 H100 = "params/examples/llama2-70b-h100x8-offline.yaml"
@@ -61,7 +61,7 @@ def _task(name: str, params_file: str = "params/default.yaml", overrides: str = 
 def test_declared_code_covers_what_each_stage_imports(gpu_overrides):
     """A module a stage uses for its work and does not list is caught here: the closure of its
     declared modules, and everything its task module imports, must be declared or explained."""
-    cases = (("params/default.yaml", ""), (H100, gpu_overrides))
+    cases = (("params/default.yaml", ""), (H100, gpu_overrides), ("params/examples/openai-cpu.yaml", ""))
     for name in STAGES:
         declared_any: set[str] = set()
         for params_file, overrides in cases:
@@ -148,6 +148,7 @@ def docstring(text: str) -> str:
 MATRIX = [
     ("harness/accuracy.py", {"CheckAccuracy", "FullRun"}),
     ("harness/report.py", {"FullRun"}),
+    ("harness/compliance.py", {"RunTest06"}),
     ("harness/backends/torch/engine.py", FROM_BUILD),
     ("harness/backends/torch/quantize.py", FROM_QUANTIZE),
     ("harness/calibration.py", FROM_QUANTIZE),
@@ -227,3 +228,22 @@ def test_status_says_which_code_changed(tree, tmp_path, built_fast):
     assert any(c.get("reason") == "code: harness/backends/torch/engine.py changed" for c in st["BuildEngine"]["changed"])
     with edited(tree, "harness/backends/torch/engine.py", docstring):
         assert status(tree, root)["BuildEngine"]["status"] == "cached"
+
+
+def test_a_new_scorer_rescores_and_keeps_the_engine(tree, tmp_path, built_fast):
+    """Against artifacts a FullRun built before the edit: a behaviour change in harness/accuracy.py
+    makes the accuracy stage (and the report) missing, while the engine and the measurements stay."""
+    root = tmp_path / "a"
+    shutil.copytree(built_fast, root)
+    short = FAST + ",dataset.num_samples=16,loadgen.min_duration_ms=500,loadgen.min_query_count=16,accuracy.target=0.05"
+    done = subprocess.run([sys.executable, "-m", "luigi", "--module", "pipeline", "FullRun", "--local-scheduler",
+                           "--overrides", short], cwd=tree, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PERFDAG_ARTIFACTS": str(root), "PYTHONPATH": str(tree)})
+    assert done.returncode in (0, 10, 11, 12), done.stderr[-3000:]
+    assert status(tree, root, overrides=short)["CheckAccuracy"]["status"] == "cached"
+    with edited(tree, "harness/accuracy.py", behaviour):
+        st = status(tree, root, overrides=short)
+    missing = {s for s, r in st.items() if r["status"] == "missing"}
+    assert {"CheckAccuracy", "FullRun"} <= missing
+    assert not missing & {"PrepareModel", "Quantize", "BuildEngine", "RunLoadgen", "RunAccuracy"}
+    assert any(c.get("reason") == "code: harness/accuracy.py changed" for c in st["CheckAccuracy"]["changed"])

@@ -10,7 +10,8 @@ from pipeline import STAGES
 DEFAULT = REPO / "params" / "default.yaml"
 ALL = set(STAGES)
 SERVE = {"FillTritonRepo", "LaunchServers"}
-MEASURE = {"RunLoadgen", "RunAccuracy", "CheckAccuracy", "FullRun"}
+# Everything that measures against the servers (whatever stages measure).
+MEASURE = set(STAGES) - {"PrepareModel", "Quantize", "BuildEngine", "FillTritonRepo", "LaunchServers", "PrepareDataset"}
 FROM_BUILD = {"BuildEngine"} | SERVE | MEASURE
 FROM_QUANTIZE = {"Quantize"} | FROM_BUILD
 NONE: set[str] = set()
@@ -38,11 +39,13 @@ MATRIX = [
     ("runtime", "env", ("TRTLLM_RUNTIME_FLAGS", "batch_scheduler_policy:guaranteed_no_evict"), SERVE | MEASURE),
     ("triton", "override", "triton.num_servers=2", SERVE | MEASURE),
     ("triton", "override", "triton.bind=0.0.0.0", {"LaunchServers"} | MEASURE),
+    ("openai", "override", "build.backend=openai", FROM_BUILD),  # the quantized checkpoint is shared
     ("harness", "override", "harness.clients_per_frontend=8", MEASURE),
-    ("loadgen", "override", "loadgen.min_duration_ms=5000", {"RunLoadgen", "FullRun"}),
+    ("loadgen", "override", "loadgen.min_duration_ms=5000", {"RunLoadgen", "RunTest06", "FullRun"}),
     ("loadgen", "file", "loadgen:\n  scenario: Server\n", SERVE | MEASURE),  # the repo turns decoupled
     ("dataset", "override", "dataset.max_new_tokens=16", {"PrepareDataset"} | MEASURE),
     ("accuracy", "override", "accuracy.target=0.999", {"CheckAccuracy", "FullRun"}),
+    ("submission", "override", "submission.submitter=Someone", NONE),  # names in the results tree only
 ]
 
 
@@ -76,6 +79,7 @@ def test_cosmetic_changes_change_nothing(tmp_path):
         "# same document, written differently\n"
         "build:   # engine\n  max_input_len: 128\n  max_seq_len: 256\n  backend: torch\n"
         "quantize: {calib_size: 32, format: int8}\n"
+        "loadgen: {min_query_count: 512, server_target_qps: 20.0}\n"
         "model:\n  tiny: {train_steps: 300, seed: 0, num_layers: 2, hidden_size: 128, vocab_size: 512}\n"
         "  checkpoint: builtin\n")
     assert keys(cosmetic) == keys()

@@ -81,3 +81,16 @@ def test_no_module_over_400_lines_without_a_reason():
             if len(lines) > 420 and "over 400 lines" not in doc:
                 long.append(f"{f.relative_to(REPO)} ({len(lines)} lines)")
     assert not long, long
+
+
+def _imported(argv: list[str], env: dict) -> set[str]:
+    proc = subprocess.run([sys.executable, "-X", "importtime", *argv], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=120)
+    return {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if "import time:" in line}
+
+
+def test_status_imports_no_torch(tmp_path):
+    import os
+    mods = _imported(["-m", "pipeline", "status"], {**os.environ, "PERFDAG_ARTIFACTS": str(tmp_path)})
+    assert "pipeline.status" in mods
+    assert not {m for m in mods if m.split(".")[0] in ("torch", "transformers", "modelopt", "matplotlib")}

@@ -10,6 +10,7 @@ from .base import Backend
 BACKENDS = {
     "torch": "harness.backends.torch:TorchBackend",
     "trtllm": "harness.backends.trtllm:TrtllmBackend",
+    "openai": "harness.backends.openai:OpenAIBackend",
 }
 
 

@@ -21,6 +21,8 @@ Log = Callable[[str], None]
 class Backend:
     name: str = ""
     protocol: str = "triton-grpc"   # what its servers speak: "triton-grpc" | "openai-http"
+    export: str = "hf"              # what Quantize writes; backends with the same export share it
+    server_section: str = "triton"  # the params section that configures its servers
 
     # --- validation (before any stage runs) -------------------------------------------------
     def problems(self, params) -> list[str]:
@@ -33,7 +35,7 @@ class Backend:
 
     # --- Quantize ---------------------------------------------------------------------------
     def quantize_reads(self, params) -> tuple[str, ...]:
-        return ("quantize", "build.backend", "build.device")
+        return ("quantize", "build.device")
 
     def quantize_tools(self, params) -> dict[str, str]:
         return {}
@@ -59,8 +61,9 @@ class Backend:
     def build_executed(self, params) -> dict:
         return {}
 
-    def build(self, checkpoint: Path, out_dir: Path, params, log: Log) -> dict:
-        """Writes the engine to `out_dir/engine`; returns manifest fields."""
+    def build(self, checkpoint: Path, out_dir: Path, params, log: Log, final_dir: Path | None = None) -> dict:
+        """Writes the engine to `out_dir/engine` (published as `final_dir`); returns manifest fields,
+        with `engine` the engine's path relative to the artifact."""
         raise NotImplementedError
 
     # --- FillTritonRepo (the servers' configuration) ----------------------------------------

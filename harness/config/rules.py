@@ -28,6 +28,11 @@ def cross_field_problems(p: Params) -> list[str]:
             out.append(f"quantize.format: int4_awq packs weights in groups of 128 input columns; model.tiny.hidden_size ({t.hidden_size}) and intermediate_size ({t.intermediate_size}) must be multiples of 128")
 
     backend = backend_for(p)
+    for section in ("triton", "openai"):  # the other backends' server section is not read: say so
+        if section != backend.server_section:
+            for f in sorted(getattr(p, section).model_fields_set):
+                out.append(f"{section}.{f}: build.backend={b.backend} does not read {section}.*; remove it or use "
+                           f"{backend.server_section}.*")
     out += backend.problems(p)
     t = p.triton
     n = backend.num_servers(p)

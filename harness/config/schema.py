@@ -6,7 +6,7 @@ Cross-section rules live on `Params` because they need more than one section.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, Optional, Union
+from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -80,7 +80,9 @@ class QuantizeSection(Section):
 
 
 class BuildSection(Section):
-    backend: Literal["torch", "trtllm"] = "torch"
+    # torch: the CPU/CUDA torch engine on Triton; trtllm: TensorRT-LLM engines on Triton;
+    # openai: an OpenAI-compatible server (the `openai` section says which).
+    backend: Literal["torch", "trtllm", "openai"] = "torch"
     device: Literal["cpu", "cuda"] = "cpu"
     dtype: Literal["float32", "float16", "bfloat16"] = "float32"
     max_batch_size: int = Field(32, ge=1, le=65536)
@@ -133,17 +135,69 @@ class TritonSection(Section):
     @field_validator("bind")
     @classmethod
     def _bind_is_an_address(cls, v: str) -> str:
-        import ipaddress
-        if v == "localhost":
-            return v
-        try:
-            ipaddress.ip_address(v)
-        except ValueError:
-            raise ValueError(f"{v!r} is not an IP address to bind; use 127.0.0.1 (this host only), "
-                             "0.0.0.0 (every interface) or another address of this host") from None
-        return v
+        return _bind_address(v)
 
     @field_validator("grpc_ports")
+    @classmethod
+    def _ports_in_range(cls, v: list[int]) -> list[int]:
+        bad = [p for p in v if not 1024 <= p <= 65535]
+        if bad:
+            raise ValueError(f"ports {bad} outside 1024..65535")
+        if len(set(v)) != len(v):
+            raise ValueError("ports must be distinct")
+        return v
+
+
+def _bind_address(v: str) -> str:
+    import ipaddress
+    if v == "localhost":
+        return v
+    try:
+        ipaddress.ip_address(v)
+    except ValueError:
+        raise ValueError(f"{v!r} is not an IP address to bind; use 127.0.0.1 (this host only), "
+                         "0.0.0.0 (every interface) or another address of this host") from None
+    return v
+
+
+class OpenAISection(Section):
+    """build.backend=openai: which OpenAI-compatible server, and how perfdag launches and talks to it."""
+
+    server: Literal["transformers", "trtllm-serve", "vllm", "sglang"] = "transformers"
+    # Unset: 1 for Offline, one per data-parallel rank (runtime.num_gpus / tp*pp) for Server/Interactive.
+    num_servers: Optional[int] = Field(None, ge=1, le=64)
+    bind: str = "127.0.0.1"
+    ports: list[int] = []  # empty: free ports at launch
+    # Servers launched outside perfdag: ["http://host:8000", "host:8001", ...]; nothing is spawned.
+    endpoints: list[str] = []
+    # The server's command; "auto": `transformers`, `trtllm-serve`, `vllm` from this venv's PATH,
+    # `python -m sglang.launch_server`.
+    binary: str = "auto"
+    ready_timeout_s: float = Field(600, gt=0)
+    # How prompts go out / output tokens come back; "auto": token ids where the server takes and
+    # returns them (trtllm-serve, vLLM, SGLang), text and re-tokenized text for transformers serve.
+    prompt: Literal["auto", "token_ids", "text"] = "auto"
+    output_tokens: Literal["auto", "server", "retokenize"] = "auto"
+    # trtllm-serve: written to the --extra_llm_api_options YAML (TensorRT-LLM's LLM API keys).
+    llm_api_options: dict[str, Any] = {}
+    # Extra command-line arguments for the server, appended as given (checked for control characters).
+    extra_args: list[str] = []
+    # transformers serve on CPU: continuous batching, its KV-cache blocks, and torch threads per server.
+    continuous_batching: bool = True
+    cb_num_blocks: int = Field(512, ge=16)
+    torch_threads: int = Field(1, ge=1, le=256)
+
+    @field_validator("endpoints", mode="before")
+    @classmethod
+    def _endpoints_string(cls, v):
+        return [v] if isinstance(v, str) else v
+
+    @field_validator("bind")
+    @classmethod
+    def _bind_is_an_address(cls, v: str) -> str:
+        return _bind_address(v)
+
+    @field_validator("ports")
     @classmethod
     def _ports_in_range(cls, v: list[int]) -> list[int]:
         bad = [p for p in v if not 1024 <= p <= 65535]
@@ -222,16 +276,44 @@ class AccuracySection(Section):
     num_samples: int = Field(0, ge=0)  # 0: the whole dataset
 
 
+_PLAIN_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"  # names a directory of the results tree, never a path
+
+
+class SubmissionSection(Section):
+    """`python -m pipeline submission`: who submits, in which division, under which names in
+    MLPerf's results tree (<division>/<submitter>/results/<system>/<benchmark>/<Scenario>/)."""
+
+    # open: any model (the CPU default's tiny Llama is not the reference); closed: the reference
+    # model under the closed rules; network: closed, served over a network.
+    division: Literal["open", "closed", "network"] = "open"
+    submitter: str = Field("", pattern=r"^(|[A-Za-z0-9][A-Za-z0-9_.-]{0,99})$")  # your organisation; required to submit
+    system: str = Field("perfdag_system", pattern=_PLAIN_NAME)  # systems/<system>.json, results/<system>/
+    system_name: str = ""  # systems/<system>.json "system_name"; empty: `system`
+    benchmark: str = Field("llama2-70b-99.9", pattern=_PLAIN_NAME)  # MLPerf's name, or your own with maps_to
+    maps_to: Optional[str] = Field(None, pattern=_PLAIN_NAME)  # open: the MLPerf benchmark `benchmark` stands for
+
+    @model_validator(mode="after")
+    def _mapping_is_open_only(self):
+        if self.maps_to and self.division != "open":
+            raise ValueError(f"maps_to is read (as model_mapping.json) only in the open division, not {self.division}; "
+                             "name the benchmark by its MLPerf name (e.g. llama2-70b-99.9) and drop maps_to")
+        if ".." in self.system or ".." in self.benchmark:
+            raise ValueError("system and benchmark name directories: no '..'")
+        return self
+
+
 class Params(Section):
     model: ModelSection = ModelSection()
     quantize: QuantizeSection = QuantizeSection()
     build: BuildSection = BuildSection()
     runtime: RuntimeSection = RuntimeSection()
     triton: TritonSection = TritonSection()
+    openai: OpenAISection = OpenAISection()
     harness: HarnessSection = HarnessSection()
     loadgen: LoadgenSection = LoadgenSection()
     dataset: DatasetSection = DatasetSection()
     accuracy: AccuracySection = AccuracySection()
+    submission: SubmissionSection = SubmissionSection()
 
 
 SECTIONS = tuple(Params.model_fields)

@@ -88,6 +88,8 @@ class _Driver:
         self.procs = []
         self.in_qs = []
         self.t_setup = time.monotonic()
+        self.frontend_cpu_s: dict[int, float | None] = {}
+        self.rate_history: collections.deque = collections.deque()
 
     # -- fatal: report and leave at once (LoadGen cannot be aborted) --
     def fatal(self, message: str, server: str | None = None) -> None:
@@ -163,6 +165,7 @@ class _Driver:
                             self.ready_ev.set()
                     elif isinstance(m, Stopped):
                         self.stopped.add(m.frontend)
+                        self.frontend_cpu_s[m.frontend] = m.counts.get("cpu_s")
                         if len(self.stopped) == len(self.procs):
                             self.stopped_ev.set()
                     elif isinstance(m, Failed):
@@ -252,9 +255,25 @@ class _Driver:
                 last_emit = time.monotonic()
                 self.emit(self.progress())
 
+    STEADY_WINDOW_S = 5.0
+
+    def _steady(self, now: float) -> tuple[float | None, float | None]:
+        """samples/s and tokens/s over the last few seconds: the rate now, not since the start
+        (which the ramp-up and a slow first request drag down)."""
+        hist = self.rate_history
+        hist.append((now, self.completed, self.tokens))
+        while len(hist) > 2 and now - hist[1][0] >= self.STEADY_WINDOW_S:
+            hist.popleft()
+        t0, c0, k0 = hist[0]
+        span = now - t0
+        if span < 1.0:
+            return None, None
+        return (self.completed - c0) / span, (self.tokens - k0) / span
+
     def progress(self) -> dict:
         with self.lock:
             elapsed = (time.monotonic_ns() - self.t0) / 1e9 if self.t0 else 0.0
+            steady_sps, steady_tps = self._steady(time.monotonic()) if self.t0 else (None, None)
             ttfts = list(self.ttfts)
             lats = list(self.lats)
             p = {"event": "progress", "phase": "run" if self.t0 else ("warmup" if not self.ready_ev.is_set() else "ready"),
@@ -263,6 +282,8 @@ class _Driver:
                  "elapsed_setup_s": round(time.monotonic() - self.t_setup, 2),
                  "samples_per_s": round(self.completed / elapsed, 3) if elapsed > 0 else 0.0,
                  "tokens_per_s": round(self.tokens / elapsed, 3) if elapsed > 0 else 0.0,
+                 "steady_samples_per_s": None if steady_sps is None else round(steady_sps, 3),
+                 "steady_tokens_per_s": None if steady_tps is None else round(steady_tps, 3),
                  "p99_ttft_ms": round(float(np.percentile(ttfts, 99)), 3) if ttfts else None,
                  "p99_latency_ms": round(float(np.percentile(lats, 99)), 3) if lats else None}
         return p
@@ -312,9 +333,9 @@ class _Driver:
         log_settings.enable_trace = False
         sut = lg.ConstructSUT(self.issue_queries, self.flush_queries)
         qsl = lg.ConstructQSL(cfg["n_samples"], self.perf_count, lambda s: None, lambda s: None)
-        t_start = time.monotonic()
+        t_start, cpu_start = time.monotonic(), time.process_time()
         lg.StartTestWithLogSettings(sut, qsl, settings, log_settings)
-        test_s = time.monotonic() - t_start
+        test_s, driver_cpu_s = time.monotonic() - t_start, time.process_time() - cpu_start
         final = self.progress()
         # close the gRPC streams (frontends) before anyone stops tritonserver
         self.stopping = True
@@ -336,7 +357,9 @@ class _Driver:
         stats = {**self._stats_brief(), "test_s": round(test_s, 3), "warmup_s": round(warm_s, 3),
                  "warmup_requests": warm_n, "streaming": any(streaming.values()) if streaming else None,
                  "per_server": per_server, "measured": measured_stats(self.records),
-                 "methods": _methods(clients)}
+                 "methods": _methods(clients),
+                 # CPU the client side spent on the measured queries: LoadGen + driver + frontends
+                 "client_cpu_s": round(driver_cpu_s + sum(c or 0.0 for c in self.frontend_cpu_s.values()), 4)}
         self.emit({"event": "done", "stats": stats, "final_progress": final})
         return 0
 

@@ -37,6 +37,7 @@ def frontend_main(fe_idx: int, specs: list[dict], cfg: dict, prompts: Prompts, i
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the caller handles Ctrl-C by killing the group
     Core = core_class(cfg["protocol"])
     cores = {}
+    cpu0 = None
     try:
         for spec in specs:
             c = Core(spec, cfg, prompts, out_q, fe_idx)
@@ -61,6 +62,7 @@ def frontend_main(fe_idx: int, specs: list[dict], cfg: dict, prompts: Prompts, i
                 return
             if c.failed:
                 return
+        cpu0 = time.process_time()  # client CPU from here on is what the measured queries cost
         out_q.put(Ready(fe_idx, {"warmup_s": time.monotonic() - t0,
                                  "warmup_requests": sum(c.completed for c in cores.values()),
                                  "clients": {c.g: c.info for c in cores.values()}}))
@@ -79,4 +81,5 @@ def frontend_main(fe_idx: int, specs: list[dict], cfg: dict, prompts: Prompts, i
     finally:
         for c in cores.values():
             c.close()
-        out_q.put(Stopped(fe_idx, {g: {"sent": c.sent, "completed": c.completed} for g, c in cores.items()}))
+        counts = {g: {"sent": c.sent, "completed": c.completed} for g, c in cores.items()}
+        out_q.put(Stopped(fe_idx, {"clients": counts, "cpu_s": time.process_time() - cpu0 if cpu0 is not None else None}))

@@ -75,6 +75,7 @@ def run_loadgen(
     startup_timeout_s: float = 180.0,
     protocol: str = "triton-grpc",
     prompt_texts: Sequence[str] | None = None,
+    api: Mapping[str, Any] | None = None,
 ) -> dict:
     """Run one LoadGen test against ``endpoints`` speaking ``protocol`` (a client core: Triton gRPC
     or OpenAI HTTP) and return ``result.json``'s content plus ``requests`` (per-request latencies).
@@ -98,7 +99,7 @@ def run_loadgen(
                        warmup_queries=warmup_queries, end_id=end_id, pad_id=pad_id,
                        max_new_tokens=max_new_tokens, request_timeout_s=request_timeout_s,
                        streaming=streaming, startup_timeout_s=startup_timeout_s, protocol=protocol,
-                       prompt_texts=prompt_texts)
+                       prompt_texts=prompt_texts, api=api)
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     for name in (*LOADGEN_FILES, "result.json", "requests.csv"):
@@ -156,7 +157,7 @@ def _normalise_endpoint(url: str) -> str:
 
 def _make_config(endpoints, model_names, samples, settings, *, scenario, mode, frontends, clients_per_frontend,
                  warmup_queries, end_id, pad_id, max_new_tokens, request_timeout_s, streaming,
-                 startup_timeout_s, protocol="triton-grpc", prompt_texts=None) -> dict:
+                 startup_timeout_s, protocol="triton-grpc", prompt_texts=None, api=None) -> dict:
     if scenario not in SCENARIOS:
         raise ValueError(f"scenario must be one of {SCENARIOS}, got {scenario!r}")
     if mode not in MODES:
@@ -205,6 +206,7 @@ def _make_config(endpoints, model_names, samples, settings, *, scenario, mode, f
         "warmup_queries": max(0, int(warmup_queries)), "end_id": end_id, "pad_id": pad_id,
         "max_new_tokens": int(max_new_tokens), "request_timeout_s": float(request_timeout_s),
         "streaming": bool(streaming), "startup_timeout_s": float(startup_timeout_s),
+        "openai": dict(api or {}),
         "prompts": Prompts(flat, offsets, list(prompt_texts) if prompt_texts is not None else None), "n_samples": len(offsets) - 1, "protocol": protocol,
     }
 
@@ -254,8 +256,10 @@ def _progress_line(label: str, p: dict) -> str:
     lat = p.get("p99_ttft_ms")
     lat_s = f"p99 TTFT {lat:.0f} ms" if lat is not None else (
         f"p99 latency {p['p99_latency_ms']:.0f} ms" if p.get("p99_latency_ms") is not None else "p99 TTFT -")
+    steady = p.get("steady_tokens_per_s")
+    now = f" (now {steady:.0f})" if steady is not None else ""
     return (f"[{label}] {p.get('completed', 0)}/{p.get('issued', 0)} samples done | "
-            f"{p.get('samples_per_s', 0):.1f} samples/s | {p.get('tokens_per_s', 0):.0f} tok/s | {lat_s} | "
+            f"{p.get('samples_per_s', 0):.1f} samples/s | {p.get('tokens_per_s', 0):.0f} tok/s{now} | {lat_s} | "
             f"outstanding {p.get('outstanding', 0)} | {p.get('elapsed_s', 0):.0f}s")
 
 

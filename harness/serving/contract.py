@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from typing import NamedTuple, Sequence
 
-import numpy as np
-
 
 class Tensor(NamedTuple):
     name: str
@@ -38,8 +36,10 @@ OUTPUT_NAMES = tuple(t.name for t in OUTPUTS)
 
 
 def request_arrays(input_ids: Sequence[int], max_new_tokens: int, end_id: int | None, streaming: bool,
-                   pad_id: int | None = None, exclude_input_in_output: bool | None = None) -> dict[str, np.ndarray]:
+                   pad_id: int | None = None, exclude_input_in_output: bool | None = None) -> dict:
     """One request's input arrays, batch dimension first (shape [1, ...] each)."""
+    import numpy as np
+
     ids = np.asarray(input_ids, dtype=np.int32).reshape(1, -1)
     arrays = {
         "input_ids": ids,
@@ -76,8 +76,10 @@ def requested_outputs():
     return [grpcclient.InferRequestedOutput(n) for n in OUTPUT_NAMES]
 
 
-def response_tokens(result) -> np.ndarray:
-    """The tokens one response carries (output_ids cut to sequence_length), as int32."""
+def response_tokens(result):
+    """The tokens one response carries (output_ids cut to sequence_length), as an int32 array."""
+    import numpy as np
+
     ids = result.as_numpy("output_ids")
     if ids is None or not ids.size:
         return np.zeros(0, dtype=np.int32)

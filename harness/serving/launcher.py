@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
@@ -117,13 +118,23 @@ def launch(specs: Sequence[LaunchSpec], out_dir: str | Path, *, ready_timeout_s:
             log(f"server {spec.index} ({spec.protocol}, {spec.mode}): pid {proc.pid}, {spec.url}, "
                 f"log logs/{proc.log_path.name} in the LaunchServers artifact")
         proto = {s.protocol: protocol_for(s.protocol) for s in specs}
-        for spec, proc in zip(specs, started):
+
+        def ready_and_warm(spec: LaunchSpec, proc: Process) -> None:
             t0 = time.monotonic()
             proto[spec.protocol].wait_ready(proc, spec.url, list(spec.models), ready_timeout_s)
-            log(f"server {spec.index} (pid {proc.pid}) ready in {time.monotonic() - t0:.1f}s")
-        for spec in specs:
             for name in spec.models if warmup_prompt else ():  # first requests pay lazy initialisation
                 proto[spec.protocol].warmup(spec.url, name, warmup_prompt, streaming)
+            log(f"server {spec.index} (pid {proc.pid}) ready and warm in {time.monotonic() - t0:.1f}s")
+
+        # Every server is waited on and warmed up at once: N servers take as long as the slowest.
+        # The first failure stops them all (so the other waits end at once) and is raised.
+        with ThreadPoolExecutor(max_workers=min(32, len(specs)) or 1, thread_name_prefix="ready") as pool:
+            futures = [pool.submit(ready_and_warm, spec, proc) for spec, proc in zip(specs, started)]
+            for f in as_completed(futures):
+                if f.exception() is not None:
+                    for p in started:
+                        terminate(p.pid, 10, p.proc)
+                    raise f.exception()
     return records
 
 

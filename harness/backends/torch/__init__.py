@@ -61,7 +61,9 @@ class TorchBackend(Backend):
 
     def quantize_code(self, p) -> tuple[str, ...]:
         # calibration, the agreement measurement and the export call are perfdag's own code
-        return super().quantize_code(p) + ("harness.backends.torch.quantize", "harness.backends.checkpoint")
+        return super().quantize_code(p) + ("harness.backends.torch.quantize", "harness.backends.checkpoint",
+                                           "harness.backends.mtq_config", "harness.backends.moe",
+                                           "harness.backends.export_checks")
 
     def quantize(self, src: Path, out_dir: Path, p, log, final_dir: Path) -> dict:
         from ...calibration import calibration_prompts
@@ -82,9 +84,9 @@ class TorchBackend(Backend):
         return versions("torch", "transformers")
 
     def build_code(self, p) -> tuple[str, ...]:
-        return ("harness.backends.torch.engine", "harness.backends.checkpoint")
+        return ("harness.backends.torch.engine", "harness.backends.checkpoint", "harness.backends.moe")
 
-    def build(self, checkpoint: Path, out_dir: Path, p, log) -> dict:
+    def build(self, checkpoint: Path, out_dir: Path, p, log, final_dir: Path | None = None) -> dict:
         from .engine import build_torch_engine
 
         b = p.build
@@ -97,7 +99,8 @@ class TorchBackend(Backend):
     def repo_code(self, p) -> tuple[str, ...]:
         # The served model is perfdag's: the Triton glue, the batcher and the engine loader.
         return ("harness/backends/torch/triton_model/model.py", "harness.backends.torch.batcher",
-                "harness.serving.triton_python", "harness.backends.torch.engine", "harness.backends.checkpoint")
+                "harness.serving.triton_python", "harness.backends.torch.engine", "harness.backends.checkpoint",
+                "harness.backends.moe")
 
     def render_repos(self, p, engine_rel: str, decoupled: bool) -> dict[str, dict[str, str]]:
         from .repo import render_repos

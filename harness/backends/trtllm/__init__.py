@@ -3,7 +3,8 @@
 Everything that decides *what* runs is a pure function of the resolved `Params`, tested on CPU:
 
 - `quant`   modelopt preset + KV-cache config, checkpoint export plan (TRTLLM_CHECKPOINT_FLAGS)
-- `build`   the `trtllm-build` argv, what it would reject or silently change, engine config checks
+- `build`   the `trtllm-build` argv, what it would reject or silently change
+- `engine_check`  the built engine's config.json against what was asked
 - `layout`  data-parallel ranks, their GPUs, and how they are spread over tritonserver processes
 - `repo`    the `tensorrt_llm` model's config.pbtxt (TRTLLM_RUNTIME_FLAGS)
 - `launch`  tritonserver / mpirun command lines
@@ -33,6 +34,7 @@ def engine_key_tools_cached() -> dict:
 
 class TrtllmBackend(Backend):
     name = "trtllm"
+    export = "trtllm-checkpoint"
 
     def problems(self, p) -> list[str]:
         from .rules import trtllm_problems
@@ -45,6 +47,12 @@ class TrtllmBackend(Backend):
     # --- Quantize: a TensorRT-LLM checkpoint is sharded for tp x pp and cast to the dtype -----
     def quantize_reads(self, p) -> tuple[str, ...]:
         return super().quantize_reads(p) + ("build.tp_size", "build.pp_size", "build.dtype")
+
+    def quantize_code(self, p) -> tuple[str, ...]:
+        # perfdag's own part of the checkpoint: the presets in modelopt's running shape, unfused
+        # transformers-5 experts, and the source's RoPE written after export (then checked).
+        return super().quantize_code(p) + ("harness.backends.mtq_config", "harness.backends.moe",
+                                           "harness.backends.export_checks", "harness.backends.checkpoint")
 
     def quantize_tools(self, p) -> dict[str, str]:
         from .build import trtllm_version
@@ -75,16 +83,15 @@ class TrtllmBackend(Backend):
         from .build import trtllm_build_args
         return {"argv": trtllm_build_args(p, "<checkpoint>", "<engine>")}
 
-    def build(self, checkpoint: Path, out_dir: Path, p, log) -> dict:
-        from .build import (
-            build_problems,
-            check_engine_config,
-            run_trtllm_build,
-            trtllm_build_args,
-        )
+    def build(self, checkpoint: Path, out_dir: Path, p, log, final_dir: Path | None = None) -> dict:
+        from .build import build_problems, run_trtllm_build, trtllm_build_args
         from .common import raise_if
+        from .engine_check import check_engine_config
+        from .quant import checkpoint_config_problems
 
         raise_if(build_problems(p))
+        # Cheap, before a build of hours: the checkpoint still says what the source model is.
+        raise_if(checkpoint_config_problems(checkpoint, p))
         args = trtllm_build_args(p, checkpoint, out_dir / "engine")
         run_trtllm_build(args, out_dir / "trtllm-build.log")
         raise_if(check_engine_config(out_dir / "engine", p, self.build_tools(p)))

@@ -5,6 +5,7 @@ import importlib
 
 CORES = {
     "triton-grpc": "harness.loadgen.cores.triton_grpc:TritonGrpcCore",
+    "openai-http": "harness.loadgen.cores.openai_http:OpenAIHttpCore",
 }
 
 

@@ -1,0 +1,29 @@
+"""What the OpenAI core is told about its server: the kind, how prompts go out and tokens come back.
+
+Token ids both ways where the server supports them (trtllm-serve, vLLM, SGLang); text prompts and
+re-tokenized text for transformers serve, which takes neither.
+"""
+from __future__ import annotations
+
+TOKEN_ID_SERVERS = ("trtllm-serve", "vllm", "sglang")
+
+
+def methods(kind: str, prompt: str = "auto", output: str = "auto") -> tuple[str, str]:
+    """(prompt method, output method) for a server kind and the params' choices."""
+    ids = kind in TOKEN_ID_SERVERS
+    return (("token_ids" if ids else "text") if prompt == "auto" else prompt,
+            ("server" if ids else "retokenize") if output == "auto" else output)
+
+
+def openai_api(params, samples, tokenizer_dir) -> tuple[dict, list[str] | None]:
+    """The core's settings, and the prompts as text when the server takes only text."""
+    o = params.openai
+    prompt, _ = methods(o.server, o.prompt, o.output_tokens)
+    api = {"kind": o.server, "prompt": o.prompt, "output_tokens": o.output_tokens, "tokenizer": str(tokenizer_dir)}
+    texts = None
+    if prompt == "text":
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+        texts = tok.batch_decode([s.input_ids for s in samples], skip_special_tokens=True)
+    return api, texts

@@ -1,0 +1,104 @@
+"""A zero-cost OpenAI-compatible server: what a client core and the harness cost, measured alone.
+
+    python -m harness.serving.echo_openai --port 8000 [--token-delay-ms 0] [--token-ids]
+
+`GET /health` answers 200; `POST /v1/completions` streams `max_tokens` events (SSE over chunked
+HTTP/1.1, keep-alive), one token each: token k of a prompt p is (p[k % len(p)] + 1) % 32000 (the
+echo Triton model's rule), as `token_ids` when asked (`return_token_ids` / `detokenize: false`, or
+--token-ids) and as text (" t<id>"); the last event carries finish_reason and usage, then
+`data: [DONE]`. For benches and tests of the HTTP path only; no model behind it.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+
+
+def echo_tokens(prompt, n: int) -> list[int]:
+    ids = [int(x) for x in prompt] if isinstance(prompt, list) else [ord(c) for c in str(prompt)] or [0]
+    return [(ids[k % len(ids)] + 1) % 32000 for k in range(int(n))]
+
+
+async def _read_request(reader) -> tuple[str, str, bytes] | None:
+    line = await reader.readline()
+    if not line:
+        return None
+    method, path, _ = line.decode("latin-1").split(" ", 2)
+    length = 0
+    while True:
+        h = await reader.readline()
+        if h in (b"\r\n", b"\n", b""):
+            break
+        name, _, value = h.decode("latin-1").partition(":")
+        if name.strip().lower() == "content-length":
+            length = int(value.strip())
+    return method, path, await reader.readexactly(length) if length else b""
+
+
+def _head(status: str, extra: str) -> bytes:
+    return f"HTTP/1.1 {status}\r\n{extra}Connection: keep-alive\r\n\r\n".encode()
+
+
+async def _complete(writer, body: dict, args) -> None:
+    toks = echo_tokens(body.get("prompt", ""), body.get("max_tokens", 16))
+    ids = args.token_ids or body.get("return_token_ids") or body.get("detokenize") is False
+    if not body.get("stream"):
+        doc = {"choices": [{"index": 0, "text": "".join(f" t{t}" for t in toks), "finish_reason": "length",
+                            **({"token_ids": toks} if ids else {})}],
+               "usage": {"completion_tokens": len(toks)}}
+        payload = json.dumps(doc).encode()
+        writer.write(_head("200 OK", f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n") + payload)
+        return
+    writer.write(_head("200 OK", "Content-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"))
+
+    def chunk(data: str) -> bytes:
+        raw = f"data: {data}\n\n".encode()
+        return f"{len(raw):x}\r\n".encode() + raw + b"\r\n"
+
+    for k, t in enumerate(toks):
+        if args.token_delay_ms:
+            await asyncio.sleep(args.token_delay_ms / 1000)
+        choice = {"index": 0, "text": f" t{t}", **({"token_ids": [t]} if ids else {})}
+        writer.write(chunk(json.dumps({"choices": [choice]})))
+        if k % 8 == 7:
+            await writer.drain()
+    end = {"choices": [{"index": 0, "text": "", "finish_reason": "length"}], "usage": {"completion_tokens": len(toks)}}
+    writer.write(chunk(json.dumps(end)) + chunk("[DONE]") + b"0\r\n\r\n")
+
+
+async def _serve(reader, writer, args) -> None:
+    try:
+        while (req := await _read_request(reader)) is not None:
+            method, path, body = req
+            if method == "GET" and path.startswith("/health"):
+                writer.write(_head("200 OK", "Content-Length: 2\r\n") + b"ok")
+            elif method == "POST" and path.startswith("/v1/completions"):
+                await _complete(writer, json.loads(body or b"{}"), args)
+            else:
+                writer.write(_head("404 Not Found", "Content-Length: 0\r\n"))
+            await writer.drain()
+    except (ConnectionError, asyncio.IncompleteReadError):
+        pass
+    finally:
+        writer.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--token-delay-ms", type=float, default=0.0)
+    ap.add_argument("--token-ids", action="store_true", help="always return token_ids")
+    args = ap.parse_args()
+
+    async def run():
+        server = await asyncio.start_server(lambda r, w: _serve(r, w, args), args.host, args.port, backlog=1024)
+        async with server:
+            await server.serve_forever()
+
+    asyncio.run(run())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+"""FullRun through a real OpenAI-compatible server on CPU: `transformers serve`, measured over HTTP."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+from conftest import run_luigi, run_records, statuses
+
+pytestmark = pytest.mark.timeout(900)
+OPENAI = "params/examples/openai-cpu.yaml"
+# offline_expected_qps sits far above what transformers serve reaches on CPU (~100 samples/s), so
+# LoadGen issues enough samples to fill min_duration on any machine.
+SHORT = "dataset.num_samples=64,loadgen.min_duration_ms=1000,loadgen.min_query_count=64,loadgen.offline_expected_qps=400"
+
+
+def servers_under(root) -> list[int]:
+    out = subprocess.run(["pgrep", "-f", f"serve .*{root}"], capture_output=True, text=True)
+    return [int(p) for p in out.stdout.split()]
+
+
+@pytest.fixture
+def root(built_default, tmp_path):
+    r = tmp_path / "a"
+    shutil.copytree(built_default, r, ignore=shutil.ignore_patterns("runs"))
+    yield r
+    subprocess.run(["pkill", "-9", "-f", f"serve .*{r}"])
+
+
+def test_fullrun_through_transformers_serve_is_valid_accurate_and_leaves_nothing(root):
+    proc = run_luigi("FullRun", "--params-file", OPENAI, "--overrides", SHORT, artifacts=root)
+    assert "result     VALID" in proc.stdout and "accuracy   PASS" in proc.stdout
+    built = {s for s, v in statuses(run_records(root)[-1]).items() if v == "built"}
+    assert "Quantize" not in built  # the torch backend's quantized checkpoint is shared
+    perf = json.loads(next(root.glob("RunLoadgen/*/result.json")).read_text())
+    assert perf["harness"]["protocol"] == "openai-http"
+    assert perf["harness"]["methods"] == {"prompt": "text", "output_tokens": "retokenize"}
+    acc = json.loads(next(root.glob("CheckAccuracy/*/accuracy.json")).read_text())
+    assert acc["passed"] and acc["scores"]["rougeL"] >= 99.0
+    assert servers_under(root) == []
+
+    server = SHORT + ",loadgen.scenario=Server,loadgen.server_target_qps=30,loadgen.min_query_count=500"
+    proc = run_luigi("FullRun", "--params-file", OPENAI, "--overrides", server, artifacts=root)
+    assert "result     VALID" in proc.stdout and "accuracy   PASS" in proc.stdout
+    report = json.loads(max(root.glob("FullRun/*/report.json"), key=lambda f: f.stat().st_mtime).read_text())
+    assert report["performance"]["scenario"] == "Server" and report["performance"]["ttft_ms"]["p99"] > 0
+    assert servers_under(root) == []
