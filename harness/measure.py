@@ -25,13 +25,17 @@ def protocol_of(servers: list[dict]) -> str:
 
 
 def _run(servers, samples, params, out_dir: Path, *, mode: str, settings: dict, warmup: int, end_id, pad_id,
-         **extra) -> dict:
+         tokenizer_dir=None, **extra) -> dict:
     eps, names = endpoints_and_models(servers)
     h = params.harness
+    protocol = protocol_of(servers)
+    if protocol == "openai-http":
+        from .loadgen.openai_api import openai_api
+        extra["api"], extra["prompt_texts"] = openai_api(params, samples, tokenizer_dir)
     return run_loadgen(eps, names, samples, settings, out_dir, scenario=params.loadgen.scenario, mode=mode,
                        frontends=h.frontends, clients_per_frontend=h.clients_per_frontend, warmup_queries=warmup,
                        end_id=end_id, pad_id=pad_id, max_new_tokens=params.dataset.max_new_tokens,
-                       request_timeout_s=h.request_timeout_s, protocol=protocol_of(servers), **extra)
+                       request_timeout_s=h.request_timeout_s, protocol=protocol, **extra)
 
 
 def run_performance(servers: list[dict], samples, params, out_dir: Path, *, end_id: int, pad_id: int | None,

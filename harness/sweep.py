@@ -109,11 +109,25 @@ def compare_nights(rows: list[dict], prev_rows: list[dict], varied: list[str], m
     return out
 
 
-def row(point: dict[str, Any], report: dict) -> dict[str, Any]:
+def row(point: dict[str, Any], report: dict, resolved: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One point's results. `resolved`: the values its parameters resolved to, so a point that
+    leaves a varied parameter at its default shows that default, not None."""
     p, a = report["performance"], report["accuracy"]
-    return {**point, "tokens_per_s": p["tokens_per_second"], "samples_per_s": p["samples_per_second"],
+    return {**point, **(resolved or {}), "scenario": p["scenario"],
+            "tokens_per_s": p["tokens_per_second"], "samples_per_s": p["samples_per_second"],
             "ttft_p99_ms": p["ttft_ms"]["p99"], "tpot_p99_ms": p["tpot_ms"]["p99"], "valid": p["valid"],
-            "accuracy_passed": a["passed"], "fullrun_key": report["stages"]["FullRun"][:16]}
+            "invalid_reason": p.get("invalid_reason"), "accuracy_passed": a["passed"],
+            "fullrun_key": report["stages"]["FullRun"][:16]}
+
+
+def lookup(doc: dict, dotted: str) -> Any:
+    """A dotted key's value in a resolved params document (None where it does not exist)."""
+    node: Any = doc
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
 
 
 def pareto_front(rows: list[dict], x: str, y: str) -> list[int]:
@@ -142,31 +156,70 @@ def write_results(out_dir: Path, name: str, varied: list[str], rows: list[dict])
     return plots
 
 
+#: How a point is drawn: valid with accuracy passed, INVALID, accuracy failed.
+_STYLE = {"ok": dict(marker="o", color="tab:blue", label="VALID, accuracy PASS"),
+          "invalid": dict(marker="x", color="tab:red", label="INVALID"),
+          "failed": dict(marker="^", color="tab:orange", label="accuracy FAIL")}
+
+
+def point_kind(r: dict) -> str:
+    return "invalid" if not r.get("valid") else "ok" if r.get("accuracy_passed") else "failed"
+
+
+def _numeric(xs: list) -> bool:
+    return all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in xs)
+
+
 def _plots(out_dir: Path, varied: list[str], rows: list[dict]) -> list[str]:
+    """tokens/s against each varied parameter, one panel per scenario (Offline and Server tokens/s
+    measure different things: never one axis), and p99 TPOT against tokens/s for streaming points."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     files = []
-    for key in varied:
-        xs = [r.get(key) for r in rows]
-        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in xs):
-            xs = [str(x) for x in xs]
-        fig, ax = plt.subplots(figsize=(6, 4))
-        ax.scatter(xs, [r["tokens_per_s"] for r in rows])
-        ax.set_xlabel(key), ax.set_ylabel("tokens/s"), ax.set_title(f"tokens/s vs {key}")
+    scenarios = list(dict.fromkeys(r.get("scenario") or "?" for r in rows))
+    for key in [k for k in varied if k != "loadgen.scenario"]:
+        all_x = [r.get(key) for r in rows]
+        numeric = _numeric(all_x)
+        order = sorted({str(x) for x in all_x}) if not numeric else None
+        fig, axes = plt.subplots(1, len(scenarios), figsize=(5 * len(scenarios), 4), squeeze=False, sharex=True)
+        for ax, sc in zip(axes[0], scenarios):
+            pts = [r for r in rows if (r.get("scenario") or "?") == sc]
+            for kind, style in _STYLE.items():
+                sel = [r for r in pts if point_kind(r) == kind and r.get("tokens_per_s") is not None]
+                if sel:
+                    xs = [r.get(key) if numeric else order.index(str(r.get(key))) for r in sel]
+                    ax.scatter(xs, [r["tokens_per_s"] for r in sel], s=60, **style)
+            if not numeric:
+                ax.set_xticks(range(len(order)), order)
+            ax.set_ylim(bottom=0), ax.set_xlabel(key), ax.set_ylabel(f"tokens/s ({sc})")
+            ax.set_title(sc), ax.legend(fontsize="small", loc="lower right")
+        fig.suptitle(f"tokens/s vs {key}")
         fname = f"tokens_per_s_vs_{key.replace('.', '_')}.png"
         fig.tight_layout(), fig.savefig(out_dir / fname, dpi=100), plt.close(fig)
         files.append(fname)
-    front = pareto_front(rows, "tpot_p99_ms", "tokens_per_s")
-    pts = [(r["tpot_p99_ms"], r["tokens_per_s"]) for r in rows if r.get("tpot_p99_ms") is not None]
-    if pts:
+    streaming = [r for r in rows if r.get("tpot_p99_ms") is not None and r.get("tokens_per_s") is not None]
+    if streaming:
         fig, ax = plt.subplots(figsize=(6, 4))
-        ax.scatter(*zip(*pts), label="points")
-        fp = sorted((rows[i]["tpot_p99_ms"], rows[i]["tokens_per_s"]) for i in front)
-        ax.plot(*zip(*fp), "r-o", label="Pareto front")
-        ax.set_xlabel("p99 TPOT (ms)"), ax.set_ylabel("tokens/s"), ax.legend()
-        ax.set_title("throughput vs p99 TPOT")
+        colors = iter(("tab:blue", "tab:green", "tab:purple", "tab:brown"))
+        for sc in dict.fromkeys(r["scenario"] for r in streaming):
+            pts = [r for r in streaming if r["scenario"] == sc]
+            color = next(colors, "tab:gray")
+            for kind, style in _STYLE.items():
+                sel = [r for r in pts if point_kind(r) == kind]
+                if sel:
+                    ax.scatter([r["tpot_p99_ms"] for r in sel], [r["tokens_per_s"] for r in sel], s=60,
+                               marker=style["marker"], color=color if kind == "ok" else style["color"],
+                               label=f"{sc}: {style['label']}")
+            good = [r for r in pts if point_kind(r) == "ok"]  # an INVALID point is not a trade-off on offer
+            front = sorted((good[i]["tpot_p99_ms"], good[i]["tokens_per_s"])
+                           for i in pareto_front(good, "tpot_p99_ms", "tokens_per_s"))
+            if front:
+                ax.plot(*zip(*front), "-", color=color, alpha=0.6, label=f"{sc}: Pareto front (valid points)")
+        ax.set_xlim(left=0), ax.set_ylim(bottom=0)
+        ax.set_xlabel("p99 TPOT (ms)"), ax.set_ylabel("tokens/s"), ax.legend(fontsize="small")
+        ax.set_title("throughput vs p99 TPOT (streaming points)")
         fig.tight_layout(), fig.savefig(out_dir / "pareto_tpot.png", dpi=100), plt.close(fig)
         files.append("pareto_tpot.png")
     return files

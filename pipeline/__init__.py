@@ -12,13 +12,17 @@ from tasks import (
                    PrepareDataset,
                    PrepareModel,
                    Quantize,
+                   RunAccuracy,
                    RunLoadgen,
+                   RunTest06,
                    StageTask,
 )
 
 from .full_run import FullRun
 from .nightly import Nightly
+from .submission import Submission
 from .sweep import Sweep
 
 __all__ = ["STAGES", "StageTask", "PrepareModel", "Quantize", "BuildEngine", "FillTritonRepo",
-           "LaunchServers", "PrepareDataset", "RunLoadgen", "RunAccuracy", "CheckAccuracy", "FullRun", "Sweep", "Nightly"]
+           "LaunchServers", "PrepareDataset", "RunLoadgen", "RunAccuracy", "CheckAccuracy", "FullRun", "Sweep", "Nightly",
+           "RunTest06", "Submission"]

@@ -35,6 +35,22 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--delete", action="store_true", help="delete it")
     gc.add_argument("--json", action="store_true", help="machine-readable output")
     gc.add_argument("-v", "--verbose", action="store_true", help="also list what is kept and why")
+    sb = sub.add_parser("submission", help="MLPerf Inference's results tree from cached runs (runs what is missing)",
+                        description="Builds (or reuses) the timed, accuracy and TEST06 runs of every scenario and "
+                                    "assembles MLPerf's results tree; --checker runs MLCommons' submission checker "
+                                    "on it. Exit 0: tree built (and the checker passed); 14: the checker found errors.")
+    sb.add_argument("--params-file", default=DEFAULT_PARAMS)
+    sb.add_argument("--overrides", default="")
+    sb.add_argument("--scenarios", default="Offline,Server", help="comma-separated: Offline,Server,Interactive")
+    sb.add_argument("--system", default="", metavar="YAML",
+                    help="systems/<system>.json fields perfdag cannot read from the machine (+ measurements:)")
+    sb.add_argument("--out", default="", metavar="DIR", help="also copy the tree here (a new directory)")
+    sb.add_argument("--checker", default="", metavar="CHECKOUT",
+                    help="an mlcommons/inference checkout: run its submission checker on the tree")
+    sb.add_argument("--checker-version", default="", help="the round to check (default: the installed LoadGen's)")
+    sb.add_argument("--checker-python", default="", help="the Python that runs the checker (needs PyYAML)")
+    sb.add_argument("--keep-servers", action="store_true", help="leave the servers running afterwards")
+    sb.add_argument("--verbose", action="store_true", help="show third-party warnings and chatter")
     args = ap.parse_args(argv)
 
     import pipeline  # noqa: F401  (registers the stages)
@@ -47,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(rows, indent=2, default=str)) if args.json else print_status(rows)
         elif args.command == "servers":
             return servers_command(args)
+        elif args.command == "submission":
+            from . import submission
+            return submission.command(args)
         elif args.command == "gc":
             from . import gc as gc_module
             return gc_module.command(args)

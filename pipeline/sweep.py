@@ -16,6 +16,7 @@ from harness.config import ParamsError
 from harness.sweep import (
     SweepError,
     load_sweep,
+    lookup,
     point_overrides,
     points,
     row,
@@ -65,6 +66,9 @@ class Sweep(StageTask):  # not in STAGES: it takes a sweep file, not one params 
     def key_inputs(self):
         return {"sweep": self.definition.model_dump(mode="json")}
 
+    def code(self):
+        return ("harness.sweep",)  # the tables and plots
+
     def upstream(self):
         return {f"point{i:03d}": self.clone(FullRun, params_file=str(self.base),
                                              overrides=point_overrides(self.definition, p, self.overrides),
@@ -84,10 +88,11 @@ class Sweep(StageTask):  # not in STAGES: it takes a sweep file, not one params 
 
     def build(self, out_dir: Path) -> dict:
         rows = []
+        varied = list(dict.fromkeys(k for p in self.points for k in p))
         for (name, task), point in zip(self.upstream().items(), self.points):
             report = json.loads((task.artifact_dir / "report.json").read_text())
-            rows.append(row(point, report))
-        varied = list(dict.fromkeys(k for p in self.points for k in p))
+            doc = task.params.model_dump(mode="json")  # what the point ran with, defaults included
+            rows.append(row(point, report, {k: lookup(doc, k) for k in varied}))
         plots = write_results(out_dir, self.definition_name(), varied, rows)
         return {"points": len(rows), "plots": plots}
 

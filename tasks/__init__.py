@@ -10,6 +10,8 @@ from .prepare_model import PrepareModel
 from .quantize import Quantize
 from .run_accuracy import RunAccuracy
 from .run_loadgen import RunLoadgen
+from .run_test06 import RunTest06
 
 __all__ = ["STAGE_ORDER", "STAGES", "StageTask", "PrepareModel", "Quantize", "BuildEngine", "FillTritonRepo",
-           "LaunchServers", "PrepareDataset", "RunLoadgen", "RunAccuracy", "CheckAccuracy"]
+           "LaunchServers", "PrepareDataset", "RunLoadgen", "RunAccuracy", "CheckAccuracy",
+           "RunTest06"]

@@ -72,6 +72,8 @@ class StageTask(luigi.Task):
     overrides = luigi.Parameter(default="", description='"section.key=value,..." applied last')
     rerun_from = luigi.Parameter(default="", description="rebuild this stage and everything downstream")
     nightly_date = luigi.Parameter(default="", description="set by Nightly: enters measuring stages' keys only")
+    verbose = luigi.BoolParameter(default=False, significant=False,
+                                  description="show third-party warnings and output (modelopt, transformers)")
     verify = luigi.BoolParameter(default=False, significant=False,
                                  description="re-hash every file of every artifact before reusing it "
                                              "(default: size and mtime, re-hash what moved)")
@@ -196,7 +198,7 @@ class StageTask(luigi.Task):
         return ArtifactTarget(self)
 
     def complete(self) -> bool:
-        lifecycle.setup()  # luigi asks this first: the run starts here
+        lifecycle.setup(self.verbose)  # luigi asks this first: the run starts here
         return super().complete()
 
     def is_done(self) -> bool:
@@ -219,7 +221,7 @@ class StageTask(luigi.Task):
         return self.usable(manifest)
 
     def run(self):
-        lifecycle.setup()
+        lifecycle.setup(self.verbose)
         t0 = time.monotonic()
         upstream_content = {}
         for name, up in self.upstream().items():
@@ -274,7 +276,7 @@ def host_resource(name: str) -> str:
 
 # The DAG's topological order; STAGES (filled by tasks/ as classes are defined) follows it.
 STAGE_ORDER = ("PrepareModel", "Quantize", "BuildEngine", "FillTritonRepo", "LaunchServers",
-               "PrepareDataset", "RunLoadgen", "RunAccuracy", "CheckAccuracy", "FullRun")
+               "PrepareDataset", "RunLoadgen", "RunAccuracy", "CheckAccuracy", "RunTest06", "FullRun")
 STAGES: dict[str, type[StageTask]] = {}
 
 

@@ -64,8 +64,8 @@ def errors_as_messages() -> None:
         h.addFilter(_PerfdagErrorAsMessage())
 
 
-def setup() -> None:
-    """Installs the run's handlers once per process."""
+def setup(verbose: bool = False) -> None:
+    """Installs the run's handlers once per process (the first caller's `verbose` decides)."""
     if _state["setup"]:
         return
     _state["setup"] = True
@@ -74,6 +74,8 @@ def setup() -> None:
     from . import runlog
 
     errors_as_messages()
+    if not (verbose or os.environ.get("PERFDAG_VERBOSE") == "1"):
+        _quiet_third_party()
     # Libraries we import may configure the root logger; luigi has its own handler.
     logging.getLogger("luigi-interface").propagate = False
     if not log.handlers:  # stage progress goes to stderr whatever luigi's logging config is
@@ -92,6 +94,72 @@ def setup() -> None:
             signal.signal(signal.SIGTERM, _on_signal)
         previous = sys.excepthook
         sys.excepthook = lambda t, v, tb: _interrupted_exit() if issubclass(t, KeyboardInterrupt) else previous(t, v, tb)
+
+
+# --- third-party output -----------------------------------------------------------------------
+# modelopt and transformers print warnings, progress bars and chatter ("Inserted 56 quantizers")
+# that would land right above the run's summary. Unless --verbose (or PERFDAG_VERBOSE=1), they go
+# to runs/<run id>/third_party.log instead: Python warnings, transformers' own logger below errors,
+# and whatever those packages write to stdout/stderr themselves.
+THIRD_PARTY = ("modelopt", "transformers", "torch", "huggingface_hub", "accelerate", "tqdm", "safetensors",
+               "tokenizers", "datasets", "warnings")
+
+
+class _ThirdPartyFilter:
+    """Wraps sys.stdout/sys.stderr: a write whose caller is a third-party module goes to the log file."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text):
+        frame = sys._getframe(1)
+        module = frame.f_globals.get("__name__", "") if frame else ""
+        if module.split(".")[0] in THIRD_PARTY:
+            _third_party_log(text)
+            return len(text)
+        return self._stream.write(text)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+_third_party = {"file": None, "said": False}
+
+
+def _third_party_log(text: str) -> None:
+    from . import runlog
+    from .settings import artifacts_root
+
+    if _third_party["file"] is None:
+        try:
+            path = runlog.run_file(artifacts_root()).parent / "third_party.log"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _third_party["file"] = open(path, "a", buffering=1)
+        except OSError:
+            _third_party["file"] = False  # a read-only root: dropped
+        if _third_party["file"] and not _third_party["said"]:
+            _third_party["said"] = True
+            log.info("third-party warnings and output go to %s (--verbose shows them)", path)
+    if _third_party["file"]:
+        _third_party["file"].write(text)
+
+
+class _ToThirdPartyLog(logging.Handler):
+    def emit(self, record):
+        _third_party_log(self.format(record) + "\n")
+
+
+def _quiet_third_party() -> None:
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # read when transformers is imported
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    logging.captureWarnings(True)
+    warn_log = logging.getLogger("py.warnings")
+    warn_log.handlers[:] = [_ToThirdPartyLog()]
+    warn_log.propagate = False
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if not isinstance(stream, _ThirdPartyFilter):
+            setattr(sys, name, _ThirdPartyFilter(stream))
 
 
 # --- servers ----------------------------------------------------------------------------------

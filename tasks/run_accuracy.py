@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.versions import versions
 
 from .base import log, register
 from .measuring import MeasuringStage
+from .prepare_dataset import tokenizer_dir
 
 
 @register
@@ -16,8 +16,6 @@ class RunAccuracy(MeasuringStage):
     stage = "RunAccuracy"
     reads = ("harness", "loadgen.scenario", "loadgen.mlperf_model", "accuracy.num_samples")
 
-    def tools(self):
-        return versions("mlcommons-loadgen", "tritonclient")
 
     def build(self, out_dir: Path) -> dict:
         from harness.measure import run_accuracy
@@ -25,7 +23,8 @@ class RunAccuracy(MeasuringStage):
         servers, samples, ds = self.inputs()
         n = self.params.accuracy.num_samples
         samples = samples[:n] if n else samples
-        result = run_accuracy(servers, samples, self.params, out_dir, end_id=ds["end_id"], pad_id=ds["pad_id"])
+        result = run_accuracy(servers, samples, self.params, out_dir, end_id=ds["end_id"], pad_id=ds["pad_id"],
+                              tokenizer_dir=tokenizer_dir(self.upstream()["dataset"].artifact_dir, ds))
         log.info("RunAccuracy %s: %d samples logged", self.params.loadgen.scenario, len(samples))
         return {"samples": len(samples), "scenario": self.params.loadgen.scenario,
                 "methods": (result.get("harness") or {}).get("methods")}

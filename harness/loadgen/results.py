@@ -95,7 +95,8 @@ def parse_summary(out_dir: str | os.PathLike) -> dict:
         "scenario": scenario,
         "mode": mode,
         "valid": valid,
-        "invalid_reason": (d.get("result_invalid_reason") or "").strip() or None,
+        "invalid_reason": "; ".join(invalid_reasons(d, scenario)) or None,
+        "invalid_reasons": invalid_reasons(d, scenario),
         "samples_per_s": _float(sps),
         "tokens_per_s": _float(tps),
         "latency_ms": latency or None,
@@ -119,6 +120,76 @@ def parse_summary(out_dir: str | os.PathLike) -> dict:
         "loadgen_version": d.get("loadgen_version"),
     }
     return result
+
+
+def invalid_reasons(d: dict, scenario: str | None) -> list[str]:
+    """Why LoadGen called a run INVALID, one item per failed condition, from the detail log's
+    verdict flags (LoadGen's own `result_invalid_reason` omits early stopping), each with the
+    numbers and the setting that fixes it. Empty for a VALID run or an accuracy run."""
+    if d.get("result_validity") != "INVALID":
+        return []
+    out = []
+    if d.get("result_perf_constraints_met") is False:
+        out.append("latency constraint not met: " + _latency_breach(d))
+    if d.get("result_min_duration_met") is False:
+        need = _s(d.get("effective_min_duration_ms"), 1e3)
+        if scenario == "Offline":
+            out.append(f"min duration not met: the run took {_s(d.get('result_max_latency_ns'), 1e9)} s < "
+                       f"min_duration {need} s (raise loadgen.offline_expected_qps: LoadGen issues "
+                       "expected_qps x min_duration samples)")
+        else:
+            out.append(f"min duration not met: queries were scheduled over {_s(d.get('generated_query_duration'), 1e9)}"
+                       f" s < min_duration {need} s (raise loadgen.server_target_qps or min_duration_ms)")
+    if d.get("result_min_queries_met") is False:
+        out.append(f"min queries not met: {d.get('result_query_count')} queries < min_query_count "
+                   f"{d.get('effective_min_query_count')} (raise loadgen.min_duration_ms or the QPS)")
+    if d.get("early_stopping_met") is False:
+        for what, key in (("TTFT", "early_stopping_ttft_result"), ("TPOT", "early_stopping_tpot_result"),
+                          ("latency", "early_stopping_result")):
+            text = _squash(d.get(key)) or ""
+            if "unsuccessful" in text or "Only processed" in text:
+                out.append(f"early stopping not met ({what}): {_early_stopping_numbers(text)} "
+                           "(raise loadgen.min_query_count, or the QPS x min_duration)")
+        if not any(r.startswith("early stopping") for r in out):
+            out.append("early stopping not met")
+    if not out:  # a condition this parser does not know: LoadGen's own words
+        out.append(_squash(d.get("result_invalid_reason")) or "LoadGen reported INVALID without a reason")
+    return out
+
+
+def _s(v, div: float) -> str:
+    try:
+        return f"{float(v) / div:.1f}"
+    except (TypeError, ValueError):
+        return "?"
+
+
+def _latency_breach(d: dict) -> str:
+    parts = []
+    for name, got, limit in (("TTFT", "result_first_token_99.00_percentile_latency_ns", "requested_server_ttft_latency"),
+                             ("TPOT", "result_time_per_output_token_99.00_percentile_ns", "requested_server_tpot_latency")):
+        g, lim = _ns_to_ms(d.get(got)), _ns_to_ms(d.get(limit))
+        if g is not None and lim and g > lim:
+            parts.append(f"{name} p99 {g:.1f} ms > {lim:.1f} ms")
+    if not parts:
+        g, lim = _ns_to_ms(d.get("result_99.00_percentile_latency_ns")), _ns_to_ms(d.get("effective_target_latency_ns"))
+        parts.append(f"p99 latency {g} ms > target {lim} ms" if lim else
+                     (_squash(d.get("result_invalid_reason")) or "a latency limit was exceeded"))
+    return ", ".join(parts) + " (lower loadgen.server_target_qps)"
+
+
+def _early_stopping_numbers(text: str) -> str:
+    """LoadGen's recommendation in a few words: 'processed 256 queries, needs at least 203 more'."""
+    import re
+
+    done = re.search(r"[Pp]rocessed (?:at least )?(\d+) queries", text)
+    more = re.search(r"at least (\d+) more queries", text)
+    need = re.search(r"Need to process at least (\d+) queries", text)
+    if done and more:
+        return f"processed {done.group(1)} queries, needs at least {more.group(1)} more"
+    if need:
+        return f"{text.split('.')[0].strip(' *')}; needs at least {need.group(1)} queries"
+    return text.strip(" *")
 
 
 def _float(v) -> float | None:
@@ -161,6 +232,8 @@ def merge_measured(result: dict, stats: dict, cfg: dict) -> dict:
             "warmup_queries": stats.get("warmup_requests"), "warmup_s": stats.get("warmup_s"),
             "max_new_tokens": cfg["max_new_tokens"], "end_id": cfg["end_id"],
             "request_errors": stats.get("request_errors", 0), "per_server": stats.get("per_server"),
+            "protocol": cfg.get("protocol"), "methods": stats.get("methods"),
+            "client_cpu_s": stats.get("client_cpu_s"),
         },
         "measured": measured,
         "ttft_source": "loadgen" if result.get("ttft_ms") else None,

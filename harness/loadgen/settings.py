@@ -53,6 +53,40 @@ def from_params(loadgen, num_samples: int) -> dict[str, Any]:
             "mlperf_model": loadgen.mlperf_model, "seed": loadgen.seed}
 
 
+def user_conf_text(conf_model: str, lg_scen: str, scenario: str, model: str, st: Mapping[str, Any],
+                   n_samples: int) -> str:
+    """The explicit settings as LoadGen user.conf lines (`model.scenario.key = value`), so the file a
+    run hands LoadGen (and an MLPerf submission ships) says what the run used; the same values are
+    also set on TestSettings, which wins. Seeds are not user.conf keys: a comment says them."""
+    pre = f"{conf_model}.{lg_scen}."
+    lines = ["# perfdag: this run's explicit LoadGen settings, over LoadGen's built-in mlperf.conf",
+             f"# ({conf_model}, {lg_scen}); effective values are in mlperf_log_detail.txt"]
+    if lg_scen == "Offline":
+        if "offline_expected_qps" in st:
+            lines.append(f"{pre}target_qps = {_num(st['offline_expected_qps'])}")
+    else:
+        if "server_target_qps" in st:
+            lines.append(f"{pre}target_qps = {_num(st['server_target_qps'])}")
+        ttft, tpot = latency_constraints(scenario, model)
+        lines += [f"{pre}target_latency = 0",
+                  f"{pre}ttft_latency = {_num(st.get('ttft_latency_ms', ttft))}",
+                  f"{pre}tpot_latency = {_num(st.get('tpot_latency_ms', tpot))}"]
+    for key, name in (("min_duration_ms", "min_duration"), ("max_duration_ms", "max_duration"),
+                      ("min_query_count", "min_query_count"), ("max_query_count", "max_query_count")):
+        if key in st:
+            lines.append(f"{pre}{name} = {int(st[key])}")
+    perf = min(int(st.get("performance_sample_count") or 0) or n_samples, n_samples)
+    lines.append(f"{pre}performance_sample_count_override = {perf}")
+    if int(st.get("seed") or 0):
+        lines.append(f"# RNG seeds {int(st['seed'])}, +1, +2 (qsl, sample index, schedule), set on TestSettings")
+    return "\n".join(lines) + "\n"
+
+
+def _num(v) -> str:
+    f = float(v)
+    return str(int(f)) if f.is_integer() else repr(f)
+
+
 class SettingsError(Exception):
     pass
 
@@ -69,10 +103,7 @@ def build_test_settings(lg, scenario: str, mode: str, st: Mapping[str, Any], n_s
     user_conf = st.get("user_conf")
     if not user_conf:
         user_conf = out_dir / "user.conf"
-        user_conf.write_text(
-            "# perfdag: LoadGen settings are applied programmatically after the built-in mlperf.conf\n"
-            f"# of {conf_model}.{lg_scen}; see result.json / mlperf_log_detail.txt for effective values.\n"
-            + "".join(f"# {k} = {v}\n" for k, v in sorted(st.items())))
+        user_conf.write_text(user_conf_text(conf_model, lg_scen, scenario, model, st, n_samples))
     rc = s.FromConfig(str(user_conf), conf_model, lg_scen)  # takes a path, does not set the scenario
     if rc != 0:
         raise SettingsError(f"LoadGen could not read {user_conf} (FromConfig returned {rc})")

@@ -1,0 +1,166 @@
+"""MLPerf Inference's results tree from finished perfdag runs (v6.x layout, as MLCommons' checker
+reads it):
+
+    <division>/<submitter>/
+        systems/<system>.json
+        src/<benchmark>/README.md, params.yaml       (the checker needs src/ to exist)
+        model_mapping.json                           (open, a custom benchmark name -> MLPerf's)
+        results/<system>/<benchmark>/<Scenario>/
+            measurements.json  user.conf  README.md
+            performance/run_1/   LoadGen's detail, summary and accuracy logs of the timed run
+            accuracy/            LoadGen's logs of the accuracy run, the accuracy log truncated,
+                                 accuracy.txt (the scores + the full log's sha256 as `hash=`)
+            TEST06/              verify_accuracy.txt, accuracy/mlperf_log_accuracy.json
+
+Why these details: the checker parses accuracy.txt line by line with regexes that need a Python
+dict repr of plain numbers (`'rouge1': 44.4`, not `np.float64(44.4)`) and a `hash=<hex>` line;
+it refuses an accuracy log over 10 KiB (kept: the first and last 4 KiB, the way MLCommons'
+truncation tool cuts it, after hashing the whole). No luigi.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import InputError
+
+LOADGEN_LOGS = ("mlperf_log_detail.txt", "mlperf_log_summary.txt", "mlperf_log_accuracy.json")
+VIEWABLE_BYTES = 4096          # kept from each end of a long accuracy log
+MAX_ACCURACY_LOG_BYTES = 10240  # what the checker accepts
+#: accuracy.txt's keys, in the order MLPerf's llama2 evaluation prints them.
+ACCURACY_KEYS = ("rouge1", "rouge2", "rougeL", "rougeLsum", "gen_len", "gen_num", "gen_tok_len", "tokens_per_sample")
+#: MLPerf benchmarks whose closed/network results need TEST06 (v6.0 and v6.1 lists, base names).
+TEST06_MODELS = ("llama2-70b", "llama3.1-405b", "llama3.1-8b", "mixtral-8x7b", "deepseek-r1")
+
+
+@dataclass
+class ScenarioRuns:
+    """One scenario's finished runs: artifact directories of the timed run, the accuracy run and
+    TEST06, the accuracy scores, and what the scenario README says."""
+    scenario: str
+    performance: Path
+    accuracy_log: Path
+    scores: dict
+    test06: Path | None = None
+    readme: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+def needs_test06(benchmark: str) -> bool:
+    return any(benchmark == m or benchmark.startswith(m + "-") for m in TEST06_MODELS)
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _plain(v: Any) -> Any:
+    """A JSON or numpy number as a plain int or float (their repr is what the checker parses)."""
+    import numbers
+
+    return int(v) if isinstance(v, numbers.Integral) and not isinstance(v, bool) else float(v)
+
+
+def accuracy_text(scores: dict, full_log_sha256: str) -> str:
+    """accuracy.txt: 'Results', the scores as a dict repr of plain numbers, then `hash=`."""
+    missing = [k for k in ("rouge1", "rouge2", "rougeL", "tokens_per_sample") if scores.get(k) is None]
+    if missing:
+        raise InputError(f"accuracy scores lack {missing}; accuracy.txt needs ROUGE-1/2/L and tokens_per_sample")
+    d = {k: _plain(scores[k]) for k in ACCURACY_KEYS if scores.get(k) is not None}
+    return f"\nResults\n\n{d!r}\n\nhash={full_log_sha256}\n"
+
+
+def truncate_accuracy_log(src: Path, dst: Path) -> None:
+    """The first and last 4 KiB of a long accuracy log with '...' between (short logs as they are)."""
+    data = src.read_bytes()
+    if len(data) >= VIEWABLE_BYTES:
+        data = data[:VIEWABLE_BYTES] + b"\n\n...\n\n" + data[-VIEWABLE_BYTES:]
+    dst.write_bytes(data)
+
+
+def _copy_logs(src: Path, dst: Path, names=LOADGEN_LOGS) -> list[Path]:
+    dst.mkdir(parents=True, exist_ok=True)
+    out = []
+    for name in names:
+        if (src / name).is_file():
+            shutil.copy2(src / name, dst / name)
+            out.append(dst / name)
+    if not (dst / "mlperf_log_detail.txt").is_file():
+        raise InputError(f"{src}: no mlperf_log_detail.txt; is it a LoadGen run directory?")
+    return out
+
+
+def scenario_dir(root: Path, division: str, submitter: str, system: str, benchmark: str, scenario: str) -> Path:
+    return root / division / submitter / "results" / system / benchmark / scenario
+
+
+def assemble(root: Path, *, division: str, submitter: str, system: str, benchmark: str, maps_to: str | None,
+             system_desc: dict, measurements: dict, runs: list[ScenarioRuns], src_readme: str,
+             params_yaml: str) -> list[str]:
+    """Writes the tree under `root` (which must not exist yet); returns its files, relative."""
+    if root.exists():
+        raise FileExistsError(root)
+    top = root / division / submitter
+    (top / "systems").mkdir(parents=True)
+    (top / "systems" / f"{system}.json").write_text(json.dumps(system_desc, indent=2) + "\n")
+    src = top / "src" / benchmark
+    src.mkdir(parents=True)
+    (src / "README.md").write_text(src_readme)
+    (src / "params.yaml").write_text(params_yaml)
+    if maps_to:
+        (top / "model_mapping.json").write_text(json.dumps({benchmark: maps_to}, indent=2) + "\n")
+    for r in runs:
+        d = scenario_dir(root, division, submitter, system, benchmark, r.scenario)
+        _copy_logs(r.performance, d / "performance" / "run_1")
+        shutil.copy2(r.performance / "user.conf", d / "user.conf")
+        acc = d / "accuracy"
+        _copy_logs(r.accuracy_log, acc, names=("mlperf_log_detail.txt", "mlperf_log_summary.txt"))
+        full = r.accuracy_log / "mlperf_log_accuracy.json"
+        (acc / "accuracy.txt").write_text(accuracy_text(r.scores, sha256_file(full)))
+        truncate_accuracy_log(full, acc / "mlperf_log_accuracy.json")
+        if r.test06 is not None:
+            t = d / "TEST06"
+            (t / "accuracy").mkdir(parents=True)
+            shutil.copy2(r.test06 / "verify_accuracy.txt", t / "verify_accuracy.txt")
+            shutil.copy2(r.test06 / "mlperf_log_accuracy.json", t / "accuracy" / "mlperf_log_accuracy.json")
+        (d / "measurements.json").write_text(json.dumps(measurements, indent=2) + "\n")
+        (d / "README.md").write_text(r.readme or f"# {benchmark} {r.scenario}\n")
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+
+
+def _fmt(v, spec=".2f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def scenario_readme(*, benchmark: str, scenario: str, model: str, division: str, command: str,
+                    perf: dict, scores: dict, accuracy: dict, test06: dict | None, stages: dict[str, str],
+                    notes: list[str]) -> str:
+    """What was run and what it gave, in words (the checker only needs it to be non-empty)."""
+    lines = [f"# {benchmark}, {scenario} ({division} division)", "",
+             f"Model: {model}. Produced by perfdag; every run below is a cached, content-keyed stage.", "",
+             "Reproduce:", "", "```", command, "```", "",
+             "| | |", "|---|---|",
+             f"| result | {perf.get('valid')}{' (' + perf['invalid_reason'] + ')' if perf.get('invalid_reason') else ''} |",
+             f"| tokens/s | {_fmt(perf.get('tokens_per_s'), '.1f')} |",
+             f"| samples/s | {_fmt(perf.get('samples_per_s'))} |"]
+    for name in ("ttft_ms", "tpot_ms"):
+        p = perf.get(name) or {}
+        lines.append(f"| {name[:4].upper()} p50 / p99 ms | {_fmt(p.get('p50'))} / {_fmt(p.get('p99'))} |")
+    lines += [f"| ROUGE-1 / ROUGE-2 / ROUGE-L | {scores['rouge1']:.4f} / {scores['rouge2']:.4f} / {scores['rougeL']:.4f} |",
+              f"| tokens per sample | {_fmt(scores.get('tokens_per_sample'), '.1f')} |",
+              f"| accuracy (perfdag's check) | {'PASS' if accuracy.get('passed') else 'FAIL'} against "
+              f"{accuracy.get('reference_source', '?')}, target {accuracy.get('target')} |"]
+    if test06 is not None:
+        lines.append(f"| TEST06 | {'PASS' if test06.get('passed') else 'FAIL'} ({test06.get('samples')} responses) |")
+    lines += ["", "Stages (artifacts/<Stage>/<key>):", ""] + [f"- {k}: `{v[:16]}`" for k, v in stages.items()]
+    if notes:
+        lines += ["", "Notes:", ""] + [f"- {n}" for n in notes]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,154 @@
+"""What a run reports: why LoadGen called it INVALID (from real LoadGen logs), the report's plots,
+the sweep's plots and rows, and third-party chatter kept out of the summary unless --verbose."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+from harness.loadgen.results import parse_summary
+from harness.report import plot, throughput_bins
+from harness.sweep import lookup, point_kind, write_results
+
+# A LoadGen run against a SUT that answers at once (after `delay_s`), in its own process (one
+# LoadGen test per process): LoadGen's own verdicts, not made-up logs.
+FAKE_SUT = textwrap.dedent("""
+    import array, sys, threading, time, mlperf_loadgen as lg
+    out, scenario, qps, min_ms, min_q, ttft_ms, delay_s = sys.argv[1:8]
+    s = lg.TestSettings()
+    s.FromConfig("", "llama2-70b", scenario, 0)   # mlperf.conf values and seeds, no user.conf
+    s.scenario = getattr(lg.TestScenario, scenario)
+    s.mode = lg.TestMode.PerformanceOnly
+    s.min_duration_ms, s.min_query_count = int(min_ms), int(min_q)
+    s.performance_sample_count_override = 64
+    s.sample_concatenate_permutation = False
+    if scenario == "Offline":
+        s.offline_expected_qps = float(qps)
+    else:
+        s.server_target_qps, s.ttft_latency = float(qps), int(float(ttft_ms) * 1e6)
+    keep = []
+    def answer(samples):
+        time.sleep(float(delay_s))
+        for q in samples:
+            a = array.array("i", [5, 6, 7, 8]); keep.append(a); p, _ = a.buffer_info()
+            if scenario != "Offline":
+                lg.FirstTokenComplete([lg.QuerySampleResponse(q.id, p, 4)])
+            lg.QuerySamplesComplete([lg.QuerySampleResponse(q.id, p, 16, 4)])
+    def issue(samples):
+        threading.Thread(target=answer, args=(samples,)).start()
+    sut = lg.ConstructSUT(issue, lambda: None)
+    qsl = lg.ConstructQSL(64, 64, lambda x: None, lambda x: None)
+    ls = lg.LogSettings(); ls.log_output.outdir = out; ls.log_output.copy_summary_to_stdout = False
+    lg.StartTestWithLogSettings(sut, qsl, s, ls, "/nonexistent/audit.config")
+""")
+
+
+def loadgen_run(tmp_path: Path, name: str, *args) -> dict:
+    out = tmp_path / name
+    out.mkdir()
+    subprocess.run([sys.executable, "-c", FAKE_SUT, str(out), *map(str, args)], check=True, timeout=120,
+                   capture_output=True)
+    return parse_summary(out)
+
+
+def test_invalid_runs_name_their_reason_from_loadgen_logs(tmp_path):
+    # Offline: 11 samples answered at once, but 2 s were required
+    r = loadgen_run(tmp_path, "offline", "Offline", 10, 2000, 1, 0, 0)
+    assert r["valid"] == "INVALID" and r["invalid_reason"].startswith("min duration not met")
+    assert "offline_expected_qps" in r["invalid_reason"] and "< min_duration 2.0 s" in r["invalid_reason"]
+    # Server: 64 queries are too few for early stopping to judge the 99th percentile
+    r = loadgen_run(tmp_path, "server", "Server", 100, 100, 64, 2000, 0)
+    assert r["valid"] == "INVALID"
+    assert "early stopping not met" in r["invalid_reason"] and "processed 64 queries" in r["invalid_reason"]
+    assert r["invalid_reasons"] and all(x for x in r["invalid_reasons"])
+    # Server: every first token takes 20 ms, the limit is 1 ms
+    r = loadgen_run(tmp_path, "latency", "Server", 100, 100, 64, 1, 0.02)
+    assert "latency constraint not met: TTFT p99" in r["invalid_reason"] and "> 1.0 ms" in r["invalid_reason"]
+    # a VALID run has no reason
+    r = loadgen_run(tmp_path, "valid", "Offline", 1000, 100, 1, 0, 0.3)
+    assert r["valid"] == "VALID" and r["invalid_reason"] is None and r["invalid_reasons"] == []
+
+
+def requests_at(rate_per_s: float, seconds: float, tokens: int = 32, ttft: float | None = 5.0) -> list[dict]:
+    n = int(rate_per_s * seconds)
+    return [{"sample_index": i, "server": 0, "issue_ms": i * 1000 / rate_per_s, "latency_ms": 40.0,
+             "ttft_ms": ttft, "n_tokens": tokens, "tpot_ms": 1.1 if ttft else None} for i in range(n)]
+
+
+@pytest.mark.parametrize("seconds", [10.05, 10.3, 10.9, 3.02])
+def test_throughput_bins_do_not_fake_a_drop_at_the_end(seconds):
+    """A steady 100 requests/s: every bin after the first (completions start 40 ms in), the partial
+    last one included, reads ~3200 tokens/s."""
+    starts, widths, rates = throughput_bins(requests_at(100, seconds))
+    assert starts[0] == 0 and abs(starts[-1] + widths[-1] - (seconds + 0.04)) < 0.02  # up to the last completion
+    assert min(widths) >= 0.5 * max(widths[:-1] or widths)
+    assert all(abs(r - 3200) / 3200 < 0.15 for r in rates[1:]), rates
+
+
+def test_report_plots(tmp_path):
+    perf = {"tokens_per_second": 3200.0, "ttft_limit_ms": 2000.0, "tpot_limit_ms": 200.0}
+    files = plot(requests_at(100, 5), tmp_path, "t Server", perf)
+    assert files == ["throughput.png", "latency.png", "tpot.png"]
+    assert all((tmp_path / f).stat().st_size > 5000 for f in files)
+    offline = tmp_path / "offline"
+    offline.mkdir()
+    assert plot(requests_at(100, 5, ttft=None), offline, "t Offline", {}) == ["throughput.png", "latency.png"]
+
+
+def test_sweep_plots_keep_scenarios_apart_and_mark_invalid_points(tmp_path):
+    base = {"samples_per_s": 1.0, "accuracy_passed": True, "fullrun_key": "k"}
+    rows = [{**base, "build.max_batch_size": b, "loadgen.scenario": "Offline", "scenario": "Offline",
+             "tokens_per_s": 9000.0 + b, "ttft_p99_ms": None, "tpot_p99_ms": None, "valid": b == 32} for b in (8, 32)]
+    rows.append({**base, "build.max_batch_size": 32, "loadgen.scenario": "Server", "scenario": "Server",
+                 "tokens_per_s": 600.0, "ttft_p99_ms": 20.0, "tpot_p99_ms": 2.0, "valid": True})
+    files = write_results(tmp_path, "s", ["build.max_batch_size", "loadgen.scenario"], rows)
+    # no tokens/s-vs-scenario plot (it would put Offline and Server tokens/s on one axis)
+    assert files == ["tokens_per_s_vs_build_max_batch_size.png", "pareto_tpot.png"]
+    assert [point_kind(r) for r in rows] == ["invalid", "ok", "ok"]
+    assert "| 8 | Offline |" in (tmp_path / "sweep.md").read_text()
+
+
+def test_a_sweep_point_that_leaves_a_parameter_at_its_default_shows_the_default(tmp_path):
+    from luigi.task_register import Register
+
+    from pipeline import Sweep
+
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text(f"name: s\nbase: {REPO / 'params' / 'default.yaml'}\ngrid:\n  build.max_batch_size: [8]\n"
+                     "points:\n  - {loadgen.scenario: Server}\n")
+    Register.clear_instance_cache()
+    task = Sweep(sweep=str(sweep))
+    values = [lookup(t.params.model_dump(mode="json"), "build.max_batch_size") for t in task.upstream().values()]
+    assert values == [8, 32]  # the Server point ran with the default batch size, not None
+
+
+THIRD_PARTY_CHATTER = textwrap.dedent("""
+    import sys, warnings
+    from tasks import lifecycle
+    lifecycle.setup(verbose=sys.argv[1] == "1")
+    exec("print('Inserted 56 quantizers'); import warnings; warnings.warn('transformers is not tested')",
+         {"__name__": "modelopt.torch.quantization"})
+    print("perfdag summary line")
+""")
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_third_party_chatter_is_kept_out_unless_verbose(tmp_path, verbose):
+    env = {**os.environ, "PERFDAG_ARTIFACTS": str(tmp_path / "a"), "PYTHONPATH": str(REPO)}
+    env.pop("PERFDAG_RUN_ID", None)
+    p = subprocess.run([sys.executable, "-c", THIRD_PARTY_CHATTER, "1" if verbose else "0"], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert "perfdag summary line" in p.stdout
+    shown = "Inserted 56 quantizers" in p.stdout and "transformers is not tested" in p.stderr
+    assert shown == verbose
+    logs = list((tmp_path / "a" / "runs").glob("*/third_party.log"))
+    if not verbose:
+        (log,) = logs
+        assert "Inserted 56 quantizers" in log.read_text() and "transformers is not tested" in log.read_text()
+        assert "third_party.log (--verbose shows them)" in p.stderr
