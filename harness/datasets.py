@@ -117,22 +117,37 @@ class _LazyTokenizer:
         return list(self._tok.encode(text, add_special_tokens=False))
 
 
-def builtin_prompt_split(line: str, i: int) -> tuple[str, str]:
-    """(prompt, continuation) of corpus line ``i``: the first 6 + i % 5 words, and the rest."""
+#: Passes over the corpus: pass p cuts line i after 6 + (i % 5 + p) % 31 words (at most all but
+#: its last word), and pass 0 is the original one-prompt-per-line set. 31 passes over 800 lines
+#: give 24800 samples, enough for MLPerf's 24576-sample llama2 runs; short lines and lines that
+#: share their start repeat prompts (about 5,200 distinct), which LoadGen does not mind.
+BUILTIN_PASSES = 31
+
+
+def builtin_capacity() -> int:
+    """How many samples the builtin dataset holds (checked with the params, before any stage)."""
+    return len(corpus_lines()) * BUILTIN_PASSES
+
+
+def builtin_prompt_split(line: str, i: int, rnd: int = 0) -> tuple[str, str]:
+    """(prompt, continuation) of corpus line ``i`` in pass ``rnd``: the first
+    6 + (i % 5 + rnd) % 31 words (6 + i % 5 in pass 0), and the rest."""
     words = line.split()
-    k = min(len(words) - 1, BUILTIN_MIN_WORDS + i % BUILTIN_WORD_SPREAD)
+    k = min(len(words) - 1, BUILTIN_MIN_WORDS + (i % BUILTIN_WORD_SPREAD + rnd) % BUILTIN_PASSES)
     return " ".join(words[:k]), " ".join(words[k:])
 
 
 def _load_builtin(tokenizer_dir, num_samples: int) -> list[Sample]:
     lines = corpus_lines()
-    if num_samples > len(lines):
-        raise DatasetError(f"dataset.num_samples: {num_samples} exceeds the {len(lines)} builtin prompts "
-                           f"(one per shipped corpus line); use at most {len(lines)}")
+    if num_samples > len(lines) * BUILTIN_PASSES:
+        raise DatasetError(f"dataset.num_samples: {num_samples} exceeds the {len(lines) * BUILTIN_PASSES} builtin "
+                           f"prompts ({BUILTIN_PASSES} per shipped corpus line); use at most "
+                           f"{len(lines) * BUILTIN_PASSES}")
     tok = _LazyTokenizer(tokenizer_dir, "the builtin dataset")
     out = []
-    for i, line in enumerate(lines[:num_samples]):
-        prompt, rest = builtin_prompt_split(line, i)
+    for i in range(num_samples):
+        line, rnd = i % len(lines), i // len(lines)
+        prompt, rest = builtin_prompt_split(lines[line], line, rnd)
         out.append(Sample(index=i, input_ids=tok.encode(prompt), reference_text=rest, input_text=prompt))
     return out
 

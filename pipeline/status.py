@@ -47,14 +47,31 @@ def _why(task: StageTask) -> list[dict]:
     return diffs or [{"field": "*", "reason": f"same inputs as {newest.get('key', '?')[:16]} but schema or key differ"}]
 
 
+def _full_run_stages(params_file: str, overrides: str) -> set[str]:
+    """The stages a FullRun of these params builds (RunTest06 is built only by a Submission)."""
+    from .full_run import FullRun
+
+    seen, todo = set(), [FullRun(params_file=params_file, overrides=overrides)]
+    while todo:
+        t = todo.pop()
+        if t.stage not in seen:
+            seen.add(t.stage)
+            todo.extend(t.upstream().values())
+    return seen
+
+
 def stage_status(params_file: str, overrides: str, verify: bool = False) -> list[dict]:
     rows = []
+    in_full_run = _full_run_stages(params_file, overrides)
     for name, cls in STAGES.items():
         task = cls(params_file=params_file, overrides=overrides, verify=verify)
         m = task.manifest()
         row = {"stage": name, "key": task.key[:16], "path": str(task.artifact_dir), "code": task.key_doc["code"]}
         if m is None:
             row.update(status="missing", changed=_why(task))
+            if name not in in_full_run:
+                row["changed"].insert(0, {"field": "*", "reason": "FullRun does not build it; "
+                                          "`python -m pipeline submission` does"})
         elif problems := task.trust_problems(m):
             row.update(status="corrupt", changed=[{"field": "*", "reason": p} for p in problems])
         elif not task.usable(m):

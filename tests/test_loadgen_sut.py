@@ -83,8 +83,13 @@ def test_builtin_dataset_is_deterministic_prefixes(tokenizer_dir):
     assert builtin_prompt_split("a b c", 0) == ("a b", "c")
     short = load_dataset("builtin", None, tokenizer_dir, 3, max_input_len=2)
     assert all(len(s.input_ids) == 2 and s.meta["truncated_from"] > 2 for s in short)
-    with pytest.raises(DatasetError, match="exceeds the 800 builtin prompts"):
-        load_dataset("builtin", None, tokenizer_dir, 801)
+    # past one prompt per corpus line, later passes cut the same lines elsewhere: all distinct
+    many = load_dataset("builtin", None, tokenizer_dir, 24576)
+    assert [s.input_text for s in many[:len(a)]] == [s.input_text for s in a]
+    assert len({s.input_text for s in many}) > 5000  # short lines give the same cut in several passes
+    assert all((s.input_text + " " + s.reference_text) == " ".join(lines[s.index % 800].split()) for s in many)
+    with pytest.raises(DatasetError, match="exceeds the 24800 builtin prompts"):
+        load_dataset("builtin", None, tokenizer_dir, 24801)
 
 
 def test_mlperf_pickle_dataset(tmp_path):

@@ -70,6 +70,7 @@ BAD = [
     ("ports-vs-servers", None, "triton.num_servers=2,triton.grpc_ports=[9001]", {}, ["triton.grpc_ports", "one per server"]),
     ("bad-endpoint", None, "triton.endpoints=[nohost]", {}, ["triton.endpoints", "host:port"]),
     ("jsonl-without-path", None, "dataset.format=jsonl", {}, ["dataset", "needs dataset.path"]),
+    ("more-samples-than-builtin", None, "dataset.num_samples=24801", {}, ["dataset.num_samples", "at most 24800"]),
     ("bad-scenario", None, "loadgen.scenario=Batch", {}, ["loadgen.scenario", "Offline"]),
     ("accuracy-target-range", None, "accuracy.target=1.5", {}, ["accuracy.target", "less than or equal"]),
     ("tiny-heads", None, "model.tiny.num_heads=3", {}, ["model.tiny", "num_heads"]),

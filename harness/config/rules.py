@@ -22,6 +22,13 @@ def cross_field_problems(p: Params) -> list[str]:
     if p.model.checkpoint == "builtin" and b.max_seq_len > p.model.tiny.max_position_embeddings:
         out.append(f"build.max_seq_len: {b.max_seq_len} exceeds model.tiny.max_position_embeddings ({p.model.tiny.max_position_embeddings})")
 
+    if p.dataset.format == "builtin":
+        from ..datasets import builtin_capacity
+
+        if p.dataset.num_samples > (cap := builtin_capacity()):
+            out.append(f"dataset.num_samples: {p.dataset.num_samples} exceeds the {cap} samples of the builtin dataset; "
+                       f"use at most {cap}, or a dataset file (dataset.format, dataset.path)")
+
     if q.format == "int4_awq" and p.model.checkpoint == "builtin":
         t = p.model.tiny
         if t.hidden_size % 128 or t.intermediate_size % 128:
