@@ -66,13 +66,20 @@ def assert_no_orphans(root: Path, also: list[int] = ()) -> None:
     assert not left, f"left behind: {[(p, _cmd(p)) for p in left]}"
 
 
+def _ctrl_c_as_at_a_terminal() -> None:
+    """A job started with `&` by a non-interactive shell (as CI may start the suite) inherits SIGINT
+    ignored, and Python then never turns it into KeyboardInterrupt; a terminal never ignores it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Run:
     """A luigi invocation in its own process group, its stderr read line by line."""
 
     def __init__(self, root: Path, task: str, *args: str, env: dict | None = None):
         full = {**os.environ, "PERFDAG_ARTIFACTS": str(root), "PYTHONUNBUFFERED": "1", **(env or {})}
         self.proc = subprocess.Popen(luigi_cmd(task, *args), cwd=REPO, env=full, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                                     stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                                     preexec_fn=_ctrl_c_as_at_a_terminal)
         self.lines: list[str] = []
         self._t = threading.Thread(target=self._read, daemon=True)
         self._t.start()
