@@ -265,6 +265,7 @@ def echo_server(tmp_path_factory, backend_dir):
         yield h
     finally:
         CS.stop_server(h, timeout=20)
+    assert not TS.shm_regions(h.spec.shm_prefix), "the stopped server's shared memory is left in /dev/shm"
 
 
 def _prompts(n: int) -> list[list[int]]:
@@ -378,7 +379,7 @@ def test_request_error_ends_run_naming_server(echo_server, tmp_path):
 
 def test_killed_server_ends_run_with_clear_error(echo_server, tmp_path, backend_dir):
     victim = _start_server(tmp_path / "victim", {"echo_slow": {"token_delay_ms": "20"}}, backend_dir)
-    shm_prefix = next(a.split("=", 1)[1] for a in victim.process.argv if "shm-region-prefix-name=" in a)
+    shm_prefix = victim.spec.shm_prefix
 
     def kill_later():
         time.sleep(3.0)
@@ -396,9 +397,9 @@ def test_killed_server_ends_run_with_clear_error(echo_server, tmp_path, backend_
         elapsed = time.monotonic() - t0
     finally:
         killer.join(10)
+        left = sorted(Path("/dev/shm").glob(shm_prefix + "*"))  # a killed server leaves its regions ...
         CS.stop_server(victim, timeout=5)
-        for f in Path("/dev/shm").glob(shm_prefix + "*"):
-            f.unlink(missing_ok=True)
+    assert left and not list(Path("/dev/shm").glob(shm_prefix + "*"))  # ... and stop_server removes them
     msg = str(ei.value)
     assert victim.grpc_url in msg and echo_server.grpc_url not in msg, msg
     assert ei.value.server == victim.grpc_url

@@ -2,6 +2,7 @@
 and experiments. The DAG launches through the backends and launcher.launch instead."""
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,7 +13,7 @@ from .ports import port_in_use
 from .processes import Process, ServerError, spawn, terminate
 from .triton_client import probe_ready
 from .triton_client import wait_ready as _wait_ready
-from .tritonserver import cpu_spec, prepare_backend_dir
+from .tritonserver import cpu_spec, prepare_backend_dir, shm_regions
 
 
 @dataclass
@@ -75,7 +76,14 @@ def is_ready(server: TritonServer, models: Sequence[str] = (), timeout_s: float 
 
 
 def stop_server(server: TritonServer | int, timeout: float = 30.0) -> int | None:
-    """Stops the server and its backend stubs (a bare pid works too, for servers started elsewhere)."""
+    """Stops the server and its backend stubs (a bare pid works too, for servers started elsewhere).
+    A handle's Python-backend shared memory goes too: a server that was killed, or whose model
+    failed to load, leaves its 4 MiB regions in /dev/shm, and its prefix is unique to it."""
     if isinstance(server, int):
         return terminate(server, timeout)
-    return terminate(server.pid, timeout, server.process.proc)
+    code = terminate(server.pid, timeout, server.process.proc)
+    if not server.alive() and server.spec.shm_prefix:
+        for path in shm_regions(server.spec.shm_prefix):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+    return code
