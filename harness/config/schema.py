@@ -6,9 +6,9 @@ Cross-section rules live on `Params` because they need more than one section.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 FlagValue = Union[bool, int, float, str]
 
@@ -18,6 +18,34 @@ GPU_ONLY_QUANT_FORMATS = ("w4a8_awq", "nvfp4")
 QuantFormat = Literal["none", "int8", "int8_sq", "fp8", "int4_awq", "w4a8_awq", "nvfp4"]
 
 SCENARIOS = ("Offline", "Server", "Interactive")
+
+
+def _bind_address(v: str) -> str:
+    import ipaddress
+    if v == "localhost":
+        return v
+    try:
+        ipaddress.ip_address(v)
+    except ValueError:
+        raise ValueError(f"{v!r} is not an IP address to bind; use 127.0.0.1 (this host only), "
+                         "0.0.0.0 (every interface) or another address of this host") from None
+    return v
+
+
+def _distinct_ports(v: list[int]) -> list[int]:
+    bad = [p for p in v if not 1024 <= p <= 65535]
+    if bad:
+        raise ValueError(f"ports {bad} outside 1024..65535")
+    if len(set(v)) != len(v):
+        raise ValueError("ports must be distinct")
+    return v
+
+
+# Field types the server sections share (triton and openai).
+BindAddress = Annotated[str, AfterValidator(_bind_address)]
+Ports = Annotated[list[int], AfterValidator(_distinct_ports)]
+# One endpoint may be given as a plain string.
+Endpoints = Annotated[list[str], BeforeValidator(lambda v: [v] if isinstance(v, str) else v)]
 
 
 class Section(BaseModel):
@@ -116,48 +144,16 @@ class RuntimeSection(Section):
 class TritonSection(Section):
     # Unset: 1 for Offline, one per data-parallel rank for Server/Interactive (NVIDIA's convention).
     num_servers: Optional[int] = Field(None, ge=1, le=64)
-    bind: str = "127.0.0.1"
+    bind: BindAddress = "127.0.0.1"
     # Empty: ports are picked free at launch.
-    grpc_ports: list[int] = []
+    grpc_ports: Ports = []
     model_name: str = Field("tensorrt_llm", pattern=r"^[A-Za-z0-9_.-]+$")
     # Servers launched outside perfdag (multi-node): no spawning. ["host:port", ...] or NVIDIA's
     # "host_a:8001,8002|host_b:8001".
-    endpoints: list[str] = []
+    endpoints: Endpoints = []
     ready_timeout_s: float = Field(180, gt=0)
     # Path of the tritonserver binary; "auto" takes the one bundled with nvidia-pytriton.
     binary: str = "auto"
-
-    @field_validator("endpoints", mode="before")
-    @classmethod
-    def _endpoints_string(cls, v):
-        return [v] if isinstance(v, str) else v
-
-    @field_validator("bind")
-    @classmethod
-    def _bind_is_an_address(cls, v: str) -> str:
-        return _bind_address(v)
-
-    @field_validator("grpc_ports")
-    @classmethod
-    def _ports_in_range(cls, v: list[int]) -> list[int]:
-        bad = [p for p in v if not 1024 <= p <= 65535]
-        if bad:
-            raise ValueError(f"ports {bad} outside 1024..65535")
-        if len(set(v)) != len(v):
-            raise ValueError("ports must be distinct")
-        return v
-
-
-def _bind_address(v: str) -> str:
-    import ipaddress
-    if v == "localhost":
-        return v
-    try:
-        ipaddress.ip_address(v)
-    except ValueError:
-        raise ValueError(f"{v!r} is not an IP address to bind; use 127.0.0.1 (this host only), "
-                         "0.0.0.0 (every interface) or another address of this host") from None
-    return v
 
 
 class OpenAISection(Section):
@@ -166,10 +162,10 @@ class OpenAISection(Section):
     server: Literal["transformers", "trtllm-serve", "vllm", "sglang"] = "transformers"
     # Unset: 1 for Offline, one per data-parallel rank (runtime.num_gpus / tp*pp) for Server/Interactive.
     num_servers: Optional[int] = Field(None, ge=1, le=64)
-    bind: str = "127.0.0.1"
-    ports: list[int] = []  # empty: free ports at launch
+    bind: BindAddress = "127.0.0.1"
+    ports: Ports = []  # empty: free ports at launch
     # Servers launched outside perfdag: ["http://host:8000", "host:8001", ...]; nothing is spawned.
-    endpoints: list[str] = []
+    endpoints: Endpoints = []
     # The server's command; "auto": `transformers`, `trtllm-serve`, `vllm` from this venv's PATH,
     # `python -m sglang.launch_server`.
     binary: str = "auto"
@@ -187,25 +183,6 @@ class OpenAISection(Section):
     cb_num_blocks: int = Field(512, ge=16)
     torch_threads: int = Field(1, ge=1, le=256)
 
-    @field_validator("endpoints", mode="before")
-    @classmethod
-    def _endpoints_string(cls, v):
-        return [v] if isinstance(v, str) else v
-
-    @field_validator("bind")
-    @classmethod
-    def _bind_is_an_address(cls, v: str) -> str:
-        return _bind_address(v)
-
-    @field_validator("ports")
-    @classmethod
-    def _ports_in_range(cls, v: list[int]) -> list[int]:
-        bad = [p for p in v if not 1024 <= p <= 65535]
-        if bad:
-            raise ValueError(f"ports {bad} outside 1024..65535")
-        if len(set(v)) != len(v):
-            raise ValueError("ports must be distinct")
-        return v
 
 
 class HarnessSection(Section):
