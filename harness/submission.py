@@ -19,7 +19,6 @@ truncation tool cuts it, after hashing the whole). No luigi.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError
+from .hashing import file_sha256
 
 LOADGEN_LOGS = ("mlperf_log_detail.txt", "mlperf_log_summary.txt", "mlperf_log_accuracy.json")
 VIEWABLE_BYTES = 4096          # kept from each end of a long accuracy log
@@ -52,14 +52,6 @@ class ScenarioRuns:
 
 def needs_test06(benchmark: str) -> bool:
     return any(benchmark == m or benchmark.startswith(m + "-") for m in TEST06_MODELS)
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _plain(v: Any) -> Any:
@@ -124,7 +116,7 @@ def assemble(root: Path, *, division: str, submitter: str, system: str, benchmar
         acc = d / "accuracy"
         _copy_logs(r.accuracy_log, acc, names=("mlperf_log_detail.txt", "mlperf_log_summary.txt"))
         full = r.accuracy_log / "mlperf_log_accuracy.json"
-        (acc / "accuracy.txt").write_text(accuracy_text(r.scores, sha256_file(full)))
+        (acc / "accuracy.txt").write_text(accuracy_text(r.scores, file_sha256(full)))
         truncate_accuracy_log(full, acc / "mlperf_log_accuracy.json")
         if r.test06 is not None:
             t = d / "TEST06"
