@@ -5,7 +5,9 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-_HOST = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9_.-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])$")
+# A host name or a bracketed IPv6 address: what every endpoint list in the params accepts.
+HOST_PATTERN = r"[A-Za-z0-9](?:[A-Za-z0-9_.-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\]"
+_HOST = re.compile(rf"^(?:{HOST_PATTERN})$")
 _FORMS = "expected 'host:port', 'host:port1,port2' or NVIDIA's 'host_a:8001,8002|host_b:8001'"
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-_EP = re.compile(r"^(?:http://)?(?P<host>[A-Za-z0-9](?:[A-Za-z0-9_.-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\]):(?P<port>\d{1,5})/?$")
+from ...serving.endpoints import HOST_PATTERN
+
+_EP = re.compile(rf"^(?:http://)?(?P<host>{HOST_PATTERN}):(?P<port>\d{{1,5}})/?$")
 _FORM = "expected 'http://host:port' or 'host:port' (https is not supported)"
 
 
