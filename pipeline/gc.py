@@ -37,8 +37,8 @@ from filelock import FileLock, Timeout
 
 from harness.serving import launcher
 from harness.serving.cleanup import orphan_servers, orphan_shm
-from harness.serving.cleanup import remove as remove_paths
 from harness.serving.launcher import is_ours
+from harness.serving.tritonserver import remove_shm_files
 from harness.serving.registry import ServerRegistry
 from harness.store import MANIFEST
 
@@ -179,15 +179,7 @@ def servers_in_use(records: list[dict]) -> bool:
         return False
     if launcher.servers_live(records):
         return True
-    return any(_still_running(r) for r in records if not r.get("external"))
-
-
-def _still_running(rec: dict) -> bool:
-    import psutil
-    try:
-        return abs(psutil.Process(int(rec["pid"])).create_time() - float(rec["create_time"])) < 1.0
-    except (psutil.Error, KeyError, TypeError, ValueError):
-        return False
+    return any(is_ours(r) for r in records)
 
 
 def _server_records(entry_dir: Path, manifest: dict) -> list[dict]:
@@ -389,7 +381,7 @@ def _clean_servers(p: Plan) -> None:
         finally:
             lock.release()
     done["records"] = registry.sweep_dead()
-    done["shm"] = remove_paths(orphan_shm())
+    done["shm"] = len(remove_shm_files(orphan_shm()))
     p.servers["done"] = done
 
 

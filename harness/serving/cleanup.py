@@ -1,7 +1,8 @@
 """What killed runs leave behind, found and removed: servers of a launch that never published,
 records of dead servers, and the Python backend's shared-memory regions nobody maps any more.
 
-Used by `gc` (dry run lists, --delete removes), `servers stop --all` and every launch.
+Used by `gc` (dry run lists, --delete removes). `servers stop` and a relaunch clean up through
+the registry's records instead (ServerRegistry.stop / sweep_dead).
 """
 from __future__ import annotations
 
@@ -61,12 +62,3 @@ def orphan_shm(min_age_s: float = 60.0) -> list[str]:
             if path not in live and now - os.stat(path).st_mtime > min_age_s:
                 out.append(path)
     return sorted(out)
-
-
-def remove(paths: list[str]) -> int:
-    n = 0
-    for p in paths:
-        with contextlib.suppress(OSError):
-            os.unlink(p)
-            n += 1
-    return n

@@ -2,7 +2,6 @@
 and experiments. The DAG launches through the backends and launcher.launch instead."""
 from __future__ import annotations
 
-import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +12,7 @@ from .ports import port_in_use
 from .processes import Process, ServerError, spawn, terminate
 from .triton_client import probe_ready
 from .triton_client import wait_ready as _wait_ready
-from .tritonserver import cpu_spec, prepare_backend_dir, shm_regions
+from .tritonserver import cpu_spec, prepare_backend_dir, remove_shm_files, shm_regions
 
 
 @dataclass
@@ -83,7 +82,5 @@ def stop_server(server: TritonServer | int, timeout: float = 30.0) -> int | None
         return terminate(server, timeout)
     code = terminate(server.pid, timeout, server.process.proc)
     if not server.alive() and server.spec.shm_prefix:
-        for path in shm_regions(server.spec.shm_prefix):
-            with contextlib.suppress(OSError):
-                os.unlink(path)
+        remove_shm_files(shm_regions(server.spec.shm_prefix))
     return code

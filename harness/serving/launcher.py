@@ -23,7 +23,7 @@ from .processes import (
     start_time,
     terminate,
 )
-from .tritonserver import shm_regions
+from .tritonserver import remove_shm_files, shm_regions
 
 
 @dataclass(frozen=True)
@@ -186,12 +186,7 @@ def remove_shm(rec: dict) -> list[str]:
     prefix = rec.get("shm_prefix")
     if not prefix or is_ours(rec):
         return []
-    gone = []
-    for path in shm_regions(prefix):
-        with contextlib.suppress(OSError):
-            Path(path).unlink()
-            gone.append(path)
-    return gone
+    return remove_shm_files(shm_regions(prefix))
 
 
 def servers_live(records: Sequence[dict], timeout_s: float = 2.0, patience_s: float = 0.0) -> bool:

@@ -14,6 +14,7 @@ On CPU the binary, the Python backend and per-Python-version stubs come from the
 """
 from __future__ import annotations
 
+import contextlib
 import glob
 import importlib.util
 import os
@@ -118,6 +119,16 @@ def shm_prefix(tag: str) -> str:
 def shm_regions(prefix: str) -> list[str]:
     """The /dev/shm files a server with this prefix created."""
     return sorted(glob.glob(f"/dev/shm/{glob.escape(prefix)}*"))
+
+
+def remove_shm_files(paths: Sequence[str]) -> list[str]:
+    """Unlinks the regions; returns those removed (one already gone is skipped)."""
+    gone = []
+    for path in paths:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+            gone.append(path)
+    return gone
 
 
 def cpu_argv(repo_dir: str, *, grpc_port: int | str, http_port: int | str, metrics_port: int | str,
