@@ -72,10 +72,10 @@ class FullRun(StageTask):
         from harness.report import summary_text
 
         super().run()
-        if not self.as_point:
-            r = self.report()
-            print(summary_text(r, self.artifact_dir), flush=True)
-            note_result(self.task_id, valid=r["performance"]["valid"], accuracy=r["accuracy"]["passed"])
-        if not self.as_point:
-            release_servers([self.clone(LaunchServers).key[:16]], keep=self.keep_servers,
-                            why="FullRun done; --keep-servers keeps them")
+        if self.as_point:
+            return
+        r = self.report()
+        print(summary_text(r, self.artifact_dir), flush=True)  # now, above the server release line
+        note_result(self.task_id, valid=r["performance"]["valid"], accuracy=r["accuracy"]["passed"])
+        release_servers([self.clone(LaunchServers).key[:16]], keep=self.keep_servers,
+                        why="FullRun done; --keep-servers keeps them")

@@ -1,8 +1,11 @@
 """Shared fixtures: isolated artifacts roots and a real `luigi` command line in a subprocess."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -81,6 +84,16 @@ def tritonservers_under(root) -> list[int]:
     import subprocess
     out = subprocess.run(["pgrep", "-f", f"tritonserver.*{root}"], capture_output=True, text=True)
     return [int(p) for p in out.stdout.split()]
+
+
+@contextlib.contextmanager
+def copied_root(built: Path, dest: Path):
+    """A copy of a session-built artifacts root (its run history left out); afterwards any
+    tritonserver under it is killed, whatever the test did."""
+    shutil.copytree(built, dest, ignore=shutil.ignore_patterns("runs"))
+    yield dest
+    for pid in tritonservers_under(dest):
+        os.kill(pid, signal.SIGKILL)
 
 
 def republish(artifact_dir: Path) -> None:

@@ -3,22 +3,17 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import signal
 import subprocess
 import sys
 
 import pytest
-from conftest import REPO, SHORT, republish, run_luigi, run_records, statuses, tritonservers_under
+from conftest import REPO, copied_root, SHORT, republish, run_luigi, run_records, statuses, tritonservers_under
 
 
 @pytest.fixture
 def root(built_default, tmp_path):
-    r = tmp_path / "a"
-    shutil.copytree(built_default, r, ignore=shutil.ignore_patterns("runs"))
-    yield r
-    for pid in tritonservers_under(r):  # never leave a server behind, whatever the test did
-        os.kill(pid, signal.SIGKILL)
+    with copied_root(built_default, tmp_path / "a") as r:
+        yield r
 
 
 def only(root, entry):

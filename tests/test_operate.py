@@ -5,14 +5,13 @@ import csv
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import time
 
 import pytest
-from conftest import REPO, SHORT, run_luigi, run_records, statuses, tritonservers_under
+from conftest import REPO, copied_root, SHORT, run_luigi, run_records, statuses, tritonservers_under
 
 
 def free_port() -> int:
@@ -24,11 +23,8 @@ def free_port() -> int:
 
 @pytest.fixture
 def root(built_default, tmp_path):
-    r = tmp_path / "artifacts"
-    shutil.copytree(built_default, r, ignore=shutil.ignore_patterns("runs"))
-    yield r
-    for pid in tritonservers_under(r):
-        os.kill(pid, signal.SIGKILL)
+    with copied_root(built_default, tmp_path / "artifacts") as r:
+        yield r
 
 
 @pytest.fixture

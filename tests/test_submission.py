@@ -7,15 +7,13 @@ import hashlib
 import json
 import os
 import re
-import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REPO, SHORT, run_records, statuses, tritonservers_under
+from conftest import REPO, copied_root, SHORT, run_records, statuses, tritonservers_under
 
 from harness.compliance import audit_config_text, verification_text, verify
 from harness.errors import InputError
@@ -34,11 +32,8 @@ ACC_PATTERNS = {"rouge1": r".*'rouge1':\s+'?([\d.]+)'?.*", "rouge2": r".*'rouge2
 
 @pytest.fixture
 def root(built_default, tmp_path):
-    r = tmp_path / "a"
-    shutil.copytree(built_default, r, ignore=shutil.ignore_patterns("runs"))
-    yield r
-    for pid in tritonservers_under(r):
-        os.kill(pid, signal.SIGKILL)
+    with copied_root(built_default, tmp_path / "a") as r:
+        yield r
 
 
 def submission(root: Path, *args: str, overrides: str = SHORT + "," + SUBMIT) -> subprocess.CompletedProcess:
