@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from .errors import InputError
+from .system_desc import git_output
 
 CHECKER_DIR = Path("tools") / "submission"
 MODULE = "submission_checker.main"
@@ -37,12 +38,7 @@ def checker_version_for(loadgen_version: str) -> str:
 
 
 def checkout_commit(checkout: Path) -> str | None:
-    try:
-        out = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True,
-                             timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.strip() if out.returncode == 0 else None
+    return git_output(checkout, "rev-parse", "HEAD")
 
 
 def check_checkout(checkout: str | Path) -> Path:

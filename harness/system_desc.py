@@ -80,6 +80,15 @@ def _gpus() -> list[tuple[str, str]]:
     return [r for r in rows if len(r) == 2] if out.returncode == 0 else []
 
 
+def git_output(repo: str | os.PathLike, *args: str) -> str | None:
+    """`git -C repo args...`'s stripped stdout; None when git is missing, fails or hangs."""
+    try:
+        out = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
 def _os_name() -> str:
     try:
         m = re.search(r'^PRETTY_NAME="?([^"\n]+)"?', Path("/etc/os-release").read_text(), re.M)

@@ -12,7 +12,6 @@ YAML (`--system`) plus what perfdag reads from the machine, checked before anyth
 from __future__ import annotations
 
 import json
-import subprocess
 from functools import cached_property
 from pathlib import Path
 
@@ -177,11 +176,9 @@ class Submission(StageTask):  # not in STAGES: one tree over several scenarios
 # --- what the tree says about the model and the software ------------------------------------------
 
 def _git(args: list[str]) -> str | None:
-    try:
-        out = subprocess.run(["git", "-C", str(REPO_ROOT), *args], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.strip() if out.returncode == 0 else None
+    from harness.system_desc import git_output
+
+    return git_output(REPO_ROOT, *args)
 
 
 def _software(p) -> dict[str, str]:
