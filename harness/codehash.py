@@ -21,7 +21,7 @@ PACKAGES = ("harness",)  # perfdag's work; tasks/ and pipeline/ only wire it tog
 
 
 def module_path(module: str) -> Path:
-    """The source file of a perfdag module ('harness.accuracy' -> harness/accuracy.py), or a
+    """The source file of a perfdag module ('harness.mlperf.accuracy' -> harness/mlperf/accuracy.py), or a
     repo-relative file path given as is ('harness/backends/torch/triton_model/model.py')."""
     if module.endswith(".py"):
         return REPO_ROOT / module

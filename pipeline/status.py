@@ -34,7 +34,7 @@ def _why(task: StageTask) -> list[dict]:
     diffs = []
     for section in SECTIONS:
         now, then = task.key_doc.get(section) or {}, newest.get(section) or {}
-        if section == "code":  # one line per module: 'code: harness/accuracy.py changed'
+        if section == "code":  # one line per module: 'code: harness/mlperf/accuracy.py changed'
             for mod in sorted(set(now) | set(then)):
                 if now.get(mod) != then.get(mod):
                     what = "added" if mod not in then else "removed" if mod not in now else "changed"

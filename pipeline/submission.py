@@ -76,10 +76,10 @@ class Submission(StageTask):  # not in STAGES: one tree over several scenarios
                 "perfdag_commit": _git(["rev-parse", "HEAD"])}
 
     def code(self):
-        return ("harness.submission", "harness.system_desc")
+        return ("harness.mlperf.submission", "harness.system_desc")
 
     def scenario_tasks(self, scenario: str) -> dict[str, StageTask]:
-        from harness.submission import needs_test06
+        from harness.mlperf.submission import needs_test06
 
         ov = ",".join(x for x in (self.overrides, f"loadgen.scenario={scenario}") if x)
         out = {"performance": self.clone(RunLoadgen, overrides=ov), "log": self.clone(RunAccuracy, overrides=ov),
@@ -93,7 +93,7 @@ class Submission(StageTask):  # not in STAGES: one tree over several scenarios
 
     # --- the tree ----------------------------------------------------------------------------------
     def build(self, out_dir: Path) -> dict:
-        from harness.submission import ScenarioRuns, assemble, scenario_readme
+        from harness.mlperf.submission import ScenarioRuns, assemble, scenario_readme
 
         p, sub = self.params, self.params.submission
         desc, meas = self.described
@@ -251,7 +251,7 @@ def command(args) -> int:
     """Builds the tree (luigi, local scheduler), copies it to --out, runs the checker if asked."""
     import shutil
 
-    from harness import mlperf_checker
+    from harness.mlperf import checker as mlperf_checker
     from tasks import runlog
     from tasks.settings import artifacts_root
 

@@ -26,10 +26,10 @@ class CheckAccuracy(StageTask):
         return versions("rouge-score", "nltk", "transformers", "tokenizers")
 
     def code(self):
-        return ("harness.accuracy",)
+        return ("harness.mlperf.accuracy",)
 
     def build(self, out_dir: Path) -> dict:
-        from harness.accuracy import score_accuracy_log
+        from harness.mlperf.accuracy import score_accuracy_log
 
         p, up = self.params, self.upstream()
         ds = up["dataset"].manifest()

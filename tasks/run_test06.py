@@ -19,10 +19,10 @@ class RunTest06(MeasuringStage):
     reads = ("loadgen", "harness")
 
     def code(self):
-        return super().code() + ("harness.compliance",)
+        return super().code() + ("harness.mlperf.compliance",)
 
     def build(self, out_dir: Path) -> dict:
-        from harness.compliance import audit_applied, verify, write_audit_config, write_verification
+        from harness.mlperf.compliance import audit_applied, verify, write_audit_config, write_verification
         from harness.errors import MeasurementError
         from harness.loadgen.results import read_mllog
         from harness.measure import run_performance

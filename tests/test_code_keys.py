@@ -146,9 +146,9 @@ def docstring(text: str) -> str:
 
 
 MATRIX = [
-    ("harness/accuracy.py", {"CheckAccuracy", "FullRun"}),
+    ("harness/mlperf/accuracy.py", {"CheckAccuracy", "FullRun"}),
     ("harness/report.py", {"FullRun"}),
-    ("harness/compliance.py", {"RunTest06"}),
+    ("harness/mlperf/compliance.py", {"RunTest06"}),
     ("harness/backends/torch/engine.py", FROM_BUILD),
     ("harness/backends/torch/quantize.py", FROM_QUANTIZE),
     ("harness/calibration.py", FROM_QUANTIZE),
@@ -231,7 +231,7 @@ def test_status_says_which_code_changed(tree, tmp_path, built_fast):
 
 
 def test_a_new_scorer_rescores_and_keeps_the_engine(tree, tmp_path, built_fast):
-    """Against artifacts a FullRun built before the edit: a behaviour change in harness/accuracy.py
+    """Against artifacts a FullRun built before the edit: a behaviour change in harness/mlperf/accuracy.py
     makes the accuracy stage (and the report) missing, while the engine and the measurements stay."""
     root = tmp_path / "a"
     shutil.copytree(built_fast, root)
@@ -241,9 +241,9 @@ def test_a_new_scorer_rescores_and_keeps_the_engine(tree, tmp_path, built_fast):
                           env={**os.environ, "PERFDAG_ARTIFACTS": str(root), "PYTHONPATH": str(tree)})
     assert done.returncode in (0, 10, 11, 12), done.stderr[-3000:]
     assert status(tree, root, overrides=short)["CheckAccuracy"]["status"] == "cached"
-    with edited(tree, "harness/accuracy.py", behaviour):
+    with edited(tree, "harness/mlperf/accuracy.py", behaviour):
         st = status(tree, root, overrides=short)
     missing = {s for s, r in st.items() if r["status"] == "missing"}
     assert {"CheckAccuracy", "FullRun"} <= missing
     assert not missing & {"PrepareModel", "Quantize", "BuildEngine", "RunLoadgen", "RunAccuracy"}
-    assert any(c.get("reason") == "code: harness/accuracy.py changed" for c in st["CheckAccuracy"]["changed"])
+    assert any(c.get("reason") == "code: harness/mlperf/accuracy.py changed" for c in st["CheckAccuracy"]["changed"])

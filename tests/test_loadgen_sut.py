@@ -18,7 +18,7 @@ import numpy as np
 import psutil
 import pytest
 
-from harness.accuracy import (
+from harness.mlperf.accuracy import (
     AccuracyLogError,
     check,
     parse_accuracy_log,

@@ -34,7 +34,7 @@ def echo():
 
 
 def _accuracy_log(out) -> dict[int, list[int]]:
-    from harness.accuracy import parse_accuracy_log
+    from harness.mlperf.accuracy import parse_accuracy_log
     return parse_accuracy_log(out / "mlperf_log_accuracy.json")
 
 

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 from conftest import REPO, copied_root, SHORT, run_records, statuses, tritonservers_under
 
-from harness.compliance import audit_config_text, verification_text, verify
+from harness.mlperf.compliance import audit_config_text, verification_text, verify
 from harness.errors import InputError
-from harness.mlperf_checker import checker_version_for
-from harness.submission import accuracy_text, truncate_accuracy_log
+from harness.mlperf.checker import checker_version_for
+from harness.mlperf.submission import accuracy_text, truncate_accuracy_log
 from harness.system_desc import REQUIRED, machine_facts, system_description
 
 SUBMIT = "submission.submitter=PerfDag,submission.system=cpu_tiny,submission.benchmark=tiny-llama-int8," \

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import InputError
-from .hashing import file_sha256
+from ..errors import InputError
+from ..hashing import file_sha256
 
 LOADGEN_LOGS = ("mlperf_log_detail.txt", "mlperf_log_summary.txt", "mlperf_log_accuracy.json")
 VIEWABLE_BYTES = 4096          # kept from each end of a long accuracy log

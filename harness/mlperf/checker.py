@@ -16,8 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .errors import InputError
-from .system_desc import git_output
+from ..errors import InputError
+from ..system_desc import git_output
 
 CHECKER_DIR = Path("tools") / "submission"
 MODULE = "submission_checker.main"
