@@ -34,6 +34,20 @@ def module_path(module: str) -> Path:
     raise ValueError(f"{module}: not a module of this checkout ({base}.py)")
 
 
+def package_modules(names: Iterable[str]) -> tuple[str, ...]:
+    """`names` with each package expanded into its modules (sorted), so a stage that uses a package
+    declares every module in it; names that are not in this checkout are left out."""
+    out: list[str] = []
+    for name in names:
+        base = REPO_ROOT.joinpath(*name.split("."))
+        if base.is_dir() and (base / "__init__.py").is_file():
+            out += sorted(f"{name}.{p.relative_to(base).with_suffix('').as_posix().replace('/', '.')}".removesuffix(".__init__")
+                          for p in base.rglob("*.py") if "__pycache__" not in p.parts)
+        elif base.with_suffix(".py").is_file():
+            out.append(name)
+    return tuple(dict.fromkeys(out))
+
+
 def _strip_docstrings(tree: ast.AST) -> ast.AST:
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):

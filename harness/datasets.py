@@ -222,9 +222,23 @@ def _load_mlperf_pickle(path: Path, tokenizer_dir, num_samples: int, sha256: str
         if ref_ids_col is not None and _present(row[ref_ids_col]):
             ref_ids = _as_ids(row[ref_ids_col], where, ref_ids_col)
         text = row["input"] if "input" in df.columns and isinstance(row["input"], str) else None
+        extra = {c: _plain(row[c]) for c in _PICKLE_SCORER_COLUMNS if c in df.columns}
         out.append(Sample(index=i, input_ids=_as_ids(row["tok_input"], where, "tok_input"),
-                          reference_text=ref, reference_ids=ref_ids, input_text=text))
+                          reference_text=ref, reference_ids=ref_ids, input_text=text,
+                          meta={"columns": extra} if extra else {}))
     return out
+
+
+#: Columns of MLPerf's pickles that a benchmark's scorer reads besides the reference text.
+_PICKLE_SCORER_COLUMNS = ("dataset", "id", "metric", "gt_output", "output", "ref_output", "question",
+                          "ground_truth", "test", "tests", "entry_point", "language")
+
+
+def _plain(value):
+    """A pickle cell as JSON-able Python (numpy scalars and arrays become numbers and lists)."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    return value
 
 
 def _present(value) -> bool:
@@ -236,6 +250,11 @@ def _present(value) -> bool:
         return not (isinstance(value, float) and math.isnan(value))
     except TypeError:  # pragma: no cover
         return True
+
+
+#: Fields a jsonl line has for perfdag itself; any other field is one of the benchmark's own columns
+#: (mixtral's `dataset` and `id`, 405b's `metric`, MBXP's tests ...), kept for its scorer.
+_JSONL_OWN_FIELDS = frozenset({"input_ids", "input", "output", "reference", "reference_ids", "output_ids"})
 
 
 def _load_jsonl(path: Path, tokenizer_dir, num_samples: int) -> list[Sample]:
@@ -267,7 +286,7 @@ def _load_jsonl(path: Path, tokenizer_dir, num_samples: int) -> list[Sample]:
             else:
                 raise DatasetError(f"{where}: missing field 'input' (text) or 'input_ids' (token ids)")
             ref_text = None
-            for key in ("output", "reference"):
+            for key in ("output", "reference", "gt_output"):
                 if key in obj and obj[key] is not None:
                     if not isinstance(obj[key], str):
                         raise DatasetError(f"{where}: field {key!r} must be text, got {type(obj[key]).__name__}")
@@ -281,8 +300,9 @@ def _load_jsonl(path: Path, tokenizer_dir, num_samples: int) -> list[Sample]:
             if ref_text is None and ref_ids is None:
                 raise DatasetError(f"{where}: missing reference: field 'output' or 'reference' (text), "
                                    "or 'reference_ids' (token ids)")
+            extra = {k: v for k, v in obj.items() if k not in _JSONL_OWN_FIELDS}
             out.append(Sample(index=len(out), input_ids=ids, reference_text=ref_text, reference_ids=ref_ids,
-                              input_text=text))
+                              input_text=text, meta={"columns": extra} if extra else {}))
     if len(out) < num_samples:
         raise DatasetError(f"jsonl {path}: has {len(out)} samples, fewer than num_samples={num_samples}")
     return out
@@ -302,5 +322,7 @@ def write_jsonl(samples: Sequence[Sample], path: str | os.PathLike) -> Path:
                 obj["output"] = s.reference_text
             if s.reference_ids is not None:
                 obj["reference_ids"] = list(map(int, s.reference_ids))
+            for k, v in s.meta.get("columns", {}).items():
+                obj.setdefault(k, v)
             f.write(json.dumps(obj) + "\n")
     return path

@@ -1,4 +1,5 @@
-"""`python -m pipeline status ...`: commands around the DAG that run no stage."""
+"""`python -m pipeline COMMAND`: commands around the DAG. status, servers, gc and score run no
+stage; submission builds the stages a results tree needs."""
 from __future__ import annotations
 
 import argparse
@@ -51,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     sb.add_argument("--checker-python", default="", help="the Python that runs the checker (needs PyYAML)")
     sb.add_argument("--keep-servers", action="store_true", help="leave the servers running afterwards")
     sb.add_argument("--verbose", action="store_true", help="show third-party warnings and chatter")
+    from . import score_cli
+    score_cli.add_parser(sub)
     args = ap.parse_args(argv)
 
     import pipeline  # noqa: F401  (registers the stages)
@@ -66,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "submission":
             from . import submission
             return submission.command(args)
+        elif args.command == "score":
+            return score_cli.command(args)
         elif args.command == "gc":
             from . import gc as gc_module
             return gc_module.command(args)

@@ -1,4 +1,4 @@
-"""CheckAccuracy: the accuracy log decoded and scored with ROUGE, pass/fail against the target."""
+"""CheckAccuracy: the accuracy log scored by the benchmark's MLCommons scorer and judged by its gates."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,15 +9,15 @@ from .base import StageTask, log, register
 from .prepare_dataset import PrepareDataset, read_samples, tokenizer_dir
 from .run_accuracy import RunAccuracy
 
+#: What the scorers import: every module shapes the scores (harness/mlperf/scoring/ and the sandbox).
+SCORER_MODULES = ("harness.mlperf.accuracy", "harness.mlperf.evaluate", "harness.mlperf.benchmarks",
+                  "harness.mlperf.scoring", "harness.mlperf.mbxp", "harness.mlperf.sandbox")
+
 
 @register
 class CheckAccuracy(StageTask):
     stage = "CheckAccuracy"
-
-    @property
-    def reads(self):  # whose published scores apply matters only when they are used
-        own = self.upstream()["dataset"].greedy_references
-        return ("accuracy",) + (() if own else ("loadgen.mlperf_model",))
+    reads = ("accuracy", "loadgen.mlperf_model", "loadgen.round")
 
     def upstream(self):
         return {"log": self.clone(RunAccuracy), "dataset": self.clone(PrepareDataset)}
@@ -26,22 +26,29 @@ class CheckAccuracy(StageTask):
         return versions("rouge-score", "nltk", "transformers", "tokenizers")
 
     def code(self):
-        return ("harness.mlperf.accuracy",)
+        from harness.codehash import package_modules
+
+        return package_modules(SCORER_MODULES)
 
     def build(self, out_dir: Path) -> dict:
-        from harness.mlperf.accuracy import score_accuracy_log
+        from transformers import AutoTokenizer
+
+        from harness.config.rules import uses_mlperf_gates
+        from harness.mlperf.evaluate import evaluate
 
         p, up = self.params, self.upstream()
         ds = up["dataset"].manifest()
         samples = read_samples(up["dataset"].artifact_dir, ds)
-        published = None if up["dataset"].greedy_references else (
-            p.loadgen.mlperf_model if p.accuracy.reference_scores == "auto" else p.accuracy.reference_scores)
-        doc = score_accuracy_log(up["log"].artifact_dir / "mlperf_log_accuracy.json", samples,
-                                 tokenizer_dir(up["dataset"].artifact_dir, ds), out_dir, published=published,
-                                 reference_source=ds.get("reference_source"), target=p.accuracy.target,
-                                 tolerance=p.accuracy.tokens_per_sample_tolerance)
-        s = doc["scores"]
-        log.info("CheckAccuracy: %s (ROUGE-1 %.2f, ROUGE-2 %.2f, ROUGE-L %.2f, %.1f tokens/sample; target %.3f)%s",
-                 "PASS" if doc["passed"] else "FAIL", s["rouge1"], s["rouge2"], s["rougeL"],
-                 s.get("tokens_per_sample", 0), doc["target"], "" if doc["passed"] else f": {doc['why']}")
+        tok = AutoTokenizer.from_pretrained(str(tokenizer_dir(up["dataset"].artifact_dir, ds)))
+        a = p.accuracy
+        doc = evaluate(up["log"].artifact_dir / "mlperf_log_accuracy.json", samples, tok,
+                       benchmark=p.loadgen.mlperf_model, round_=p.loadgen.round, target=a.target,
+                       tolerance=a.tokens_per_sample_tolerance,
+                       gates_from="mlperf" if uses_mlperf_gates(p) else "self",
+                       code_workers=a.code_workers, code_timeout_s=a.code_timeout_s,
+                       allow_network=a.allow_code_network, out_dir=out_dir,
+                       reference_source=ds.get("reference_source"))
+        shown = "  ".join(f"{k} {v:.4g}" for k, v in doc["scores"].items() if k in doc["required"])
+        log.info("CheckAccuracy: %s (%s; target %.3f)%s", "PASS" if doc["passed"] else "FAIL", shown,
+                 doc["target"], "" if doc["passed"] else f": {doc['why']}")
         return {"accuracy": doc}

@@ -27,7 +27,7 @@ class PrepareDataset(StageTask):
     def greedy_references(self) -> bool:
         """The built-in dataset, scored against the unquantized model's own outputs."""
         p = self.params
-        return p.dataset.format == "builtin" and p.accuracy.reference_scores == "auto"
+        return p.dataset.format == "builtin" and p.accuracy.reference_scores != "mlperf"
 
     def upstream(self):
         return {"model": self.clone(PrepareModel)}

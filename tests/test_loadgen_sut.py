@@ -191,7 +191,12 @@ def test_check_against_mlperf_references():
     assert not check({**good, "tokens_per_sample": 294.45 * 1.11}, "llama2-70b")["passed"]
     assert not check({**good, "tokens_per_sample": 294.45 * 0.89}, "llama2-70b")["passed"]
     mix = check({"rouge1": 45.6, "rouge2": 23.4, "rougeL": 30.5, "tokens_per_sample": 145.9 * 1.09}, "mixtral-8x7b")
-    assert mix["passed"] and sorted(mix["missing"]) == ["gsm8k_accuracy", "mbxp_accuracy"]
+    # A required metric never computed fails the check and is named (not silently skipped).
+    assert not mix["passed"] and sorted(mix["missing"]) == ["gsm8k", "mbxp"]
+    assert sorted(mix["failed"]) == ["gsm8k", "mbxp"]
+    mix = check({"rouge1": 45.6, "rouge2": 23.4, "rougeL": 30.5, "tokens_per_sample": 145.9 * 1.09,
+                 "gsm8k": 73.0, "mbxp": 60.0}, "mixtral-8x7b")
+    assert mix["passed"], mix
     assert reference_scores_for("llama3.1-405b") == {"rougeL": 21.6666, "exact_match": 90.1335,
                                                      "tokens_per_sample": 684.68}
     own = check({"rouge1": 99.5, "tokens_per_sample": 10}, {"rouge1": 100.0, "tokens_per_sample": 10.5})

@@ -34,6 +34,8 @@ def cross_field_problems(p: Params) -> list[str]:
         if t.hidden_size % 128 or t.intermediate_size % 128:
             out.append(f"quantize.format: int4_awq packs weights in groups of 128 input columns; model.tiny.hidden_size ({t.hidden_size}) and intermediate_size ({t.intermediate_size}) must be multiples of 128")
 
+    out += benchmark_problems(p)
+
     backend = backend_for(p)
     for section in ("triton", "openai"):  # the other backends' server section is not read: say so
         if section != backend.server_section:
@@ -45,4 +47,37 @@ def cross_field_problems(p: Params) -> list[str]:
     n = backend.num_servers(p)
     if t.grpc_ports and len(t.grpc_ports) != n:
         out.append(f"triton.grpc_ports: {len(t.grpc_ports)} ports for {n} server(s) (triton.num_servers); give one per server or none to pick free ports")
+    return out
+
+
+def uses_mlperf_gates(p: Params) -> bool:
+    """Whether the run is scored against MLPerf's reference scores (else its own references)."""
+    r = p.accuracy.reference_scores
+    return r == "mlperf" or (r == "auto" and p.dataset.format != "builtin")
+
+
+def benchmark_problems(p: Params) -> list[str]:
+    """The benchmark must be in the round, and a run judged by MLPerf's gates must use a target
+    the round has for it (a run judged against its own references may use any fraction)."""
+    from ..mlperf import benchmarks
+
+    lg = p.loadgen
+    b = benchmarks.get(lg.mlperf_model)
+    out = []
+    if lg.round not in b.targets:
+        rounds = ", ".join(b.rounds)
+        others = ", ".join(n for n, x in benchmarks.REGISTRY.items() if lg.round in x.targets)
+        out.append(f"loadgen.mlperf_model: {b.name} is not a benchmark of MLPerf {lg.round} (it is in {rounds}); "
+                   f"set loadgen.round to one of {rounds}, or pick one of {lg.round}'s: {others}")
+        return out
+    if lg.scenario not in b.scenarios[lg.round]:
+        out.append(f"loadgen.scenario: {b.name} has no {lg.scenario} scenario in {lg.round}; "
+                   f"use one of {', '.join(b.scenarios[lg.round])}")
+    if uses_mlperf_gates(p):
+        name = benchmarks.target_name(p.accuracy.target)
+        allowed = b.targets_in(lg.round)
+        if name not in allowed:
+            values = " or ".join(str(benchmarks.TARGETS[t]) for t in allowed)
+            out.append(f"accuracy.target: {p.accuracy.target} is not a target of {b.name} in {lg.round} "
+                       f"(it has {', '.join(f'{b.name}-{t}' for t in allowed)}); set accuracy.target to {values}")
     return out

@@ -204,10 +204,23 @@ class LoadgenSection(Section):
     # Unset: MLPerf's constraints for `mlperf_model` and the scenario (LoadGen's mlperf.conf).
     ttft_latency_ms: Optional[float] = Field(None, gt=0)
     tpot_latency_ms: Optional[float] = Field(None, gt=0)
-    # Whose mlperf.conf values (and latency presets) apply: llama2-70b, mixtral-8x7b, llama3_1-405b ...
+    # The MLPerf benchmark (harness/mlperf/benchmarks/): its latency limits, LoadGen name, sample
+    # counts, scorer and gates. MLPerf's and LoadGen's spellings are accepted (llama3_1-405b).
     mlperf_model: str = "llama2-70b"
+    # The MLPerf round whose rules apply: which benchmarks and accuracy targets exist, LoadGen's seeds.
+    round: Literal["v5.1", "v6.0", "v6.1"] = "v6.1"
     max_duration_ms: int = Field(0, ge=0)  # 0: no cap
     seed: int = 0
+
+    @field_validator("mlperf_model")
+    @classmethod
+    def _known_benchmark(cls, v: str) -> str:
+        from ..mlperf import benchmarks
+
+        if benchmarks.canonical_name(v) is None:
+            raise ValueError(f"unknown MLPerf benchmark {v!r}; one of {', '.join(benchmarks.REGISTRY)} "
+                             "(or their LoadGen names, e.g. llama3_1-405b)")
+        return v
 
 
 class DatasetSection(Section):
@@ -243,14 +256,31 @@ class DatasetSection(Section):
         return self
 
 
+def _reference_scores_moved(v):
+    from ..mlperf import benchmarks
+
+    if isinstance(v, str) and benchmarks.canonical_name(v):
+        raise ValueError(f"the benchmark is now loadgen.mlperf_model; set loadgen.mlperf_model: {v} and "
+                         "accuracy.reference_scores: mlperf")
+    return v
+
+
 class AccuracySection(Section):
     # Fraction of the reference scores that must be reached (MLPerf: 0.99 or 0.999).
     target: float = Field(0.99, gt=0, le=1)
-    # "auto": the built-in dataset scores against the unquantized model's greedy outputs;
-    # other datasets against MLPerf's published scores of this model.
-    reference_scores: Literal["auto", "llama2-70b", "mixtral-8x7b", "llama3.1-405b"] = "auto"
+    # What the scores are compared with. "mlperf": the gates of loadgen.mlperf_model in loadgen.round
+    # (MLPerf's reference scores). "self": the dataset's references scored as if they were the
+    # outputs (the built-in dataset's references are the unquantized model's greedy outputs).
+    # "auto": "self" for the built-in dataset, "mlperf" for a dataset file.
+    reference_scores: Annotated[Literal["auto", "mlperf", "self"], BeforeValidator(_reference_scores_moved)] = "auto"
     tokens_per_sample_tolerance: float = Field(0.10, ge=0, le=1)
     num_samples: int = Field(0, ge=0)  # 0: the whole dataset
+    # Model-generated code (MBXP) runs in a sandbox (harness/mlperf/sandbox.py): this many at once,
+    # each killed after code_timeout_s. Without a network namespace it is refused unless
+    # allow_code_network says the programs may run with this host's network.
+    code_workers: int = Field(2, ge=1, le=64)
+    code_timeout_s: float = Field(15.0, gt=0, le=600)
+    allow_code_network: bool = False
 
 
 _PLAIN_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"  # names a directory of the results tree, never a path

@@ -2,7 +2,7 @@
 client cores (one per protocol), and results. `run_loadgen` is the entry point."""
 from .results import parse_summary, read_requests_csv
 from .runner import LoadgenError, run_loadgen
-from .settings import LATENCY_PRESETS, latency_constraints
+from .settings import latency_constraints
 
-__all__ = ["LATENCY_PRESETS", "LoadgenError", "latency_constraints", "parse_summary", "read_requests_csv",
+__all__ = ["LoadgenError", "latency_constraints", "parse_summary", "read_requests_csv",
            "run_loadgen"]

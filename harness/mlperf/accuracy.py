@@ -32,25 +32,8 @@ import numpy as np
 from ..errors import MeasurementError
 
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL", "rougeLsum")
-
-#: MLPerf reference accuracy (fp16/bf16 reference implementation), per model.
-REFERENCE_SCORES: dict[str, dict[str, float]] = {
-    "llama2-70b": {"rouge1": 44.4312, "rouge2": 22.0352, "rougeL": 28.6162, "tokens_per_sample": 294.45},
-    "mixtral-8x7b": {"rouge1": 45.5989, "rouge2": 23.3526, "rougeL": 30.4608, "tokens_per_sample": 144.84,
-                     "gsm8k_accuracy": 73.66, "mbxp_accuracy": 60.16},
-    "llama3.1-405b": {"rougeL": 21.6666, "exact_match": 90.1335, "tokens_per_sample": 684.68},
-}
-#: Where the upper tokens-per-sample bound uses a different reference (mixtral: 145.9 x 1.1
-#: but 144.84 x 0.9 below).
-TOKENS_PER_SAMPLE_UPPER_REFERENCE: dict[str, float] = {"mixtral-8x7b": 145.9}
-#: Aliases (MLPerf's division names and LoadGen's config names) -> REFERENCE_SCORES key.
-MODEL_ALIASES = {
-    "llama2-70b-99": "llama2-70b", "llama2-70b-99.9": "llama2-70b", "llama2-70b-interactive": "llama2-70b",
-    "llama3_1-405b": "llama3.1-405b", "llama3.1-405b-interactive": "llama3.1-405b",
-    "llama3_1-405b-interactive": "llama3.1-405b",
-}
-#: Metrics checked as a +-tolerance band rather than a minimum.
-LENGTH_METRICS = ("tokens_per_sample",)
+#: Metrics checked as a band (MLPerf's checker: [0.9, 1.1] x reference) rather than a minimum.
+LENGTH_METRICS = ("tokens_per_sample", "gen_len")
 
 
 class AccuracyLogError(MeasurementError, ValueError):
@@ -58,12 +41,14 @@ class AccuracyLogError(MeasurementError, ValueError):
 
 
 def reference_scores_for(model: str) -> dict[str, float]:
-    """MLPerf's published reference scores of ``model`` (``llama2-70b``, ``mixtral-8x7b``,
-    ``llama3.1-405b`` and their aliases)."""
-    key = MODEL_ALIASES.get(model, model)
-    if key not in REFERENCE_SCORES:
-        raise KeyError(f"no MLPerf reference scores for model {model!r}; known: {sorted(REFERENCE_SCORES)}")
-    return dict(REFERENCE_SCORES[key])
+    """MLPerf's reference scores of benchmark ``model`` (any spelling the registry knows), under
+    the names its evaluation script prints."""
+    from .benchmarks import get
+
+    try:
+        return {m.name: m.reference for m in get(model).metrics}
+    except KeyError as exc:
+        raise KeyError(str(exc).strip("'\"")) from None
 
 
 # --------------------------------------------------------------------------------------
@@ -193,52 +178,67 @@ def evaluate_accuracy_log(log_path: str | os.PathLike, samples: Sequence, tokeni
 # Pass / fail
 # --------------------------------------------------------------------------------------
 
-def check(scores: Mapping[str, float], reference_scores: Mapping[str, float] | str, target: float = 0.99,
-          tolerance: float = 0.10) -> dict:
-    """Compare ``scores`` with ``reference_scores`` (a dict, or an MLPerf model name).
-
-    Quality metrics pass at ``score >= target * reference``; ``tokens_per_sample`` passes
-    within ``[reference * (1 - tolerance), reference_upper * (1 + tolerance)]``.  Reference
-    metrics that ``scores`` lacks (e.g. mixtral's gsm8k when only ROUGE was computed) are
-    listed under ``missing`` and do not decide ``passed``; ``passed`` is False when no
-    metric could be checked at all.
-    """
+def gates_for(references: Mapping[str, float], target: float = 0.99, tolerance: float = 0.10,
+              upper_references: Mapping[str, float] | None = None) -> dict[str, dict]:
+    """{metric: {"min", "max", "reference"}}: quality metrics need ``target`` x reference, length
+    metrics lie within [reference x (1 - tolerance), upper reference x (1 + tolerance)]."""
     if not 0 < target <= 1:
         raise ValueError(f"target must be in (0, 1], got {target}")
     if not 0 <= tolerance < 1:
         raise ValueError(f"tolerance must be in [0, 1), got {tolerance}")
-    upper_refs: dict[str, float] = {}
-    model = None
-    if isinstance(reference_scores, str):
-        model = MODEL_ALIASES.get(reference_scores, reference_scores)
-        refs = reference_scores_for(reference_scores)
-        if model in TOKENS_PER_SAMPLE_UPPER_REFERENCE:
-            upper_refs["tokens_per_sample"] = TOKENS_PER_SAMPLE_UPPER_REFERENCE[model]
-    else:
-        refs = dict(reference_scores)
-    metrics: dict[str, dict] = {}
-    missing: list[str] = []
-    for name, ref in refs.items():
+    upper_references = upper_references or {}
+    out = {}
+    for name, ref in references.items():
         if ref is None:
             continue
+        ref = float(ref)
+        if name in LENGTH_METRICS:
+            out[name] = {"min": ref * (1.0 - tolerance), "max": float(upper_references.get(name, ref)) * (1.0 + tolerance),
+                         "reference": ref}
+        else:
+            out[name] = {"min": ref * target, "max": None, "reference": ref}
+    return out
+
+
+def check_gates(scores: Mapping[str, float], gates: Mapping[str, Mapping]) -> dict:
+    """Every gate's metric must be present in ``scores`` and within it. A metric that was never
+    computed is listed under ``missing`` and FAILs the check: a required metric is never skipped."""
+    metrics: dict[str, dict] = {}
+    missing: list[str] = []
+    for name, g in gates.items():
         if name not in scores or scores[name] is None:
             missing.append(name)
             continue
-        value = float(scores[name])
-        ref = float(ref)
-        if name in LENGTH_METRICS:
-            lo = ref * (1.0 - tolerance)
-            hi = upper_refs.get(name, ref) * (1.0 + tolerance)
-            ok = lo <= value <= hi
-            metrics[name] = {"score": value, "reference": ref, "min": round(lo, 4), "max": round(hi, 4),
+        value, ref = float(scores[name]), float(g["reference"])
+        if g.get("max") is not None:
+            ok = g["min"] <= value <= g["max"]
+            metrics[name] = {"score": value, "reference": ref, "min": round(g["min"], 4), "max": round(g["max"], 4),
                              "passed": bool(ok)}
         else:
-            thr = ref * target
-            metrics[name] = {"score": value, "reference": ref, "threshold": round(thr, 4),
-                             "ratio": round(value / ref, 6) if ref else None, "passed": bool(value >= thr)}
-    passed = bool(metrics) and all(m["passed"] for m in metrics.values())
-    out = {"passed": passed, "target": target, "tolerance": tolerance, "metrics": metrics, "missing": missing,
-           "failed": [k for k, m in metrics.items() if not m["passed"]]}
+            metrics[name] = {"score": value, "reference": ref, "threshold": round(g["min"], 4),
+                             "ratio": round(value / ref, 6) if ref else None, "passed": bool(value >= g["min"])}
+    passed = bool(metrics) and not missing and all(m["passed"] for m in metrics.values())
+    return {"passed": passed, "metrics": metrics, "missing": missing,
+            "failed": [k for k, m in metrics.items() if not m["passed"]] + missing}
+
+
+def check(scores: Mapping[str, float], reference_scores: Mapping[str, float] | str, target: float = 0.99,
+          tolerance: float = 0.10) -> dict:
+    """Compare ``scores`` with ``reference_scores`` (a dict, or an MLPerf benchmark name, whose
+    reference scores and upper references come from the registry). See :func:`check_gates`."""
+    upper: dict[str, float] = {}
+    model = None
+    if isinstance(reference_scores, str):
+        from .benchmarks import get
+
+        bench = get(reference_scores)
+        model = bench.name
+        refs = {m.name: m.reference for m in bench.metrics}
+        upper = {m.name: m.upper_reference for m in bench.metrics if m.upper_reference is not None}
+    else:
+        refs = dict(reference_scores)
+    out = check_gates(scores, gates_for(refs, target, tolerance, upper))
+    out.update(target=target, tolerance=tolerance)
     if model is not None:
         out["reference_model"] = model
     return out
@@ -249,9 +249,13 @@ def check(scores: Mapping[str, float], reference_scores: Mapping[str, float] | s
 # --------------------------------------------------------------------------------------
 
 def failure_reasons(verdict: dict) -> list[str]:
-    """Each failed metric, with its score, what was needed and by how much it missed."""
+    """Each failed metric, with its score, what was needed and by how much it missed; each
+    required metric that was never computed, by name."""
     out = []
     for name in verdict.get("failed", []):
+        if name in verdict.get("missing", []):
+            out.append(f"{name} was not computed (required; its rows were not scored)")
+            continue
         m = verdict["metrics"][name]
         if "threshold" in m:
             out.append(f"{name} {m['score']:.4f} < {m['threshold']:.4f} needed "
@@ -259,7 +263,7 @@ def failure_reasons(verdict: dict) -> list[str]:
         else:
             out.append(f"{name} {m['score']:.1f} outside [{m['min']:.1f}, {m['max']:.1f}] "
                        f"(reference {m['reference']:.1f})")
-    if not verdict.get("metrics"):
+    if not verdict.get("metrics") and not verdict.get("missing"):
         out.append("no metric could be checked")
     return out
 

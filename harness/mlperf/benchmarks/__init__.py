@@ -1,0 +1,34 @@
+"""The MLPerf LLM benchmark registry: one module per benchmark, selected by `loadgen.mlperf_model`
+and `loadgen.round`. Everything per benchmark that perfdag needs (gates, latency limits, sample
+counts, compliance tests, generation settings) is read from here, nowhere else."""
+from __future__ import annotations
+
+from .base import DEFAULT_ROUND, ROUND_SEEDS, ROUNDS, TARGETS, Benchmark, Generation, Metric
+from .llama2_70b import BENCHMARK as LLAMA2_70B
+from .llama3_1_405b import BENCHMARK as LLAMA3_1_405B
+from .llama3_1_8b import BENCHMARK as LLAMA3_1_8B
+from .mixtral_8x7b import BENCHMARK as MIXTRAL_8X7B
+
+REGISTRY: dict[str, Benchmark] = {b.name: b for b in (LLAMA2_70B, LLAMA3_1_8B, MIXTRAL_8X7B, LLAMA3_1_405B)}
+_ALIASES = {a: b.name for b in REGISTRY.values() for a in (b.loadgen_model, *b.aliases)}
+
+
+def canonical_name(name: str) -> str | None:
+    """`llama3_1-405b`, `llama2-70b-99.9`, ... -> the registry's name; None if unknown."""
+    return name if name in REGISTRY else _ALIASES.get(name)
+
+
+def get(name: str) -> Benchmark:
+    key = canonical_name(name)
+    if key is None:
+        raise KeyError(f"unknown MLPerf benchmark {name!r}; known: {', '.join(REGISTRY)}")
+    return REGISTRY[key]
+
+
+def target_name(target: float) -> str:
+    """0.99 -> "99", 0.999 -> "99.9"; another fraction -> "" (not an MLPerf target)."""
+    return next((k for k, v in TARGETS.items() if abs(v - target) < 1e-12), "")
+
+
+__all__ = ["Benchmark", "DEFAULT_ROUND", "Generation", "Metric", "REGISTRY", "ROUND_SEEDS", "ROUNDS", "TARGETS",
+           "canonical_name", "get", "target_name"]

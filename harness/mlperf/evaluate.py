@@ -1,0 +1,181 @@
+"""Score an accuracy log the way MLCommons does and judge it against the benchmark's gates: the one
+path behind CheckAccuracy and `python -m pipeline score`.
+
+The benchmark (registry) names the scorer (harness/mlperf/scoring/), the dataset columns it reads
+and the gates. Gates are MLPerf's (the round's reference scores x the accuracy target) or, for a
+dataset whose references are not MLPerf's (the built-in and shipped stand-in datasets), the
+references themselves scored by the same scorer, as if they were the outputs. A gate whose metric
+was never computed fails: no PASS while a required metric is missing.
+"""
+from __future__ import annotations
+
+import json
+import os
+from functools import partial
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..errors import InputError
+from . import benchmarks
+from .accuracy import AccuracyLogError, check_gates, failure_reasons, gates_for
+
+#: How perfdag's SUT logs token ids (harness/loadgen): int32, like LoadGen's llama2 reference.
+LOG_DTYPE = "int32"
+
+
+def read_log_entries(path: str | os.PathLike, dtype: str = LOG_DTYPE) -> list[dict]:
+    """LoadGen's mlperf_log_accuracy.json as a list of entries, each checked: an int `qsl_idx` and
+    hex `data` whose length fits `dtype`. A malformed file is one line naming the file and the field."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "mlperf_log_accuracy.json"
+    if not path.is_file():
+        raise AccuracyLogError(f"{path}: no such accuracy log (was the run in AccuracyOnly mode?)")
+    try:
+        entries = json.loads(path.read_text(encoding="utf-8") or "[]")
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise AccuracyLogError(f"{path}: not a JSON accuracy log: {exc}") from None
+    if not isinstance(entries, list):
+        raise AccuracyLogError(f"{path}: expected a JSON list of entries, got {type(entries).__name__}")
+    itemsize = np.dtype(dtype).itemsize
+    for n, e in enumerate(entries):
+        if not isinstance(e, dict):
+            raise AccuracyLogError(f"{path}: entry {n} is {type(e).__name__}, not an object")
+        idx, data = e.get("qsl_idx"), e.get("data")
+        if isinstance(idx, bool) or not isinstance(idx, int) or idx < 0:
+            raise AccuracyLogError(f"{path}: entry {n}: field 'qsl_idx' must be a non-negative integer, got {idx!r:.40}")
+        if not isinstance(data, str):
+            raise AccuracyLogError(f"{path}: entry {n} (qsl_idx {idx}): field 'data' must be a hex string")
+        try:
+            raw = bytes.fromhex(data)
+        except ValueError:
+            raise AccuracyLogError(f"{path}: entry {n} (qsl_idx {idx}): field 'data' is not hex") from None
+        if len(raw) % itemsize:
+            raise AccuracyLogError(f"{path}: entry {n} (qsl_idx {idx}): field 'data' holds {len(raw)} bytes, not "
+                                   f"whole {dtype} token ids (--dtype?)")
+    return entries
+
+
+def samples_frame(samples: Sequence, bench: benchmarks.Benchmark):
+    """The benchmark's dataset columns as a DataFrame, row i = qsl_idx i: each sample's own columns
+    (dataset, id, metric, tests, ...) plus its reference text under every reference column name
+    the benchmark reads that the sample does not carry itself."""
+    import pandas as pd
+
+    rows = []
+    for i, s in enumerate(samples):
+        if int(s.index) != i:
+            raise InputError(f"sample {i} has index {s.index}; samples must be in qsl_idx order")
+        row: dict[str, Any] = dict(s.meta.get("columns", {}))
+        for col in ("output", "gt_output"):
+            if col in bench.columns and col not in row:
+                row[col] = s.reference_text
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    missing = [c for c in bench.columns if c not in df.columns]
+    if missing:
+        raise InputError(f"the dataset lacks column(s) {', '.join(missing)} that {bench.name}'s scorer reads "
+                         f"(it has {', '.join(map(str, df.columns)) or 'none'}); use a dataset in {bench.name}'s format")
+    return df
+
+
+def code_runner_for(bench: benchmarks.Benchmark, *, workers: int, timeout_s: float, allow_network: bool,
+                    results_dir: str | os.PathLike | None):
+    """The sandboxed code runner for benchmarks with a pass@1 metric (mixtral's MBXP), else None."""
+    if not any(m.name == "mbxp" for m in bench.metrics):
+        return None
+    from .mbxp import score_mbxp
+
+    return partial(score_mbxp, workers=workers, timeout_s=timeout_s, allow_network=allow_network,
+                   results_dir=results_dir)
+
+
+def score(bench: benchmarks.Benchmark, entries: list[dict], frame, tokenizer, *, dtype: str = LOG_DTYPE,
+          code_runner=None, log_name: str = "mlperf_log_accuracy.json", dataset_name: str = "dataset") -> dict:
+    from .scoring import score_log
+
+    return score_log(bench.name, entries, frame, tokenizer, code_runner=code_runner, dtype=dtype,
+                     log_name=log_name, dataset_name=dataset_name)
+
+
+def self_reference_entries(samples: Sequence, tokenizer, dtype: str = LOG_DTYPE) -> list[dict]:
+    """The references as if the SUT had logged them: what "the references scored against
+    themselves" means for every metric (ROUGE 100, gsm8k and pass@1 of the ground truth, and the
+    references' own lengths)."""
+    out = []
+    for s in samples:
+        ids = s.reference_ids
+        if ids is None:
+            ids = tokenizer.encode(s.reference_text or "", add_special_tokens=False)
+        out.append({"qsl_idx": int(s.index), "seq_id": int(s.index),
+                    "data": np.asarray(ids, dtype=dtype).tobytes().hex().upper()})
+    return out
+
+
+def metrics_only(scores: Mapping[str, Any]) -> dict:
+    return {k: v for k, v in scores.items() if not str(k).startswith("_")}
+
+
+def evaluate(log_path: str | os.PathLike, samples: Sequence, tokenizer, *, benchmark: str, round_: str,
+             target: float, tolerance: float = 0.10, gates_from: str = "mlperf", dtype: str = LOG_DTYPE,
+             code_workers: int = 2, code_timeout_s: float = 15.0, allow_network: bool = False,
+             out_dir: str | os.PathLike | None = None, reference_source: str | None = None) -> dict:
+    """Score `log_path` with the benchmark's scorer, judge it, and (with `out_dir`) write
+    accuracy.json and the scorer's per-row detail. Returns the accuracy document."""
+    bench = benchmarks.get(benchmark)
+    entries = read_log_entries(log_path, dtype)
+    known = {int(s.index) for s in samples}
+    unknown = sorted({int(e["qsl_idx"]) for e in entries} - known)
+    if unknown:
+        raise AccuracyLogError(f"{log_path}: qsl_idx {unknown[:5]} not in the dataset's {len(samples)} samples "
+                               "(a log of another dataset, or of more samples?)")
+    frame = samples_frame(samples, bench)
+    runner = partial(code_runner_for, bench, workers=code_workers, timeout_s=code_timeout_s,
+                     allow_network=allow_network)
+    scores = score(bench, entries, frame, tokenizer, dtype=dtype,
+                   code_runner=runner(results_dir=Path(out_dir) / "code_outputs" if out_dir else None))
+    if gates_from == "mlperf":
+        tname = benchmarks.target_name(target)
+        if not tname:
+            raise InputError(f"accuracy.target: {target} is not an MLPerf target (0.99 or 0.999)")
+        gates = bench.gates(tname)
+        source = f"MLPerf {round_} gates of {bench.submission_name(tname)}"
+        refs = {k: g["reference"] for k, g in gates.items()}
+    else:
+        ran = sorted({int(e["qsl_idx"]) for e in entries})
+        by_index = {int(s.index): s for s in samples}
+        self_entries = self_reference_entries([by_index[i] for i in ran], tokenizer, dtype)
+        self_scores = metrics_only(score(bench, self_entries, frame, tokenizer, dtype=dtype,
+                                         code_runner=runner(results_dir=Path(out_dir) / "code_references" if out_dir else None)))
+        wanted = [m for m in bench.metrics]
+        refs = {m.name: self_scores.get(m.name) for m in wanted}
+        # A metric whose reference could not be computed (no rows of its subset) stays required.
+        gates = gates_for({k: v for k, v in refs.items() if v is not None}, target, tolerance)
+        for k, v in refs.items():
+            if v is None:
+                gates[k] = {"min": float("nan"), "max": None, "reference": float("nan")}
+        source = f"{reference_source or 'the references'}, scored against themselves by {bench.name}'s scorer"
+    verdict = check_gates(metrics_only(scores), gates)
+    reasons = failure_reasons(verdict) if not verdict["passed"] else []
+    doc = {"benchmark": bench.name, "round": round_, "scores": metrics_only(scores), "reference_scores": refs,
+           "reference_source": source, "target": target, "tokens_per_sample_tolerance": tolerance,
+           "samples": len({int(e["qsl_idx"]) for e in entries}), "passed": bool(verdict["passed"]),
+           "why": "; ".join(reasons) or None, "check": verdict,
+           "required": [m.name for m in bench.metrics]}
+    if out_dir is not None:
+        out = Path(out_dir)
+        (out / "accuracy.json").write_text(json.dumps(doc, indent=2, default=_json_default))
+        detail = {k: v for k, v in scores.items() if str(k).startswith("_")}
+        if detail:
+            (out / "accuracy_detail.json").write_text(json.dumps(detail, default=_json_default))
+    return doc
+
+
+def _json_default(o):
+    if hasattr(o, "item"):
+        return o.item()
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    return str(o)

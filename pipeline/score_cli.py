@@ -1,0 +1,133 @@
+"""`python -m pipeline score`: score any MLPerf accuracy log (perfdag's or another harness's) with the
+code CheckAccuracy uses, and judge it against the benchmark's gates. Exit 0 pass, 11 fail, 2 bad input."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+from harness.errors import InputError
+
+EXIT_FAIL = 11
+
+
+def add_parser(sub) -> None:
+    sc = sub.add_parser("score", help="score an mlperf_log_accuracy.json as MLCommons' script does; exit 0 pass, 11 fail",
+                        description=__doc__)
+    sc.add_argument("--benchmark", required=True, help="llama2-70b, llama3.1-8b, mixtral-8x7b, llama3.1-405b "
+                                                      "(MLPerf's and LoadGen's spellings too)")
+    sc.add_argument("--log", required=True, metavar="FILE", help="mlperf_log_accuracy.json")
+    sc.add_argument("--dataset", required=True, metavar="FILE",
+                    help="the benchmark's dataset: MLPerf's pickle (.pkl, with --allow-pickle) or JSON lines (.jsonl)")
+    sc.add_argument("--tokenizer", required=True, metavar="DIR", help="a Hugging Face tokenizer directory")
+    sc.add_argument("--round", default="", help="MLPerf round whose gates apply (default: the newest that has it)")
+    sc.add_argument("--target", type=float, default=0.0, help="0.99 or 0.999 (default: the round's lowest)")
+    sc.add_argument("--dtype", default="int32", choices=["int32", "int64"], help="of the logged token ids")
+    sc.add_argument("--gates", default="mlperf", choices=["mlperf", "self"],
+                    help="mlperf: the round's reference scores; self: the dataset's references scored as outputs")
+    sc.add_argument("--allow-pickle", action="store_true",
+                    help="load a .pkl dataset (unpickling runs whatever code the file holds)")
+    sc.add_argument("--workers", type=int, default=2, help="sandboxed programs at once (MBXP)")
+    sc.add_argument("--timeout", type=float, default=15.0, help="seconds per sandboxed program")
+    sc.add_argument("--allow-code-network", action="store_true",
+                    help="run generated code even where no network namespace can be made")
+    sc.add_argument("--out", default="", metavar="DIR", help="write accuracy.json and per-row detail here")
+    sc.add_argument("--json", action="store_true", help="print the whole result as JSON")
+
+
+def command(args) -> int:
+    from harness.mlperf import benchmarks
+    from harness.mlperf.evaluate import evaluate
+
+    try:
+        bench = benchmarks.get(args.benchmark)
+    except KeyError:
+        raise InputError(f"--benchmark: unknown {args.benchmark!r}; one of {', '.join(benchmarks.REGISTRY)}") from None
+    round_ = args.round or bench.rounds[-1]
+    if round_ not in bench.targets:
+        raise InputError(f"--round: {bench.name} is not in {round_!r}; it is in {', '.join(bench.rounds)}")
+    target = args.target or benchmarks.TARGETS[bench.targets[round_][0]]
+    if args.gates == "mlperf" and benchmarks.target_name(target) not in bench.targets[round_]:
+        allowed = ", ".join(str(benchmarks.TARGETS[t]) for t in bench.targets[round_])
+        raise InputError(f"--target: {target} is not a target of {bench.name} in {round_}; use {allowed}")
+    samples = _read_dataset(Path(args.dataset), args.allow_pickle)
+    tokenizer = _tokenizer(Path(args.tokenizer))
+    out = Path(args.out) if args.out else None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+    doc = evaluate(args.log, samples, tokenizer, benchmark=bench.name, round_=round_, target=target,
+                   gates_from=args.gates, dtype=args.dtype, code_workers=args.workers, code_timeout_s=args.timeout,
+                   allow_network=args.allow_code_network, out_dir=out, reference_source=f"{args.dataset}")
+    if args.json:
+        print(json.dumps(doc, indent=2, default=str))
+    else:
+        print(f"{bench.name} ({round_}, target {target}): {doc['samples']} samples scored")
+        for name, value in doc["scores"].items():
+            mark = _mark(doc["check"], name)
+            print(f"  {name:<18} {_fmt(value):>14}  {mark}")
+        print(f"accuracy {'PASS' if doc['passed'] else 'FAIL'}" + ("" if doc["passed"] else f": {doc['why']}"))
+    return 0 if doc["passed"] else EXIT_FAIL
+
+
+def _mark(verdict: dict, name: str) -> str:
+    m = verdict["metrics"].get(name)
+    if m is None:
+        return ""
+    if "threshold" in m:
+        return f"{'ok' if m['passed'] else 'FAIL'} (>= {m['threshold']:.4f})"
+    return f"{'ok' if m['passed'] else 'FAIL'} (in [{m['min']:.4f}, {m['max']:.4f}])"
+
+
+def _fmt(v) -> str:
+    return f"{v:.4f}" if isinstance(v, float) else str(v)
+
+
+def _tokenizer(path: Path):
+    if not (path / "tokenizer_config.json").is_file() and not (path / "tokenizer.json").is_file():
+        raise InputError(f"--tokenizer: {path} holds no Hugging Face tokenizer (tokenizer.json / tokenizer_config.json)")
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(path))
+
+
+def _read_dataset(path: Path, allow_pickle: bool) -> list:
+    """The dataset's rows as samples: the reference text and every column, in qsl_idx order."""
+    import pandas as pd
+
+    if not path.is_file():
+        raise InputError(f"--dataset: {path} is not a file")
+    if path.suffix == ".pkl":
+        if not allow_pickle:
+            raise InputError(f"--dataset: {path} is a pickle, and unpickling runs whatever code it holds; "
+                             "pass --allow-pickle if you trust it")
+        try:
+            df = pd.read_pickle(path)
+        except Exception as exc:
+            raise InputError(f"--dataset: {path}: not a pandas pickle ({type(exc).__name__}: {exc})") from None
+        if not isinstance(df, pd.DataFrame):
+            raise InputError(f"--dataset: {path}: holds a {type(df).__name__}, not a DataFrame")
+        rows = df.to_dict("records")
+    else:
+        rows = []
+        try:
+            with open(path, encoding="utf-8") as f:
+                for n, line in enumerate(f, 1):
+                    if line.strip():
+                        obj = json.loads(line)
+                        if not isinstance(obj, dict):
+                            raise InputError(f"--dataset: {path} line {n}: expected a JSON object")
+                        rows.append(obj)
+        except UnicodeDecodeError as exc:
+            raise InputError(f"--dataset: {path}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
+        except json.JSONDecodeError as exc:
+            raise InputError(f"--dataset: {path} line {n}: invalid JSON ({exc.msg})") from None
+    samples = []
+    for i, row in enumerate(rows):
+        ref = next((row[c] for c in ("gt_output", "output", "ref_output", "reference") if isinstance(row.get(c), str)), None)
+        cols = {k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in row.items()
+                if k not in ("tok_input", "tok_output", "tok_ref_output", "input_ids")}
+        samples.append(SimpleNamespace(index=i, reference_text=ref, reference_ids=None, meta={"columns": cols}))
+    if not samples:
+        raise InputError(f"--dataset: {path} has no rows")
+    return samples
