@@ -26,7 +26,7 @@ class CheckAccuracy(StageTask):
         return versions("rouge-score", "nltk", "transformers", "tokenizers")
 
     def code(self):
-        return ("harness.mlperf.accuracy",)
+        return ("harness.mlperf.accuracy", "harness.mlperf.scoring.common")
 
     def build(self, out_dir: Path) -> dict:
         from harness.mlperf.accuracy import score_accuracy_log
