@@ -218,3 +218,14 @@ def test_interface_tables():
     assert "gsm8k" in scoring.metric_names("mixtral-8x7b") and "mbxp" in scoring.metric_names("mixtral-8x7b")
     assert "tokens_per_sample" not in scoring.metric_names("llama3.1-8b")
     assert scoring.metric_names("llama3.1-405b")[:2] == ("rougeL", "exact_match")
+
+
+def test_pipeline_llama2_path_gives_the_same_numbers(tok, tmp_path):
+    """harness.mlperf.accuracy (CheckAccuracy's scoring today) on the llama2 fixture."""
+    from harness.datasets import Sample
+    from harness.mlperf.accuracy import parse_accuracy_log, score_outputs
+
+    df, log = built("llama2-70b", tok)
+    (tmp_path / "mlperf_log_accuracy.json").write_text(json.dumps(log))
+    samples = [Sample(index=i, input_ids=[1], reference_text=r) for i, r in enumerate(df["output"])]
+    assert_same(score_outputs(parse_accuracy_log(tmp_path), samples, None, tokenizer=tok), GOLDEN["llama2-70b"]["metrics"])
