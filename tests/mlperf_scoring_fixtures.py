@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import random
 import re
-import string
 from pathlib import Path
 
 import numpy as np

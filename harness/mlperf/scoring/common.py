@@ -22,6 +22,8 @@ Deliberate deviations, shared by every scorer:
 - A malformed log, an unknown ``qsl_idx`` or a missing column raises
   :class:`ScoringInputError` with one line naming the entry or column, where the scripts
   stop with a traceback.
+- Row i of the dataset is ``qsl_idx`` i by position; the llama2 and 405b scripts index by
+  label, which is the same for MLPerf's pickles (their index is 0..n-1).
 - The scripts load the tokenizer with ``use_fast=False``; here the caller passes the
   tokenizer object, which should decode as that slow tokenizer does.
 """
