@@ -214,6 +214,7 @@ def test_malformed_inputs_raise_one_line_input_errors(tok):
 def test_interface_tables():
     assert set(scoring.SCORERS) == {"llama2-70b", "llama3.1-8b", "mixtral-8x7b", "llama3.1-405b"}
     assert scoring.required_columns("llama2-70b") == ("output",)
+    assert scoring.required_columns("mixtral-8x7b") == ("dataset", "gt_output", "id")
     assert scoring.required_columns("llama3.1-405b") == ("gt_output", "metric")
     assert "gsm8k" in scoring.metric_names("mixtral-8x7b") and "mbxp" in scoring.metric_names("mixtral-8x7b")
     assert "tokens_per_sample" not in scoring.metric_names("llama3.1-8b")
