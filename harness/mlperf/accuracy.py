@@ -30,7 +30,8 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 
 from ..errors import MeasurementError
-from .scoring.common import ROUGE_TYPES, postprocess_text, rouge_means
+
+ROUGE_TYPES = ("rouge1", "rouge2", "rougeL", "rougeLsum")
 
 #: MLPerf reference accuracy (fp16/bf16 reference implementation), per model.
 REFERENCE_SCORES: dict[str, dict[str, float]] = {
@@ -116,6 +117,8 @@ def rouge_scores(predictions: Sequence[str], references: Sequence[str],
     """Mean per-sample ROUGE F-measure x 100 (rounded to 4 decimals), as MLPerf's llama2
     evaluation (``evaluate``'s rouge with ``use_stemmer=True, use_aggregator=False``), after
     its post-processing (strip, one sentence per line); see :mod:`.scoring.common`."""
+    from .scoring.common import postprocess_text, rouge_means
+
     if len(predictions) != len(references):
         raise ValueError(f"{len(predictions)} predictions but {len(references)} references")
     types = list(rouge_types)
@@ -129,6 +132,8 @@ def score_texts(predictions: Sequence[str], references: Sequence[str],
                 generated_token_counts: Sequence[int] | None = None) -> dict[str, float]:
     """ROUGE plus MLPerf's length statistics for already decoded predictions (``gen_len``
     counts the post-processed characters, as the script does)."""
+    from .scoring.common import postprocess_text
+
     result: dict[str, float] = dict(rouge_scores(predictions, references))
     preds, _ = postprocess_text(predictions, [])
     gen_num = len(preds)
