@@ -230,3 +230,17 @@ def test_pipeline_llama2_path_gives_the_same_numbers(tok, tmp_path):
     (tmp_path / "mlperf_log_accuracy.json").write_text(json.dumps(log))
     samples = [Sample(index=i, input_ids=[1], reference_text=r) for i, r in enumerate(df["output"])]
     assert_same(score_outputs(parse_accuracy_log(tmp_path), samples, None, tokenizer=tok), GOLDEN["llama2-70b"]["metrics"])
+
+
+def test_per_row_detail_adds_up_to_the_metrics(tok):
+    df, log = built("mixtral-8x7b", tok)
+    r = scoring.score_log("mixtral-8x7b", log, df, tok)
+    rows = r["_detail"]["per_row"]
+    gsm = [v for v in rows.values() if "correct" in v]
+    assert len(gsm) == r["_detail"]["rows"]["GSM8K"] and 100 * sum(v["correct"] for v in gsm) / len(gsm) == r["gsm8k"]
+    orca = [v["rouge1"] for v in rows.values() if "rouge1" in v]
+    assert np.mean(orca) == pytest.approx(r["rouge1"], abs=1e-3)
+    df, log = built("llama3.1-405b", tok)
+    r = scoring.score_log("llama3.1-405b", log, df, tok)
+    em = [v["exact_match"] for v in r["_detail"]["per_row"].values() if "exact_match" in v]
+    assert len(r["_detail"]["per_row"]) == r["gen_num"] and np.mean(em) == pytest.approx(r["exact_match"])

@@ -5,7 +5,9 @@ what they share and the deviations they all make).
     score_log("mixtral-8x7b", entries, df, tokenizer, code_runner=score_mbxp)
 
 returns MLCommons' metric names with the script's values and rounding, plus ``_detail``
-(anything under a key starting with "_" is detail, not a metric).  No luigi imports.
+(anything under a key starting with "_" is detail, not a metric): ``per_row`` by qsl_idx (ROUGE
+F x 100, GSM8K answer and verdict, 405b metric), row counts per subset, the code runner's
+report.  No luigi imports.
 """
 from __future__ import annotations
 

@@ -222,5 +222,13 @@ def rouge_means(predictions: Sequence[str], references: Sequence[str],
     return {t: mean_percent(v) for t, v in per.items()}
 
 
+def rouge_with_rows(qsl_idxs: Sequence[int], predictions: Sequence[str], references: Sequence[str]
+                    ) -> tuple[dict[str, float], dict[int, dict[str, float]]]:
+    """:func:`rouge_means`, and each row's F-measures x 100 by qsl_idx (for ``_detail``)."""
+    per = rouge_per_sample(predictions, references)
+    rows = {int(q): {t: round(per[t][n] * 100, 4) for t in per} for n, q in enumerate(qsl_idxs)}
+    return {t: mean_percent(v) for t, v in per.items()}, rows
+
+
 def tokens_per_sample(gen_tok_len: int, gen_num: int) -> float:
     return round(gen_tok_len / gen_num, 1)

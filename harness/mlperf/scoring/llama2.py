@@ -10,7 +10,7 @@ Deviations: those of :mod:`.common` only.
 """
 from __future__ import annotations
 
-from .common import ROUGE_TYPES, LogSamples, decode, postprocess_text, rouge_means, text_values, tokens_per_sample
+from .common import ROUGE_TYPES, LogSamples, decode, postprocess_text, rouge_with_rows, text_values, tokens_per_sample
 
 REQUIRED_COLUMNS = ("output",)
 METRICS = (*ROUGE_TYPES, "gen_len", "gen_num", "gen_tok_len", "tokens_per_sample")
@@ -19,8 +19,8 @@ METRICS = (*ROUGE_TYPES, "gen_len", "gen_num", "gen_tok_len", "tokens_per_sample
 def score(samples: LogSamples, dataset, tokenizer, *, dataset_name: str = "dataset", **_) -> dict:
     refs = text_values(dataset, "output", samples.qsl_idxs, dataset_name)
     preds, targets = postprocess_text(decode(tokenizer, samples.token_ids), refs)
-    result: dict = rouge_means(preds, targets)
+    result, rows = rouge_with_rows(samples.qsl_idxs, preds, targets)
     gen_num = len(preds)
     result.update(gen_len=sum(len(p) for p in preds), gen_num=gen_num, gen_tok_len=samples.gen_tok_len,
-                  tokens_per_sample=tokens_per_sample(samples.gen_tok_len, gen_num))
+                  tokens_per_sample=tokens_per_sample(samples.gen_tok_len, gen_num), _detail={"per_row": rows})
     return result

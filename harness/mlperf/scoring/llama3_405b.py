@@ -96,7 +96,8 @@ def score(samples: LogSamples, dataset, tokenizer, *, dataset_name: str = "datas
     gen_num = len(preds)
     result.update(gen_len=sum(len(p) for p in preds), gen_num=gen_num, gen_tok_len=samples.gen_tok_len,
                   tokens_per_sample=tokens_per_sample(samples.gen_tok_len, gen_num))
-    detail: dict = {"rows_per_metric": {m: names.count(m) for m in METRIC_FUNCTIONS}}
+    detail: dict = {"rows_per_metric": {m: names.count(m) for m in METRIC_FUNCTIONS},
+                    "per_row": {int(i): {"metric": m, **r} for i, m, r in zip(idxs, names, rows)}}
     if "dataset" in getattr(dataset, "columns", []):
         subsets: dict[str, list[dict]] = {}
         for i, r in zip(idxs, rows):

@@ -13,7 +13,7 @@ Deviations: those of :mod:`.common` only.
 """
 from __future__ import annotations
 
-from .common import ROUGE_TYPES, LogSamples, decode, postprocess_text, rouge_means, text_values
+from .common import ROUGE_TYPES, LogSamples, decode, postprocess_text, rouge_with_rows, text_values
 
 REQUIRED_COLUMNS = ("output",)
 METRICS = (*ROUGE_TYPES, "gen_len", "gen_num")
@@ -22,7 +22,7 @@ METRICS = (*ROUGE_TYPES, "gen_len", "gen_num")
 def score(samples: LogSamples, dataset, tokenizer, *, dataset_name: str = "dataset", **_) -> dict:
     refs = text_values(dataset, "output", samples.qsl_idxs, dataset_name)
     preds, targets = postprocess_text(decode(tokenizer, samples.token_ids), refs)
-    result: dict = rouge_means(preds, targets)
+    result, rows = rouge_with_rows(samples.qsl_idxs, preds, targets)
     result.update(gen_len=sum(len(p) for p in preds), gen_num=len(preds),
-                  _detail={"gen_tok_len": samples.gen_tok_len})
+                  _detail={"gen_tok_len": samples.gen_tok_len, "per_row": rows})
     return result

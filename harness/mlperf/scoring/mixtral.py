@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import re
 
-from .common import (ROUGE_TYPES, DatasetColumnError, LogSamples, decode, postprocess_text, rouge_means,
+from .common import (ROUGE_TYPES, DatasetColumnError, LogSamples, decode, postprocess_text, rouge_with_rows,
                      text_values, tokens_per_sample)
 
 # The script also reads `input` for MBXP rows, into a prompt its MBXP evaluation then blanks
@@ -99,18 +99,21 @@ def score(samples: LogSamples, dataset, tokenizer, *, code_runner=None, dataset_
         return [samples.qsl_idxs[p] for p in pos], [texts[p] for p in pos]
 
     result: dict = {}
-    detail: dict = {"rows": {k: len(v) for k, v in by_kind.items()}}
+    detail: dict = {"rows": {k: len(v) for k, v in by_kind.items()}, "per_row": {}}
     idxs, preds = pick("OpenOrca")
     preds, targets = postprocess_text(preds, text_values(dataset, "gt_output", idxs, dataset_name))
     if preds:
-        result.update(rouge_means(preds, targets))
+        means, rows = rouge_with_rows(idxs, preds, targets)
+        result.update(means)
+        detail["per_row"].update(rows)
     gen_len = sum(len(p) for p in preds)
 
     idxs, preds = pick("GSM8K")
     if idxs:
         refs = [dataset["gt_output"].iloc[i] for i in idxs]
         result["gsm8k"] = gsm8k_accuracy(preds, refs)
-        detail["gsm8k_answers"] = {int(i): gsm8k_answer(p) for i, p in zip(idxs, preds)}
+        detail["per_row"].update({int(i): {"answer": gsm8k_answer(p), "correct": gsm8k_correct(p, r)}
+                                  for i, p, r in zip(idxs, preds, refs)})
 
     idxs, preds = pick("MBXP")
     if not idxs:
