@@ -7,11 +7,12 @@ decoded with ``skip_special_tokens=True``; ROUGE-1/2/L/Lsum are computed per sam
 to 4 decimals); ``gen_len`` is the total characters generated, ``gen_tok_len`` the total
 tokens and ``tokens_per_sample`` = gen_tok_len / gen_num (rounded to 1 decimal).
 
-One deliberate deviation: the reference script splits sentences with ``nltk.sent_tokenize``
-(which downloads the ``punkt`` model at run time) only to put newlines between sentences
-for ROUGE-Lsum.  Nothing here downloads anything: a regex sentence splitter is used
-instead, which affects ``rougeLsum`` only (ROUGE-1/2/L tokenisation ignores newlines).
-``rouge_score`` needs nltk only for the Porter stemmer, which ships with nltk.
+The ROUGE code and post-processing are :mod:`harness.mlperf.scoring`'s (shared with the
+scorers of every MLPerf LLM benchmark); its ``common`` module documents the deviations, the
+one that matters being the regex sentence splitter in place of ``nltk.sent_tokenize``
+(which downloads the ``punkt`` model at run time): it can change ``rougeLsum`` and
+``gen_len`` only.  :func:`harness.mlperf.scoring.score_log` scores a whole accuracy log for
+any benchmark, as its MLCommons script does.
 
 Reference scores are MLPerf's published ones (``tools/submission/submission_checker/
 constants.py`` of mlcommons/inference): a run passes when every metric reaches
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
@@ -97,41 +97,30 @@ def parse_accuracy_log(path: str | os.PathLike, dtype=np.int32) -> dict[int, lis
 # Scores
 # --------------------------------------------------------------------------------------
 
-_SENT_RE = re.compile(r"(?<=[.!?])\s+(?=\S)")
-
-
-def _sentences_newline(text: str) -> str:
-    """Sentences on separate lines (for rougeLsum) without nltk's punkt download."""
-    return "\n".join(s for s in _SENT_RE.split(text.strip()) if s)
-
-
 def rouge_scores(predictions: Sequence[str], references: Sequence[str],
                  rouge_types: Iterable[str] = ROUGE_TYPES) -> dict[str, float]:
     """Mean per-sample ROUGE F-measure x 100 (rounded to 4 decimals), as MLPerf's llama2
-    evaluation (``evaluate``'s rouge with ``use_stemmer=True, use_aggregator=False``)."""
-    from rouge_score import rouge_scorer
+    evaluation (``evaluate``'s rouge with ``use_stemmer=True, use_aggregator=False``), after
+    its post-processing (strip, one sentence per line); see :mod:`.scoring.common`."""
+    from .scoring.common import postprocess_text, rouge_means
 
     if len(predictions) != len(references):
         raise ValueError(f"{len(predictions)} predictions but {len(references)} references")
     types = list(rouge_types)
     if not predictions:
         return {t: 0.0 for t in types}
-    scorer = rouge_scorer.RougeScorer(types, use_stemmer=True)
-    sums = {t: 0.0 for t in types}
-    for pred, ref in zip(predictions, references):
-        pred, ref = _sentences_newline(pred), _sentences_newline(ref)
-        s = scorer.score(ref, pred)  # score(target, prediction)
-        for t in types:
-            sums[t] += s[t].fmeasure
-    return {t: round(sums[t] / len(predictions) * 100.0, 4) for t in types}
+    preds, refs = postprocess_text(predictions, references)
+    return rouge_means(preds, refs, types)
 
 
 def score_texts(predictions: Sequence[str], references: Sequence[str],
                 generated_token_counts: Sequence[int] | None = None) -> dict[str, float]:
-    """ROUGE plus MLPerf's length statistics for already decoded predictions."""
-    preds = [p.strip() for p in predictions]
-    refs = [r.strip() for r in references]
-    result: dict[str, float] = dict(rouge_scores(preds, refs))
+    """ROUGE plus MLPerf's length statistics for already decoded predictions (``gen_len``
+    counts the post-processed characters, as the script does)."""
+    from .scoring.common import postprocess_text
+
+    result: dict[str, float] = dict(rouge_scores(predictions, references))
+    preds, _ = postprocess_text(predictions, [])
     gen_num = len(preds)
     result["gen_len"] = int(sum(len(p) for p in preds))
     result["gen_num"] = gen_num

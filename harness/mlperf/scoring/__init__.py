@@ -1,0 +1,82 @@
+"""MLPerf LLM accuracy scorers, each computing what MLCommons' evaluation script of the
+benchmark computes, quirks included (one module per benchmark family; :mod:`.common` holds
+what they share and the deviations they all make).
+
+    score_log("mixtral-8x7b", entries, df, tokenizer, code_runner=score_mbxp)
+
+returns MLCommons' metric names with the script's values and rounding, plus ``_detail``
+(anything under a key starting with "_" is detail, not a metric): ``per_row`` by qsl_idx (ROUGE
+F x 100, GSM8K answer and verdict, 405b metric), row counts per subset, the code runner's
+report.  No luigi imports.
+"""
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Iterable
+
+from . import llama2, llama3_8b, llama3_405b, mixtral
+from .common import DEFAULT_DTYPE, DatasetColumnError, LogEntryError, ScoringInputError, check_columns, first_entries
+
+#: benchmark -> scorer module (``REQUIRED_COLUMNS``, ``METRICS``, ``score``).
+SCORERS: dict[str, ModuleType] = {
+    "llama2-70b": llama2,
+    "llama3.1-8b": llama3_8b,
+    "mixtral-8x7b": mixtral,
+    "llama3.1-405b": llama3_405b,
+}
+
+__all__ = ["SCORERS", "score_log", "metric_names", "required_columns", "ScoringInputError", "LogEntryError",
+           "DatasetColumnError"]
+
+
+def _scorer(benchmark: str) -> ModuleType:
+    try:
+        return SCORERS[benchmark]
+    except KeyError:
+        raise ScoringInputError(f"benchmark {benchmark!r} has no scorer; known: {', '.join(SCORERS)}") from None
+
+
+def metric_names(benchmark: str) -> tuple[str, ...]:
+    """The metrics ``benchmark``'s script computes, under its names."""
+    return tuple(_scorer(benchmark).METRICS)
+
+
+def required_columns(benchmark: str) -> tuple[str, ...]:
+    """The dataset columns ``benchmark``'s scorer reads."""
+    return tuple(_scorer(benchmark).REQUIRED_COLUMNS)
+
+
+def score_log(benchmark: str, log_entries: list[dict], dataset, tokenizer, *, code_runner=None,
+              subsets: Iterable[str] | None = None, dtype=DEFAULT_DTYPE,
+              log_name: str = "mlperf_log_accuracy.json", dataset_name: str = "dataset") -> dict:
+    """Score LoadGen's parsed ``mlperf_log_accuracy.json`` the way ``benchmark``'s MLCommons
+    script does.
+
+    ``dataset``: the benchmark's MLPerf DataFrame, row i = qsl_idx i (see
+    :func:`required_columns`).  ``tokenizer``: a HF tokenizer (``batch_decode``).
+    ``code_runner(rows, texts) -> {"mbxp": percent, ...}`` scores mixtral's MBXP rows.
+    ``subsets``: values of the dataset's ``dataset`` column; when given, only log entries
+    of rows in these subsets are scored (e.g. the GSM8K rows of a mixtral log).
+    ``dtype``: of the logged ids, "int32" (what the SUTs log) or "int64".
+    ``log_name`` / ``dataset_name`` name the inputs in error messages.
+    """
+    scorer = _scorer(benchmark)
+    check_columns(dataset, scorer.REQUIRED_COLUMNS, benchmark, dataset_name)
+    samples = first_entries(log_entries, len(dataset), dtype, log_name)  # validates every entry
+    if subsets is not None:
+        log_entries = _only_subsets(log_entries, dataset, set(subsets), dataset_name)
+        samples = first_entries(log_entries, len(dataset), dtype, log_name)
+    if not samples.qsl_idxs:
+        raise LogEntryError(f"{log_name}: no entries to score" + (" in subsets " + ", ".join(sorted(subsets))
+                                                                    if subsets is not None else ""))
+    return scorer.score(samples, dataset, tokenizer, code_runner=code_runner, dataset_name=dataset_name)
+
+
+def _only_subsets(log_entries, dataset, wanted: set[str], dataset_name: str) -> list[dict]:
+    check_columns(dataset, ("dataset",), "scoring by subset", dataset_name)
+    kinds = dataset["dataset"]
+    unknown = wanted - set(map(str, kinds.unique()))
+    if unknown:
+        raise DatasetColumnError(f"{dataset_name}: no rows of subset(s) {', '.join(sorted(unknown))} in column "
+                                 f"'dataset' (it has {', '.join(sorted(map(str, kinds.unique())))})")
+    return [e for e in log_entries if str(kinds.iloc[int(e["qsl_idx"])]) in wanted]
