@@ -14,3 +14,21 @@ def corpus_lines() -> list[str]:
 
 def corpus_sha256() -> str:
     return hashlib.sha256(CORPUS.read_bytes()).hexdigest()
+
+
+STANDINS = Path(__file__).with_name("data") / "standins"
+
+
+def standin_path(benchmark: str) -> Path:
+    """The shipped stand-in dataset of an MLPerf benchmark (harness/data/make_standins.py)."""
+    return STANDINS / f"{benchmark}.jsonl"
+
+
+def standin_rows(benchmark: str) -> list[dict]:
+    import json
+
+    return [json.loads(ln) for ln in standin_path(benchmark).read_text(encoding="utf-8").splitlines() if ln.strip()]
+
+
+def standins_sha256(benchmarks) -> dict[str, str]:
+    return {b: hashlib.sha256(standin_path(b).read_bytes()).hexdigest() for b in benchmarks}

@@ -10,13 +10,14 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from .corpus import corpus_lines
+from .corpus import corpus_lines, standin_rows
 
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<pad>"]
 
 
-def train_tokenizer(vocab_size: int, out_dir: Path):
-    """A byte-level BPE tokenizer trained on the shipped corpus, saved as a HF fast tokenizer."""
+def train_tokenizer(vocab_size: int, out_dir: Path, extra_texts: list[str] = ()):
+    """A byte-level BPE tokenizer trained on the shipped corpus (and the taught stand-in texts),
+    saved as a HF fast tokenizer."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -26,7 +27,7 @@ def train_tokenizer(vocab_size: int, out_dir: Path):
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   show_progress=False)
-    tok.train_from_iterator(corpus_lines(), trainer=trainer)
+    tok.train_from_iterator([*corpus_lines(), *extra_texts], trainer=trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>",
                                    eos_token="</s>", pad_token="<pad>")
     fast.save_pretrained(out_dir)
@@ -40,8 +41,14 @@ def build_tiny_llama(cfg, out_dir: str | Path, log: Callable[[str], None] = prin
 
     out_dir = Path(out_dir)
     t0 = time.monotonic()
-    tok = train_tokenizer(cfg.vocab_size, out_dir)
+    lessons = [(r["input"], r["canonical_solution"]) for b in cfg.teach for r in standin_rows(b)]
+    tok = train_tokenizer(cfg.vocab_size, out_dir, [p + a for p, a in lessons])
     ids = [i for line in corpus_lines() for i in [tok.bos_token_id, *tok.encode(line), tok.eos_token_id]]
+    # A question and its answer are encoded apart, as the dataset's prompt and the model's output
+    # are: the model learns the very tokens it must produce after the prompt, then EOS.
+    for _ in range(cfg.teach_repeats if lessons else 0):
+        for prompt, answer in lessons:
+            ids += [tok.bos_token_id, *tok.encode(prompt), *tok.encode(answer), tok.eos_token_id]
     data = torch.tensor(ids, dtype=torch.long)
 
     torch.manual_seed(cfg.seed)

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.hashing import dir_content_hash
-from harness.corpus import corpus_sha256
+from harness.corpus import corpus_sha256, standins_sha256
 from harness.versions import versions
 
 from .base import StageTask, log, register
@@ -30,7 +30,8 @@ class PrepareModel(StageTask):
 
     def key_inputs(self):
         if self.builtin:
-            return {"corpus_sha256": corpus_sha256()}
+            teach = self.params.model.tiny.teach
+            return {"corpus_sha256": corpus_sha256(), **({"standins_sha256": standins_sha256(teach)} if teach else {})}
         memo = self.store.root / ".hashcache" / "files.json"
         log.info("PrepareModel: hashing %s (memoised by size and mtime)", self.params.model.checkpoint)
         return {"checkpoint_sha256": dir_content_hash(self.params.model.checkpoint, memo)}

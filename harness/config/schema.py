@@ -69,6 +69,10 @@ class TinyModel(Section):
     train_batch_size: int = Field(16, ge=1)
     train_seq_len: int = Field(64, ge=8)
     learning_rate: float = Field(3e-3, gt=0, le=1)
+    # Shipped stand-in datasets (harness/data/standins/) whose answers go into the training text,
+    # each `teach_repeats` times, so the model can answer their benchmark's questions.
+    teach: list[Literal["mixtral-8x7b", "llama3.1-405b"]] = []
+    teach_repeats: int = Field(4, ge=1, le=100)
 
     @model_validator(mode="after")
     def _heads_divide(self):
