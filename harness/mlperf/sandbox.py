@@ -1,0 +1,400 @@
+"""Run untrusted, model-generated programs, never in perfdag's own process. No luigi imports.
+
+Each job gets, from `_sandbox_init.py` (run as root in a new session):
+- a private directory (cwd, HOME, TMPDIR), removed afterwards; every other mount is read-only
+  in the job's own mount namespace, and the job runs under an unprivileged uid/gid leased to it
+  alone (so a write outside its directory fails twice over: EROFS and EACCES);
+- no network: its own network namespace (only a downed loopback); where the kernel refuses one,
+  `SandboxUnavailable` unless the caller passes `allow_network=True`;
+- rlimits on CPU time, address space, file size, open files and processes. RLIMIT_NPROC is not
+  enforced for root, hence the unprivileged uid, leased per job so that one job's fork bomb
+  cannot starve another job; on top, a PID namespace whose init exits when the program does,
+  which makes the kernel kill everything the program left behind;
+- a wall-clock timeout: the session is SIGKILLed, which takes the PID namespace with it; then any
+  process still owned by the leased uid is killed (the fallback where no PID namespace exists).
+
+`run_program` runs one program, `run_many` runs jobs on N worker threads, each driving its own
+subprocesses. A language whose toolchain is missing gives status "not_scored", never "passed".
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import fcntl
+import json
+import os
+import pwd
+import secrets
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+INIT = Path(__file__).with_name("_sandbox_init.py")
+SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
+TAIL = 4000  # characters of stdout/stderr kept per result
+UID_BASE = int(os.environ.get("PERFDAG_SANDBOX_UID_BASE", "1500000000"))
+UID_SLOTS = 4096
+ALLOW_NETWORK_HINT = ("pass allow_network=True (accuracy.sandbox_allow_network: true) to run "
+                      "generated code without a network namespace")
+
+
+class SandboxUnavailable(RuntimeError):
+    """The sandbox cannot give the isolation asked for on this machine."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    cpu_s: float | None = None          # None: the step's timeout + 1 s
+    memory_bytes: int = 4 << 30         # address space
+    file_bytes: int = 64 << 20          # largest file the program may write
+    nproc: int = 64                     # processes and threads of the job's uid
+    nofile: int = 256
+
+
+@dataclass(frozen=True)
+class Step:
+    argv: list[str]
+    timeout_s: float
+    ok_returncodes: tuple[int, ...] = (0,)  # e.g. tsc's 2 ("emitted with diagnostics")
+    stdin: str = ""
+
+
+@dataclass
+class Job:
+    steps: list[Step]
+    files: dict[str, str] = field(default_factory=dict)  # written into the private dir
+    tools: list[str] = field(default_factory=list)       # binaries that must exist
+    language: str = ""
+    limits: Limits = field(default_factory=Limits)
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class RunResult:
+    status: str  # passed | failed | timeout | killed | not_scored
+    returncode: int | None
+    stdout: str
+    stderr: str
+    wall_s: float
+    detail: str = ""
+    step: int = 0  # index of the last step run
+
+
+# -- toolchains ------------------------------------------------------------------------------------
+
+def world_executable(path: str) -> bool:
+    """True when an unprivileged uid can run `path` (every directory on the way searchable)."""
+    real = Path(os.path.realpath(path))
+    try:
+        if not real.stat().st_mode & stat.S_IXOTH:
+            return False
+        return all(p.stat().st_mode & stat.S_IXOTH for p in real.parents)
+    except OSError:
+        return False
+
+
+def find_tool(name: str) -> str | None:
+    """The tool as the sandboxed uid will find it on SANDBOX_PATH, or None."""
+    found = shutil.which(name, path=SANDBOX_PATH)
+    return found if found and world_executable(found) else None
+
+
+def python_interpreter() -> str | None:
+    """perfdag's interpreter when the sandboxed uid can run it, else the system's python3."""
+    chosen = os.environ.get("PERFDAG_SANDBOX_PYTHON")
+    if chosen:
+        return chosen if world_executable(chosen) else None
+    return sys.executable if world_executable(sys.executable) else find_tool("python3")
+
+
+def node_path() -> str:
+    """Where node looks for modules (MBXP's JavaScript tests need lodash)."""
+    dirs = os.environ.get("PERFDAG_SANDBOX_NODE_PATH", "").split(":")
+    dirs += ["/usr/local/lib/node_modules", "/usr/lib/node_modules"]
+    return ":".join(d for d in dirs if d and os.path.isdir(d))
+
+
+def _source(file: str, *steps: list[str]) -> tuple[str, list[list[str]]]:
+    return file, list(steps)
+
+
+# language -> (file name, steps); the first word of each step is a tool looked up on SANDBOX_PATH
+LANGUAGES: dict[str, tuple[str, list[list[str]]]] = {
+    "python": _source("main.py", ["python3", "main.py"]),
+    "javascript": _source("main.js", ["node", "main.js"]),
+    "cpp": _source("main.cpp", ["g++", "main.cpp", "-o", "main"], ["./main"]),
+    "typescript": _source("main.ts", ["tsc", "main.ts", "--target", "es5", "--lib", "es2016"],
+                          ["node", "main.js"]),
+    "php": _source("main.php", ["php", "main.php"]),
+    "ruby": _source("main.rb", ["ruby", "main.rb"]),
+    "perl": _source("main.pl", ["perl", "main.pl"]),
+    "bash": _source("main.sh", ["bash", "main.sh"]),
+}
+
+
+def resolve_tool(word: str) -> str | None:
+    """Absolute path of a step's first word; './x' (built in the private dir) stays as it is."""
+    if word.startswith("./"):
+        return word
+    if word == "python3":
+        return python_interpreter()
+    return find_tool(word)
+
+
+# -- isolation probe and uid leases ----------------------------------------------------------------
+
+_probe_lock = threading.Lock()
+_probe: dict | None = None
+
+
+def capabilities() -> dict:
+    """Which namespaces this machine grants, tried once per process with /bin/true."""
+    global _probe
+    with _probe_lock:
+        if _probe is None:
+            if os.geteuid() != 0:
+                _probe = {"root": False, "net": False, "mount": False, "pid": False, "why": (
+                    "the sandbox needs root (to drop each job to an unprivileged uid and make "
+                    "namespaces)")}
+            else:
+                _probe = {"root": True, "why": ""}
+                for flag in ("net", "mount", "pid"):
+                    flags = {"net": False, "mount": False, "pid": False, flag: True}
+                    res = _launch(Job([Step(["/bin/true"], 10)]), flags, None, None)
+                    _probe[flag] = res.status == "passed"
+                    if not _probe[flag]:
+                        _probe["why"] += f"{flag} namespace: {res.detail}; "
+        return _probe
+
+
+def _isolation(allow_network: bool) -> dict:
+    caps = capabilities()
+    if not caps["root"]:
+        raise SandboxUnavailable(f"sandbox: {caps['why']}; run perfdag as root")
+    if not caps["net"] and not allow_network:
+        raise SandboxUnavailable(f"sandbox: no network namespace on this machine ({caps['why']}); "
+                                 f"refusing to run generated code with network access; "
+                                 f"{ALLOW_NETWORK_HINT}")
+    return {"net": caps["net"], "mount": caps["mount"], "pid": caps["pid"]}
+
+
+def _state_dir() -> Path:
+    d = Path(tempfile.gettempdir()) / "perfdag-sandbox-uids"
+    d.mkdir(mode=0o700, exist_ok=True)
+    return d
+
+
+def _uid_in_use(uid: int) -> bool:
+    try:
+        pwd.getpwuid(uid)
+        return True  # a real account: never borrow it
+    except KeyError:
+        return bool(processes_of_uid(uid))
+
+
+@contextlib.contextmanager
+def uid_lease():
+    """A uid (used as gid too) that no other job, here or in another perfdag, holds meanwhile."""
+    state = _state_dir()
+    for slot in range(UID_SLOTS):
+        uid = UID_BASE + slot
+        fd = os.open(state / f"{uid}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        if _uid_in_use(uid):
+            os.close(fd)
+            continue
+        try:
+            yield uid
+        finally:
+            kill_uid(uid)
+            os.close(fd)
+        return
+    raise SandboxUnavailable(f"sandbox: all {UID_SLOTS} uids from {UID_BASE} are in use; set "
+                             f"PERFDAG_SANDBOX_UID_BASE to a free range")
+
+
+def processes_of_uid(uid: int) -> list[int]:
+    """Pids whose real, effective or saved uid is `uid`."""
+    pids = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/status") as f:
+                for line in f:
+                    if line.startswith("Uid:"):
+                        if str(uid) in line.split()[1:4]:
+                            pids.append(int(entry.name))
+                        break
+        except OSError:
+            pass
+    return pids
+
+
+def kill_uid(uid: int, patience_s: float = 5.0) -> None:
+    """SIGKILL every process of `uid` until none is left."""
+    deadline = time.monotonic() + patience_s
+    while pids := processes_of_uid(uid):
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"sandbox: processes of uid {uid} survive SIGKILL: {pids}")
+        time.sleep(0.02)
+
+
+# -- running ---------------------------------------------------------------------------------------
+
+def _tail(path: Path) -> str:
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        f.seek(max(0, f.tell() - TAIL))
+        return f.read().decode("utf-8", "replace")
+
+
+def _launch(job: Job, flags: dict, uid: int | None, base: Path | None) -> RunResult:
+    """Run the job's steps one after another in one private dir."""
+    own_base = base is None
+    base = base or Path(tempfile.mkdtemp(prefix="perfdag-sandbox-"))
+    try:
+        base.chmod(0o711)  # the job's uid may pass through, not look around
+        work = base / "work"
+        work.mkdir(mode=0o700)
+        for name, text in job.files.items():
+            (work / name).write_text(text)
+        if uid is not None:
+            for p in [work, *work.iterdir()]:
+                os.chown(p, uid, uid)
+        env = {"PATH": SANDBOX_PATH, "HOME": str(work), "TMPDIR": str(work),
+               "LANG": "C.UTF-8", **job.env}
+        started = time.monotonic()
+        res = None
+        for i, step in enumerate(job.steps):
+            res = _run_step(step, i, job.limits, flags, uid, base, work, env)
+            if res.status != "passed":
+                break
+        res.wall_s = time.monotonic() - started
+        return res
+    finally:
+        if own_base:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+def _run_step(step: Step, index: int, limits: Limits, flags: dict, uid: int | None, base: Path,
+              work: Path, env: dict) -> RunResult:
+    cpu = limits.cpu_s if limits.cpu_s is not None else step.timeout_s + 1
+    report_r, report_w = os.pipe()
+    cfg = {"workdir": str(work), "argv": step.argv, "env": env, "uid": uid, "gid": uid,
+           "flags": flags, "report_fd": report_w, "parent_pid": os.getpid(),
+           "limits": {"cpu_s": max(1, int(cpu + 0.999)), "memory_bytes": limits.memory_bytes,
+                      "file_bytes": limits.file_bytes, "nproc": limits.nproc,
+                      "nofile": limits.nofile}}
+    out_path, err_path = base / f"stdout.{index}", base / f"stderr.{index}"
+    started = time.monotonic()
+    timed_out = False
+    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        proc = subprocess.Popen([sys.executable, "-I", "-S", str(INIT), json.dumps(cfg)],
+                                stdin=subprocess.PIPE, stdout=out, stderr=err,
+                                pass_fds=(report_w,), start_new_session=True)
+    os.close(report_w)
+    try:
+        with contextlib.suppress(BrokenPipeError):
+            proc.stdin.write(step.stdin.encode())
+            proc.stdin.close()
+        proc.wait(timeout=step.timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    finally:
+        # the whole session (still ours: not reaped yet), then whatever the leased uid still runs
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        if uid is not None:
+            kill_uid(uid)
+    wall = time.monotonic() - started
+    with os.fdopen(report_r, "rb") as f:
+        lines = f.read().decode("utf-8", "replace").splitlines()
+    stdout, stderr = _tail(out_path), _tail(err_path)
+    setup = [ln[len("setup-error "):] for ln in lines if ln.startswith("setup-error ")]
+    exits = [int(ln.split()[1]) for ln in lines if ln.startswith("exit ")]
+    rc = exits[0] if exits else None
+    if timed_out:
+        return RunResult("timeout", rc, stdout, stderr, wall,
+                         f"wall-clock timeout after {step.timeout_s:g} s: killed", index)
+    if setup:
+        return RunResult("failed", None, stdout, stderr, wall, f"sandbox setup: {setup[0]}", index)
+    if rc is None:
+        return RunResult("killed", None, stdout, stderr, wall, "sandbox init died", index)
+    if rc in step.ok_returncodes:
+        return RunResult("passed", rc, stdout, stderr, wall, "", index)
+    if rc < 0:
+        return RunResult("killed", rc, stdout, stderr, wall,
+                         f"killed by {signal.Signals(-rc).name}", index)
+    return RunResult("failed", rc, stdout, stderr, wall, f"exit status {rc}", index)
+
+
+def missing_tools(job: Job) -> list[str]:
+    return [t for t in job.tools if resolve_tool(t) is None]
+
+
+def run_job(job: Job, *, allow_network: bool = False) -> RunResult:
+    """Run one job in a fresh sandbox. Raises SandboxUnavailable when isolation is impossible."""
+    missing = missing_tools(job)
+    if missing:
+        return RunResult("not_scored", None, "", "", 0.0,
+                         f"{job.language or 'program'}: toolchain missing: {', '.join(missing)} "
+                         f"not found on {SANDBOX_PATH} (or not executable by other users)")
+    flags = _isolation(allow_network)
+    with uid_lease() as uid:
+        return _launch(job, flags, uid, None)
+
+
+def program_job(argv_or_source: list[str] | str, language: str | None, *, timeout_s: float,
+                limits: Limits | None = None) -> Job:
+    """An argv, run as is, or a source text in one of LANGUAGES."""
+    limits = limits or Limits()
+    if not isinstance(argv_or_source, str):
+        argv = list(argv_or_source)
+        argv[0] = resolve_tool(argv[0]) or argv[0]
+        return Job([Step(argv, timeout_s)], tools=[argv[0]], language=language or "",
+                   limits=limits)
+    if language not in LANGUAGES:
+        raise ValueError(f"sandbox: language {language!r} unknown; known: {sorted(LANGUAGES)}")
+    file, steps = LANGUAGES[language]
+    tools = [s[0] for s in steps if not s[0].startswith("./")]
+    resolved = [[resolve_tool(s[0]) or s[0], *s[1:]] for s in steps]
+    env = {"NODE_PATH": node_path()} if "node" in tools else {}
+    return Job([Step(s, timeout_s) for s in resolved], {file: argv_or_source}, tools, language,
+               limits, env)
+
+
+def run_program(argv_or_source: list[str] | str, language: str | None = None, *, timeout_s: float,
+                limits: Limits | None = None, allow_network: bool = False) -> RunResult:
+    """Run one program (an argv, or a source text in `language`) in the sandbox."""
+    job = program_job(argv_or_source, language, timeout_s=timeout_s, limits=limits)
+    return run_job(job, allow_network=allow_network)
+
+
+def run_many(jobs: list[Job], workers: int = 2, *, allow_network: bool = False) -> list[RunResult]:
+    """Run jobs on `workers` threads, each job in its own sandbox; results in the jobs' order."""
+    if workers < 1:
+        raise ValueError(f"sandbox: workers must be >= 1, got {workers}")
+    _isolation(allow_network)  # refuse before starting anything
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(lambda j: run_job(j, allow_network=allow_network), jobs))
+
+
+def new_nonce() -> str:
+    return secrets.token_hex(16)
