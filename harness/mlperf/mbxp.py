@@ -197,9 +197,12 @@ def score_mbxp(rows: "pandas.DataFrame", generated_texts: list[str], *, workers:
             record.update(status="skipped", detail="MLCommons' evaluate_mbxp.py does not evaluate "
                                                    f"{language}; left out of the denominator")
             continue
+        if not isinstance(test, str) or not isinstance(text, str):
+            # MLCommons' worker catches the TypeError of prompt + solution + test: not passed
+            record.update(status="failed", detail="gt_output or generated text is not text")
+            continue
         nonce = sandbox.new_nonce()
-        job = build_job(language, postprocess(text or "", language), test or "", entry_point,
-                        timeout_s, nonce)
+        job = build_job(language, postprocess(text, language), test, entry_point, timeout_s, nonce)
         if isinstance(job, str):
             record.update(status="not_scored", detail=job)
             continue

@@ -41,8 +41,9 @@ SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 TAIL = 4000  # characters of stdout/stderr kept per result
 UID_BASE = int(os.environ.get("PERFDAG_SANDBOX_UID_BASE", "1500000000"))
 UID_SLOTS = 4096
-ALLOW_NETWORK_HINT = ("pass allow_network=True (accuracy.sandbox_allow_network: true) to run "
-                      "generated code without a network namespace")
+# the integrator may name its params knob here
+ALLOW_NETWORK_HINT = ("to run generated code with the host's network anyway, pass "
+                      "allow_network=True")
 
 
 class SandboxUnavailable(RuntimeError):
