@@ -94,6 +94,15 @@ def test_allocating_10_gb_fails():
     assert "allocated" not in res.stdout
 
 
+def test_file_size_and_private_dir_size_are_capped():
+    small = sandbox.Limits(file_bytes=1 << 20, disk_bytes=4 << 20)
+    big_file = py("open('big', 'wb').write(b'x' * (2 << 20))\nprint('wrote')", limits=small)
+    assert big_file.status != "passed" and "File too large" in big_file.stderr, big_file
+    many = py("for i in range(8):\n    open(f'f{i}', 'wb').write(b'x' * (900 << 10))\nprint('wrote')",
+              limits=small)
+    assert many.status == "failed" and "No space left" in many.stderr, many
+
+
 def test_children_left_behind_are_killed_with_the_program():
     res = py("import subprocess\nsubprocess.Popen(['sleep', '300'], start_new_session=True)\n"
              "print('left a child')")

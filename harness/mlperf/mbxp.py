@@ -22,7 +22,9 @@ MLCommons' Dockerfile.eval installs (with `npx tsc` replaced by `tsc`):
   there is no MBXP row at all.
 
 Deliberate deviations: programs run in the sandbox (address space 4 GiB, 64 processes, files
-64 MiB: MLCommons has no such limits), and a row whose toolchain is missing here is
+64 MiB, a 256 MiB private dir, no network: MLCommons has no such limits); Python programs run
+on an interpreter the unprivileged uid can execute (perfdag's, else the system python3, so
+third-party modules such as numpy may be absent); and a row whose toolchain is missing here is
 "not_scored" and counted as not passed, so `mbxp` is then a lower bound and `complete` is False.
 
 Scored on this machine when its toolchains are present: python (always: perfdag's own or the

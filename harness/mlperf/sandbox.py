@@ -1,17 +1,19 @@
 """Run untrusted, model-generated programs, never in perfdag's own process. No luigi imports.
 
-Each job gets, from `_sandbox_init.py` (run as root in a new session):
-- a private directory (cwd, HOME, TMPDIR), removed afterwards; every other mount is read-only
-  in the job's own mount namespace, and the job runs under an unprivileged uid/gid leased to it
-  alone (so a write outside its directory fails twice over: EROFS and EACCES);
+Each job (one or more steps, e.g. compile then run) gets one session of `_sandbox_init.py`
+(run as root in a new session):
+- a private directory (cwd, HOME, TMPDIR): a size-capped tmpfs that vanishes with the job's own
+  mount namespace, where every other mount is read-only; the job runs under an unprivileged
+  uid/gid leased to it alone (so a write outside its directory fails twice over: EROFS, EACCES);
 - no network: its own network namespace (only a downed loopback); where the kernel refuses one,
   `SandboxUnavailable` unless the caller passes `allow_network=True`;
 - rlimits on CPU time, address space, file size, open files and processes. RLIMIT_NPROC is not
   enforced for root, hence the unprivileged uid, leased per job so that one job's fork bomb
   cannot starve another job; on top, a PID namespace whose init exits when the program does,
   which makes the kernel kill everything the program left behind;
-- a wall-clock timeout: the session is SIGKILLed, which takes the PID namespace with it; then any
-  process still owned by the leased uid is killed (the fallback where no PID namespace exists).
+- a wall-clock timeout per step, after which the namespace's init kills every process in it;
+  perfdag backs it up by SIGKILLing the session, then any process still owned by the leased uid
+  (the fallback where no PID namespace exists).
 
 `run_program` runs one program, `run_many` runs jobs on N worker threads, each driving its own
 subprocesses. A language whose toolchain is missing gives status "not_scored", never "passed".
@@ -41,6 +43,7 @@ SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 TAIL = 4000  # characters of stdout/stderr kept per result
 UID_BASE = int(os.environ.get("PERFDAG_SANDBOX_UID_BASE", "1500000000"))
 UID_SLOTS = 4096
+SETUP_SLACK_S = 10.0  # namespaces and mounts, before the steps' own timeouts count
 # the integrator may name its params knob here
 ALLOW_NETWORK_HINT = ("to run generated code with the host's network anyway, pass "
                       "allow_network=True")
@@ -57,6 +60,7 @@ class Limits:
     file_bytes: int = 64 << 20          # largest file the program may write
     nproc: int = 64                     # processes and threads of the job's uid
     nofile: int = 256
+    disk_bytes: int = 256 << 20         # size of the private dir (a tmpfs)
 
 
 @dataclass(frozen=True)
@@ -79,7 +83,7 @@ class Job:
 
 @dataclass
 class RunResult:
-    status: str  # passed | failed | timeout | killed | not_scored
+    status: str  # passed | failed | timeout | killed | not_scored (| error: sandbox setup)
     returncode: int | None
     stdout: str
     stderr: str
@@ -168,7 +172,7 @@ def capabilities() -> dict:
                 _probe = {"root": True, "why": ""}
                 for flag in ("net", "mount", "pid"):
                     flags = {"net": False, "mount": False, "pid": False, flag: True}
-                    res = _launch(Job([Step(["/bin/true"], 10)]), flags, None, None)
+                    res = _launch(Job([Step(["/bin/true"], 10)]), flags, None)
                     _probe[flag] = res.status == "passed"
                     if not _probe[flag]:
                         _probe["why"] += f"{flag} namespace: {res.detail}; "
@@ -258,92 +262,93 @@ def kill_uid(uid: int, patience_s: float = 5.0) -> None:
 # -- running ---------------------------------------------------------------------------------------
 
 def _tail(path: Path) -> str:
+    if not path.exists():
+        return ""
     with open(path, "rb") as f:
         f.seek(0, os.SEEK_END)
         f.seek(max(0, f.tell() - TAIL))
         return f.read().decode("utf-8", "replace")
 
 
-def _launch(job: Job, flags: dict, uid: int | None, base: Path | None) -> RunResult:
-    """Run the job's steps one after another in one private dir."""
-    own_base = base is None
-    base = base or Path(tempfile.mkdtemp(prefix="perfdag-sandbox-"))
+def _launch(job: Job, flags: dict, uid: int | None) -> RunResult:
+    """Run the job's steps one after another in one sandbox session and one private dir."""
+    base = Path(tempfile.mkdtemp(prefix="perfdag-sandbox-"))
     try:
-        base.chmod(0o711)  # the job's uid may pass through, not look around
+        base.chmod(0o711)  # the job's uid may pass through to its dir, not look around
+        (base / "in").mkdir(mode=0o700)
+        for name, text in job.files.items():
+            (base / "in" / name).write_text(text)
         work = base / "work"
         work.mkdir(mode=0o700)
-        for name, text in job.files.items():
-            (work / name).write_text(text)
         if uid is not None:
-            for p in [work, *work.iterdir()]:
-                os.chown(p, uid, uid)
-        env = {"PATH": SANDBOX_PATH, "HOME": str(work), "TMPDIR": str(work),
-               "LANG": "C.UTF-8", **job.env}
-        started = time.monotonic()
-        res = None
+            os.chown(work, uid, uid)
         for i, step in enumerate(job.steps):
-            res = _run_step(step, i, job.limits, flags, uid, base, work, env)
-            if res.status != "passed":
-                break
-        res.wall_s = time.monotonic() - started
-        return res
+            (base / f"stdin.{i}").write_text(step.stdin)
+        return _run_session(job, flags, uid, base, work)
     finally:
-        if own_base:
-            shutil.rmtree(base, ignore_errors=True)
+        if uid is not None:
+            kill_uid(uid)
+        shutil.rmtree(base, ignore_errors=True)
 
 
-def _run_step(step: Step, index: int, limits: Limits, flags: dict, uid: int | None, base: Path,
-              work: Path, env: dict) -> RunResult:
-    cpu = limits.cpu_s if limits.cpu_s is not None else step.timeout_s + 1
+def _run_session(job: Job, flags: dict, uid: int | None, base: Path, work: Path) -> RunResult:
+    lim = job.limits
+    steps = [{"argv": s.argv, "timeout_s": s.timeout_s, "ok_returncodes": list(s.ok_returncodes),
+              "cpu_s": max(1, int((lim.cpu_s or s.timeout_s + 1) + 0.999))} for s in job.steps]
+    env = {"PATH": SANDBOX_PATH, "HOME": str(work), "TMPDIR": str(work), "LANG": "C.UTF-8",
+           **job.env}
     report_r, report_w = os.pipe()
-    cfg = {"workdir": str(work), "argv": step.argv, "env": env, "uid": uid, "gid": uid,
+    cfg = {"base": str(base), "workdir": str(work), "steps": steps, "env": env, "uid": uid,
            "flags": flags, "report_fd": report_w, "parent_pid": os.getpid(),
-           "limits": {"cpu_s": max(1, int(cpu + 0.999)), "memory_bytes": limits.memory_bytes,
-                      "file_bytes": limits.file_bytes, "nproc": limits.nproc,
-                      "nofile": limits.nofile}}
-    out_path, err_path = base / f"stdout.{index}", base / f"stderr.{index}"
+           "limits": {"memory_bytes": lim.memory_bytes, "file_bytes": lim.file_bytes,
+                      "nproc": lim.nproc, "nofile": lim.nofile, "disk_bytes": lim.disk_bytes}}
     started = time.monotonic()
-    timed_out = False
-    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+    with open(base / "init.err", "wb") as init_err:
         proc = subprocess.Popen([sys.executable, "-I", "-S", str(INIT), json.dumps(cfg)],
-                                stdin=subprocess.PIPE, stdout=out, stderr=err,
-                                pass_fds=(report_w,), start_new_session=True)
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=init_err, pass_fds=(report_w,), start_new_session=True)
     os.close(report_w)
+    backstop = sum(s.timeout_s for s in job.steps) + SETUP_SLACK_S
     try:
-        with contextlib.suppress(BrokenPipeError):
-            proc.stdin.write(step.stdin.encode())
-            proc.stdin.close()
-        proc.wait(timeout=step.timeout_s)
+        proc.wait(timeout=backstop)
     except subprocess.TimeoutExpired:
-        timed_out = True
+        pass
     finally:
-        # the whole session (still ours: not reaped yet), then whatever the leased uid still runs
-        if proc.returncode is None:
+        if proc.returncode is None:  # not reaped yet, so the session is still ours to kill
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-        if uid is not None:
-            kill_uid(uid)
     wall = time.monotonic() - started
     with os.fdopen(report_r, "rb") as f:
         lines = f.read().decode("utf-8", "replace").splitlines()
-    stdout, stderr = _tail(out_path), _tail(err_path)
+    return _result(lines, job, base, wall)
+
+
+def _result(lines: list[str], job: Job, base: Path, wall: float) -> RunResult:
     setup = [ln[len("setup-error "):] for ln in lines if ln.startswith("setup-error ")]
-    exits = [int(ln.split()[1]) for ln in lines if ln.startswith("exit ")]
-    rc = exits[0] if exits else None
-    if timed_out:
-        return RunResult("timeout", rc, stdout, stderr, wall,
-                         f"wall-clock timeout after {step.timeout_s:g} s: killed", index)
     if setup:
-        return RunResult("failed", None, stdout, stderr, wall, f"sandbox setup: {setup[0]}", index)
-    if rc is None:
-        return RunResult("killed", None, stdout, stderr, wall, "sandbox init died", index)
+        return RunResult("error", None, "", _tail(base / "init.err"), wall,
+                         f"sandbox setup: {setup[0]}")
+    steps = [ln.split() for ln in lines if ln.startswith(("exit ", "timeout "))]
+    if not steps:
+        return RunResult("timeout", None, "", _tail(base / "init.err"), wall,
+                         "sandbox session killed before its first step ended")
+    kind, index = steps[-1][0], int(steps[-1][1])
+    step = job.steps[index]
+    out, err = _tail(base / f"stdout.{index}"), _tail(base / f"stderr.{index}")
+    if kind == "timeout":
+        return RunResult("timeout", None, out, err, wall,
+                         f"wall-clock timeout after {step.timeout_s:g} s: killed", index)
+    rc = int(steps[-1][2])
     if rc in step.ok_returncodes:
-        return RunResult("passed", rc, stdout, stderr, wall, "", index)
+        if index == len(job.steps) - 1:
+            return RunResult("passed", rc, out, err, wall, "", index)
+        return RunResult("timeout", rc, out, err, wall, "sandbox session killed between steps",
+                         index)
     if rc < 0:
-        return RunResult("killed", rc, stdout, stderr, wall,
-                         f"killed by {signal.Signals(-rc).name}", index)
-    return RunResult("failed", rc, stdout, stderr, wall, f"exit status {rc}", index)
+        return RunResult("killed", rc, out, err, wall, f"killed by {signal.Signals(-rc).name}",
+                         index)
+    return RunResult("failed", rc, out, err, wall, f"exit status {rc}", index)
 
 
 def missing_tools(job: Job) -> list[str]:
@@ -359,7 +364,10 @@ def run_job(job: Job, *, allow_network: bool = False) -> RunResult:
                          f"not found on {SANDBOX_PATH} (or not executable by other users)")
     flags = _isolation(allow_network)
     with uid_lease() as uid:
-        return _launch(job, flags, uid, None)
+        res = _launch(job, flags, uid)
+    if res.status == "error":  # the sandbox's fault, not the program's: never score it
+        raise SandboxUnavailable(f"{res.detail}\n{res.stderr}".strip())
+    return res
 
 
 def program_job(argv_or_source: list[str] | str, language: str | None, *, timeout_s: float,
