@@ -19,7 +19,7 @@ from harness.mlperf import mbxp, sandbox
 
 REPO = Path(__file__).resolve().parent.parent
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox runs jobs as root drops them")
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox needs root")
 
 
 def survivors() -> list[str]:
@@ -262,3 +262,23 @@ def test_mbxp_rejects_malformed_rows():
     with pytest.raises(ValueError, match="divides by zero"):
         score(["java_add"], ["x"], ["y"])
     assert mbxp.score_mbxp(pd.DataFrame({"id": [], "gt_output": []}), [])["mbxp"] == 0
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="no node here")
+@pytest.mark.parametrize("tsc_status, expected", [(2, "passed"), (0, "failed")])
+def test_mbxp_typescript_counts_as_compiled_only_when_tsc_exits_2(monkeypatch, tsc_status,
+                                                                  expected):
+    # a stand-in tsc (emits x.js, exits as told): mxeval's rule, not TypeScript, is under test
+    fake = Path(tempfile.mkdtemp(prefix="perfdag-fake-tsc-"))
+    try:
+        (fake / "tsc").write_text(f"#!/bin/sh\ncp x.ts x.js\nexit {tsc_status}\n")
+        fake.chmod(0o755)
+        (fake / "tsc").chmod(0o755)
+        real = sandbox.find_tool
+        monkeypatch.setattr(sandbox, "find_tool",
+                            lambda t: str(fake / "tsc") if t == "tsc" else real(t))
+        test = "\nif (add(2, 3) !== 5) { throw new Error('case 0'); }\n"
+        out = score(["typescript_add"], [test], ["const add = function (a, b) { return a + b; }\n"])
+        assert out["per_row"][0]["status"] == expected, out["per_row"]
+    finally:
+        shutil.rmtree(fake)

@@ -145,6 +145,7 @@ def run_step(cfg, step, index):
             if pid == child:
                 break
     except Expired:
+        os.kill(child, signal.SIGKILL)  # enough where there is no PID namespace to empty
         kill_all_but_me()
         report(cfg, f"timeout {index}")
         return False

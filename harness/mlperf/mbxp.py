@@ -46,6 +46,16 @@ COMPILE_TIMEOUT_S = 100.0   # mxeval's compile_timeout
 STARTUP_SLACK_S = 1.0       # namespaces + interpreter start, on top of mxeval's timeout + 1
 REQUIRED_COLUMNS = ("id", "gt_output")
 DETAIL = 500  # characters of the failure message kept per row
+# mxeval's commands: language -> (file, [(argv, is a compile step, accepted exit statuses)])
+MXEVAL_STEPS = {
+    "cpp": ("x.cpp", [(["g++", "x.cpp", "-o", "x_cpp"], True, (0,)), (["./x_cpp"], False, (0,))]),
+    # mxeval counts tsc as compiled only when it exits 2 ("emitted, with diagnostics")
+    "typescript": ("x.ts", [(["tsc", "x.ts", "--target", "es5", "--lib", "es2016"], True, (2,)),
+                            (["node", "x.js"], False, (0,))]),
+    "javascript": ("x.js", [(["node", "x.js"], False, (0,))]),
+    "php": ("x.php", [(["php", "x.php"], False, (0,))]),
+    "ruby": ("x.rb", [(["ruby", "x.rb"], False, (0,))]),
+}
 
 # Runs in the sandbox as the unprivileged uid (a copy is written into the private dir).
 # It reproduces mxeval's check_correctness: the same guard, swallowed IO and SIGALRM timer.
@@ -138,30 +148,23 @@ def build_job(language: str, solution: str, test: str, entry_point: str, timeout
     if language == "python":
         py = sandbox.python_interpreter()
         if py is None:
-            return "python: no python3 that an unprivileged uid can run; set PERFDAG_SANDBOX_PYTHON"
+            return ("python: no python3 that an unprivileged uid can run; "
+                    "set PERFDAG_SANDBOX_PYTHON")
         program = solution + "\n" + test + "\n" + f"check({entry_point})"
         step = sandbox.Step([py, "-I", "runner.py", repr(timeout_s)],
                             timeout_s + 1 + STARTUP_SLACK_S, stdin=nonce + "\n")
         return sandbox.Job([step], {"runner.py": PYTHON_RUNNER, "program.py": program},
                            [py], language)
-    program = solution + test
-    if language == "cpp":
-        steps = [(["g++", "x.cpp", "-o", "x_cpp"], COMPILE_TIMEOUT_S, (0,)), (["./x_cpp"], run_s, (0,))]
-        file = "x.cpp"
-    elif language == "typescript":
-        steps = [(["tsc", "x.ts", "--target", "es5", "--lib", "es2016"], COMPILE_TIMEOUT_S, (2,)),
-                 (["node", "x.js"], run_s, (0,))]
-        file = "x.ts"
-    elif language in ("javascript", "php", "ruby"):
-        tool, ext = {"javascript": ("node", "js"), "php": ("php", "php"), "ruby": ("ruby", "rb")}[language]
-        steps = [([tool, f"x.{ext}"], run_s, (0,))]
-        file = f"x.{ext}"
-    else:
+    if language not in MXEVAL_STEPS:
         raise ValueError(f"mbxp: no runner for language {language!r}")
+    file, plan = MXEVAL_STEPS[language]
+    program = solution + test
+    steps = [(argv, COMPILE_TIMEOUT_S if compile_ else run_s, ok) for argv, compile_, ok in plan]
     tools = [argv[0] for argv, _, _ in steps if not argv[0].startswith("./")]
     missing = [t for t in tools if sandbox.resolve_tool(t) is None]
     if missing:
-        return f"{language}: toolchain missing: {', '.join(missing)} not found on {sandbox.SANDBOX_PATH}"
+        return (f"{language}: toolchain missing: {', '.join(missing)} not found on "
+                f"{sandbox.SANDBOX_PATH}")
     env = {}
     if "node" in tools:
         env["NODE_PATH"] = sandbox.node_path()
@@ -229,13 +232,9 @@ def _row_outcome(language: str, res: sandbox.RunResult, nonce: str) -> dict:
         return {"status": status, "detail": said[-1][:DETAIL]}
     if res.status == "passed":
         return {"status": "passed", "detail": ""}
-    stage = "compile" if len_steps(language) > 1 and res.step == 0 else "run"
+    stage = "compile" if len(MXEVAL_STEPS[language][1]) > 1 and res.step == 0 else "run"
     message = (res.stderr.strip() or res.stdout.strip())[-DETAIL:]
     return {"status": res.status, "detail": f"{stage}: {res.detail}: {message}".strip(": ")}
-
-
-def len_steps(language: str) -> int:
-    return 2 if language in ("cpp", "typescript") else 1
 
 
 def _summary(per_row: list[dict], results_dir) -> dict:
