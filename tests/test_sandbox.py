@@ -282,3 +282,29 @@ def test_mbxp_typescript_counts_as_compiled_only_when_tsc_exits_2(monkeypatch, t
         assert out["per_row"][0]["status"] == expected, out["per_row"]
     finally:
         shutil.rmtree(fake)
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ here")
+def test_mbxp_hostile_rows_fail_and_leave_nothing_behind():
+    escape = f"/tmp/perfdag-escape-{secrets.token_hex(4)}"
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        port = listener.getsockname()[1]
+        body = {
+            "loop": "while True:\n        pass",
+            "alloc": "b = bytearray(10 * 1024 ** 3)",
+            "socket": f"import socket\n    socket.create_connection(('127.0.0.1', {port}), 2)",
+            "write": f"open({escape!r}, 'w').write('x')",
+        }
+        texts = [f"def add(a, b):\n    {code}\n    return a + b\n" for code in body.values()]
+        cpp_bomb = ("#include <bits/stdc++.h>\n#include <unistd.h>\nusing namespace std;\n"
+                    "int add(int a, int b) { while (true) fork(); }\n")
+        cpp_test = "\nint main() { return add(2, 3) == 5 ? 0 : 1; }\n"
+        out = score(["python_add"] * 4 + ["cpp_add"], [ADD_TEST] * 4 + [cpp_test],
+                    texts + [cpp_bomb], timeout_s=2)
+        assert [r["status"] for r in out["per_row"]] == ["timeout", "failed", "failed", "failed",
+                                                         "timeout"], out["per_row"]
+        assert out["mbxp"] == 0 and out["scored"] == 5
+        assert select.select([listener], [], [], 0.3)[0] == []
+    assert not os.path.exists(escape)
