@@ -8,6 +8,7 @@ import secrets
 import select
 import shutil
 import socket
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -134,7 +135,7 @@ def test_connecting_to_a_listener_on_localhost_fails_and_reaches_nothing():
 
 
 def test_no_network_namespace_is_refused_unless_allowed(monkeypatch):
-    monkeypatch.setattr(sandbox, "_probe", {"root": True, "net": False, "mount": True, "pid": True,
+    monkeypatch.setattr(sandbox, "_probe", {"root": True, "user": False, "net": False, "mount": True, "pid": True,
                                             "why": "net namespace: EPERM; "})
     with pytest.raises(sandbox.SandboxUnavailable, match="allow_network=True"):
         py("print(1)")
@@ -308,3 +309,50 @@ def test_mbxp_hostile_rows_fail_and_leave_nothing_behind():
         assert out["mbxp"] == 0 and out["scored"] == 5
         assert select.select([listener], [], [], 0.3)[0] == []
     assert not os.path.exists(escape)
+
+
+NOBODY = 65534
+NON_ROOT_CHECK = r"""
+import json, os
+from harness.mlperf import sandbox as s
+def run(src):
+    r = s.run_program(src, "python", timeout_s=3)
+    return [r.status, r.stdout + r.stderr]
+out = {"caps": s.capabilities(),
+       "who": run("import os; print(os.getuid(), os.getpid())"),
+       "write": run("open(%(target)r, 'w').write('x')"),
+       "remount": run("import subprocess; subprocess.run(['mount', '-o', 'remount,rw', '/'], check=True)"),
+       "net": run("import socket; socket.create_connection(('127.0.0.1', 9), 2)"),
+       "leftover": run("import subprocess; subprocess.Popen(['sleep', '300.4242'], start_new_session=True)"),
+       "sleep": run("import time; time.sleep(60)")}
+print(json.dumps(out))
+"""
+
+
+def test_not_root_isolates_with_a_user_namespace(tmp_path):
+    # perfdag run by an ordinary user: no uid to drop to, so a user namespace does the isolating
+    setpriv, python = shutil.which("setpriv"), sandbox.find_tool("python3")
+    if not (setpriv and python and sandbox.world_executable(str(REPO / "harness" / "mlperf"))):
+        pytest.skip("needs setpriv, a python3 and a checkout that other users can read")
+    own = Path(tempfile.mkdtemp(prefix="perfdag-nobody-"))
+    try:
+        os.chown(own, NOBODY, NOBODY)  # a directory the user may write to, outside the sandbox
+        target = str(own / "escaped")
+        proc = subprocess.run([setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
+                               python, "-c", NON_ROOT_CHECK % {"target": target}],
+                              cwd=REPO, env={"PYTHONPATH": str(REPO), "PATH": sandbox.SANDBOX_PATH},
+                              capture_output=True, text=True, timeout=60)
+        if "user namespaces" in proc.stderr:
+            pytest.skip("this kernel grants no unprivileged user namespaces")
+        assert proc.returncode == 0, proc.stderr
+        out = json.loads(proc.stdout)
+        assert out["who"] == ["passed", f"{NOBODY} 2\n"]
+        assert out["write"][0] == "failed" and "Read-only file system" in out["write"][1]
+        assert not os.path.exists(target)
+        assert out["remount"][0] == "failed"
+        assert out["net"][0] == "failed" and "Network is unreachable" in out["net"][1]
+        assert out["leftover"][0] == "passed" and out["sleep"][0] == "timeout"
+        left = subprocess.run(["pgrep", "-u", str(NOBODY), "-f", "300.4242"], capture_output=True)
+        assert left.stdout == b""
+    finally:
+        shutil.rmtree(own)

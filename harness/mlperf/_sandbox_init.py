@@ -20,7 +20,7 @@ import signal
 import sys
 
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
-CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
+CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWUSER = 0x20000000, 0x40000000, 0x10000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MS_NOATIME, MS_NODIRATIME, MS_RELATIME, MS_STRICTATIME = 1024, 2048, 1 << 21, 1 << 24
@@ -200,7 +200,17 @@ def main():
     flags |= CLONE_NEWNET if cfg["flags"]["net"] else 0
     flags |= CLONE_NEWNS if cfg["flags"]["mount"] else 0
     flags |= CLONE_NEWPID if cfg["flags"]["pid"] else 0
+    if cfg["flags"].get("user"):
+        flags |= CLONE_NEWUSER
+        uid, gid = os.getuid(), os.getgid()
     check(cfg, libc.unshare(flags), f"unshare({flags:#x})")
+    if flags & CLONE_NEWUSER:
+        # the same uid inside: stage 0 and pid 1 hold the namespace's capabilities (they never
+        # exec), the program's execve as a non-root uid drops them, so it cannot undo the mounts
+        for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
+                           ("gid_map", f"{gid} {gid} 1")):
+            with open(f"/proc/self/{name}", "w") as f:
+                f.write(text)
     pid = os.fork()
     if pid == 0:
         pid1(cfg)

@@ -15,6 +15,11 @@ Each job (one or more steps, e.g. compile then run) gets one session of `_sandbo
   perfdag backs it up by SIGKILLing the session, then any process still owned by the leased uid
   (the fallback where no PID namespace exists).
 
+Not root: where the kernel grants unprivileged user namespaces, the job keeps perfdag's uid
+inside a user namespace of its own (its execve as a non-root uid drops the namespace's
+capabilities, so it cannot undo the read-only mounts; RLIMIT_NPROC holds for a non-root uid);
+otherwise `SandboxUnavailable`.
+
 `run_program` runs one program, `run_many` runs jobs on N worker threads, each driving its own
 subprocesses. A language whose toolchain is missing gives status "not_scored", never "passed".
 """
@@ -164,30 +169,28 @@ def capabilities() -> dict:
     global _probe
     with _probe_lock:
         if _probe is None:
-            if os.geteuid() != 0:
-                _probe = {"root": False, "net": False, "mount": False, "pid": False, "why": (
-                    "the sandbox needs root (to drop each job to an unprivileged uid and make "
-                    "namespaces)")}
-            else:
-                _probe = {"root": True, "why": ""}
-                for flag in ("net", "mount", "pid"):
-                    flags = {"net": False, "mount": False, "pid": False, flag: True}
-                    res = _launch(Job([Step(["/bin/true"], 10)]), flags, None)
-                    _probe[flag] = res.status == "passed"
-                    if not _probe[flag]:
-                        _probe["why"] += f"{flag} namespace: {res.detail}; "
+            root = os.geteuid() == 0
+            _probe = {"root": root, "user": not root, "why": ""}
+            for flag in ("net", "mount", "pid"):
+                flags = {"net": False, "mount": False, "pid": False, "user": not root, flag: True}
+                res = _launch(Job([Step(["/bin/true"], 10)]), flags, None)
+                _probe[flag] = res.status == "passed"
+                if not _probe[flag]:
+                    _probe["why"] += f"{flag} namespace: {res.detail}; "
         return _probe
 
 
 def _isolation(allow_network: bool) -> dict:
     caps = capabilities()
-    if not caps["root"]:
-        raise SandboxUnavailable(f"sandbox: {caps['why']}; run perfdag as root")
+    if not caps["root"] and not (caps["pid"] and caps["mount"]):
+        # without root there is no uid to drop to: a user namespace must do the isolating
+        raise SandboxUnavailable(f"sandbox: not root and no unprivileged user namespaces here "
+                                 f"({caps['why']}); run perfdag as root")
     if not caps["net"] and not allow_network:
         raise SandboxUnavailable(f"sandbox: no network namespace on this machine ({caps['why']}); "
                                  f"refusing to run generated code with network access; "
                                  f"{ALLOW_NETWORK_HINT}")
-    return {"net": caps["net"], "mount": caps["mount"], "pid": caps["pid"]}
+    return {"net": caps["net"], "mount": caps["mount"], "pid": caps["pid"], "user": caps["user"]}
 
 
 def _state_dir() -> Path:
@@ -363,8 +366,11 @@ def run_job(job: Job, *, allow_network: bool = False) -> RunResult:
                          f"{job.language or 'program'}: toolchain missing: {', '.join(missing)} "
                          f"not found on {SANDBOX_PATH} (or not executable by other users)")
     flags = _isolation(allow_network)
-    with uid_lease() as uid:
-        res = _launch(job, flags, uid)
+    if flags["user"]:  # not root: the job keeps perfdag's uid, inside its own user namespace
+        res = _launch(job, flags, None)
+    else:
+        with uid_lease() as uid:
+            res = _launch(job, flags, uid)
     if res.status == "error":  # the sandbox's fault, not the program's: never score it
         raise SandboxUnavailable(f"{res.detail}\n{res.stderr}".strip())
     return res
