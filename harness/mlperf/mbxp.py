@@ -59,6 +59,8 @@ MXEVAL_STEPS = {
 
 # Runs in the sandbox as the unprivileged uid (a copy is written into the private dir).
 # It reproduces mxeval's check_correctness: the same guard, swallowed IO and SIGALRM timer.
+# Its verdict line carries a nonce read from stdin, so a program that merely exits 0 or prints
+# "passed" does not pass (a program written to hunt for the nonce could: pass@1 is not a defence).
 PYTHON_RUNNER = r'''
 import builtins, contextlib, faulthandler, io, os, signal, sys
 
@@ -194,7 +196,7 @@ def score_mbxp(rows: "pandas.DataFrame", generated_texts: list[str], *, workers:
     """MBXP pass@1 (percent, unrounded, as MLCommons) and one record per row."""
     _check_rows(rows, generated_texts)
     per_row, jobs, job_rows = [], [], []
-    for i, (rid, test, text) in enumerate(zip(rows["id"], rows["gt_output"], generated_texts)):
+    for rid, test, text in zip(rows["id"], rows["gt_output"], generated_texts):
         language, entry_point = rid.split("_", 1)
         record = {"id": rid, "language": language, "status": "", "detail": ""}
         per_row.append(record)
@@ -203,7 +205,7 @@ def score_mbxp(rows: "pandas.DataFrame", generated_texts: list[str], *, workers:
                                                    f"{language}; left out of the denominator")
             continue
         if not isinstance(test, str) or not isinstance(text, str):
-            # MLCommons' worker catches the TypeError of prompt + solution + test: not passed
+            # MLCommons fails such a row too: prompt + solution + test raises a TypeError
             record.update(status="failed", detail="gt_output or generated text is not text")
             continue
         nonce = sandbox.new_nonce()
