@@ -29,7 +29,7 @@ def add_parser(sub) -> None:
     sc.add_argument("--allow-pickle", action="store_true",
                     help="load a .pkl dataset (unpickling runs whatever code the file holds)")
     sc.add_argument("--workers", type=int, default=2, help="sandboxed programs at once (MBXP)")
-    sc.add_argument("--timeout", type=float, default=15.0, help="seconds per sandboxed program")
+    sc.add_argument("--timeout", type=float, default=20.0, help="seconds per sandboxed program")
     sc.add_argument("--allow-code-network", action="store_true",
                     help="run generated code even where no network namespace can be made")
     sc.add_argument("--out", default="", metavar="DIR", help="write accuracy.json and per-row detail here")

@@ -283,7 +283,7 @@ class AccuracySection(Section):
     # each killed after code_timeout_s. Without a network namespace it is refused unless
     # allow_code_network says the programs may run with this host's network.
     code_workers: int = Field(2, ge=1, le=64)
-    code_timeout_s: float = Field(15.0, gt=0, le=600)
+    code_timeout_s: float = Field(20.0, gt=0, le=600)  # MLCommons' MBXP checker: 20 s
     allow_code_network: bool = False
 
 

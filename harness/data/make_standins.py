@@ -62,7 +62,9 @@ def gsm8k_rows(rng: random.Random, n: int) -> list[dict]:
             a = rng.randint(2, 9)
             q = f"{who} splits {a} liters of juice between 2 bottles. How many liters are in each bottle?"
             ans = f"Each bottle has {a} / 2 = {a / 2} liters. The answer is {a / 2}."
-        rows.append({"dataset": "GSM8K", "id": f"gsm8k_{i}", "input": f"Q: {q}\nA:", "gt_output": f" {ans}",
+        # MLCommons' GSM8K rows hold the bare number as gt_output, compared as a float.
+        number = ans.rsplit("The answer is ", 1)[1].rstrip(".").replace(",", "")
+        rows.append({"dataset": "GSM8K", "id": f"gsm8k_{i}", "input": f"Q: {q}\nA:", "gt_output": number,
                      "canonical_solution": f" {ans}"})
     return rows
 

@@ -106,9 +106,13 @@ def self_reference_entries(samples: Sequence, tokenizer, dtype: str = LOG_DTYPE)
     references' own lengths)."""
     out = []
     for s in samples:
-        ids = s.reference_ids
+        # A row may name the output it expects apart from what the scorer compares with (MBXP's
+        # gt_output holds tests, not a solution): the shipped stand-ins' canonical_solution.
+        solution = s.meta.get("columns", {}).get("canonical_solution")
+        ids = s.reference_ids if solution is None else None
         if ids is None:
-            ids = tokenizer.encode(s.reference_text or "", add_special_tokens=False)
+            ids = tokenizer.encode(solution if solution is not None else (s.reference_text or ""),
+                                   add_special_tokens=False)
         out.append({"qsl_idx": int(s.index), "seq_id": int(s.index),
                     "data": np.asarray(ids, dtype=dtype).tobytes().hex().upper()})
     return out
@@ -120,7 +124,7 @@ def metrics_only(scores: Mapping[str, Any]) -> dict:
 
 def evaluate(log_path: str | os.PathLike, samples: Sequence, tokenizer, *, benchmark: str, round_: str,
              target: float, tolerance: float = 0.10, gates_from: str = "mlperf", dtype: str = LOG_DTYPE,
-             code_workers: int = 2, code_timeout_s: float = 15.0, allow_network: bool = False,
+             code_workers: int = 2, code_timeout_s: float = 20.0, allow_network: bool = False,
              out_dir: str | os.PathLike | None = None, reference_source: str | None = None) -> dict:
     """Score `log_path` with the benchmark's scorer, judge it, and (with `out_dir`) write
     accuracy.json and the scorer's per-row detail. Returns the accuracy document."""
@@ -149,8 +153,13 @@ def evaluate(log_path: str | os.PathLike, samples: Sequence, tokenizer, *, bench
         self_entries = self_reference_entries([by_index[i] for i in ran], tokenizer, dtype)
         self_scores = metrics_only(score(bench, self_entries, frame, tokenizer, dtype=dtype,
                                          code_runner=runner(results_dir=Path(out_dir) / "code_references" if out_dir else None)))
-        wanted = [m for m in bench.metrics]
-        refs = {m.name: self_scores.get(m.name) for m in wanted}
+        refs = {m.name: self_scores.get(m.name) for m in bench.metrics}
+        # A reference of 0 would make its gate pass anything: the dataset's own answers fail its scorer.
+        zero = [m.name for m in bench.metrics if m.kind == "quality" and refs[m.name] == 0]
+        if zero:
+            raise InputError(f"the dataset's references score 0 on {', '.join(zero)} with {bench.name}'s scorer, so "
+                             "they cannot be the reference; check the dataset's columns (e.g. a GSM8K gt_output "
+                             "must be the number) or judge against MLPerf's gates")
         # A metric whose reference could not be computed (no rows of its subset) stays required.
         gates = gates_for({k: v for k, v in refs.items() if v is not None}, target, tolerance)
         for k, v in refs.items():
