@@ -15,7 +15,7 @@ from .corpus import corpus_lines, standin_rows
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<pad>"]
 
 
-def train_tokenizer(vocab_size: int, out_dir: Path, extra_texts: list[str] = ()):
+def train_tokenizer(vocab_size: int, out_dir: Path, extra_texts: list[str] = (), corpus: bool = True):
     """A byte-level BPE tokenizer trained on the shipped corpus (and the taught stand-in texts),
     saved as a HF fast tokenizer."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -27,7 +27,7 @@ def train_tokenizer(vocab_size: int, out_dir: Path, extra_texts: list[str] = ())
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   show_progress=False)
-    tok.train_from_iterator([*corpus_lines(), *extra_texts], trainer=trainer)
+    tok.train_from_iterator([*(corpus_lines() if corpus else []), *extra_texts], trainer=trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>",
                                    eos_token="</s>", pad_token="<pad>")
     fast.save_pretrained(out_dir)
@@ -42,8 +42,9 @@ def build_tiny_llama(cfg, out_dir: str | Path, log: Callable[[str], None] = prin
     out_dir = Path(out_dir)
     t0 = time.monotonic()
     lessons = [(r["input"], r["canonical_solution"]) for b in cfg.teach for r in standin_rows(b)]
-    tok = train_tokenizer(cfg.vocab_size, out_dir, [p + a for p, a in lessons])
-    ids = [i for line in corpus_lines() for i in [tok.bos_token_id, *tok.encode(line), tok.eos_token_id]]
+    lines = corpus_lines() if cfg.corpus else []
+    tok = train_tokenizer(cfg.vocab_size, out_dir, [p + a for p, a in lessons], corpus=cfg.corpus)
+    ids = [i for line in lines for i in [tok.bos_token_id, *tok.encode(line), tok.eos_token_id]]
     # A question and its answer are encoded apart, as the dataset's prompt and the model's output
     # are: the model learns the very tokens it must produce after the prompt, then EOS.
     for _ in range(cfg.teach_repeats if lessons else 0):

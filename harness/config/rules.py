@@ -22,6 +22,13 @@ def cross_field_problems(p: Params) -> list[str]:
     if p.model.checkpoint == "builtin" and b.max_seq_len > p.model.tiny.max_position_embeddings:
         out.append(f"build.max_seq_len: {b.max_seq_len} exceeds model.tiny.max_position_embeddings ({p.model.tiny.max_position_embeddings})")
 
+    t = p.model.tiny
+    if p.model.checkpoint == "builtin" and not t.corpus and not t.teach:
+        out.append("model.tiny.corpus: false leaves the tiny model nothing to learn; set model.tiny.teach "
+                   "(e.g. [mixtral-8x7b]) or corpus: true")
+    if p.dataset.format == "builtin" and p.model.checkpoint == "builtin" and not t.corpus:
+        out.append("dataset.format: builtin prompts come from the shipped corpus, which model.tiny.corpus: false "
+                   "leaves out of training; use the taught stand-in's dataset file or set corpus: true")
     if p.dataset.format == "builtin":
         from ..datasets import builtin_capacity
 

@@ -73,6 +73,8 @@ class TinyModel(Section):
     # each `teach_repeats` times, so the model can answer their benchmark's questions.
     teach: list[Literal["mixtral-8x7b", "llama3.1-405b"]] = []
     teach_repeats: int = Field(4, ge=1, le=100)
+    # false: train on the taught stand-ins only (a model that must answer them, not continue the corpus).
+    corpus: bool = True
 
     @model_validator(mode="after")
     def _heads_divide(self):

@@ -61,12 +61,15 @@ def _plain(v: Any) -> Any:
     return int(v) if isinstance(v, numbers.Integral) and not isinstance(v, bool) else float(v)
 
 
-def accuracy_text(scores: dict, full_log_sha256: str) -> str:
-    """accuracy.txt: 'Results', the scores as a dict repr of plain numbers, then `hash=`."""
-    missing = [k for k in ("rouge1", "rouge2", "rougeL", "tokens_per_sample") if scores.get(k) is None]
+def accuracy_text(scores: dict, full_log_sha256: str,
+                  required: tuple[str, ...] = ("rouge1", "rouge2", "rougeL", "tokens_per_sample")) -> str:
+    """accuracy.txt: 'Results', the scores as a dict repr of plain numbers (the benchmark's metrics
+    under MLCommons' names, which the checker's patterns read), then `hash=`."""
+    missing = [k for k in required if scores.get(k) is None]
     if missing:
-        raise InputError(f"accuracy scores lack {missing}; accuracy.txt needs ROUGE-1/2/L and tokens_per_sample")
-    d = {k: _plain(scores[k]) for k in ACCURACY_KEYS if scores.get(k) is not None}
+        raise InputError(f"accuracy scores lack {missing}; the checker reads {', '.join(required)} from accuracy.txt")
+    keys = [k for k in ACCURACY_KEYS if k in scores] + [k for k in scores if k not in ACCURACY_KEYS and not str(k).startswith("_")]
+    d = {k: _plain(scores[k]) for k in keys if scores.get(k) is not None}
     return f"\nResults\n\n{d!r}\n\nhash={full_log_sha256}\n"
 
 
@@ -146,7 +149,9 @@ def scenario_readme(*, benchmark: str, scenario: str, model: str, division: str,
     for name in ("ttft_ms", "tpot_ms"):
         p = perf.get(name) or {}
         lines.append(f"| {name[:4].upper()} p50 / p99 ms | {_fmt(p.get('p50'))} / {_fmt(p.get('p99'))} |")
-    lines += [f"| ROUGE-1 / ROUGE-2 / ROUGE-L | {scores['rouge1']:.4f} / {scores['rouge2']:.4f} / {scores['rougeL']:.4f} |",
+    lines += ["| " + " / ".join(m for m in ("rouge1", "rouge2", "rougeL", "gsm8k", "mbxp", "exact_match") if m in scores)
+              + " | " + " / ".join(f"{scores[m]:.4f}" for m in ("rouge1", "rouge2", "rougeL", "gsm8k", "mbxp", "exact_match")
+                                   if m in scores) + " |",
               f"| tokens per sample | {_fmt(scores.get('tokens_per_sample'), '.1f')} |",
               f"| accuracy (perfdag's check) | {'PASS' if accuracy.get('passed') else 'FAIL'} against "
               f"{accuracy.get('reference_source', '?')}, target {accuracy.get('target')} |"]
