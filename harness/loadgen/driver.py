@@ -36,7 +36,7 @@ import numpy as np
 
 from .frontend import frontend_main
 from .messages import Alive, Done, Failed, First, Issue, Quit, Ready, Stopped
-from .results import json_default, measured_stats, write_requests_csv
+from .results import client_usage, json_default, measured_stats, write_requests_csv
 from .settings import SettingsError, build_test_settings
 
 
@@ -51,6 +51,10 @@ def _methods(clients: dict) -> dict:
 
 class _Fatal(Exception):
     pass
+
+
+def _flat(m) -> list:
+    return m if isinstance(m, list) else [m]
 
 
 class _Driver:
@@ -88,7 +92,7 @@ class _Driver:
         self.procs = []
         self.in_qs = []
         self.t_setup = time.monotonic()
-        self.frontend_cpu_s: dict[int, float | None] = {}
+        self.frontend_usage: dict[int, dict] = {}
         self.rate_history: collections.deque = collections.deque()
 
     # -- fatal: report and leave at once (LoadGen cannot be aborted) --
@@ -144,10 +148,10 @@ class _Driver:
     def completer(self, lg, out_q) -> None:
         try:
             while True:
-                msgs = [out_q.get()]
+                msgs = _flat(out_q.get())  # frontends send lists (one per loop pass)
                 with contextlib.suppress(queue.Empty):
                     while len(msgs) < 512:
-                        msgs.append(out_q.get_nowait())
+                        msgs += _flat(out_q.get_nowait())
                 firsts, dones = [], []
                 quit_ = False
                 for m in msgs:
@@ -165,7 +169,7 @@ class _Driver:
                             self.ready_ev.set()
                     elif isinstance(m, Stopped):
                         self.stopped.add(m.frontend)
-                        self.frontend_cpu_s[m.frontend] = m.counts.get("cpu_s")
+                        self.frontend_usage[m.frontend] = m.counts
                         if len(self.stopped) == len(self.procs):
                             self.stopped_ev.set()
                     elif isinstance(m, Failed):
@@ -357,9 +361,8 @@ class _Driver:
         stats = {**self._stats_brief(), "test_s": round(test_s, 3), "warmup_s": round(warm_s, 3),
                  "warmup_requests": warm_n, "streaming": any(streaming.values()) if streaming else None,
                  "per_server": per_server, "measured": measured_stats(self.records),
-                 "methods": _methods(clients),
-                 # CPU the client side spent on the measured queries: LoadGen + driver + frontends
-                 "client_cpu_s": round(driver_cpu_s + sum(c or 0.0 for c in self.frontend_cpu_s.values()), 4)}
+                 "methods": _methods(clients), "max_in_flight": cfg.get("max_in_flight"),
+                 **client_usage(driver_cpu_s, test_s, self.frontend_usage)}
         self.emit({"event": "done", "stats": stats, "final_progress": final})
         return 0
 

@@ -10,6 +10,7 @@ token, `Failed` on any error. A new protocol is one module with one `Core` subcl
 """
 from __future__ import annotations
 
+import collections
 import threading
 import time
 
@@ -33,7 +34,8 @@ class Prompts:
 
 
 class Core:
-    """One client: one connection to one server, for one model."""
+    """One client: one connection (gRPC stream, or a lane of the frontend's HTTP pool) to one
+    server, for one model, with at most `cap` requests outstanding; the rest wait in `waiting`."""
 
     protocol = ""
 
@@ -46,6 +48,13 @@ class Core:
         self.sink = sink
         self.frontend = frontend
         self.streaming = bool(cfg["streaming"])
+        # Accuracy runs and TEST06 log every token id; a performance run needs only the count
+        self.keep_tokens = bool(cfg.get("keep_tokens", True))
+        self.cap = max(1, int(spec.get("cap") or cfg.get("client_cap") or 1 << 30))
+        self.waiting: collections.deque = collections.deque()
+        self.outstanding = 0
+        self.peak = 0
+        self.frontend_in_flight = [0, 0]    # [now, peak] over the frontend's cores (one loop: no lock)
         self.failed = False
         self.closing = False
         self.sent = 0
@@ -61,7 +70,7 @@ class Core:
         raise NotImplementedError
 
     def enqueue(self, qid, sample: int) -> None:
-        """Sends one request (from the core's own thread or loop; never blocks the caller)."""
+        """Queues one request (any thread; never blocks the caller)."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -77,20 +86,48 @@ class Core:
         for k in range(n):
             self.enqueue(f"w{self.g}-{k}", (self.g + k * 7919) % len(self.prompts))
 
+    # --- in-flight accounting (called on the core's own loop) -------------------------------
+    def next_request(self):
+        """(qid, sample) to send now, or None when `cap` are outstanding or none waits."""
+        if self.outstanding >= self.cap or not self.waiting:
+            return None
+        self.outstanding += 1
+        if self.outstanding > self.peak:
+            self.peak = self.outstanding
+        fe = self.frontend_in_flight
+        fe[0] += 1
+        if fe[0] > fe[1]:
+            fe[1] = fe[0]
+        return self.waiting.popleft()
+
     # --- what cores report -----------------------------------------------------------------
-    def on_token(self, qid, first: bool, tokens: np.ndarray, now: int) -> None:
-        """A streamed response arrived for `qid` (`first`: its first tokens)."""
-        if isinstance(qid, str):
+    def on_first(self, qid, now: int, first: bytes) -> None:
+        """The first tokens of a streamed response arrived (`first`: int32 bytes, may be empty)."""
+        if isinstance(qid, str) or not self.streaming:
             return
-        if first and self.streaming:
-            self.sink.put(First(qid, now, tokens[:1].tobytes()))
-        elif self.streaming and now - self._last_alive > 1e9:
+        self.sink.put(First(qid, now, first))
+
+    def on_alive(self, now: int) -> None:
+        """A later streamed response arrived: tell the driver the server lives, at most once a second."""
+        if self.streaming and now - self._last_alive > 1e9:
             self._last_alive = now
             self.sink.put(Alive(self.g, now))
 
-    def on_done(self, qid, t_first: int, tokens: np.ndarray, now: int) -> None:
-        """The request is complete with every generated token."""
+    def on_token(self, qid, first: bool, tokens: np.ndarray, now: int) -> None:
+        """A streamed response arrived for `qid` (`first`: its first tokens)."""
+        if first:
+            self.on_first(qid, now, tokens[:1].tobytes())
+        else:
+            self.on_alive(now)
+
+    def on_done(self, qid, t_first: int, tokens, now: int, n_tokens: int | None = None) -> None:
+        """The request is complete: `tokens` every generated token (an int32 array or bytes; empty
+        when not kept), `n_tokens` their count (default: len(tokens))."""
         self.completed += 1
+        self.outstanding -= 1
+        self.frontend_in_flight[0] -= 1
+        data = tokens if isinstance(tokens, bytes) else tokens.tobytes()
+        n = len(data) // 4 if n_tokens is None else int(n_tokens)
         if isinstance(qid, str):
             self.warm_left -= 1
             if self.warm_left <= 0:
@@ -100,7 +137,7 @@ class Core:
             # nothing generated: LoadGen still needs a first token before the completion
             t_first = now
             self.sink.put(First(qid, now, b""))
-        self.sink.put(Done(qid, t_first if self.streaming else 0, now, tokens.tobytes(), int(tokens.size)))
+        self.sink.put(Done(qid, t_first if self.streaming else 0, now, data, n))
 
     def fail(self, message: str, qid=None) -> None:
         if self.failed:
