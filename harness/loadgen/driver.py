@@ -23,7 +23,6 @@ import itertools
 import json
 import os
 import pickle
-import queue
 import signal
 import sys
 import threading
@@ -149,9 +148,8 @@ class _Driver:
         try:
             while True:
                 msgs = _flat(out_q.get())  # frontends send lists (one per loop pass)
-                with contextlib.suppress(queue.Empty):
-                    while len(msgs) < 512:
-                        msgs += _flat(out_q.get_nowait())
+                while len(msgs) < 512 and not out_q.empty():
+                    msgs += _flat(out_q.get())
                 firsts, dones = [], []
                 quit_ = False
                 for m in msgs:
@@ -300,7 +298,9 @@ class _Driver:
 
         cfg = self.cfg
         ctx = mp.get_context("spawn")
-        out_q = ctx.Queue()
+        # A SimpleQueue writes in the putting thread: no feeder thread in a frontend to wake (and
+        # contend for its GIL) per message batch; the completer drains it continuously.
+        out_q = ctx.SimpleQueue()
         self.in_qs = [ctx.Queue() for _ in range(cfg["frontends"])]
         fe_cfg = {k: v for k, v in cfg.items() if k != "prompts"}
         for fe in range(cfg["frontends"]):

@@ -50,6 +50,9 @@ class Core:
         self.streaming = bool(cfg["streaming"])
         # Accuracy runs and TEST06 log every token id; a performance run needs only the count
         self.keep_tokens = bool(cfg.get("keep_tokens", True))
+        # Offline has no first-token latency: the first token's time rides in Done (requests.csv),
+        # one message per query instead of two
+        self.report_first = cfg.get("scenario") != "Offline"
         self.cap = max(1, int(spec.get("cap") or cfg.get("client_cap") or 1 << 30))
         self.waiting: collections.deque = collections.deque()
         self.outstanding = 0
@@ -103,7 +106,7 @@ class Core:
     # --- what cores report -----------------------------------------------------------------
     def on_first(self, qid, now: int, first: bytes) -> None:
         """The first tokens of a streamed response arrived (`first`: int32 bytes, may be empty)."""
-        if isinstance(qid, str) or not self.streaming:
+        if isinstance(qid, str) or not self.streaming or not self.report_first:
             return
         self.sink.put(First(qid, now, first))
 
@@ -136,7 +139,8 @@ class Core:
         if self.streaming and not t_first:
             # nothing generated: LoadGen still needs a first token before the completion
             t_first = now
-            self.sink.put(First(qid, now, b""))
+            if self.report_first:
+                self.sink.put(First(qid, now, b""))
         self.sink.put(Done(qid, t_first if self.streaming else 0, now, data, n))
 
     def fail(self, message: str, qid=None) -> None:
