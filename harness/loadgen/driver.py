@@ -37,6 +37,7 @@ from .frontend import frontend_main
 from .messages import Alive, Done, Failed, First, Issue, Quit, Ready, Stopped
 from .results import client_usage, json_default, measured_stats, write_requests_csv
 from .settings import SettingsError, build_test_settings
+from .usage import Usage
 
 
 def _methods(clients: dict) -> dict:
@@ -144,12 +145,19 @@ class _Driver:
         pass
 
     # -- completer thread: the only caller of FirstTokenComplete / QuerySamplesComplete --
-    def completer(self, lg, out_q) -> None:
+    def completer(self, lg, readers: list) -> None:
+        """Reads every frontend's pipe (and the driver's own, which says Quit) until Quit."""
+        from multiprocessing.connection import wait
+
+        readers = list(readers)
         try:
             while True:
-                msgs = _flat(out_q.get())  # frontends send lists (one per loop pass)
-                while len(msgs) < 512 and not out_q.empty():
-                    msgs += _flat(out_q.get())
+                msgs = []
+                for r in wait(readers):
+                    try:
+                        msgs += _flat(r.recv())  # frontends send lists (one per loop pass)
+                    except EOFError:  # that frontend exited; the watchdog judges whether it should have
+                        readers.remove(r)
                 firsts, dones = [], []
                 quit_ = False
                 for m in msgs:
@@ -298,19 +306,24 @@ class _Driver:
 
         cfg = self.cfg
         ctx = mp.get_context("spawn")
-        # A SimpleQueue writes in the putting thread: no feeder thread in a frontend to wake (and
-        # contend for its GIL) per message batch; the completer drains it continuously.
-        out_q = ctx.SimpleQueue()
+        # One pipe per frontend, written in the frontend's loop thread: no feeder thread to wake
+        # (and contend for its GIL) per message batch, and no lock shared between processes that a
+        # frontend exiting mid-write could leave held.
+        pipes = [ctx.Pipe(duplex=False) for _ in range(cfg["frontends"])]
+        quit_r, self.quit_w = ctx.Pipe(duplex=False)
         self.in_qs = [ctx.Queue() for _ in range(cfg["frontends"])]
         fe_cfg = {k: v for k, v in cfg.items() if k != "prompts"}
         for fe in range(cfg["frontends"]):
             specs = [c for c in self.clients if c["frontend"] == fe]
             p = ctx.Process(target=frontend_main, name=f"perfdag-frontend-{fe}", daemon=True,
-                            args=(fe, specs, fe_cfg, cfg["prompts"], self.in_qs[fe], out_q, os.getpid()))
+                            args=(fe, specs, fe_cfg, cfg["prompts"], self.in_qs[fe], pipes[fe][1], os.getpid()))
             p.start()
             self.procs.append(p)
+        for _, w in pipes:
+            w.close()  # the frontends hold the write ends: a reader sees EOF when its frontend exits
         self.emit({"event": "started", "pid": os.getpid(), "frontend_pids": [p.pid for p in self.procs]})
-        comp = threading.Thread(target=self.completer, args=(lg, out_q), name="loadgen-completer", daemon=True)
+        comp = threading.Thread(target=self.completer, args=(lg, [r for r, _ in pipes] + [quit_r]),
+                                name="loadgen-completer", daemon=True)
         comp.start()
         wd = threading.Thread(target=self.watchdog, name="loadgen-watchdog", daemon=True)
         wd.start()
@@ -337,9 +350,10 @@ class _Driver:
         log_settings.enable_trace = False
         sut = lg.ConstructSUT(self.issue_queries, self.flush_queries)
         qsl = lg.ConstructQSL(cfg["n_samples"], self.perf_count, lambda s: None, lambda s: None)
-        t_start, cpu_start = time.monotonic(), time.process_time()
+        usage = Usage()
         lg.StartTestWithLogSettings(sut, qsl, settings, log_settings)
-        test_s, driver_cpu_s = time.monotonic() - t_start, time.process_time() - cpu_start
+        driver_usage = usage.stop()
+        test_s = driver_usage["wall_s"]
         final = self.progress()
         # close the gRPC streams (frontends) before anyone stops tritonserver
         self.stopping = True
@@ -351,7 +365,7 @@ class _Driver:
             p.join(10.0)
             if p.is_alive():
                 p.kill()
-        out_q.put(Quit())
+        self.quit_w.send([Quit()])
         comp.join(10.0)
         lg.DestroySUT(sut)
         lg.DestroyQSL(qsl)
@@ -362,7 +376,7 @@ class _Driver:
                  "warmup_requests": warm_n, "streaming": any(streaming.values()) if streaming else None,
                  "per_server": per_server, "measured": measured_stats(self.records),
                  "methods": _methods(clients), "max_in_flight": cfg.get("max_in_flight"),
-                 **client_usage(driver_cpu_s, test_s, self.frontend_usage)}
+                 **client_usage(driver_usage, self.frontend_usage)}
         self.emit({"event": "done", "stats": stats, "final_progress": final})
         return 0
 

@@ -14,8 +14,9 @@ import traceback
 
 from .cores import core_class
 from .cores.base import Prompts
-from .cores.aioloop import BatchSink, FrontendLoop
+from .cores.aioloop import BatchSink, FrontendLoop, PipeOut
 from .messages import Failed, Ready, Stopped
+from .usage import Usage
 
 
 def _watch_parent(parent_pid: int) -> None:
@@ -37,11 +38,11 @@ def frontend_main(fe_idx: int, specs: list[dict], cfg: dict, prompts: Prompts, i
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True, name="parent-watch").start()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the caller handles Ctrl-C by killing the group
     Core = core_class(cfg["protocol"])
-    sink = BatchSink(out_q, FrontendLoop.get().loop)
+    sink = BatchSink(PipeOut(out_q), FrontendLoop.get().loop)
     in_flight = [0, 0]
     cores = {}
-    timed = None  # (cpu, wall) at the first timed query
-    t_end = cpu_end = None
+    timed = None  # Usage from the first timed query to the stop
+    usage = {}
     try:
         for spec in specs:
             c = Core(spec, cfg, prompts, sink, fe_idx)
@@ -77,10 +78,10 @@ def frontend_main(fe_idx: int, specs: list[dict], cfg: dict, prompts: Prompts, i
             except queue.Empty:
                 continue
             if items is None:
-                t_end, cpu_end = time.monotonic(), time.process_time()
+                usage = timed.stop() if timed is not None else {}
                 break
             if timed is None:
-                timed = (time.process_time(), time.monotonic())
+                timed = Usage()
             per_core: dict[int, list] = {}
             for it in items:
                 per_core.setdefault(it.client, []).append((it.qid, it.sample))
@@ -93,9 +94,5 @@ def frontend_main(fe_idx: int, specs: list[dict], cfg: dict, prompts: Prompts, i
         for c in cores.values():
             c.close()
         counts = {g: {"sent": c.sent, "completed": c.completed, "peak_in_flight": c.peak} for g, c in cores.items()}
-        usage = {}
-        if timed is not None and t_end is not None:
-            # CPU of the whole process (every thread) over the timed run, and the share of it busy
-            usage = {"cpu_s": cpu_end - timed[0], "wall_s": t_end - timed[1]}
         sink.put(Stopped(fe_idx, {"clients": counts, "peak_in_flight": in_flight[1], **usage}))
         sink.flush_now()

@@ -320,21 +320,26 @@ def measured_stats(records: Sequence[tuple]) -> dict:
     }
 
 
-#: A client process busier than this share of one core during the timed run was (or nearly was)
-#: what limited the run, not the server.
+#: A client process whose busiest thread ran or waited to run more than this share of the timed
+#: run (harness/loadgen/usage.py) was, or nearly was, what limited the run, not the server.
 CLIENT_BOUND_BUSY = 0.8
 
 
-def client_usage(driver_cpu_s: float, test_s: float, frontends: dict[int, dict]) -> dict:
-    """CPU of the driver and of each frontend over the timed run, the peak of requests in flight,
-    and whether a client process was the bottleneck (`client_bound`, with the setting to raise)."""
-    def busy(cpu, wall):
-        return round(cpu / wall, 3) if cpu is not None and wall else None
+def client_usage(driver: dict, frontends: dict[int, dict]) -> dict:
+    """CPU of the driver and of each frontend over the timed run, how busy each was (`busy`: its
+    busiest thread's run + run-queue time over the wall time; CPU / wall where that is unknown),
+    the peak of requests in flight, and whether a client process was the bottleneck
+    (`client_bound`, with the setting to raise)."""
+    def row(u: dict, **extra) -> dict:
+        cpu, wall = u.get("cpu_s"), u.get("wall_s")
+        busy = u.get("demand")
+        if busy is None and cpu is not None and wall:
+            busy = cpu / wall
+        return {**extra, "cpu_s": None if cpu is None else round(cpu, 4),
+                "wall_s": None if wall is None else round(wall, 3), "busy": None if busy is None else round(busy, 3)}
 
-    fes = [{"frontend": i, "cpu_s": round(u["cpu_s"], 4) if u.get("cpu_s") is not None else None,
-            "wall_s": round(u["wall_s"], 3) if u.get("wall_s") is not None else None,
-            "busy": busy(u.get("cpu_s"), u.get("wall_s"))} for i, u in sorted(frontends.items())]
-    drv = {"cpu_s": round(driver_cpu_s, 4), "wall_s": round(test_s, 3), "busy": busy(driver_cpu_s, test_s)}
+    fes = [row(u, frontend=i) for i, u in sorted(frontends.items())]
+    drv = row(driver)
     reasons = []
     for f in fes:
         if f["busy"] is not None and f["busy"] > CLIENT_BOUND_BUSY:
@@ -345,7 +350,7 @@ def client_usage(driver_cpu_s: float, test_s: float, frontends: dict[int, dict])
         reasons.append(f"the LoadGen driver was busy {drv['busy']:.0%} of the timed run (LoadGen itself and "
                        "its completions, per query: fewer, longer queries or a faster host)")
     peaks = [u.get("peak_in_flight") for u in frontends.values() if u.get("peak_in_flight") is not None]
-    return {"client_cpu_s": round(driver_cpu_s + sum(f["cpu_s"] or 0.0 for f in fes), 4),
+    return {"client_cpu_s": round((drv["cpu_s"] or 0.0) + sum(f["cpu_s"] or 0.0 for f in fes), 4),
             "client_cpu": {"driver": drv, "frontends": fes},
             # per frontend exact; summed over frontends (their peaks may not coincide)
             "peak_in_flight": sum(peaks) if peaks else None,

@@ -155,7 +155,8 @@ class TritonPythonModel:
         n = len(spec["tokens"])
         if spec["streaming"]:
             state = {"sender": sender, "spec": spec, "k": 0}
-            due = now + self.first_delay
+            # a chunk goes out when its last token is made: the first after first + (k-1) tokens
+            due = now + self.first_delay + self.token_delay * max(0, min(self.per_response, n) - 1)
         else:
             state = {"sender": sender, "spec": spec, "k": -1}  # one response at the end
             due = now + (self.first_delay + self.token_delay * max(0, n - 1) if n else 0.0)

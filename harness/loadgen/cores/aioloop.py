@@ -34,6 +34,18 @@ class FrontendLoop:
         self.loop.call_soon_threadsafe(fn, *args)
 
 
+class PipeOut:
+    """The frontend's end of its pipe to the driver; `put` from any thread."""
+
+    def __init__(self, conn):
+        self.conn = conn
+        self.lock = threading.Lock()
+
+    def put(self, obj) -> None:
+        with self.lock:
+            self.conn.send(obj)
+
+
 class BatchSink:
     """`put(msg)` from any thread; the loop flushes what gathered as one list per pass."""
 
