@@ -7,7 +7,21 @@ multiprocessing put (one pickle, one pipe write, one wake-up of the driver) inst
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
+
+
+def new_loop() -> asyncio.AbstractEventLoop:
+    """uvloop where installed (less per-wake-up work than asyncio's selector loop), else asyncio's;
+    PERFDAG_LOOP=asyncio forces the latter."""
+    if os.environ.get("PERFDAG_LOOP", "uvloop") == "uvloop":
+        try:
+            import uvloop
+        except ImportError:
+            pass
+        else:
+            return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
 
 
 class FrontendLoop:
@@ -15,7 +29,7 @@ class FrontendLoop:
     _lock = threading.Lock()
 
     def __init__(self):
-        self.loop = asyncio.new_event_loop()
+        self.loop = new_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="frontend-loop", daemon=True)
         self.thread.start()
 

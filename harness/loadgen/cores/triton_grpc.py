@@ -32,6 +32,7 @@ class TritonGrpcCore(Core):
         self.decoupled = True
         self.call = None
         self.channel = None
+        self.slots = None
 
     def connect(self) -> None:
         import tritonclient.grpc as grpcclient
@@ -151,14 +152,17 @@ class TritonGrpcCore(Core):
         data = b""
         raw = r.raw_output_contents
         if raw:
-            ids = seq = None
-            for k, o in enumerate(r.outputs):
-                if o.name == "output_ids":
-                    ids = raw[k]
-                elif o.name == "sequence_length":
-                    seq = raw[k]
-            if ids:
-                data = ids if not seq else ids[:4 * _I32.unpack_from(seq)[0]]
+            if self.slots is None:  # where output_ids / sequence_length sit (Triton keeps the order)
+                names = [o.name for o in r.outputs]
+                self.slots = (names.index("output_ids"), names.index("sequence_length")
+                              if "sequence_length" in names else -1, len(names))
+            i_ids, i_seq, n_out = self.slots
+            if len(raw) != n_out or r.outputs[i_ids].name != "output_ids":
+                self.slots = None
+                return self._on_response(r, now)
+            data = raw[i_ids]
+            if i_seq >= 0 and data:
+                data = data[:4 * _I32.unpack_from(raw[i_seq])[0]]
         if data:
             st[3] += len(data) >> 2
             if self.keep_tokens:
