@@ -52,8 +52,10 @@ def prompts_for(n: int) -> list[list[int]]:
 # ------------------------------------------------------------------ one run (a child process)
 
 def worker(spec: dict) -> dict:
+    if spec.get("tree"):
+        sys.path.insert(0, spec["tree"])  # that checkout's harness/, ahead of this one's
     prompts = prompts_for(spec["n"])
-    if spec["client"] == "perfdag":
+    if spec["client"] in ("perfdag", "perfdag-before"):
         return perfdag_run(spec, prompts)
     from bench.bare_clients import LOOPS
 
@@ -67,17 +69,22 @@ def worker(spec: dict) -> dict:
 def perfdag_run(spec: dict, prompts) -> dict:
     from harness.loadgen import run_loadgen
 
+    import inspect
+
     n = len(prompts)
+    extra = {}
+    if "max_in_flight" in inspect.signature(run_loadgen).parameters:  # not in a --before tree
+        extra["max_in_flight"] = spec["in_flight"]
     with tempfile.TemporaryDirectory(prefix="perfdag_bench_lg_") as out:
         t0 = time.monotonic()
         r = run_loadgen([spec["url"]], "echo" if spec["protocol"] == "grpc" else "", prompts,
                         {"offline_expected_qps": 1, "min_duration_ms": 0, "min_query_count": n,
                          "performance_sample_count": n},
                         out, scenario="Offline", frontends=spec.get("frontends", 1), clients_per_frontend=spec["conns"],
-                        max_in_flight=spec["in_flight"], warmup_queries=spec["warm"], max_new_tokens=spec["tokens"],
+                        warmup_queries=spec["warm"], max_new_tokens=spec["tokens"],
                         streaming=spec["streaming"], request_timeout_s=120, progress=False,
                         protocol={"grpc": "triton-grpc", "http": "openai-http"}[spec["protocol"]],
-                        api={"kind": "vllm", "prompt": "token_ids", "output_tokens": "server"})
+                        api={"kind": "vllm", "prompt": "token_ids", "output_tokens": "server"}, **extra)
         wall = time.monotonic() - t0
     m = r["measured"]
     h = r["harness"]
@@ -91,8 +98,9 @@ def run_child(spec: dict) -> dict:
     """Runs `spec` in a fresh process; adds the CPU its whole process tree used."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
-    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    p = subprocess.run([sys.executable, __file__, "--worker", json.dumps(spec)], cwd=REPO, env=env,
+    tree = spec.get("tree") or str(REPO)  # perfdag-before: another perfdag checkout's harness/
+    env = {**os.environ, "PYTHONPATH": tree + os.pathsep + str(REPO)}
+    p = subprocess.run([sys.executable, __file__, "--worker", json.dumps(spec)], cwd=tree, env=env,
                        capture_output=True, text=True, timeout=900)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if p.returncode != 0:
@@ -165,8 +173,8 @@ def summarise(doc: dict) -> list[dict]:
             for rnd in range(a["rounds"]):
                 cell = [r for r in doc["runs"] if r["round"] == rnd and r["protocol"] == proto and r["mode"] == mode]
                 costs = {c: per_response_us([r for r in cell if r["client"] == c], a["small"], a["large"])
-                         for c in ("perfdag", *BARE[proto])}
-                bare = {c: v for c, v in costs.items() if c != "perfdag" and v}
+                         for c in ("perfdag", "perfdag-before", *BARE[proto])}
+                bare = {c: v for c, v in costs.items() if c in BARE[proto] and v}
                 if not costs["perfdag"] or not bare:
                     continue
                 best = min(bare, key=bare.get)
@@ -180,8 +188,12 @@ def summarise(doc: dict) -> list[dict]:
             def med(c):
                 v = [p["costs"][c] for p in per_round if p["costs"].get(c)]
                 return statistics.median(v) if v else None
+            before = [p["costs"]["perfdag-before"] / p["costs"]["perfdag"] for p in per_round
+                      if p["costs"].get("perfdag-before")]
             rows.append({"protocol": proto, "mode": mode, "rounds": len(per_round),
                          "perfdag_us": med("perfdag"), "bare_us": {c: med(c) for c in BARE[proto]},
+                         "before_us": med("perfdag-before"),
+                         "before_over_now_median": statistics.median(before) if before else None,
                          "ratio_min": min(ratios), "ratio_median": statistics.median(ratios),
                          "ratio_max": max(ratios),
                          "load": [min(p["load"][0] for p in per_round), max(p["load"][1] for p in per_round)],
@@ -197,11 +209,19 @@ def table(doc: dict) -> str:
              "| protocol | mode | perfdag µs/resp | bare µs/resp (median) | perfdag / best bare: min / median / max "
              "| rounds | load (1 min) |",
              "|---|---|---|---|---|---|---|"]
-    for r in doc.get("summary") or summarise(doc):
+    rows = doc.get("summary") or summarise(doc)
+    for r in rows:
         bare = ", ".join(f"{c} {v:.0f}" for c, v in r["bare_us"].items() if v)
         lines.append(f"| {r['protocol']} | {'streaming' if r['mode'] == 'stream' else 'non-streaming'} | "
                      f"{r['perfdag_us']:.0f} | {bare} | {r['ratio_min']:.2f} / {r['ratio_median']:.2f} / "
                      f"{r['ratio_max']:.2f} | {r['rounds']} | {r['load'][0]:.1f}-{r['load'][1]:.1f} |")
+    if any(r.get("before_us") for r in rows):
+        lines += ["", "| protocol | mode | perfdag before µs/resp | now µs/resp | before / now (median of rounds) |",
+                  "|---|---|---|---|---|"]
+        for r in rows:
+            if r.get("before_us"):
+                lines.append(f"| {r['protocol']} | {r['mode']} | {r['before_us']:.0f} | {r['perfdag_us']:.0f} | "
+                             f"{r['before_over_now_median']:.2f} |")
     if doc.get("scaling"):
         lines += ["", "| protocol | frontends | responses/s (median) | client CPU µs/resp | client-bound |",
                   "|---|---|---|---|---|"]
@@ -252,6 +272,9 @@ def main() -> int:
     ap.add_argument("--clients", default="", help="limit to these clients (perfdag,aiohttp,...)")
     ap.add_argument("--scaling", default="", help="frontend counts: throughput rows instead of the cost table")
     ap.add_argument("--out", default="", help="results file (default bench/results/harness_overhead-<time>.json)")
+    ap.add_argument("--before", default="", metavar="DIR",
+                    help="also run perfdag from this checkout (e.g. `git archive <commit> | tar -x -C DIR`) "
+                         "as client perfdag-before")
     args = ap.parse_args()
     if args.worker:
         print(json.dumps(worker(json.loads(args.worker))))
@@ -281,13 +304,15 @@ def main() -> int:
             else:
                 only = set(args.clients.split(",")) - {""}
                 for rnd in range(args.rounds):
+                    mine = ("perfdag", "perfdag-before") if args.before else ("perfdag",)
                     cells = [(p, m, c, n) for p in args.protocols for m in args.modes
-                             for c in ("perfdag", *BARE[p]) if not only or c in only for n in (args.small, args.large)]
+                             for c in (*mine, *BARE[p]) if not only or c in only for n in (args.small, args.large)]
                     random.shuffle(cells)
                     for proto, mode, client, n in cells:
                         spec = {"client": client, "protocol": proto, "url": urls[proto], "n": n, "tokens": args.tokens,
                                 "in_flight": args.in_flight, "conns": args.conns, "streaming": mode == "stream",
-                                "warm": args.conns, "mode": mode, "round": rnd}
+                                "warm": args.conns, "mode": mode, "round": rnd,
+                                **({"tree": str(Path(args.before).resolve())} if client == "perfdag-before" else {})}
                         r = run_child(spec)
                         doc["runs"].append(r)
                         print(f"round {rnd} {proto:4} {mode:8} {client:20} n={n:5} cpu {r['cpu_s']:.2f}s "
