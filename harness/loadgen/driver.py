@@ -80,8 +80,9 @@ class _Driver:
         self.tokens = 0
         self.t0 = 0
         self.records: list[tuple] = []
-        self.ttfts = collections.deque(maxlen=20000)
-        self.lats = collections.deque(maxlen=20000)
+        # the progress line's p99 over the latest completions (its cost goes with wall time)
+        self.ttfts = collections.deque(maxlen=4096)
+        self.lats = collections.deque(maxlen=4096)
         self.ready = set()
         self.ready_info: dict = {}
         self.stopped = set()
