@@ -204,12 +204,11 @@ def summarise(doc: dict) -> list[dict]:
 def table(doc: dict) -> str:
     a = doc["args"]
     lines = [f"{a['small']} and {a['large']} samples x {a['tokens']} tokens, {a['in_flight']} in flight over "
-             f"{a['conns']} streams/clients; {doc['machine']['cpus']} CPUs; {doc['started']}",
-             "",
-             "| protocol | mode | perfdag µs/resp | bare µs/resp (median) | perfdag / best bare: min / median / max "
-             "| rounds | load (1 min) |",
-             "|---|---|---|---|---|---|---|"]
-    rows = doc.get("summary") or summarise(doc)
+             f"{a['conns']} streams/clients; {doc['machine']['cpus']} CPUs; {doc['started']}"]
+    rows = [] if doc.get("scaling") else (doc.get("summary") or summarise(doc))
+    if rows:
+        lines += ["", "| protocol | mode | perfdag µs/resp | bare µs/resp (median) | perfdag / best bare: "
+                  "min / median / max | rounds | load (1 min) |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         bare = ", ".join(f"{c} {v:.0f}" for c, v in r["bare_us"].items() if v)
         lines.append(f"| {r['protocol']} | {'streaming' if r['mode'] == 'stream' else 'non-streaming'} | "
@@ -223,11 +222,13 @@ def table(doc: dict) -> str:
                 lines.append(f"| {r['protocol']} | {r['mode']} | {r['before_us']:.0f} | {r['perfdag_us']:.0f} | "
                              f"{r['before_over_now_median']:.2f} |")
     if doc.get("scaling"):
-        lines += ["", "| protocol | frontends | responses/s (median) | client CPU µs/resp | client-bound |",
+        lines += ["", f"{a['large']} samples per run, {a['in_flight']} in flight per frontend; client CPU of the "
+                  "whole run (start-up included) per response", "",
+                  "| protocol | frontends | responses/s (median) | client CPU µs/resp | client-bound |",
                   "|---|---|---|---|---|"]
         for s in doc["scaling"]:
             lines.append(f"| {s['protocol']} | {s['frontends']} | {s['responses_per_s']:.0f} | "
-                         f"{s['cpu_us']:.0f} | {s['client_bound']} |")
+                         f"{s['cpu_us']:.0f} | {', '.join(s['client_bound'])} |")
     return "\n".join(lines)
 
 
