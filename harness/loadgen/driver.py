@@ -34,6 +34,7 @@ from typing import Callable
 import numpy as np
 
 from .frontend import frontend_main
+from .progress import Progress
 from .messages import Alive, Done, Failed, First, Issue, Quit, Ready, Stopped
 from .results import client_usage, json_default, measured_stats, write_requests_csv
 from .settings import SettingsError, build_test_settings
@@ -57,7 +58,7 @@ def _flat(m) -> list:
     return m if isinstance(m, list) else [m]
 
 
-class _Driver:
+class _Driver(Progress):
     def __init__(self, cfg: dict, emit: Callable[[dict], None]):
         self.cfg = cfg
         self.emit = emit
@@ -265,39 +266,6 @@ class _Driver:
             if time.monotonic() - last_emit >= 0.5:
                 last_emit = time.monotonic()
                 self.emit(self.progress())
-
-    STEADY_WINDOW_S = 5.0
-
-    def _steady(self, now: float) -> tuple[float | None, float | None]:
-        """samples/s and tokens/s over the last few seconds: the rate now, not since the start
-        (which the ramp-up and a slow first request drag down)."""
-        hist = self.rate_history
-        hist.append((now, self.completed, self.tokens))
-        while len(hist) > 2 and now - hist[1][0] >= self.STEADY_WINDOW_S:
-            hist.popleft()
-        t0, c0, k0 = hist[0]
-        span = now - t0
-        if span < 1.0:
-            return None, None
-        return (self.completed - c0) / span, (self.tokens - k0) / span
-
-    def progress(self) -> dict:
-        with self.lock:
-            elapsed = (time.monotonic_ns() - self.t0) / 1e9 if self.t0 else 0.0
-            steady_sps, steady_tps = self._steady(time.monotonic()) if self.t0 else (None, None)
-            ttfts = list(self.ttfts)
-            lats = list(self.lats)
-            p = {"event": "progress", "phase": "run" if self.t0 else ("warmup" if not self.ready_ev.is_set() else "ready"),
-                 "issued": self.issued, "completed": self.completed, "outstanding": len(self.inflight),
-                 "tokens": self.tokens, "elapsed_s": round(elapsed, 2),
-                 "elapsed_setup_s": round(time.monotonic() - self.t_setup, 2),
-                 "samples_per_s": round(self.completed / elapsed, 3) if elapsed > 0 else 0.0,
-                 "tokens_per_s": round(self.tokens / elapsed, 3) if elapsed > 0 else 0.0,
-                 "steady_samples_per_s": None if steady_sps is None else round(steady_sps, 3),
-                 "steady_tokens_per_s": None if steady_tps is None else round(steady_tps, 3),
-                 "p99_ttft_ms": round(float(np.percentile(ttfts, 99)), 3) if ttfts else None,
-                 "p99_latency_ms": round(float(np.percentile(lats, 99)), 3) if lats else None}
-        return p
 
     # -- the run --
     def run(self) -> int:

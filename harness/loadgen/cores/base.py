@@ -1,12 +1,13 @@
 """The client side of the SUT behind one small interface: a *core* talks one protocol to one server.
 
-A frontend process runs several cores (clients), each with its own connection: a gRPC channel
-and stream, or an HTTP connection pool. The frontend calls `connect` (health check), `warmup`,
-then `enqueue` for every query LoadGen issues to that client, and `close` at the end. A core
-never blocks the caller: it sends from its own thread or event loop and reports through `sink`
-(the frontend's queue to the driver) as responses arrive: `First` on the first token of a
-streamed response, `Alive` on later ones (at most once a second), `Done` with every generated
-token, `Failed` on any error. A new protocol is one module with one `Core` subclass.
+A frontend process runs several cores (clients) on its one event loop, each with its own
+connection: a gRPC channel and stream, or a share of the frontend's HTTP pool. The frontend calls
+`connect` (health check), `warmup`, then `enqueue_many` with the queries LoadGen issues to that
+client, and `close` at the end. A core never blocks the caller and keeps at most `cap` requests
+outstanding (the rest wait); it reports through `sink` (batched to the driver) as responses
+arrive: `First` on the first token of a streamed response (not in Offline), `Alive` on later
+ones (at most once a second), `Done` with the token count (and the tokens where LoadGen logs
+them), `Failed` on any error. A new protocol is one module with one `Core` subclass.
 """
 from __future__ import annotations
 

@@ -1,9 +1,11 @@
 """The OpenAI HTTP core: streamed `/v1/completions` over one async connection pool per frontend.
 
-Each frontend process runs one asyncio loop in a thread with one `httpx.AsyncClient` (the pool,
-sized for all its clients' outstanding requests); a core is a client lane that schedules its
-requests there. Streamed responses are parsed with harness/serving/sse.py; the first chunk that
-carries tokens is the first token (FirstTokenComplete), the completion carries every token.
+Each frontend process runs one event loop (aioloop.py) with one aiohttp session: the pool, a
+connection for every request its clients may have in flight; a core is a client lane with its
+own share of that limit. Where the server returns token ids, a streamed response is scanned as
+bytes: every complete event of a read at once, ids counted (kept only when LoadGen logs them).
+Text that must be re-tokenized is parsed with harness/serving/sse.py. The first chunk that
+carries tokens is the first token (FirstTokenComplete), whatever its number of tokens.
 
 Per server kind (`cfg["openai"]["kind"]`) only the request keys that server accepts are sent:
 transformers serve refuses unknown keys (422) and token-id prompts (400); trtllm-serve refuses
@@ -14,7 +16,6 @@ output tokens come from the server's ids where it returns them, else from re-tok
 """
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import re
