@@ -142,3 +142,14 @@ def test_in_flight_limit_is_reached_and_reported(echo, tmp_path):
     assert r["harness"]["peak_in_flight"] == 40
     assert r["client_bound"] is False  # the echo server sleeps 1 ms per token: the client waits
     assert all(q["n_tokens"] == 16 for q in r["requests"])
+
+
+def test_performance_run_counts_tokens_without_decoding_non_streamed(echo, tmp_path):
+    """A performance run counts the ids in each response's bytes: the counts LoadGen gets are exact."""
+    prompts = PROMPTS[:16]
+    r = run_loadgen([echo], "", prompts, {"offline_expected_qps": 1, "min_duration_ms": 0, "min_query_count": 16,
+                                          "performance_sample_count": 16}, tmp_path, scenario="Offline",
+                    frontends=1, clients_per_frontend=2, warmup_queries=2, max_new_tokens=12, streaming=False,
+                    progress=False, protocol="openai-http", api=API)
+    assert [q["n_tokens"] for q in r["requests"]] == [12] * 16
+    assert r["tokens_per_s"] == pytest.approx(r["samples_per_s"] * 12, rel=0.01)
