@@ -63,6 +63,7 @@ def worker(spec: dict) -> dict:
         spec["url"], prompts, spec["in_flight"], spec["tokens"], spec["streaming"], spec["warm"],
         conns=spec["conns"])
     out.pop("ttft_ns")
+    out["n_tokens_distinct"] = sorted(set(out.pop("n_tokens").values()))  # every request's count, deduplicated
     return out
 
 
