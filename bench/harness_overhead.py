@@ -1,194 +1,136 @@
-"""Harness overhead, per client core: perfdag's LoadGen SUT vs a bare client loop on the same server.
+"""Client cost per streamed response: perfdag's LoadGen SUT against bare client loops, same server.
 
-Two cores, each against a zero-cost server so what is measured is the client side:
-* triton-grpc: a CPU tritonserver serving the echo model (harness/serving/echo_model.py); bare
-  loop: one thread + channel + stream per channel, tritonclient.
-* openai-http: the echo OpenAI server (harness/serving/echo_openai.py, token ids returned as
-  vLLM does); bare loop: one httpx.AsyncClient, every request streamed at once.
-perfdag runs harness.loadgen.run_loadgen Offline with frontends x clients = channels. Rows:
-streaming (one response per token: the Server path) and non-streaming (one response per sample).
-For every cell: responses/s, the ratio perfdag / bare in the same run, and the client CPU per
-response (us: user+sys of the client process(es), LoadGen included for perfdag). Then perfdag's
-responses/s with 1, 2 and 4 frontends: how many frontends a token rate needs.
+Servers cost (almost) nothing, so what differs is the client: the echo Triton model
+(harness/serving/echo_model.py) on a CPU tritonserver, and the echo OpenAI server
+(harness/serving/echo_openai.py, token ids as vLLM returns them). Bare loops (bench/bare_clients.py):
+tritonclient.grpc.aio and tritonclient's threaded streams; aiohttp and httpx with a connection
+for every in-flight request.
 
-    python bench/harness_overhead.py [--samples 1000] [--tokens 16] [--clients 4] [--cores grpc,http]
+Method (the same for every client):
+* the same prompts, `--tokens` tokens per request, `--in-flight` requests outstanding over
+  `--conns` streams / clients (perfdag: 1 frontend x conns clients, harness max_in_flight);
+* a response is a message that carried tokens (a usage-only SSE event is not one);
+* each run is a fresh process; its CPU is the whole process tree's (RUSAGE_CHILDREN of the bench
+  after the run was reaped: perfdag's caller, driver and frontends), and the cost per response
+  is the difference of a `--small` and a `--large` run over the difference of their responses,
+  so start-up and warm-up cancel;
+* a round runs every (client, size, mode) once in a shuffled order; ratios perfdag / best bare
+  are formed within a round; min / median / max over `--rounds`.
+
+    python bench/harness_overhead.py [--rounds 5] [--protocols grpc,http] [--modes stream,nostream]
+    python bench/harness_overhead.py --scaling 1,2 [--protocols grpc,http]   # throughput by frontends
+    python bench/harness_overhead.py --table bench/results/<file>.json       # the README's table
+
+Raw results: bench/results/harness_overhead-<UTC time>.json (every run, every round).
 """
 from __future__ import annotations
 
 import argparse
-import asyncio
+import datetime as dt
 import json
+import os
+import platform
+import random
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-
-from harness.backends.torch.repo import render_torch_model_config
-from harness.loadgen import run_loadgen  # noqa: E402
-from harness.serving import cpu_server as CS
-from harness.serving import ports as P
-from harness.serving.contract import is_final, request_inputs, response_tokens
-from harness.serving.pbtxt import write_model_repo  # noqa: E402
-
+RESULTS = REPO / "bench" / "results"
 ECHO_PY = REPO / "harness" / "serving" / "echo_model.py"
 
 
-def bare_loop(url: str, model: str, prompts: list[list[int]], channels: int, max_new_tokens: int,
-              streaming: bool, timeout_s: float = 300.0) -> dict:
-    """Send every prompt at once over ``channels`` streams; time to the last final response."""
-    import tritonclient.grpc as grpcclient
-
-    lock = threading.Lock()
-    state = {"responses": 0, "remaining": len(prompts), "errors": []}
-    done = threading.Event()
-
-    def callback(result, error):
-        try:
-            if error is not None:
-                state["errors"].append(str(error))
-                done.set()
-                return
-            response_tokens(result)  # decode like the SUT does
-            final = is_final(result)
-            with lock:
-                state["responses"] += 1
-                if final:
-                    state["remaining"] -= 1
-                    if state["remaining"] == 0:
-                        done.set()
-        except Exception as exc:  # keep the reader thread alive
-            state["errors"].append(repr(exc))
-            done.set()
-
-    outputs = [grpcclient.InferRequestedOutput("output_ids"), grpcclient.InferRequestedOutput("sequence_length")]
-    clients = [grpcclient.InferenceServerClient(url) for _ in range(channels)]
-    for c in clients:
-        c.start_stream(callback=callback)
-    # warm-up: one request per channel, not counted
-    warm = threading.Event()
-    warm_left = [channels]
-
-    def warm_cb(result, error):
-        with lock:
-            p = result.get_response().parameters.get("triton_final_response") if result else None
-            if error is not None or (p is not None and p.bool_param):
-                warm_left[0] -= 1
-                if warm_left[0] == 0:
-                    warm.set()
-
-    wclients = [grpcclient.InferenceServerClient(url) for _ in range(channels)]
-    for c in wclients:
-        c.start_stream(callback=warm_cb)
-        c.async_stream_infer(model, request_inputs(prompts[0], max_new_tokens, None, streaming, exclude_input_in_output=True), outputs=outputs,
-                             request_id="w", enable_empty_final_response=True)
-    warm.wait(30)
-    for c in wclients:
-        c.stop_stream()
-        c.close()
-
-    shares = [prompts[i::channels] for i in range(channels)]
-
-    def submit(k: int):
-        c = clients[k]
-        for j, ids in enumerate(shares[k]):
-            c.async_stream_infer(model, request_inputs(ids, max_new_tokens, None, streaming, exclude_input_in_output=True), outputs=outputs,
-                                 request_id=f"{k}-{j}", enable_empty_final_response=True)
-
-    t0, cpu0 = time.monotonic(), _cpu(resource.RUSAGE_SELF)
-    threads = [threading.Thread(target=submit, args=(k,)) for k in range(channels)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    ok = done.wait(timeout_s)
-    elapsed = time.monotonic() - t0
-    for c in clients:
-        c.stop_stream(cancel_requests=not ok)
-        c.close()
-    if state["errors"] or not ok:
-        raise RuntimeError(f"bare loop failed: {state['errors'][:3] or 'timeout'}")
-    cpu = _cpu(resource.RUSAGE_SELF) - cpu0
-    return {"seconds": elapsed, "samples_per_s": len(prompts) / elapsed, "responses_per_s": state["responses"] / elapsed,
-            "responses": state["responses"], "cpu_us_per_response": cpu * 1e6 / max(1, state["responses"])}
+def prompts_for(n: int) -> list[list[int]]:
+    return [[10 + i % 500, 40 + i % 7, 30, 31 + i % 3] for i in range(n)]
 
 
-def bare_http(url: str, prompts: list[list[int]], channels: int, max_new_tokens: int, streaming: bool) -> dict:
-    """Every prompt at once through one httpx.AsyncClient (`channels` connections), SSE parsed."""
-    import httpx
+# ------------------------------------------------------------------ one run (a child process)
 
-    from harness.serving.sse import DONE, SSEParser
+def worker(spec: dict) -> dict:
+    if spec.get("tree"):
+        sys.path.insert(0, spec["tree"])  # that checkout's harness/, ahead of this one's
+    prompts = prompts_for(spec["n"])
+    if spec["client"] in ("perfdag", "perfdag-before"):
+        return perfdag_run(spec, prompts)
+    from bench.bare_clients import LOOPS
 
-    async def one(client, ids) -> int:
-        body = {"prompt": ids, "max_tokens": max_new_tokens, "temperature": 0, "stream": streaming,
-                "return_token_ids": True}
-        if not streaming:
-            r = await client.post(f"http://{url}/v1/completions", json=body)
-            json.loads(r.text)
-            return 1
-        n = 0
-        async with client.stream("POST", f"http://{url}/v1/completions", json=body) as r:
-            parser = SSEParser()
-            async for chunk in r.aiter_bytes():
-                for data in parser.feed(chunk):
-                    if data != DONE:
-                        json.loads(data)
-                        n += 1
-        return n
-
-    async def run():
-        limits = httpx.Limits(max_connections=channels, max_keepalive_connections=channels)
-        async with httpx.AsyncClient(limits=limits, timeout=300) as client:
-            await asyncio.gather(*(one(client, p) for p in prompts[:channels]))  # warm-up
-            t0, cpu0 = time.monotonic(), _cpu(resource.RUSAGE_SELF)
-            counts = await asyncio.gather(*(one(client, p) for p in prompts))
-            return time.monotonic() - t0, _cpu(resource.RUSAGE_SELF) - cpu0, sum(counts)
-
-    elapsed, cpu, responses = asyncio.run(run())
-    return {"seconds": elapsed, "samples_per_s": len(prompts) / elapsed, "responses_per_s": responses / elapsed,
-            "responses": responses, "cpu_us_per_response": cpu * 1e6 / responses}
+    out = LOOPS[spec["protocol"]][spec["client"]](
+        spec["url"], prompts, spec["in_flight"], spec["tokens"], spec["streaming"], spec["warm"],
+        conns=spec["conns"])
+    out.pop("ttft_ns")
+    out["n_tokens_distinct"] = sorted(set(out.pop("n_tokens").values()))  # every request's count, deduplicated
+    return out
 
 
-def _cpu(who) -> float:
-    u = resource.getrusage(who)
-    return u.ru_utime + u.ru_stime
+def perfdag_run(spec: dict, prompts) -> dict:
+    from harness.loadgen import run_loadgen
 
+    import inspect
 
-def perfdag_offline(url: str, model: str, prompts: list[list[int]], frontends: int, clients: int,
-                    max_new_tokens: int, streaming: bool, out_dir: Path, protocol: str = "triton-grpc") -> dict:
     n = len(prompts)
-    r = run_loadgen([url], model, prompts,
-                    {"offline_expected_qps": 1, "min_duration_ms": 0, "min_query_count": n,
-                     "performance_sample_count": n},
-                    out_dir, scenario="Offline", frontends=frontends, clients_per_frontend=clients,
-                    warmup_queries=frontends * clients, max_new_tokens=max_new_tokens, streaming=streaming,
-                    request_timeout_s=120, progress=False, protocol=protocol,
-                    api={"kind": "vllm", "prompt": "token_ids", "output_tokens": "server"})
-    cpu = r["harness"]["client_cpu_s"]  # LoadGen + driver + frontends, during the measured queries only
-    done = r["measured"]["requests"]
-    sps = r["samples_per_s"]  # LoadGen's: samples / (last completion - test start)
-    responses_per_sample = max_new_tokens if streaming else 1
-    responses = n * responses_per_sample
-    return {"samples_per_s": sps, "responses_per_s": sps * responses_per_sample, "requests": done,
-            "tokens_per_s": r["tokens_per_s"], "harness_samples_per_s": r["measured"]["samples_per_s"],
-            "cpu_us_per_response": cpu * 1e6 / responses}
+    extra = {}
+    if "max_in_flight" in inspect.signature(run_loadgen).parameters:  # not in a --before tree
+        extra["max_in_flight"] = spec["in_flight"]
+    with tempfile.TemporaryDirectory(prefix="perfdag_bench_lg_") as out:
+        t0 = time.monotonic()
+        r = run_loadgen([spec["url"]], "echo" if spec["protocol"] == "grpc" else "", prompts,
+                        {"offline_expected_qps": 1, "min_duration_ms": 0, "min_query_count": n,
+                         "performance_sample_count": n},
+                        out, scenario="Offline", frontends=spec.get("frontends", 1), clients_per_frontend=spec["conns"],
+                        warmup_queries=spec["warm"], max_new_tokens=spec["tokens"],
+                        streaming=spec["streaming"], request_timeout_s=120, progress=False,
+                        protocol={"grpc": "triton-grpc", "http": "openai-http"}[spec["protocol"]],
+                        api={"kind": "vllm", "prompt": "token_ids", "output_tokens": "server"}, **extra)
+        wall = time.monotonic() - t0
+    m = r["measured"]
+    h = r["harness"]
+    return {"responses": m["tokens"] if spec["streaming"] else m["requests"], "tokens": m["tokens"],
+            "requests": m["requests"], "seconds": n / r["samples_per_s"], "wall_s": wall,
+            "samples_per_s": r["samples_per_s"], "client_bound": r.get("client_bound"),
+            "peak_in_flight": h.get("peak_in_flight"), "client_cpu": h.get("client_cpu")}
 
 
-def _triton(root: Path, instances: int):
+def run_child(spec: dict) -> dict:
+    """Runs `spec` in a fresh process; adds the CPU its whole process tree used."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.monotonic()
+    tree = spec.get("tree") or str(REPO)  # perfdag-before: another perfdag checkout's harness/
+    env = {**os.environ, "PYTHONPATH": tree + os.pathsep + str(REPO)}
+    p = subprocess.run([sys.executable, __file__, "--worker", json.dumps(spec)], cwd=tree, env=env,
+                       capture_output=True, text=True, timeout=900)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if p.returncode != 0:
+        raise RuntimeError(f"run {spec} failed:\n{p.stderr[-3000:]}")
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    out["cpu_s"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    out["elapsed_s"] = time.monotonic() - t0
+    out["load1"] = os.getloadavg()[0]
+    return {**spec, **out}
+
+
+# ------------------------------------------------------------------ servers
+
+def start_triton(root: Path):
+    from harness.backends.torch.repo import render_torch_model_config
+    from harness.serving import cpu_server as CS
+    from harness.serving import ports as P
+    from harness.serving.pbtxt import write_model_repo
+
     repo = write_model_repo(root / "repo", {"echo": render_torch_model_config(
-        "echo", decoupled=True, max_batch_size=64, engine_dir="unused", instance_count=instances)}, ECHO_PY.read_text())
+        "echo", decoupled=True, max_batch_size=64, engine_dir="unused", instance_count=1)}, ECHO_PY.read_text())
     ports = P.free_ports(3)
     h = CS.start_tritonserver(repo, root / "server.log", grpc_port=ports[0], http_port=ports[1], metrics_port=ports[2])
     CS.wait_ready(h, timeout_s=120)
     return h.grpc_url, lambda: CS.stop_server(h, timeout=20)
 
 
-def _echo_http(root: Path):
+def start_echo_http(root: Path):
+    from harness.serving import ports as P
     from harness.serving.openai_client import probe
 
     port = P.free_port()
@@ -197,7 +139,9 @@ def _echo_http(root: Path):
     url = f"127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while not probe(url):
-        assert time.monotonic() < deadline and proc.poll() is None, "echo OpenAI server did not start"
+        if time.monotonic() > deadline or proc.poll() is not None:
+            proc.kill()
+            raise RuntimeError("echo OpenAI server did not start")
         time.sleep(0.1)
 
     def stop():
@@ -206,58 +150,182 @@ def _echo_http(root: Path):
     return url, stop
 
 
+# ------------------------------------------------------------------ rounds and summary
+
+BARE = {"grpc": ("tritonclient-aio", "tritonclient-stream"), "http": ("aiohttp", "httpx")}
+
+
+def per_response_us(runs: list[dict], small: int, large: int) -> float | None:
+    by = {r["n"]: r for r in runs}
+    if small not in by or large not in by:
+        return None
+    d_resp = by[large]["responses"] - by[small]["responses"]
+    return (by[large]["cpu_s"] - by[small]["cpu_s"]) * 1e6 / d_resp if d_resp > 0 else None
+
+
+def summarise(doc: dict) -> list[dict]:
+    """One row per (protocol, mode): perfdag's and each bare loop's µs/response per round, the
+    ratio perfdag / best bare within each round, min/median/max."""
+    a = doc["args"]
+    rows = []
+    for proto in a["protocols"]:
+        for mode in a["modes"]:
+            per_round = []
+            for rnd in range(a["rounds"]):
+                cell = [r for r in doc["runs"] if r["round"] == rnd and r["protocol"] == proto and r["mode"] == mode]
+                costs = {c: per_response_us([r for r in cell if r["client"] == c], a["small"], a["large"])
+                         for c in ("perfdag", "perfdag-before", *BARE[proto])}
+                bare = {c: v for c, v in costs.items() if c in BARE[proto] and v}
+                if not costs["perfdag"] or not bare:
+                    continue
+                best = min(bare, key=bare.get)
+                loads = [r["load1"] for r in cell]
+                per_round.append({"round": rnd, "costs": costs, "best_bare": best,
+                                  "ratio": costs["perfdag"] / bare[best], "load": [min(loads), max(loads)]})
+            if not per_round:
+                continue
+            ratios = [p["ratio"] for p in per_round]
+
+            def med(c):
+                v = [p["costs"][c] for p in per_round if p["costs"].get(c)]
+                return statistics.median(v) if v else None
+            before = [p["costs"]["perfdag-before"] / p["costs"]["perfdag"] for p in per_round
+                      if p["costs"].get("perfdag-before")]
+            rows.append({"protocol": proto, "mode": mode, "rounds": len(per_round),
+                         "perfdag_us": med("perfdag"), "bare_us": {c: med(c) for c in BARE[proto]},
+                         "before_us": med("perfdag-before"),
+                         "before_over_now_median": statistics.median(before) if before else None,
+                         "ratio_min": min(ratios), "ratio_median": statistics.median(ratios),
+                         "ratio_max": max(ratios),
+                         "load": [min(p["load"][0] for p in per_round), max(p["load"][1] for p in per_round)],
+                         "per_round": per_round})
+    return rows
+
+
+def table(doc: dict) -> str:
+    a = doc["args"]
+    lines = [f"{a['small']} and {a['large']} samples x {a['tokens']} tokens, {a['in_flight']} in flight over "
+             f"{a['conns']} streams/clients; {doc['machine']['cpus']} CPUs; {doc['started']}"]
+    rows = [] if doc.get("scaling") else (doc.get("summary") or summarise(doc))
+    if rows:
+        lines += ["", "| protocol | mode | perfdag µs/resp | bare µs/resp (median) | perfdag / best bare: "
+                  "min / median / max | rounds | load (1 min) |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        bare = ", ".join(f"{c} {v:.0f}" for c, v in r["bare_us"].items() if v)
+        lines.append(f"| {r['protocol']} | {'streaming' if r['mode'] == 'stream' else 'non-streaming'} | "
+                     f"{r['perfdag_us']:.0f} | {bare} | {r['ratio_min']:.2f} / {r['ratio_median']:.2f} / "
+                     f"{r['ratio_max']:.2f} | {r['rounds']} | {r['load'][0]:.1f}-{r['load'][1]:.1f} |")
+    if any(r.get("before_us") for r in rows):
+        lines += ["", "| protocol | mode | perfdag before µs/resp | now µs/resp | before / now (median of rounds) |",
+                  "|---|---|---|---|---|"]
+        for r in rows:
+            if r.get("before_us"):
+                lines.append(f"| {r['protocol']} | {r['mode']} | {r['before_us']:.0f} | {r['perfdag_us']:.0f} | "
+                             f"{r['before_over_now_median']:.2f} |")
+    if doc.get("scaling"):
+        lines += ["", f"{a['large']} samples per run, {a['in_flight']} in flight per frontend; client CPU of the "
+                  "whole run (start-up included) per response", "",
+                  "| protocol | frontends | responses/s (median) | client CPU µs/resp | client-bound |",
+                  "|---|---|---|---|---|"]
+        for s in doc["scaling"]:
+            lines.append(f"| {s['protocol']} | {s['frontends']} | {s['responses_per_s']:.0f} | "
+                         f"{s['cpu_us']:.0f} | {', '.join(s['client_bound'])} |")
+    return "\n".join(lines)
+
+
+def scaling(args, urls) -> list[dict]:
+    """perfdag's streamed responses/s against harness.frontends (one large run each, rounds
+    interleaved); CPU per response of the whole run, start-up included."""
+    runs = []
+    for rnd in range(args.rounds):
+        cells = [(p, f) for p in args.protocols for f in args.scaling]
+        random.shuffle(cells)
+        for proto, fe in cells:
+            spec = {"client": "perfdag", "protocol": proto, "url": urls[proto], "n": args.large, "tokens": args.tokens,
+                    "in_flight": args.in_flight * fe, "conns": args.conns, "frontends": fe, "streaming": True,
+                    "warm": args.conns * fe, "mode": "stream", "round": rnd}
+            r = run_child(spec)
+            runs.append(r)
+            print(f"  scaling {proto} frontends={fe}: {r['responses'] / r['seconds']:.0f} resp/s "
+                  f"client_bound={r.get('client_bound')}", flush=True)
+    out = []
+    for proto in args.protocols:
+        for fe in args.scaling:
+            rs = [r for r in runs if r["protocol"] == proto and r["frontends"] == fe]
+            out.append({"protocol": proto, "frontends": fe,
+                        "responses_per_s": statistics.median(r["responses"] / r["seconds"] for r in rs),
+                        "cpu_us": statistics.median(r["cpu_s"] * 1e6 / r["responses"] for r in rs),
+                        "client_bound": sorted({str(r.get("client_bound")) for r in rs}), "runs": rs})
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--samples", type=int, default=1000)
-    ap.add_argument("--tokens", type=int, default=16, help="tokens per request")
-    ap.add_argument("--clients", type=int, default=4, help="clients per frontend")
-    ap.add_argument("--instances", type=int, default=1, help="echo Triton model instance count")
-    ap.add_argument("--cores", default="grpc,http", help="which client cores to measure")
-    ap.add_argument("--frontends", default="1,2,4", help="frontend counts for the scaling rows")
-    ap.add_argument("--repeat", type=int, default=1, help="runs per cell (best kept)")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--table", metavar="JSON", help="print the README table of a results file and exit")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--small", type=int, default=400)
+    ap.add_argument("--large", type=int, default=2400)
+    ap.add_argument("--tokens", type=int, default=16)
+    ap.add_argument("--in-flight", type=int, default=64)
+    ap.add_argument("--conns", type=int, default=4, help="gRPC streams / perfdag clients")
+    ap.add_argument("--protocols", default="grpc,http")
+    ap.add_argument("--modes", default="stream,nostream")
+    ap.add_argument("--clients", default="", help="limit to these clients (perfdag,aiohttp,...)")
+    ap.add_argument("--scaling", default="", help="frontend counts: throughput rows instead of the cost table")
+    ap.add_argument("--out", default="", help="results file (default bench/results/harness_overhead-<time>.json)")
+    ap.add_argument("--before", default="", metavar="DIR",
+                    help="also run perfdag from this checkout (e.g. `git archive <commit> | tar -x -C DIR`) "
+                         "as client perfdag-before")
     args = ap.parse_args()
-    prompts = [[10 + i % 500, 40 + i % 7, 30, 31 + i % 3] for i in range(args.samples)]
-    rows, scale = [], []
-    with tempfile.TemporaryDirectory(prefix="perfdag_bench_") as tmp:
-        root = Path(tmp)
-        for core in args.cores.split(","):
-            protocol = {"grpc": "triton-grpc", "http": "openai-http"}[core]
-            url, stop = _triton(root / core, args.instances) if core == "grpc" else _echo_http(root / core)
-            model = "echo" if core == "grpc" else ""
-            try:
-                for streaming in (True, False):
-                    def bare():
-                        if core == "grpc":
-                            return bare_loop(url, model, prompts, args.clients, args.tokens, streaming)
-                        return bare_http(url, prompts, args.clients, args.tokens, streaming)
-                    b = max((bare() for _ in range(args.repeat)), key=lambda x: x["samples_per_s"])
-                    pd = max((perfdag_offline(url, model, prompts, 1, args.clients, args.tokens, streaming,
-                                              root / f"lg_{core}_{streaming}_{k}", protocol)
-                              for k in range(args.repeat)), key=lambda x: x["samples_per_s"])
-                    rows.append((core, "streaming" if streaming else "non-streaming", b, pd))
-                for n in map(int, args.frontends.split(",")):
-                    pd = perfdag_offline(url, model, prompts, n, args.clients, args.tokens, True,
-                                         root / f"scale_{core}_{n}", protocol)
-                    scale.append((core, n, pd))
-            finally:
-                stop()
-
-    print(f"\nharness overhead: {args.samples} samples x {args.tokens} tokens, {args.clients} channels/connections "
-          f"(perfdag: 1 frontend x {args.clients} clients); zero-cost servers\n")
-    hdr = (f"{'core':<6} {'path':<14} {'bare resp/s':>12} {'perfdag resp/s':>15} {'ratio':>6}   "
-           f"{'bare us/resp':>13} {'perfdag us/resp':>16}")
-    print(hdr)
-    print("-" * len(hdr))
-    for core, name, b, pd in rows:
-        print(f"{core:<6} {name:<14} {b['responses_per_s']:>12.0f} {pd['responses_per_s']:>15.0f} "
-              f"{pd['responses_per_s'] / b['responses_per_s']:>6.2f}   {b['cpu_us_per_response']:>13.1f} "
-              f"{pd['cpu_us_per_response']:>16.1f}")
-    print("\nstreaming responses/s by frontend count (perfdag, LoadGen Offline):")
-    for core, n, pd in scale:
-        print(f"  {core:<5} {n} frontend(s) x {args.clients} clients: {pd['responses_per_s']:>8.0f} resp/s, "
-              f"{pd['cpu_us_per_response']:.1f} us client CPU per response")
-    print("\nus/resp: client CPU (user+sys) per response; perfdag's includes LoadGen and the driver. "
-          "ratio = perfdag / bare, same server, same run.")
+    if args.worker:
+        print(json.dumps(worker(json.loads(args.worker))))
+        return 0
+    if args.table:
+        print(table(json.loads(Path(args.table).read_text())))
+        return 0
+    args.protocols = args.protocols.split(",")
+    args.modes = args.modes.split(",")
+    args.scaling = [int(x) for x in args.scaling.split(",") if x]
+    started = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H%M%SZ")
+    doc = {"started": started, "args": {k: v for k, v in vars(args).items() if k not in ("worker", "table")},
+           "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+           "runs": []}
+    out = Path(args.out) if args.out else RESULTS / f"harness_overhead-{'scaling-' if args.scaling else ''}{started}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    stops = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="perfdag_bench_") as tmp:
+            urls = {}
+            for proto in args.protocols:
+                url, stop = (start_triton if proto == "grpc" else start_echo_http)(Path(tmp) / proto)
+                urls[proto] = url
+                stops.append(stop)
+            if args.scaling:
+                doc["scaling"] = scaling(args, urls)
+            else:
+                only = set(args.clients.split(",")) - {""}
+                for rnd in range(args.rounds):
+                    mine = ("perfdag", "perfdag-before") if args.before else ("perfdag",)
+                    cells = [(p, m, c, n) for p in args.protocols for m in args.modes
+                             for c in (*mine, *BARE[p]) if not only or c in only for n in (args.small, args.large)]
+                    random.shuffle(cells)
+                    for proto, mode, client, n in cells:
+                        spec = {"client": client, "protocol": proto, "url": urls[proto], "n": n, "tokens": args.tokens,
+                                "in_flight": args.in_flight, "conns": args.conns, "streaming": mode == "stream",
+                                "warm": args.conns, "mode": mode, "round": rnd,
+                                **({"tree": str(Path(args.before).resolve())} if client == "perfdag-before" else {})}
+                        r = run_child(spec)
+                        doc["runs"].append(r)
+                        print(f"round {rnd} {proto:4} {mode:8} {client:20} n={n:5} cpu {r['cpu_s']:.2f}s "
+                              f"responses {r['responses']} load {r['load1']:.1f}", flush=True)
+                    out.write_text(json.dumps(doc, indent=1))
+                doc["summary"] = summarise(doc)
+    finally:
+        for stop in stops:
+            stop()
+    out.write_text(json.dumps(doc, indent=1))
+    print(f"\n{table(doc)}\n\nraw results: {out}")
     return 0
 
 

@@ -35,7 +35,14 @@ def _run(servers, samples, params, out_dir: Path, *, mode: str, settings: dict, 
     return run_loadgen(eps, names, samples, settings, out_dir, scenario=params.loadgen.scenario, mode=mode,
                        frontends=h.frontends, clients_per_frontend=h.clients_per_frontend, warmup_queries=warmup,
                        end_id=end_id, pad_id=pad_id, max_new_tokens=params.dataset.max_new_tokens,
-                       request_timeout_s=h.request_timeout_s, protocol=protocol, **extra)
+                       request_timeout_s=h.request_timeout_s, protocol=protocol,
+                       max_in_flight=max(in_flight_per_server(params) * len(eps), h.frontends * h.clients_per_frontend),
+                       **extra)
+
+
+def in_flight_per_server(params) -> int:
+    """harness.max_in_flight, or what one server batches at once (build.max_batch_size)."""
+    return params.harness.max_in_flight or params.build.max_batch_size
 
 
 def run_performance(servers: list[dict], samples, params, out_dir: Path, *, end_id: int, pad_id: int | None,

@@ -26,6 +26,10 @@ def build_report(stage_keys: dict[str, str], perf: dict, accuracy: dict, model_n
             "latency_ms": _pcts(perf.get("latency_ms")), "early_stopping": perf.get("early_stopping"),
             # MLPerf's p99 limits this run was held to (Server / Interactive; None for Offline)
             "ttft_limit_ms": perf.get("ttft_constraint_ms"), "tpot_limit_ms": perf.get("tpot_constraint_ms"),
+            # whether the client, not the server, may have set the pace; the in-flight limit and peak
+            "client_bound": perf.get("client_bound"), "client_bound_reason": perf.get("client_bound_reason"),
+            "max_in_flight": (perf.get("harness") or {}).get("max_in_flight"),
+            "peak_in_flight": (perf.get("harness") or {}).get("peak_in_flight"),
         },
         # The benchmark's required metrics (its gates), under MLCommons' names, plus tokens/sample.
         "accuracy": {**{m: s.get(m) for m in _required(accuracy)},
@@ -66,7 +70,10 @@ def render_markdown(report: dict, plots: list[str]) -> str:
              + f"; accuracy **{'PASS' if a['passed'] else 'FAIL'}**", "",
              "| metric | value |", "|---|---|",
              f"| samples/s | {_fmt(p['samples_per_second'], '.2f')} |",
-             f"| tokens/s | {_fmt(p['tokens_per_second'], '.1f')} |"]
+             f"| tokens/s | {_fmt(p['tokens_per_second'], '.1f')} |",
+             f"| in flight: limit / peak | {_fmt(p.get('max_in_flight'), 'd')} / {_fmt(p.get('peak_in_flight'), 'd')} |"]
+    if p.get("client_bound"):
+        lines[2:2] = [f"> **Warning: the client may have been the bottleneck**: {p['client_bound_reason']}", ""]
     for name in ("ttft_ms", "tpot_ms", "latency_ms"):
         lines.append(f"| {name} p50 / p90 / p99 | " + " / ".join(_fmt(p[name][q], ".2f") for q in PCTS) + " |")
     lines += ["", "| accuracy | score | reference | needed |", "|---|---|---|---|"]
@@ -182,6 +189,8 @@ def summary_text(report: dict, report_dir: Path) -> str:
         f"perfdag FullRun: {report['model']}, {p['scenario']}",
         f"  result     {'VALID' if p['valid'] else 'INVALID'}" + (f" ({p['invalid_reason']})" if p.get("invalid_reason") else ""),
         f"  throughput {_fmt(p['samples_per_second'], '.2f')} samples/s, {_fmt(p['tokens_per_second'], '.1f')} tokens/s",
+        f"  in flight  limit {_fmt(p.get('max_in_flight'), 'd')}, peak {_fmt(p.get('peak_in_flight'), 'd')}",
+        *([f"  WARNING    client-bound: {p['client_bound_reason']}"] if p.get("client_bound") else []),
         f"  TTFT ms    p50 {_fmt(p['ttft_ms']['p50'], '.2f')}  p90 {_fmt(p['ttft_ms']['p90'], '.2f')}  p99 {_fmt(p['ttft_ms']['p99'], '.2f')}",
         f"  TPOT ms    p50 {_fmt(p['tpot_ms']['p50'], '.2f')}  p90 {_fmt(p['tpot_ms']['p90'], '.2f')}  p99 {_fmt(p['tpot_ms']['p99'], '.2f')}",
         f"  accuracy   {'PASS' if a['passed'] else 'FAIL'}: {_accuracy_line(a)} (target {a['target']})",

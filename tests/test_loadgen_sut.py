@@ -265,6 +265,7 @@ def echo_server(tmp_path_factory, backend_dir):
     h = _start_server(tmp_path_factory.mktemp("echo_server"), {
         "echo": {"error_token_id": str(ERROR_TOKEN)},
         "echo_slow": {"token_delay_ms": "2"},
+        "echo_chunks": {"token_delay_ms": "2", "tokens_per_response": "4"},  # a stream interval of 4
     }, backend_dir)
     try:
         yield h
@@ -343,6 +344,26 @@ def test_server_streams_first_tokens(echo_server, tmp_path):
     assert all(q["ttft_ms"] is not None and 0 < q["ttft_ms"] < q["latency_ms"] for q in r["requests"])
     assert r["measured"]["ttft_ms"]["p99"] > 0
     assert (tmp_path / "mlperf_log_detail.txt").read_text().count("requested_server_ttft_latency") == 1
+
+
+def test_chunked_stream_first_token_and_counts_match_a_bare_tritonclient_loop(echo_server, tmp_path):
+    """4 tokens per response: TTFT is the first response's arrival, n_tokens exact and TPOT the
+    rest over n-1 tokens, as a bare tritonclient.grpc.aio loop measures them on the same model."""
+    from bench.bare_clients import triton_aio_loop
+
+    samples = _prompts(24)
+    r = run_loadgen([echo_server.grpc_url], ["echo_chunks"], samples,
+                    {"server_target_qps": 40, "min_duration_ms": 0, "min_query_count": 24,
+                     "performance_sample_count": 24}, tmp_path, scenario="Server", frontends=1,
+                    clients_per_frontend=2, warmup_queries=2, max_new_tokens=16, request_timeout_s=30, progress=False)
+    bare = triton_aio_loop(echo_server.grpc_url, samples, 8, 16, True, 2, conns=2, model="echo_chunks")
+    assert sorted(q["n_tokens"] for q in r["requests"]) == [16] * 24 == sorted(bare["n_tokens"].values())
+    mine = sorted(q["ttft_ms"] for q in r["requests"])[12]
+    theirs = sorted(v / 1e6 for v in bare["ttft_ns"].values())[12]
+    assert 8 * 0.9 <= mine < max(3 * theirs, theirs + 20)  # the first 4-token response, 4 x 2 ms
+    assert r["ttft_ms"]["p50"] >= 8 * 0.9  # LoadGen's own TTFT
+    tpot = sorted(q["tpot_ms"] for q in r["requests"])[12]
+    assert 1.6 * 0.8 <= tpot < 8.0  # 12 tokens x 2 ms / 15
 
 
 def test_interactive_accuracy_log_decodes_to_expected_tokens(echo_server, tmp_path):

@@ -60,3 +60,96 @@ def test_a_server_that_is_not_there_is_named(tmp_path):
         run_loadgen([url], "", PROMPTS[:4], {"min_query_count": 4, "min_duration_ms": 0}, tmp_path,
                     scenario="Offline", frontends=1, clients_per_frontend=1, warmup_queries=0, max_new_tokens=4,
                     progress=False, protocol="openai-http", api=API, startup_timeout_s=30)
+
+
+def _echo_server(*flags: str):
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "harness.serving.echo_openai", "--port", str(port), *flags],
+                            cwd=REPO)
+    url = f"127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while not probe(url):
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.1)
+    return url, proc
+
+
+@pytest.fixture(scope="module")
+def chunky():
+    """4 tokens per SSE event, 2 ms per token: a server with a stream interval."""
+    url, proc = _echo_server("--token-delay-ms", "2", "--tokens-per-chunk", "4")
+    yield url
+    proc.terminate()
+    proc.wait(10)
+
+
+def test_several_tokens_per_chunk_first_token_and_counts_match_a_bare_loop(chunky, tmp_path):
+    """TTFT is the first chunk's arrival, n_tokens exact, TPOT the rest of the time over n-1 tokens:
+    the same as a bare aiohttp loop measures on the same server."""
+    from bench.bare_clients import aiohttp_loop
+
+    prompts = PROMPTS[:24]
+    settings = {"server_target_qps": 40, "min_duration_ms": 0, "min_query_count": len(prompts),
+                "performance_sample_count": len(prompts)}
+    r = run_loadgen([chunky], "", prompts, settings, tmp_path, scenario="Server", frontends=1,
+                    clients_per_frontend=2, warmup_queries=2, max_new_tokens=16, progress=False,
+                    protocol="openai-http", api=API)
+    bare = aiohttp_loop(chunky, prompts, 8, 16, True, 2)
+    assert sorted(q["n_tokens"] for q in r["requests"]) == [16] * len(prompts)
+    assert sorted(bare["n_tokens"].values()) == [16] * len(prompts)
+    mine = sorted(q["ttft_ms"] for q in r["requests"])
+    theirs = sorted(v / 1e6 for v in bare["ttft_ns"].values())
+    first_chunk_ms = 4 * 2.0  # the server sleeps 2 ms per token before each 4-token event
+    assert mine[len(mine) // 2] >= first_chunk_ms * 0.9
+    assert mine[len(mine) // 2] < max(3 * theirs[len(theirs) // 2], theirs[len(theirs) // 2] + 20)
+    assert r["ttft_ms"]["p50"] >= first_chunk_ms * 0.9  # LoadGen's own TTFT: the first chunk, not a token
+    # TPOT: (last chunk - first chunk) / 15 = 12 tokens x 2 ms / 15 = 1.6 ms, not 0 and not 4 x 2 ms
+    tpot = sorted(q["tpot_ms"] for q in r["requests"])
+    assert 1.6 * 0.8 <= tpot[len(tpot) // 2] < 8.0
+
+
+def test_one_frontend_against_a_free_server_is_client_bound(tmp_path):
+    """A server that answers from a cache costs nothing per token, so one frontend scanning 1024
+    events per request is busy all the time: the result says so and names the setting to raise."""
+    url, proc = _echo_server("--cache", "--token-ids")
+    try:
+        prompts = PROMPTS[:8] * 40
+        r = run_loadgen([url], "", prompts, {"offline_expected_qps": 1, "min_duration_ms": 0,
+                                             "min_query_count": len(prompts), "performance_sample_count": 8},
+                        tmp_path, scenario="Offline", frontends=1, clients_per_frontend=1, max_in_flight=16,
+                        warmup_queries=8, max_new_tokens=1024, streaming=True, progress=False,
+                        protocol="openai-http", api=API)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    fe = r["harness"]["client_cpu"]["frontends"][0]
+    assert fe["busy"] > 0.8, fe
+    assert r["client_bound"] is True
+    assert "harness.frontends" in r["client_bound_reason"]
+    saved = json.loads((tmp_path / "result.json").read_text())
+    assert saved["client_bound"] is True and saved["harness"]["client_cpu"]["driver"]["cpu_s"] > 0
+
+
+def test_in_flight_limit_is_reached_and_reported(echo, tmp_path):
+    """Offline issues everything at once: exactly max_in_flight requests go out together, no more."""
+    prompts = PROMPTS * 3
+    r = run_loadgen([echo], "", prompts, {"offline_expected_qps": 1, "min_duration_ms": 0,
+                                          "min_query_count": len(prompts), "performance_sample_count": len(prompts)},
+                    tmp_path, scenario="Offline", frontends=2, clients_per_frontend=3, max_in_flight=40,
+                    warmup_queries=0, max_new_tokens=16, streaming=True, progress=False,
+                    protocol="openai-http", api=API)
+    assert r["harness"]["max_in_flight"] == 40
+    assert r["harness"]["peak_in_flight"] == 40
+    assert r["client_bound"] is False  # the echo server sleeps 1 ms per token: the client waits
+    assert all(q["n_tokens"] == 16 for q in r["requests"])
+
+
+def test_performance_run_counts_tokens_without_decoding_non_streamed(echo, tmp_path):
+    """A performance run counts the ids in each response's bytes: the counts LoadGen gets are exact."""
+    prompts = PROMPTS[:16]
+    r = run_loadgen([echo], "", prompts, {"offline_expected_qps": 1, "min_duration_ms": 0, "min_query_count": 16,
+                                          "performance_sample_count": 16}, tmp_path, scenario="Offline",
+                    frontends=1, clients_per_frontend=2, warmup_queries=2, max_new_tokens=12, streaming=False,
+                    progress=False, protocol="openai-http", api=API)
+    assert [q["n_tokens"] for q in r["requests"]] == [12] * 16
+    assert r["tokens_per_s"] == pytest.approx(r["samples_per_s"] * 12, rel=0.01)

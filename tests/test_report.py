@@ -152,3 +152,24 @@ def test_third_party_chatter_is_kept_out_unless_verbose(tmp_path, verbose):
         (log,) = logs
         assert "Inserted 56 quantizers" in log.read_text() and "transformers is not tested" in log.read_text()
         assert "third_party.log (--verbose shows them)" in p.stderr
+
+
+@pytest.mark.parametrize("bound", [True, False])
+def test_report_and_summary_warn_when_the_client_was_the_bottleneck(tmp_path, bound):
+    from harness.loadgen.results import client_usage
+    from harness.report import build_report, render_markdown, summary_text
+
+    busy = {"cpu_s": 1.9, "wall_s": 2.0, "demand": 0.97 if bound else 0.4}
+    usage = client_usage({"cpu_s": 0.1, "wall_s": 2.0, "demand": 0.05}, {0: {**busy, "peak_in_flight": 64}})
+    perf = {"scenario": "Offline", "valid": "VALID", "samples_per_s": 10.0, "tokens_per_s": 320.0,
+            "client_bound": usage["client_bound"], "client_bound_reason": usage["client_bound_reason"],
+            "harness": {"max_in_flight": 64, "peak_in_flight": usage["peak_in_flight"]}}
+    acc = {"scores": {"rouge1": 1.0, "rouge2": 1.0, "rougeL": 1.0, "tokens_per_sample": 32.0}, "target": 0.99,
+           "reference_scores": {"rouge1": 1.0, "rouge2": 1.0, "rougeL": 1.0, "tokens_per_sample": 32.0},
+           "passed": True}
+    report = build_report({}, perf, acc, "tiny")
+    md, summary = render_markdown(report, []), summary_text(report, tmp_path)
+    assert "| in flight: limit / peak | 64 / 64 |" in md and "in flight  limit 64, peak 64" in summary
+    assert ("client may have been the bottleneck" in md) is bound
+    assert ("WARNING    client-bound: frontend 0 was busy 97%" in summary) is bound
+    assert ("raise harness.frontends" in md) is bound

@@ -194,6 +194,9 @@ class OpenAISection(Section):
 class HarnessSection(Section):
     frontends: int = Field(1, ge=1, le=64)
     clients_per_frontend: int = Field(4, ge=1, le=256)
+    # Requests in flight per server at most (HTTP connections, gRPC requests per stream follow);
+    # unset: build.max_batch_size, what one server batches at once.
+    max_in_flight: Optional[int] = Field(None, ge=1, le=65536)
     warmup_queries: int = Field(8, ge=0)
     request_timeout_s: float = Field(300, gt=0)
 

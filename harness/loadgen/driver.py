@@ -23,7 +23,6 @@ import itertools
 import json
 import os
 import pickle
-import queue
 import signal
 import sys
 import threading
@@ -35,9 +34,11 @@ from typing import Callable
 import numpy as np
 
 from .frontend import frontend_main
+from .progress import Progress
 from .messages import Alive, Done, Failed, First, Issue, Quit, Ready, Stopped
-from .results import json_default, measured_stats, write_requests_csv
+from .results import client_usage, json_default, measured_stats, write_requests_csv
 from .settings import SettingsError, build_test_settings
+from .usage import Usage
 
 
 def _methods(clients: dict) -> dict:
@@ -53,7 +54,11 @@ class _Fatal(Exception):
     pass
 
 
-class _Driver:
+def _flat(m) -> list:
+    return m if isinstance(m, list) else [m]
+
+
+class _Driver(Progress):
     def __init__(self, cfg: dict, emit: Callable[[dict], None]):
         self.cfg = cfg
         self.emit = emit
@@ -76,8 +81,9 @@ class _Driver:
         self.tokens = 0
         self.t0 = 0
         self.records: list[tuple] = []
-        self.ttfts = collections.deque(maxlen=20000)
-        self.lats = collections.deque(maxlen=20000)
+        # the progress line's p99 over the latest completions (its cost goes with wall time)
+        self.ttfts = collections.deque(maxlen=4096)
+        self.lats = collections.deque(maxlen=4096)
         self.ready = set()
         self.ready_info: dict = {}
         self.stopped = set()
@@ -88,7 +94,7 @@ class _Driver:
         self.procs = []
         self.in_qs = []
         self.t_setup = time.monotonic()
-        self.frontend_cpu_s: dict[int, float | None] = {}
+        self.frontend_usage: dict[int, dict] = {}
         self.rate_history: collections.deque = collections.deque()
 
     # -- fatal: report and leave at once (LoadGen cannot be aborted) --
@@ -137,17 +143,25 @@ class _Driver:
         for fe, items in per_fe.items():
             self.in_qs[fe].put(items)
 
-    def flush_queries(self) -> None:
-        pass
-
     # -- completer thread: the only caller of FirstTokenComplete / QuerySamplesComplete --
-    def completer(self, lg, out_q) -> None:
+    def completer(self, lg, readers: list) -> None:
+        """Reads every frontend's pipe (and the driver's own, which says Quit) until Quit."""
+        import select
+
+        # one poll object for the whole run (multiprocessing's wait() builds a selector per call)
+        poller = select.poll()
+        by_fd = {r.fileno(): r for r in readers}
+        for fd in by_fd:
+            poller.register(fd, select.POLLIN)
         try:
             while True:
-                msgs = [out_q.get()]
-                with contextlib.suppress(queue.Empty):
-                    while len(msgs) < 512:
-                        msgs.append(out_q.get_nowait())
+                msgs = []
+                for fd, _ in poller.poll():
+                    r = by_fd[fd]
+                    try:
+                        msgs += _flat(r.recv())  # frontends send lists (one per loop pass)
+                    except EOFError:  # that frontend exited; the watchdog judges whether it should have
+                        poller.unregister(fd)
                 firsts, dones = [], []
                 quit_ = False
                 for m in msgs:
@@ -165,7 +179,7 @@ class _Driver:
                             self.ready_ev.set()
                     elif isinstance(m, Stopped):
                         self.stopped.add(m.frontend)
-                        self.frontend_cpu_s[m.frontend] = m.counts.get("cpu_s")
+                        self.frontend_usage[m.frontend] = m.counts
                         if len(self.stopped) == len(self.procs):
                             self.stopped_ev.set()
                     elif isinstance(m, Failed):
@@ -215,9 +229,12 @@ class _Driver:
                 self.server_out[s] -= 1
                 self.server_done[s] += 1
                 self.server_last[s] = max(self.server_last[s], t_done)
-                arr = np.frombuffer(data, dtype=np.int32) if data else np.zeros(1, dtype=np.int32)[:0]
-                keep.append(arr)
-                resps.append(lg.QuerySampleResponse(qid, arr.ctypes.data, arr.nbytes, int(n)))
+                if data:
+                    arr = np.frombuffer(data, dtype=np.int32)
+                    keep.append(arr)
+                    resps.append(lg.QuerySampleResponse(qid, arr.ctypes.data, arr.nbytes, int(n)))
+                else:  # a performance run: the count only
+                    resps.append(lg.QuerySampleResponse(qid, 0, 0, int(n)))
                 self.records.append((sidx, s, t_issue, t_first, t_done, int(n)))
                 self.completed += 1
                 self.tokens += int(n)
@@ -255,39 +272,6 @@ class _Driver:
                 last_emit = time.monotonic()
                 self.emit(self.progress())
 
-    STEADY_WINDOW_S = 5.0
-
-    def _steady(self, now: float) -> tuple[float | None, float | None]:
-        """samples/s and tokens/s over the last few seconds: the rate now, not since the start
-        (which the ramp-up and a slow first request drag down)."""
-        hist = self.rate_history
-        hist.append((now, self.completed, self.tokens))
-        while len(hist) > 2 and now - hist[1][0] >= self.STEADY_WINDOW_S:
-            hist.popleft()
-        t0, c0, k0 = hist[0]
-        span = now - t0
-        if span < 1.0:
-            return None, None
-        return (self.completed - c0) / span, (self.tokens - k0) / span
-
-    def progress(self) -> dict:
-        with self.lock:
-            elapsed = (time.monotonic_ns() - self.t0) / 1e9 if self.t0 else 0.0
-            steady_sps, steady_tps = self._steady(time.monotonic()) if self.t0 else (None, None)
-            ttfts = list(self.ttfts)
-            lats = list(self.lats)
-            p = {"event": "progress", "phase": "run" if self.t0 else ("warmup" if not self.ready_ev.is_set() else "ready"),
-                 "issued": self.issued, "completed": self.completed, "outstanding": len(self.inflight),
-                 "tokens": self.tokens, "elapsed_s": round(elapsed, 2),
-                 "elapsed_setup_s": round(time.monotonic() - self.t_setup, 2),
-                 "samples_per_s": round(self.completed / elapsed, 3) if elapsed > 0 else 0.0,
-                 "tokens_per_s": round(self.tokens / elapsed, 3) if elapsed > 0 else 0.0,
-                 "steady_samples_per_s": None if steady_sps is None else round(steady_sps, 3),
-                 "steady_tokens_per_s": None if steady_tps is None else round(steady_tps, 3),
-                 "p99_ttft_ms": round(float(np.percentile(ttfts, 99)), 3) if ttfts else None,
-                 "p99_latency_ms": round(float(np.percentile(lats, 99)), 3) if lats else None}
-        return p
-
     # -- the run --
     def run(self) -> int:
         import multiprocessing as mp
@@ -296,17 +280,24 @@ class _Driver:
 
         cfg = self.cfg
         ctx = mp.get_context("spawn")
-        out_q = ctx.Queue()
+        # One pipe per frontend, written in the frontend's loop thread: no feeder thread to wake
+        # (and contend for its GIL) per message batch, and no lock shared between processes that a
+        # frontend exiting mid-write could leave held.
+        pipes = [ctx.Pipe(duplex=False) for _ in range(cfg["frontends"])]
+        quit_r, self.quit_w = ctx.Pipe(duplex=False)
         self.in_qs = [ctx.Queue() for _ in range(cfg["frontends"])]
         fe_cfg = {k: v for k, v in cfg.items() if k != "prompts"}
         for fe in range(cfg["frontends"]):
             specs = [c for c in self.clients if c["frontend"] == fe]
             p = ctx.Process(target=frontend_main, name=f"perfdag-frontend-{fe}", daemon=True,
-                            args=(fe, specs, fe_cfg, cfg["prompts"], self.in_qs[fe], out_q, os.getpid()))
+                            args=(fe, specs, fe_cfg, cfg["prompts"], self.in_qs[fe], pipes[fe][1], os.getpid()))
             p.start()
             self.procs.append(p)
+        for _, w in pipes:
+            w.close()  # the frontends hold the write ends: a reader sees EOF when its frontend exits
         self.emit({"event": "started", "pid": os.getpid(), "frontend_pids": [p.pid for p in self.procs]})
-        comp = threading.Thread(target=self.completer, args=(lg, out_q), name="loadgen-completer", daemon=True)
+        comp = threading.Thread(target=self.completer, args=(lg, [r for r, _ in pipes] + [quit_r]),
+                                name="loadgen-completer", daemon=True)
         comp.start()
         wd = threading.Thread(target=self.watchdog, name="loadgen-watchdog", daemon=True)
         wd.start()
@@ -331,11 +322,12 @@ class _Driver:
         log_settings.log_output.outdir = cfg["out_dir"]
         log_settings.log_output.copy_summary_to_stdout = False
         log_settings.enable_trace = False
-        sut = lg.ConstructSUT(self.issue_queries, self.flush_queries)
+        sut = lg.ConstructSUT(self.issue_queries, lambda: None)  # nothing to flush
         qsl = lg.ConstructQSL(cfg["n_samples"], self.perf_count, lambda s: None, lambda s: None)
-        t_start, cpu_start = time.monotonic(), time.process_time()
+        usage = Usage()
         lg.StartTestWithLogSettings(sut, qsl, settings, log_settings)
-        test_s, driver_cpu_s = time.monotonic() - t_start, time.process_time() - cpu_start
+        driver_usage = usage.stop()
+        test_s = driver_usage["wall_s"]
         final = self.progress()
         # close the gRPC streams (frontends) before anyone stops tritonserver
         self.stopping = True
@@ -347,7 +339,7 @@ class _Driver:
             p.join(10.0)
             if p.is_alive():
                 p.kill()
-        out_q.put(Quit())
+        self.quit_w.send([Quit()])
         comp.join(10.0)
         lg.DestroySUT(sut)
         lg.DestroyQSL(qsl)
@@ -357,9 +349,8 @@ class _Driver:
         stats = {**self._stats_brief(), "test_s": round(test_s, 3), "warmup_s": round(warm_s, 3),
                  "warmup_requests": warm_n, "streaming": any(streaming.values()) if streaming else None,
                  "per_server": per_server, "measured": measured_stats(self.records),
-                 "methods": _methods(clients),
-                 # CPU the client side spent on the measured queries: LoadGen + driver + frontends
-                 "client_cpu_s": round(driver_cpu_s + sum(c or 0.0 for c in self.frontend_cpu_s.values()), 4)}
+                 "methods": _methods(clients), "max_in_flight": cfg.get("max_in_flight"),
+                 **client_usage(driver_usage, self.frontend_usage)}
         self.emit({"event": "done", "stats": stats, "final_progress": final})
         return 0
 

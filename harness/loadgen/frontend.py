@@ -14,7 +14,9 @@ import traceback
 
 from .cores import core_class
 from .cores.base import Prompts
+from .cores.aioloop import BatchSink, FrontendLoop, PipeOut
 from .messages import Failed, Ready, Stopped
+from .usage import Usage
 
 
 def _watch_parent(parent_pid: int) -> None:
@@ -36,16 +38,20 @@ def frontend_main(fe_idx: int, specs: list[dict], cfg: dict, prompts: Prompts, i
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True, name="parent-watch").start()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the caller handles Ctrl-C by killing the group
     Core = core_class(cfg["protocol"])
+    sink = BatchSink(PipeOut(out_q), FrontendLoop.get().loop)
+    in_flight = [0, 0]
     cores = {}
-    cpu0 = None
+    timed = None  # Usage from the first timed query to the stop
+    usage = {}
     try:
         for spec in specs:
-            c = Core(spec, cfg, prompts, out_q, fe_idx)
+            c = Core(spec, cfg, prompts, sink, fe_idx)
+            c.frontend_in_flight = in_flight
             try:
                 c.connect()
             except Exception as exc:
-                out_q.put(Failed(fe_idx, spec["g"], spec["url"], spec["model"],
-                                 f"cannot connect: {type(exc).__name__}: {exc}"))
+                sink.put(Failed(fe_idx, spec["g"], spec["url"], spec["model"],
+                                f"cannot connect: {type(exc).__name__}: {exc}"))
                 return
             cores[spec["g"]] = c
         # warm-up: warmup_queries spread over all clients, at least one per client
@@ -57,29 +63,36 @@ def frontend_main(fe_idx: int, specs: list[dict], cfg: dict, prompts: Prompts, i
         deadline = time.monotonic() + cfg["request_timeout_s"]
         for c in cores.values():
             if not c.warm_done.wait(max(0.0, deadline - time.monotonic())):
-                out_q.put(Failed(fe_idx, c.g, c.url, c.model,
-                                 f"warm-up requests got no final response within {cfg['request_timeout_s']:.0f}s"))
+                sink.put(Failed(fe_idx, c.g, c.url, c.model,
+                                f"warm-up requests got no final response within {cfg['request_timeout_s']:.0f}s"))
                 return
             if c.failed:
                 return
-        cpu0 = time.process_time()  # client CPU from here on is what the measured queries cost
-        out_q.put(Ready(fe_idx, {"warmup_s": time.monotonic() - t0,
-                                 "warmup_requests": sum(c.completed for c in cores.values()),
-                                 "clients": {c.g: c.info for c in cores.values()}}))
+        in_flight[1] = 0  # the peak of the timed run only
+        sink.put(Ready(fe_idx, {"warmup_s": time.monotonic() - t0,
+                                "warmup_requests": sum(c.completed for c in cores.values()),
+                                "clients": {c.g: c.info for c in cores.values()}}))
         while True:
             try:
                 items = in_q.get(timeout=1.0)
             except queue.Empty:
                 continue
             if items is None:
+                usage = timed.stop() if timed is not None else {}
                 break
+            if timed is None:
+                timed = Usage()
+            per_core: dict[int, list] = {}
             for it in items:
-                cores[it.client].enqueue(it.qid, it.sample)
+                per_core.setdefault(it.client, []).append((it.qid, it.sample))
+            for g, batch in per_core.items():
+                cores[g].enqueue_many(batch)
     except Exception as exc:
-        out_q.put(Failed(fe_idx, -1, "", "", f"frontend {fe_idx} crashed: {type(exc).__name__}: {exc}\n"
-                                             f"{traceback.format_exc()}"))
+        sink.put(Failed(fe_idx, -1, "", "", f"frontend {fe_idx} crashed: {type(exc).__name__}: {exc}\n"
+                                            f"{traceback.format_exc()}"))
     finally:
         for c in cores.values():
             c.close()
-        counts = {g: {"sent": c.sent, "completed": c.completed} for g, c in cores.items()}
-        out_q.put(Stopped(fe_idx, {"clients": counts, "cpu_s": time.process_time() - cpu0 if cpu0 is not None else None}))
+        counts = {g: {"sent": c.sent, "completed": c.completed, "peak_in_flight": c.peak} for g, c in cores.items()}
+        sink.put(Stopped(fe_idx, {"clients": counts, "peak_in_flight": in_flight[1], **usage}))
+        sink.flush_now()

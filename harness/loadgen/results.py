@@ -233,8 +233,12 @@ def merge_measured(result: dict, stats: dict, cfg: dict) -> dict:
             "max_new_tokens": cfg["max_new_tokens"], "end_id": cfg["end_id"],
             "request_errors": stats.get("request_errors", 0), "per_server": stats.get("per_server"),
             "protocol": cfg.get("protocol"), "methods": stats.get("methods"),
-            "client_cpu_s": stats.get("client_cpu_s"),
+            "client_cpu_s": stats.get("client_cpu_s"), "client_cpu": stats.get("client_cpu"),
+            "max_in_flight": stats.get("max_in_flight", cfg.get("max_in_flight")),
+            "peak_in_flight": stats.get("peak_in_flight"),
         },
+        "client_bound": stats.get("client_bound"),
+        "client_bound_reason": stats.get("client_bound_reason"),
         "measured": measured,
         "ttft_source": "loadgen" if result.get("ttft_ms") else None,
         "tpot_source": "loadgen" if result.get("tpot_ms") else None,
@@ -314,3 +318,40 @@ def measured_stats(records: Sequence[tuple]) -> dict:
         "ttft_ms": pct((tf[has_first] - ti[has_first]) / 1e6),
         "tpot_ms": pct((td[multi] - tf[multi]) / 1e6 / (n[multi] - 1)),
     }
+
+
+#: A client process whose busiest thread ran or waited to run more than this share of the timed
+#: run (harness/loadgen/usage.py) was, or nearly was, what limited the run, not the server.
+CLIENT_BOUND_BUSY = 0.8
+
+
+def client_usage(driver: dict, frontends: dict[int, dict]) -> dict:
+    """CPU of the driver and of each frontend over the timed run, how busy each was (`busy`: its
+    busiest thread's run + run-queue time over the wall time; CPU / wall where that is unknown),
+    the peak of requests in flight, and whether a client process was the bottleneck
+    (`client_bound`, with the setting to raise)."""
+    def row(u: dict, **extra) -> dict:
+        cpu, wall = u.get("cpu_s"), u.get("wall_s")
+        busy = u.get("demand")
+        if busy is None and cpu is not None and wall:
+            busy = cpu / wall
+        return {**extra, "cpu_s": None if cpu is None else round(cpu, 4),
+                "wall_s": None if wall is None else round(wall, 3), "busy": None if busy is None else round(busy, 3)}
+
+    fes = [row(u, frontend=i) for i, u in sorted(frontends.items())]
+    drv = row(driver)
+    reasons = []
+    for f in fes:
+        if f["busy"] is not None and f["busy"] > CLIENT_BOUND_BUSY:
+            reasons.append(f"frontend {f['frontend']} was busy {f['busy']:.0%} of the timed run "
+                           f"(raise harness.frontends: each frontend is one process, one core; "
+                           f"harness.clients_per_frontend spreads connections, not CPU)")
+    if drv["busy"] is not None and drv["busy"] > CLIENT_BOUND_BUSY:
+        reasons.append(f"the LoadGen driver was busy {drv['busy']:.0%} of the timed run (LoadGen itself and "
+                       "its completions, per query: fewer, longer queries or a faster host)")
+    peaks = [u.get("peak_in_flight") for u in frontends.values() if u.get("peak_in_flight") is not None]
+    return {"client_cpu_s": round((drv["cpu_s"] or 0.0) + sum(f["cpu_s"] or 0.0 for f in fes), 4),
+            "client_cpu": {"driver": drv, "frontends": fes},
+            # per frontend exact; summed over frontends (their peaks may not coincide)
+            "peak_in_flight": sum(peaks) if peaks else None,
+            "client_bound": bool(reasons), "client_bound_reason": "; ".join(reasons) or None}

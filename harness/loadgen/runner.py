@@ -38,6 +38,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 LOADGEN_FILES = ("mlperf_log_summary.txt", "mlperf_log_detail.txt", "mlperf_log_accuracy.json",
                  "mlperf_log_trace.json")
 HEARTBEAT_TIMEOUT_S = 60.0
+DEFAULT_IN_FLIGHT_PER_SERVER = 64
 
 
 class LoadgenError(MeasurementError):
@@ -76,6 +77,7 @@ def run_loadgen(
     protocol: str = "triton-grpc",
     prompt_texts: Sequence[str] | None = None,
     api: Mapping[str, Any] | None = None,
+    max_in_flight: int | None = None,
 ) -> dict:
     """Run one LoadGen test against ``endpoints`` speaking ``protocol`` (a client core: Triton gRPC
     or OpenAI HTTP) and return ``result.json``'s content plus ``requests`` (per-request latencies).
@@ -99,13 +101,17 @@ def run_loadgen(
                        warmup_queries=warmup_queries, end_id=end_id, pad_id=pad_id,
                        max_new_tokens=max_new_tokens, request_timeout_s=request_timeout_s,
                        streaming=streaming, startup_timeout_s=startup_timeout_s, protocol=protocol,
-                       prompt_texts=prompt_texts, api=api)
+                       prompt_texts=prompt_texts, api=api, max_in_flight=max_in_flight)
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     for name in (*LOADGEN_FILES, "result.json", "requests.csv"):
         with contextlib.suppress(FileNotFoundError):
             (out / name).unlink()
     cfg["out_dir"] = str(out)
+    # token ids matter only where LoadGen logs them: accuracy runs, and TEST06 (audit.config) or a
+    # user.conf that may ask for accuracy-log sampling in a performance run
+    cfg["keep_tokens"] = (mode == "AccuracyOnly" or bool(cfg["settings"].get("user_conf"))
+                          or (out / "audit.config").exists())
     # The driver's input lives in the output directory (a stage's temp dir: swept if we are killed).
     cfg_path = out / f".driver-{os.getpid()}.pkl"
     try:
@@ -157,7 +163,7 @@ def _normalise_endpoint(url: str) -> str:
 
 def _make_config(endpoints, model_names, samples, settings, *, scenario, mode, frontends, clients_per_frontend,
                  warmup_queries, end_id, pad_id, max_new_tokens, request_timeout_s, streaming,
-                 startup_timeout_s, protocol="triton-grpc", prompt_texts=None, api=None) -> dict:
+                 startup_timeout_s, protocol="triton-grpc", prompt_texts=None, api=None, max_in_flight=None) -> dict:
     if scenario not in SCENARIOS:
         raise ValueError(f"scenario must be one of {SCENARIOS}, got {scenario!r}")
     if mode not in MODES:
@@ -196,8 +202,14 @@ def _make_config(endpoints, model_names, samples, settings, *, scenario, mode, f
     flat, offsets = _samples_to_arrays(samples)
     n_clients = frontends * clients_per_frontend
     # client g -> server g % S (so round-robin over clients alternates servers), frontend g // C
+    max_in_flight = DEFAULT_IN_FLIGHT_PER_SERVER * len(eps) if max_in_flight is None else int(max_in_flight)
+    if max_in_flight < n_clients:
+        raise ValueError(f"max_in_flight {max_in_flight} < {n_clients} clients (frontends x clients_per_frontend): "
+                         "every client needs at least one request in flight")
     clients = [{"g": g, "frontend": g // clients_per_frontend, "server": g % len(eps),
-                "url": eps[g % len(eps)], "model": models[g % len(eps)]} for g in range(n_clients)]
+                "url": eps[g % len(eps)], "model": models[g % len(eps)],
+                "cap": max_in_flight // n_clients + (1 if g < max_in_flight % n_clients else 0)}
+               for g in range(n_clients)]
     if streaming is None:
         streaming = scenario != "Offline"
     return {
@@ -206,7 +218,7 @@ def _make_config(endpoints, model_names, samples, settings, *, scenario, mode, f
         "warmup_queries": max(0, int(warmup_queries)), "end_id": end_id, "pad_id": pad_id,
         "max_new_tokens": int(max_new_tokens), "request_timeout_s": float(request_timeout_s),
         "streaming": bool(streaming), "startup_timeout_s": float(startup_timeout_s),
-        "openai": dict(api or {}),
+        "openai": dict(api or {}), "max_in_flight": max_in_flight,
         "prompts": Prompts(flat, offsets, list(prompt_texts) if prompt_texts is not None else None), "n_samples": len(offsets) - 1, "protocol": protocol,
     }
 

@@ -17,7 +17,8 @@ Model config parameters (all optional): ``token_delay_ms`` (time per generated t
 default 0), ``first_token_delay_ms`` (default ``token_delay_ms``), ``shift`` (default 1),
 ``vocab_size`` (default 32000), ``exclude_input_in_output`` (default false),
 ``error_token_id`` (a request whose prompt contains this id gets an error response: for
-testing how a harness handles failed requests).  With delays a
+testing how a harness handles failed requests), ``tokens_per_response`` (default 1: k tokens
+per streamed response, as a server with a stream interval sends them).  With delays a
 single scheduler thread emits tokens at their due times, so ``execute`` never blocks.
 """
 from __future__ import annotations
@@ -67,6 +68,7 @@ class TritonPythonModel:
         self.shift = int(param(cfg, "shift", 1))
         self.vocab_size = int(param(cfg, "vocab_size", 32000))
         self.exclude_default = flag(param(cfg, "exclude_input_in_output", "false"))
+        self.per_response = max(1, int(param(cfg, "tokens_per_response", 1)))
         err = param(cfg, "error_token_id", None)
         self.error_token = None if err is None else int(err)
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(cfg)
@@ -144,16 +146,17 @@ class TritonPythonModel:
         if not toks:
             sender.send(flags=self.final)
             return
-        last = len(toks) - 1
-        for k, t in enumerate(toks):
-            sender.send(self._response([t]), flags=self.final if k == last else 0)
+        k = self.per_response
+        for i in range(0, len(toks), k):
+            sender.send(self._response(toks[i:i + k]), flags=self.final if i + k >= len(toks) else 0)
 
     def _schedule(self, sender, spec):
         now = time.monotonic()
         n = len(spec["tokens"])
         if spec["streaming"]:
             state = {"sender": sender, "spec": spec, "k": 0}
-            due = now + self.first_delay
+            # a chunk goes out when its last token is made: the first after first + (k-1) tokens
+            due = now + self.first_delay + self.token_delay * max(0, min(self.per_response, n) - 1)
         else:
             state = {"sender": sender, "spec": spec, "k": -1}  # one response at the end
             due = now + (self.first_delay + self.token_delay * max(0, n - 1) if n else 0.0)
@@ -184,12 +187,13 @@ class TritonPythonModel:
         if not toks:
             sender.send(flags=self.final)
             return
-        final = k == len(toks) - 1
-        sender.send(self._response([toks[k]]), flags=self.final if final else 0)
+        step = self.per_response
+        final = k + step >= len(toks)
+        sender.send(self._response(toks[k:k + step]), flags=self.final if final else 0)
         if not final:
-            state["k"] = k + 1
+            state["k"] = k + step
             with self._cv:
-                heapq.heappush(self._heap, (due + self.token_delay, next(self._seq), state))
+                heapq.heappush(self._heap, (due + self.token_delay * step, next(self._seq), state))
                 self._cv.notify()
 
     def finalize(self):

@@ -1,12 +1,16 @@
 """A zero-cost OpenAI-compatible server: what a client core and the harness cost, measured alone.
 
     python -m harness.serving.echo_openai --port 8000 [--token-delay-ms 0] [--token-ids]
+                                          [--tokens-per-chunk 1] [--cache]
 
 `GET /health` answers 200; `POST /v1/completions` streams `max_tokens` events (SSE over chunked
 HTTP/1.1, keep-alive), one token each: token k of a prompt p is (p[k % len(p)] + 1) % 32000 (the
 echo Triton model's rule), as `token_ids` when asked (`return_token_ids` / `detokenize: false`, or
 --token-ids) and as text (" t<id>"); the last event carries finish_reason and usage, then
 `data: [DONE]`. For benches and tests of the HTTP path only; no model behind it.
+`--tokens-per-chunk k` puts k tokens in each event (a server with a stream interval);
+`--cache` answers a repeated request with its encoded stream written at once, so the server
+costs almost nothing per token and the client is what limits (client-bound tests).
 """
 from __future__ import annotations
 
@@ -50,21 +54,36 @@ async def _complete(writer, body: dict, args) -> None:
         payload = json.dumps(doc).encode()
         writer.write(_head("200 OK", f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n") + payload)
         return
-    writer.write(_head("200 OK", "Content-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"))
-
-    def chunk(data: str) -> bytes:
-        raw = f"data: {data}\n\n".encode()
-        return f"{len(raw):x}\r\n".encode() + raw + b"\r\n"
-
-    for k, t in enumerate(toks):
+    head = _head("200 OK", "Content-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n")
+    key = (json.dumps(body.get("prompt")), len(toks), bool(ids)) if args.cache else None
+    if key is not None and key in _CACHE:
+        writer.write(head + _CACHE[key])
+        return
+    writer.write(head)
+    k = max(1, int(args.tokens_per_chunk))
+    parts = []
+    for i in range(0, len(toks), k):
         if args.token_delay_ms:
-            await asyncio.sleep(args.token_delay_ms / 1000)
-        choice = {"index": 0, "text": f" t{t}", **({"token_ids": [t]} if ids else {})}
-        writer.write(chunk(json.dumps({"choices": [choice]})))
-        if k % 8 == 7:
+            await asyncio.sleep(args.token_delay_ms * (len(toks[i:i + k])) / 1000)
+        part = toks[i:i + k]
+        choice = {"index": 0, "text": "".join(f" t{t}" for t in part), **({"token_ids": part} if ids else {})}
+        parts.append(_chunk(json.dumps({"choices": [choice]})))
+        writer.write(parts[-1])
+        if i // k % 8 == 7:
             await writer.drain()
     end = {"choices": [{"index": 0, "text": "", "finish_reason": "length"}], "usage": {"completion_tokens": len(toks)}}
-    writer.write(chunk(json.dumps(end)) + chunk("[DONE]") + b"0\r\n\r\n")
+    tail = _chunk(json.dumps(end)) + _chunk("[DONE]") + b"0\r\n\r\n"
+    writer.write(tail)
+    if key is not None:
+        _CACHE[key] = b"".join(parts) + tail
+
+
+_CACHE: dict = {}
+
+
+def _chunk(data: str) -> bytes:
+    raw = f"data: {data}\n\n".encode()
+    return f"{len(raw):x}\r\n".encode() + raw + b"\r\n"
 
 
 async def _serve(reader, writer, args) -> None:
@@ -90,6 +109,8 @@ def main() -> None:
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--token-delay-ms", type=float, default=0.0)
     ap.add_argument("--token-ids", action="store_true", help="always return token_ids")
+    ap.add_argument("--tokens-per-chunk", type=int, default=1, help="tokens per SSE event")
+    ap.add_argument("--cache", action="store_true", help="repeat a repeated request's encoded stream at once")
     args = ap.parse_args()
 
     async def run():

@@ -1,15 +1,17 @@
 """The client side of the SUT behind one small interface: a *core* talks one protocol to one server.
 
-A frontend process runs several cores (clients), each with its own connection: a gRPC channel
-and stream, or an HTTP connection pool. The frontend calls `connect` (health check), `warmup`,
-then `enqueue` for every query LoadGen issues to that client, and `close` at the end. A core
-never blocks the caller: it sends from its own thread or event loop and reports through `sink`
-(the frontend's queue to the driver) as responses arrive: `First` on the first token of a
-streamed response, `Alive` on later ones (at most once a second), `Done` with every generated
-token, `Failed` on any error. A new protocol is one module with one `Core` subclass.
+A frontend process runs several cores (clients) on its one event loop, each with its own
+connection: a gRPC channel and stream, or a share of the frontend's HTTP pool. The frontend calls
+`connect` (health check), `warmup`, then `enqueue_many` with the queries LoadGen issues to that
+client, and `close` at the end. A core never blocks the caller and keeps at most `cap` requests
+outstanding (the rest wait); it reports through `sink` (batched to the driver) as responses
+arrive: `First` on the first token of a streamed response (not in Offline), `Alive` on later
+ones (at most once a second), `Done` with the token count (and the tokens where LoadGen logs
+them), `Failed` on any error. A new protocol is one module with one `Core` subclass.
 """
 from __future__ import annotations
 
+import collections
 import threading
 import time
 
@@ -33,7 +35,8 @@ class Prompts:
 
 
 class Core:
-    """One client: one connection to one server, for one model."""
+    """One client: one connection (gRPC stream, or a lane of the frontend's HTTP pool) to one
+    server, for one model, with at most `cap` requests outstanding; the rest wait in `waiting`."""
 
     protocol = ""
 
@@ -46,6 +49,16 @@ class Core:
         self.sink = sink
         self.frontend = frontend
         self.streaming = bool(cfg["streaming"])
+        # Accuracy runs and TEST06 log every token id; a performance run needs only the count
+        self.keep_tokens = bool(cfg.get("keep_tokens", True))
+        # Offline has no first-token latency: the first token's time rides in Done (requests.csv),
+        # one message per query instead of two
+        self.report_first = cfg.get("scenario") != "Offline"
+        self.cap = max(1, int(spec.get("cap") or cfg.get("client_cap") or 1 << 30))
+        self.waiting: collections.deque = collections.deque()
+        self.outstanding = 0
+        self.peak = 0
+        self.frontend_in_flight = [0, 0]    # [now, peak] over the frontend's cores (one loop: no lock)
         self.failed = False
         self.closing = False
         self.sent = 0
@@ -61,7 +74,7 @@ class Core:
         raise NotImplementedError
 
     def enqueue(self, qid, sample: int) -> None:
-        """Sends one request (from the core's own thread or loop; never blocks the caller)."""
+        """Queues one request (any thread; never blocks the caller)."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -77,20 +90,48 @@ class Core:
         for k in range(n):
             self.enqueue(f"w{self.g}-{k}", (self.g + k * 7919) % len(self.prompts))
 
+    # --- in-flight accounting (called on the core's own loop) -------------------------------
+    def next_request(self):
+        """(qid, sample) to send now, or None when `cap` are outstanding or none waits."""
+        if self.outstanding >= self.cap or not self.waiting:
+            return None
+        self.outstanding += 1
+        if self.outstanding > self.peak:
+            self.peak = self.outstanding
+        fe = self.frontend_in_flight
+        fe[0] += 1
+        if fe[0] > fe[1]:
+            fe[1] = fe[0]
+        return self.waiting.popleft()
+
     # --- what cores report -----------------------------------------------------------------
-    def on_token(self, qid, first: bool, tokens: np.ndarray, now: int) -> None:
-        """A streamed response arrived for `qid` (`first`: its first tokens)."""
-        if isinstance(qid, str):
+    def on_first(self, qid, now: int, first: bytes) -> None:
+        """The first tokens of a streamed response arrived (`first`: int32 bytes, may be empty)."""
+        if isinstance(qid, str) or not self.streaming or not self.report_first:
             return
-        if first and self.streaming:
-            self.sink.put(First(qid, now, tokens[:1].tobytes()))
-        elif self.streaming and now - self._last_alive > 1e9:
+        self.sink.put(First(qid, now, first))
+
+    def on_alive(self, now: int) -> None:
+        """A later streamed response arrived: tell the driver the server lives, at most once a second."""
+        if self.streaming and now - self._last_alive > 1e9:
             self._last_alive = now
             self.sink.put(Alive(self.g, now))
 
-    def on_done(self, qid, t_first: int, tokens: np.ndarray, now: int) -> None:
-        """The request is complete with every generated token."""
+    def on_token(self, qid, first: bool, tokens: np.ndarray, now: int) -> None:
+        """A streamed response arrived for `qid` (`first`: its first tokens)."""
+        if first:
+            self.on_first(qid, now, tokens[:1].tobytes())
+        else:
+            self.on_alive(now)
+
+    def on_done(self, qid, t_first: int, tokens, now: int, n_tokens: int | None = None) -> None:
+        """The request is complete: `tokens` every generated token (an int32 array or bytes; empty
+        when not kept), `n_tokens` their count (default: len(tokens))."""
         self.completed += 1
+        self.outstanding -= 1
+        self.frontend_in_flight[0] -= 1
+        data = tokens if isinstance(tokens, bytes) else tokens.tobytes()
+        n = len(data) // 4 if n_tokens is None else int(n_tokens)
         if isinstance(qid, str):
             self.warm_left -= 1
             if self.warm_left <= 0:
@@ -99,8 +140,9 @@ class Core:
         if self.streaming and not t_first:
             # nothing generated: LoadGen still needs a first token before the completion
             t_first = now
-            self.sink.put(First(qid, now, b""))
-        self.sink.put(Done(qid, t_first if self.streaming else 0, now, tokens.tobytes(), int(tokens.size)))
+            if self.report_first:
+                self.sink.put(First(qid, now, b""))
+        self.sink.put(Done(qid, t_first if self.streaming else 0, now, data, n))
 
     def fail(self, message: str, qid=None) -> None:
         if self.failed:

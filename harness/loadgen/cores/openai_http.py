@@ -1,9 +1,11 @@
 """The OpenAI HTTP core: streamed `/v1/completions` over one async connection pool per frontend.
 
-Each frontend process runs one asyncio loop in a thread with one `httpx.AsyncClient` (the pool,
-sized for all its clients' outstanding requests); a core is a client lane that schedules its
-requests there. Streamed responses are parsed with harness/serving/sse.py; the first chunk that
-carries tokens is the first token (FirstTokenComplete), the completion carries every token.
+Each frontend process runs one event loop (aioloop.py) with one aiohttp session: the pool, a
+connection for every request its clients may have in flight; a core is a client lane with its
+own share of that limit. Where the server returns token ids, a streamed response is scanned as
+bytes: every complete event of a read at once, ids counted (kept only when LoadGen logs them).
+Text that must be re-tokenized is parsed with harness/serving/sse.py. The first chunk that
+carries tokens is the first token (FirstTokenComplete), whatever its number of tokens.
 
 Per server kind (`cfg["openai"]["kind"]`) only the request keys that server accepts are sent:
 transformers serve refuses unknown keys (422) and token-id prompts (400); trtllm-serve refuses
@@ -14,9 +16,10 @@ output tokens come from the server's ids where it returns them, else from re-tok
 """
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
+import re
+import struct
 import threading
 import time
 
@@ -25,38 +28,49 @@ import numpy as np
 from ...serving.openai_client import base_url
 from ...serving.sse import DONE, SSEParser
 from ..openai_api import TOKEN_ID_SERVERS, methods
+from .aioloop import FrontendLoop
 from .base import Core
 
 
 
-class _Loop:
-    """One event loop thread and one HTTP connection pool per frontend process."""
+TOKEN_IDS = re.compile(rb'"token_ids"\s*:\s*\[([^\]]*)\]')
+_I32 = struct.Struct("<i")
 
-    _instance: "_Loop | None" = None
+
+class _Pool:
+    """One aiohttp session (connection pool) per frontend process, on the frontend's loop, with a
+    connection for every request its clients may have in flight."""
+
+    _instance: "_Pool | None" = None
     _lock = threading.Lock()
 
-    def __init__(self, pool: int, timeout_s: float):
-        import httpx
-
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="openai-http-loop", daemon=True)
-        self.thread.start()
-        limits = httpx.Limits(max_connections=pool, max_keepalive_connections=pool)
+    def __init__(self, fl: FrontendLoop, size: int, timeout_s: float):
+        import aiohttp
 
         async def make():
-            return httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(timeout_s, connect=30.0))
+            conn = aiohttp.TCPConnector(limit=size, limit_per_host=0, keepalive_timeout=60)
+            return aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(
+                total=None, sock_connect=30.0, sock_read=timeout_s), auto_decompress=False)
 
-        self.client = asyncio.run_coroutine_threadsafe(make(), self.loop).result()
+        self.fl = fl
+        self.size = size
+        self.users = 0
+        self.session = fl.run(make(), timeout=30)
 
     @classmethod
-    def get(cls, pool: int, timeout_s: float) -> "_Loop":
+    def get(cls, fl: FrontendLoop, size: int, timeout_s: float) -> "_Pool":
         with cls._lock:
             if cls._instance is None:
-                cls._instance = cls(pool, timeout_s)
+                cls._instance = cls(fl, size, timeout_s)
+            cls._instance.users += 1
             return cls._instance
 
-    def submit(self, coro):
-        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+    def release(self) -> None:
+        with self._lock:
+            self.users -= 1
+            if self.users == 0:
+                with contextlib.suppress(Exception):
+                    self.fl.run(self.session.close(), timeout=10)
 
 
 def request_body(kind: str, model: str, prompt, max_tokens: int, stream: bool, output: str) -> dict:
@@ -91,59 +105,140 @@ class OpenAIHttpCore(Core):
             from transformers import AutoTokenizer
             self.tokenizer = AutoTokenizer.from_pretrained(api["tokenizer"])
         self.base = base_url(self.url)
+        self.endpoint = f"{self.base}/v1/completions"
         r = httpx.get(f"{self.base}/health", timeout=min(30.0, self.cfg["request_timeout_s"]))
         if r.status_code != 200:
             raise RuntimeError(f"GET /health answered {r.status_code}")
-        pool = max(16, 4 * len(self.cfg["clients"]))
-        self.loop = _Loop.get(pool, self.cfg["request_timeout_s"])
-        self.outstanding: set = set()
+        size = sum(c.get("cap") or 1 for c in self.cfg["clients"] if c["frontend"] == self.frontend)
+        self.fl = FrontendLoop.get()
+        self.pool = _Pool.get(self.fl, size, self.cfg["request_timeout_s"])
+        self.tasks: set = set()
+        self.bodies: dict[int, bytes] = {}
         self.info = {"streaming": self.streaming, "prompt": self.prompt_method, "output_tokens": self.output_method,
-                     "server": self.kind}
+                     "server": self.kind, "pool": self.pool.size}
 
+    # --- sending (on the frontend's loop) ------------------------------------------------------
     def enqueue(self, qid, sample: int) -> None:
-        fut = self.loop.submit(self._request(qid, sample))
-        self.outstanding.add(fut)
-        fut.add_done_callback(self.outstanding.discard)
+        self.enqueue_many([(qid, sample)])
+
+    def enqueue_many(self, items) -> None:
+        self.fl.call(self._take, items)
+
+    def _take(self, items) -> None:
+        self.waiting.extend(items)
+        self._pump()
+
+    def _pump(self) -> None:
+        while (item := self.next_request()) is not None:
+            t = self.fl.loop.create_task(self._request(*item))
+            self.tasks.add(t)
+            t.add_done_callback(self.tasks.discard)
 
     def _prompt(self, sample: int):
         if self.prompt_method == "text":
             return self.prompts.texts[sample]
-        return [int(x) for x in self.prompts.ids(sample)]
+        return self.prompts.ids(sample).tolist()
 
     def _ids(self, text: str) -> np.ndarray:
         return np.asarray(self.tokenizer.encode(text, add_special_tokens=False), dtype=np.int32)
 
+    def _body(self, sample: int) -> bytes:
+        """The encoded request for a sample, made once (Offline and Server repeat samples)."""
+        body = self.bodies.get(sample)
+        if body is None:
+            body = self.bodies[sample] = json.dumps(request_body(
+                self.kind, self.model, self._prompt(sample), self.cfg["max_new_tokens"], self.streaming,
+                self.output_method)).encode()
+        return body
+
     async def _request(self, qid, sample: int) -> None:
-        body = request_body(self.kind, self.model, self._prompt(sample), self.cfg["max_new_tokens"],
-                            self.streaming, self.output_method)
-        state = {"ids": [], "text": [], "t_first": 0}
+        body = self._body(sample)
         try:
-            if self.streaming:
-                async with self.loop.client.stream("POST", f"{self.base}/v1/completions", json=body) as r:
-                    if r.status_code != 200:
-                        raise RuntimeError(f"HTTP {r.status_code}: {(await r.aread())[:300]!r}")
-                    parser = SSEParser()
-                    async for chunk in r.aiter_bytes():
-                        for data in parser.feed(chunk):
-                            self._event(qid, data, state)
-                    for data in parser.close():
-                        self._event(qid, data, state)
-            else:
-                r = await self.loop.client.post(f"{self.base}/v1/completions", json=body)
-                if r.status_code != 200:
-                    raise RuntimeError(f"HTTP {r.status_code}: {r.text[:300]}")
-                self._event(qid, r.text, state)
+            async with self.pool.session.post(self.endpoint, data=body, headers=_JSON) as r:
+                if r.status != 200:
+                    raise RuntimeError(f"HTTP {r.status}: {(await r.read())[:300]!r}")
+                if self.output_method == "server" and self.streaming:
+                    t_first, data, n = await self._stream_ids(qid, r.content)
+                elif self.output_method == "server" and not self.keep_tokens:
+                    t_first, data, n = 0, b"", _count_ids(await r.read())
+                else:
+                    t_first, data, n = await self._decoded(qid, r)
             self.sent += 1
         except Exception as exc:  # a request that fails ends the run, naming the server
             if not self.closing:
                 self.fail(f"{type(exc).__name__}: {exc}", qid)
             return
-        now = time.monotonic_ns()
+        finally:
+            self._pump_later()
+        self.on_done(qid, t_first, data, time.monotonic_ns(), n)
+
+    def _pump_later(self) -> None:
+        # this request's slot frees when on_done runs; send the next one after it
+        if self.waiting:
+            self.fl.loop.call_soon(self._pump)
+
+    async def _stream_ids(self, qid, content) -> tuple[int, bytes, int]:
+        """A streamed response whose events carry token ids, scanned as bytes: every complete
+        event of a read at once, token ids counted (and kept only when LoadGen logs them)."""
+        keep = self.keep_tokens
+        ids: list[int] = []
+        n = t_first = 0
+        rest = b""
+        while True:
+            chunk = await content.readany()
+            if not chunk:
+                region, rest = rest, b""
+                if not region.strip():
+                    break
+            else:
+                if b"\r" in chunk:
+                    chunk = chunk.replace(b"\r\n", b"\n")
+                buf = rest + chunk
+                end = buf.rfind(b"\n\n")
+                if end < 0:
+                    rest = buf
+                    continue
+                region, rest = buf[:end], buf[end + 2:]
+            now = time.monotonic_ns()
+            if b'"error"' in region:
+                _raise_event_errors(region)
+            got = 0
+            for m in TOKEN_IDS.finditer(region):
+                inner = m.group(1)
+                if not inner.strip():
+                    continue
+                got += inner.count(b",") + 1
+                if keep or not t_first:
+                    new = [int(x) for x in inner.split(b",")]
+                    if not t_first:
+                        t_first = now
+                        self.on_first(qid, now, _I32.pack(new[0]))
+                    if keep:
+                        ids += new
+            if got:
+                n += got
+                self.on_alive(now)
+            if not chunk:
+                break
+        return t_first, np.asarray(ids, dtype=np.int32).tobytes() if keep else b"", n
+
+    async def _decoded(self, qid, r) -> tuple[int, bytes, int]:
+        """Every event decoded as JSON: re-tokenized text, and non-streamed responses."""
+        state = {"ids": [], "text": [], "t_first": 0}
+        if self.streaming:
+            parser = SSEParser()
+            async for chunk in r.content.iter_any():
+                for data in parser.feed(chunk):
+                    self._event(qid, data, state)
+            for data in parser.close():
+                self._event(qid, data, state)
+        else:
+            self._event(qid, (await r.read()).decode(), state)
         if self.output_method == "server":
             toks = np.asarray(state["ids"], dtype=np.int32)
         else:
             toks = self._ids("".join(state["text"]))
-        self.on_done(qid, state["t_first"], toks, now)
+        return state["t_first"], toks.tobytes(), int(toks.size)
 
     def _event(self, qid, data: str, state: dict) -> None:
         if data == DONE:
@@ -171,9 +266,35 @@ class OpenAIHttpCore(Core):
 
     def close(self) -> None:
         deadline = time.monotonic() + 10
-        while self.outstanding and time.monotonic() < deadline and not self.failed:
+        while self.tasks and time.monotonic() < deadline and not self.failed:
             time.sleep(0.05)
         self.closing = True
-        for fut in list(self.outstanding):
-            with contextlib.suppress(Exception):
-                fut.cancel()
+        for t in list(self.tasks):
+            self.fl.loop.call_soon_threadsafe(t.cancel)
+        self.pool.release()
+
+
+_JSON = {"Content-Type": "application/json"}
+
+
+def _count_ids(body: bytes) -> int:
+    """Token ids in a non-streamed response, counted without decoding it (performance runs)."""
+    if b'"error"' in body:
+        _raise_event_errors(b"data: " + body)
+    n = 0
+    for m in TOKEN_IDS.finditer(body):
+        inner = m.group(1)
+        if inner.strip():
+            n += inner.count(b",") + 1
+    return n
+
+
+def _raise_event_errors(region: bytes) -> None:
+    """An event that is an error object (no choices) ends the request with the server's words."""
+    for data in SSEParser().feed(region + b"\n\n"):
+        if data == DONE:
+            continue
+        with contextlib.suppress(ValueError):
+            obj = json.loads(data)
+            if isinstance(obj, dict) and "error" in obj and not obj.get("choices"):
+                raise RuntimeError(f"server error: {obj['error']}")

@@ -1,26 +1,27 @@
-"""The Triton gRPC core: one channel + one bidirectional stream + one submit thread per client.
+"""The Triton gRPC core: one channel + one bidirectional ModelStreamInfer stream per client, all
+clients of a frontend on its one asyncio loop (grpc.aio).
 
-A channel carries ~100 concurrent HTTP/2 streams at most, so clients never share one. tritonclient
-runs the stream callback on its reader thread; an exception there would kill that thread silently
-and LoadGen would wait forever, so the callback is wrapped.
+Responses are read as raw protobufs: tokens are `output_ids`' raw int32 bytes cut to
+`sequence_length`, so a streamed response costs a protobuf parse and a few slices, not a
+tritonclient InferResult and numpy arrays. A performance run keeps only the first token and the
+count; an accuracy run (or TEST06) keeps every token's bytes. A channel carries ~100 concurrent
+HTTP/2 streams at most, so clients never share one.
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
-import queue
-import threading
+import struct
 import time
 import traceback
 
-import numpy as np
-
-from ...serving.contract import (
-    is_final,
-    request_inputs,
-    requested_outputs,
-    response_tokens,
-)
+from ...serving.contract import OUTPUT_NAMES, request_arrays
+from .aioloop import FrontendLoop
 from .base import Core
+
+MAX_MESSAGE = 2**31 - 1
+STREAM_METHOD = "/inference.GRPCInferenceService/ModelStreamInfer"
+_I32 = struct.Struct("<i")
 
 
 class TritonGrpcCore(Core):
@@ -28,94 +29,191 @@ class TritonGrpcCore(Core):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.q: "queue.SimpleQueue" = queue.SimpleQueue()
-        self.pending: dict[str, dict] = {}
-        self.lock = threading.Lock()
+        self.pending: dict[str, list] = {}
         self.decoupled = True
-        self.client = None
-        self.thread = None
+        self.call = None
+        self.channel = None
+        self.slots = None
+        self.blobs: dict[int, bytes] = {}
 
     def connect(self) -> None:
         import tritonclient.grpc as grpcclient
 
-        self.client = grpcclient.InferenceServerClient(self.url)
-        timeout = min(30.0, self.cfg["request_timeout_s"])
-        if not self.client.is_model_ready(self.model, client_timeout=timeout):
-            raise RuntimeError(f"model {self.model!r} is not ready")
-        mc = self.client.get_model_config(self.model, as_json=True, client_timeout=timeout)
+        c = grpcclient.InferenceServerClient(self.url)
+        try:
+            timeout = min(30.0, self.cfg["request_timeout_s"])
+            if not c.is_model_ready(self.model, client_timeout=timeout):
+                raise RuntimeError(f"model {self.model!r} is not ready")
+            mc = c.get_model_config(self.model, as_json=True, client_timeout=timeout)
+        finally:
+            c.close()
         policy = (mc.get("config") or {}).get("model_transaction_policy") or {}
         self.decoupled = bool(policy.get("decoupled", False))
         self.streaming = bool(self.cfg["streaming"] and self.decoupled)  # a non-decoupled model never streams
         self.info = {"streaming": self.streaming, "decoupled": self.decoupled,
                      "prompt": "token_ids", "output_tokens": "server"}
-        self.outputs = requested_outputs()
-        self.client.start_stream(callback=self._callback)
-        self.thread = threading.Thread(target=self._submit_loop, name=f"client{self.g}", daemon=True)
-        self.thread.start()
+        self.template = self._template()
+        self.fl = FrontendLoop.get()
+        self.fl.run(self._open(), timeout=60)
 
+    def _template(self):
+        """A request with every fixed tensor set; per request only the id and the prompt change."""
+        from tritonclient.grpc import service_pb2
+
+        req = service_pb2.ModelInferRequest(model_name=self.model)
+        arrays = request_arrays([0], self.cfg["max_new_tokens"], self.cfg["end_id"], self.streaming,
+                                pad_id=self.cfg["pad_id"], exclude_input_in_output=True)
+        assert list(arrays)[:2] == ["input_ids", "input_lengths"]
+        for name, arr in arrays.items():
+            t = req.inputs.add()
+            t.name, t.datatype = name, "BOOL" if arr.dtype == bool else "INT32"
+            t.shape.extend(arr.shape)
+            req.raw_input_contents.append(arr.tobytes())
+        for name in OUTPUT_NAMES:
+            req.outputs.add().name = name
+        if self.decoupled:
+            req.parameters["triton_enable_empty_final_response"].bool_param = True
+        return req
+
+    async def _open(self) -> None:
+        import grpc
+        from tritonclient.grpc import service_pb2
+
+        self._Request = service_pb2.ModelInferRequest
+        self.channel = grpc.aio.insecure_channel(self.url, options=[("grpc.max_send_message_length", MAX_MESSAGE),
+                                                                    ("grpc.max_receive_message_length", MAX_MESSAGE)])
+        # requests go as bytes: a sample's encoded request is made once, and the id appended (protobuf
+        # merges concatenated messages, the last id wins)
+        self.call = self.channel.stream_stream(STREAM_METHOD, request_serializer=None,
+                                               response_deserializer=service_pb2.ModelStreamInferResponse.FromString)()
+        self.wake = asyncio.Event()
+        self.writer = asyncio.ensure_future(self._guard(self._write()))
+        self.reader = asyncio.ensure_future(self._guard(self._read()))
+
+    # --- sending ---------------------------------------------------------------------------
     def enqueue(self, qid, sample: int) -> None:
-        self.q.put((qid, sample))
+        self.enqueue_many([(qid, sample)])
 
-    def _submit_loop(self) -> None:
+    def enqueue_many(self, items) -> None:
+        self.fl.call(self._take, items)
+
+    def _take(self, items) -> None:
+        self.waiting.extend(items)
+        self.wake.set()
+
+    def _request(self, rid: str, sample: int) -> bytes:
+        blob = self.blobs.get(sample)
+        if blob is None:
+            ids = self.prompts.ids(sample)
+            req = self._Request()
+            req.CopyFrom(self.template)
+            req.inputs[0].shape[1] = len(ids)
+            req.raw_input_contents[0] = ids.tobytes()
+            req.raw_input_contents[1] = _I32.pack(len(ids))
+            blob = self.blobs[sample] = req.SerializeToString()
+        return blob + self._Request(id=rid).SerializeToString()
+
+    async def _write(self) -> None:
         while True:
-            item = self.q.get()
-            if item is None:
-                return
-            qid, sample = item
-            rid = qid if isinstance(qid, str) else str(qid)
-            with self.lock:
-                self.pending[rid] = {"qid": qid, "tokens": [], "t_first": 0}
-            try:
-                inputs = request_inputs(self.prompts.ids(sample), self.cfg["max_new_tokens"], self.cfg["end_id"],
-                                        self.streaming, pad_id=self.cfg["pad_id"], exclude_input_in_output=True)
-                self.client.async_stream_infer(self.model, inputs, outputs=self.outputs, request_id=rid,
-                                               enable_empty_final_response=True)
+            await self.wake.wait()
+            self.wake.clear()
+            while (item := self.next_request()) is not None:
+                qid, sample = item
+                rid = qid if isinstance(qid, str) else str(qid)
+                self.pending[rid] = [qid, 0, [], 0]   # qid, t_first, kept token bytes, n_tokens
+                try:
+                    await self.call.write(self._request(rid, sample))
+                except Exception as exc:  # the stream is no longer usable (server gone)
+                    if not self.closing:
+                        self.fail(f"could not send request: {type(exc).__name__}: {exc}", qid)
+                    return
                 self.sent += 1
-            except Exception as exc:  # the stream is no longer usable (server gone)
-                self.fail(f"could not send request: {type(exc).__name__}: {exc}", qid)
-                return
 
-    def _callback(self, result, error) -> None:
+    # --- receiving -------------------------------------------------------------------------
+    async def _read(self) -> None:
+        import grpc
+
+        read = self.call.read
+        eof = grpc.aio.EOF
+        while True:
+            try:
+                resp = await read()
+            except grpc.aio.AioRpcError as exc:
+                if not self.closing:
+                    self.fail(f"{exc.code().name}: {exc.details()}")
+                return
+            if resp is eof:
+                return
+            now = time.monotonic_ns()
+            if resp.error_message:
+                if not self.closing:
+                    self.fail(resp.error_message)
+                continue
+            self._on_response(resp.infer_response, now)
+
+    def _on_response(self, r, now: int) -> None:
+        st = self.pending.get(r.id)
+        if st is None:
+            self.fail(f"response for unknown request id {r.id!r}")
+            return
+        data = b""
+        raw = r.raw_output_contents
+        if raw:
+            if self.slots is None:  # where output_ids / sequence_length sit (Triton keeps the order)
+                names = [o.name for o in r.outputs]
+                self.slots = (names.index("output_ids"), names.index("sequence_length")
+                              if "sequence_length" in names else -1, len(names))
+            i_ids, i_seq, n_out = self.slots
+            if len(raw) != n_out or r.outputs[i_ids].name != "output_ids":
+                self.slots = None
+                return self._on_response(r, now)
+            data = raw[i_ids]
+            if i_seq >= 0 and data:
+                data = data[:4 * _I32.unpack_from(raw[i_seq])[0]]
+        if data:
+            st[3] += len(data) >> 2
+            if self.keep_tokens:
+                st[2].append(data)
+            if not st[1]:
+                st[1] = now
+                self.on_first(st[0], now, data[:4])
+            else:
+                self.on_alive(now)
+        else:
+            self.on_alive(now)
+        if self.decoupled:
+            p = r.parameters.get("triton_final_response")
+            if p is None or not p.bool_param:
+                return
+        del self.pending[r.id]
+        self.on_done(st[0], st[1], b"".join(st[2]), now, st[3])
+        if self.waiting:
+            self.wake.set()
+
+    async def _guard(self, coro) -> None:
         try:
-            self._on_response(result, error)
-        except BaseException as exc:  # never let the reader thread die silently
+            await coro
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # never let a task die silently
             self.fail(f"response handling raised {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
 
-    def _on_response(self, result, error) -> None:
-        now = time.monotonic_ns()
-        if error is not None:
-            if not self.closing:
-                self.fail(f"{error}")
-            return
-        rid = result.get_response().id
-        with self.lock:
-            st = self.pending.get(rid)
-        if st is None:
-            self.fail(f"response for unknown request id {rid!r}")
-            return
-        new = response_tokens(result)
-        if new.size:
-            st["tokens"].append(new)
-            first = not st["t_first"]
-            if first:
-                st["t_first"] = now
-            self.on_token(st["qid"], first, new, now)
-        else:
-            self.on_token(st["qid"], False, new, now)
-        if not is_final(result, self.decoupled):
-            return
-        with self.lock:
-            self.pending.pop(rid, None)
-        toks = np.concatenate(st["tokens"]) if st["tokens"] else np.zeros(0, dtype=np.int32)
-        self.on_done(st["qid"], st["t_first"], toks, now)
-
+    # --- closing ---------------------------------------------------------------------------
     def close(self) -> None:
-        self.q.put(None)
-        if self.thread is not None:
-            self.thread.join(10.0)
         self.closing = True
-        if self.client is not None:
+        if self.call is None:
+            return
+        with contextlib.suppress(Exception):
+            self.fl.run(self._close(), timeout=15)
+
+    async def _close(self) -> None:
+        self.writer.cancel()
+        if self.failed or self.pending:
+            self.call.cancel()
+        else:
             with contextlib.suppress(Exception):
-                self.client.stop_stream(cancel_requests=self.failed)
+                await self.call.done_writing()
             with contextlib.suppress(Exception):
-                self.client.close()
+                await asyncio.wait_for(self.reader, 10)
+        self.reader.cancel()
+        await self.channel.close()

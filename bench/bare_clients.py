@@ -1,0 +1,287 @@
+"""Bare client loops for bench/harness_overhead.py, written against the libraries alone.
+
+Each loop does the work a competent client does for a benchmark and nothing more: it keeps
+`in_flight` requests outstanding over `conns` streams / connections, notes each request's
+first-token time and counts its tokens, and returns how many *responses* carried tokens (a
+usage-only or empty final SSE event is not a response). No perfdag code on the response path:
+perfdag's contract helpers build the gRPC request tensors only.
+
+Every loop returns {"responses", "tokens", "requests", "seconds", "ttft_ns": {sample: ns},
+"n_tokens": {sample: n}} for the timed requests (warm-up ones excluded).
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import threading
+import time
+
+HTTP_HEADERS = {"Content-Type": "application/json"}
+RIDS = itertools.count()
+
+
+def _http_body(ids, tokens: int, streaming: bool) -> bytes:
+    return json.dumps({"prompt": ids, "max_tokens": tokens, "temperature": 0, "stream": streaming,
+                       "return_token_ids": True, **({"stream_options": {"include_usage": True}} if streaming else {})
+                       }).encode()
+
+
+class _Tally:
+    def __init__(self):
+        self.responses = self.tokens = self.requests = 0
+        self.ttft: dict[int, int] = {}
+        self.ntok: dict[int, int] = {}
+
+    def event(self, sample, t_issue: int, n: int) -> None:
+        """One response that carried `n` tokens for `sample` (None: warm-up)."""
+        if sample is None or not n:
+            return
+        self.responses += 1
+        self.tokens += n
+        if sample not in self.ttft:
+            self.ttft[sample] = time.monotonic_ns() - t_issue
+        self.ntok[sample] = self.ntok.get(sample, 0) + n
+
+    def result(self, seconds: float) -> dict:
+        return {"responses": self.responses, "tokens": self.tokens, "requests": self.requests, "seconds": seconds,
+                "ttft_ns": self.ttft, "n_tokens": self.ntok}
+
+
+def _sse_token_counts(buf: bytes):
+    """(complete events' token counts, rest of the buffer): `data:` events split on blank lines."""
+    counts = []
+    while True:
+        i = buf.find(b"\n\n")
+        if i < 0:
+            return counts, buf
+        ev, buf = buf[:i], buf[i + 2:]
+        if not ev.startswith(b"data:"):
+            continue
+        payload = ev[5:].strip()
+        if payload == b"[DONE]":
+            continue
+        obj = json.loads(payload)
+        counts.append(sum(len(c.get("token_ids") or ()) for c in obj.get("choices") or ()))
+
+
+async def _closed_loop(prompts, in_flight: int, one, warm: int) -> tuple[_Tally, float]:
+    tally = _Tally()
+    await asyncio.gather(*(one(prompts[k % len(prompts)], None, tally) for k in range(warm)))
+    it = iter(enumerate(prompts))
+
+    async def worker():
+        for sample, ids in it:
+            await one(ids, sample, tally)
+            tally.requests += 1
+
+    t0 = time.monotonic()
+    await asyncio.gather(*(worker() for _ in range(in_flight)))
+    return tally, time.monotonic() - t0
+
+
+def aiohttp_loop(url, prompts, in_flight, tokens, streaming, warm, **_) -> dict:
+    import aiohttp
+
+    async def main():
+        conn = aiohttp.TCPConnector(limit=in_flight, limit_per_host=in_flight)
+        async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=300)) as s:
+            async def one(ids, sample, tally):
+                t = time.monotonic_ns()
+                async with s.post(f"http://{url}/v1/completions", data=_http_body(ids, tokens, streaming),
+                                  headers=HTTP_HEADERS) as r:
+                    r.raise_for_status()
+                    if not streaming:
+                        obj = json.loads(await r.read())
+                        tally.event(sample, t, len(obj["choices"][0]["token_ids"]))
+                        return
+                    buf = b""
+                    async for chunk in r.content.iter_any():
+                        counts, buf = _sse_token_counts(buf + chunk)
+                        for n in counts:
+                            tally.event(sample, t, n)
+            return await _closed_loop(prompts, in_flight, one, warm)
+
+    tally, secs = asyncio.run(main())
+    return tally.result(secs)
+
+
+def httpx_loop(url, prompts, in_flight, tokens, streaming, warm, **_) -> dict:
+    import httpx
+
+    async def main():
+        limits = httpx.Limits(max_connections=in_flight, max_keepalive_connections=in_flight)
+        async with httpx.AsyncClient(limits=limits, timeout=300) as c:
+            async def one(ids, sample, tally):
+                t = time.monotonic_ns()
+                body = _http_body(ids, tokens, streaming)
+                if not streaming:
+                    r = await c.post(f"http://{url}/v1/completions", content=body, headers=HTTP_HEADERS)
+                    r.raise_for_status()
+                    tally.event(sample, t, len(json.loads(r.content)["choices"][0]["token_ids"]))
+                    return
+                async with c.stream("POST", f"http://{url}/v1/completions", content=body, headers=HTTP_HEADERS) as r:
+                    r.raise_for_status()
+                    buf = b""
+                    async for chunk in r.aiter_raw():
+                        counts, buf = _sse_token_counts(buf + chunk)
+                        for n in counts:
+                            tally.event(sample, t, n)
+            return await _closed_loop(prompts, in_flight, one, warm)
+
+    tally, secs = asyncio.run(main())
+    return tally.result(secs)
+
+
+def _triton_inputs(ids, tokens, streaming):
+    from harness.serving.contract import request_inputs
+    return request_inputs(ids, tokens, None, streaming, exclude_input_in_output=True)
+
+
+def triton_aio_loop(url, prompts, in_flight, tokens, streaming, warm, conns, model="echo", **_) -> dict:
+    """tritonclient.grpc.aio: `conns` clients, one bidirectional stream each, in_flight/conns
+    requests outstanding per stream. The echo model flags its last token's response final and
+    makes exactly `tokens` tokens, so a request is done when its tokens are in (streaming) or at
+    its one response (non-streaming)."""
+    from tritonclient.grpc.aio import InferenceServerClient
+
+    from harness.serving.contract import response_tokens
+
+    async def main():
+        tally = _Tally()
+        shares = [list(enumerate(prompts))[k::conns] for k in range(conns)]
+        per = max(1, in_flight // conns)
+
+        async def stream(k: int, todo: list, sample_ok: bool):
+            client = InferenceServerClient(url)
+            q: asyncio.Queue = asyncio.Queue()
+            state: dict[str, list] = {}
+            todo_it = iter(todo)
+            left = [len(todo)]
+
+            def send_next():
+                for sample, ids in todo_it:
+                    rid = f"{k}-{next(RIDS)}"
+                    state[rid] = [sample if sample_ok else None, time.monotonic_ns(), 0]
+                    q.put_nowait({"model_name": model, "inputs": _triton_inputs(ids, tokens, streaming),
+                                  "request_id": rid})
+                    return
+
+            async def gen():
+                while (item := await q.get()) is not None:
+                    yield item
+
+            for _ in range(min(per, len(todo))):
+                send_next()
+            if not todo:
+                await client.close()
+                return
+            async for result, error in client.stream_infer(gen()):
+                if error is not None:
+                    raise RuntimeError(str(error))
+                rid = result.get_response().id
+                st = state[rid]
+                n = response_tokens(result).size
+                tally.event(st[0], st[1], n)
+                st[2] += n
+                if not streaming or st[2] >= tokens:
+                    del state[rid]
+                    if sample_ok:
+                        tally.requests += 1
+                    left[0] -= 1
+                    send_next()
+                    if left[0] == 0:
+                        q.put_nowait(None)
+                        break
+            await client.close()
+
+        await asyncio.gather(*(stream(k, [(None, prompts[j % len(prompts)]) for j in range(k, warm, conns)], False)
+                               for k in range(conns)))
+        t0 = time.monotonic()
+        await asyncio.gather(*(stream(k, shares[k], True) for k in range(conns)))
+        return tally, time.monotonic() - t0
+
+    tally, secs = asyncio.run(main())
+    return tally.result(secs)
+
+
+def triton_stream_loop(url, prompts, in_flight, tokens, streaming, warm, conns, model="echo", **_) -> dict:
+    """tritonclient.grpc (sync) streams: `conns` clients with a callback each (tritonclient's reader
+    thread); the callback sends a stream's next request when one finishes."""
+    import tritonclient.grpc as grpcclient
+
+    from harness.serving.contract import is_final, requested_outputs, response_tokens
+
+    outputs = requested_outputs()
+
+    def run(items: list, counted: bool) -> tuple[_Tally, float]:
+        tally = _Tally()
+        shares = [items[k::conns] for k in range(conns)]
+        per = max(1, in_flight // conns)
+        done = threading.Event()
+        lock = threading.Lock()
+        left = [len(items)]
+        errors = []
+        clients = []
+
+        for k in range(conns):
+            c = grpcclient.InferenceServerClient(url)
+            it = iter(shares[k])
+            state: dict[str, list] = {}
+
+            def send_next(c=c, it=it, state=state, k=k):
+                for sample, ids in it:
+                    rid = f"{k}-{next(RIDS)}"
+                    state[rid] = [sample if counted else None, time.monotonic_ns()]
+                    c.async_stream_infer(model, _triton_inputs(ids, tokens, streaming), outputs=outputs,
+                                         request_id=rid, enable_empty_final_response=True)
+                    return
+
+            def cb(result, error, state=state, send_next=send_next):
+                try:
+                    if error is not None:
+                        errors.append(str(error))
+                        done.set()
+                        return
+                    rid = result.get_response().id
+                    st = state[rid]
+                    with lock:
+                        tally.event(st[0], st[1], response_tokens(result).size)
+                    if is_final(result):
+                        del state[rid]
+                        send_next()
+                        with lock:
+                            if counted:
+                                tally.requests += 1
+                            left[0] -= 1
+                            if left[0] == 0:
+                                done.set()
+                except Exception as exc:  # keep the reader thread alive
+                    errors.append(repr(exc))
+                    done.set()
+
+            c.start_stream(callback=cb)
+            clients.append((c, send_next, len(shares[k])))
+        t0 = time.monotonic()
+        for c, send_next, n in clients:
+            for _ in range(min(per, n)):
+                send_next()
+        if items:
+            done.wait(300)
+        secs = time.monotonic() - t0
+        for c, _, _ in clients:
+            c.stop_stream()
+            c.close()
+        if errors or left[0]:
+            raise RuntimeError(f"bare tritonclient loop failed: {errors[:3] or 'timeout'}")
+        return tally, secs
+
+    run([(None, prompts[k % len(prompts)]) for k in range(warm)], False)
+    tally, secs = run(list(enumerate(prompts)), True)
+    return tally.result(secs)
+
+
+LOOPS = {
+    "grpc": {"tritonclient-aio": triton_aio_loop, "tritonclient-stream": triton_stream_loop},
+    "http": {"aiohttp": aiohttp_loop, "httpx": httpx_loop},
+}
