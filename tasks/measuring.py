@@ -12,7 +12,12 @@ from .prepare_dataset import PrepareDataset, read_samples
 SUT_CODE = ("harness.measure", "harness.loadgen", "harness.loadgen.runner", "harness.loadgen.driver",
             "harness.loadgen.frontend", "harness.loadgen.settings", "harness.loadgen.results",
             "harness.loadgen.messages", "harness.loadgen.cores", "harness.loadgen.cores.base",
-            "harness.loadgen.openai_api")
+            "harness.loadgen.openai_api", "harness.loadgen.usage", "harness.loadgen.progress",
+            "harness.loadgen.cores.aioloop",
+            # the benchmark's latency limits and LoadGen name go into user.conf and TestSettings
+            "harness.mlperf.benchmarks", "harness.mlperf.benchmarks.base", "harness.mlperf.benchmarks.llama2_70b",
+            "harness.mlperf.benchmarks.llama3_1_8b", "harness.mlperf.benchmarks.mixtral_8x7b",
+            "harness.mlperf.benchmarks.llama3_1_405b")
 CORE_CODE = {"triton-grpc": ("harness.loadgen.cores.triton_grpc", "harness.serving.contract"),
              "openai-http": ("harness.loadgen.cores.openai_http", "harness.serving.sse", "harness.serving.openai_client")}
 
