@@ -212,7 +212,8 @@ def test_malformed_inputs_raise_one_line_input_errors(tok):
 
 
 def test_interface_tables():
-    assert set(scoring.SCORERS) == {"llama2-70b", "llama3.1-8b", "mixtral-8x7b", "llama3.1-405b"}
+    assert set(scoring.SCORERS) == {"llama2-70b", "llama3.1-8b", "mixtral-8x7b", "llama3.1-405b", "deepseek-r1",
+                                    "gpt-oss-120b"}
     assert scoring.required_columns("llama2-70b") == ("output",)
     assert scoring.required_columns("mixtral-8x7b") == ("dataset", "gt_output", "id")
     assert scoring.required_columns("llama3.1-405b") == ("gt_output", "metric")

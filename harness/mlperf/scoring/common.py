@@ -115,6 +115,18 @@ def first_entries(log_entries, num_rows: int, dtype=DEFAULT_DTYPE,
     return LogSamples(idxs, ids, len(log_entries))
 
 
+def all_entries(log_entries, num_rows: int, dtype=DEFAULT_DTYPE,
+                log_name: str = "mlperf_log_accuracy.json") -> LogSamples:
+    """Every entry in log order, repeats of a ``qsl_idx`` included (gpt-oss-120b's script scores
+    them all). Checked as :func:`first_entries` checks them."""
+    dt = resolve_dtype(dtype)
+    first_entries(log_entries, num_rows, dt, log_name)  # validates the shape of every entry
+    idxs = [int(e["qsl_idx"]) for e in log_entries]
+    ids = [decode_hex_ids(e["data"], dt, f"{log_name} entry {n} (qsl_idx {q})")
+           for n, (e, q) in enumerate(zip(log_entries, idxs))]
+    return LogSamples(idxs, ids, len(log_entries))
+
+
 def decode_hex_ids(data, dtype, where: str) -> list[int]:
     """LoadGen's hex ``data`` as token ids (``np.frombuffer(bytes.fromhex(data), dtype)``)."""
     if not isinstance(data, str):
