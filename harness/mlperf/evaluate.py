@@ -69,7 +69,7 @@ def samples_frame(samples: Sequence, bench: benchmarks.Benchmark):
         if int(s.index) != i:
             raise InputError(f"sample {i} has index {s.index}; samples must be in qsl_idx order")
         row: dict[str, Any] = dict(s.meta.get("columns", {}))
-        for col in ("output", "gt_output"):
+        for col in ("output", "gt_output", "ground_truth"):
             if col in bench.columns and col not in row:
                 row[col] = s.reference_text
         rows.append(row)
