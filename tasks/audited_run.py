@@ -11,13 +11,14 @@ from .prepare_dataset import tokenizer_dir
 
 
 class AuditedRun(MeasuringStage):
+    # (the check is `check_log`: `verify` is every stage's --verify parameter)
     test = ""  # "TEST07" / "TEST09"
     reads = ("loadgen", "harness")
 
     def code(self):
         return super().code() + ("harness.mlperf.compliance",)
 
-    def verify(self, out_dir: Path, entries: list[dict], samples, ds) -> dict:
+    def check_log(self, out_dir: Path, entries: list[dict], samples, ds) -> dict:
         raise NotImplementedError
 
     def build(self, out_dir: Path) -> dict:
@@ -37,7 +38,7 @@ class AuditedRun(MeasuringStage):
         if not settings_applied(read_mllog(out_dir / "mlperf_log_detail.txt"), settings):
             raise MeasurementError(f"{self.test}: LoadGen did not apply {out_dir / 'audit.config'} "
                                    "(mlperf_log_detail.txt shows other effective settings)")
-        verdict = self.verify(out_dir, read_entries(out_dir / "mlperf_log_accuracy.json", self.test), samples, ds)
+        verdict = self.check_log(out_dir, read_entries(out_dir / "mlperf_log_accuracy.json", self.test), samples, ds)
         verdict["min_query_count"] = settings["min_query_count"]
         write_result(out_dir, verdict)
         log.info("%s %s: %s (%d responses)", self.stage, self.params.loadgen.scenario,

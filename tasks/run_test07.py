@@ -24,7 +24,7 @@ class RunTest07(AuditedRun):
 
         return super().code() + tuple(package_modules(SCORER_MODULES))
 
-    def verify(self, out_dir: Path, entries: list[dict], samples, ds) -> dict:
+    def check_log(self, out_dir: Path, entries: list[dict], samples, ds) -> dict:
         from transformers import AutoTokenizer
 
         from harness.mlperf import benchmarks

@@ -14,7 +14,7 @@ class RunTest09(AuditedRun):
     stage = "RunTest09"
     test = "TEST09"
 
-    def verify(self, out_dir: Path, entries: list[dict], samples, ds) -> dict:
+    def check_log(self, out_dir: Path, entries: list[dict], samples, ds) -> dict:
         from harness.mlperf.compliance import verify_test09
 
         return verify_test09(entries)

@@ -111,3 +111,11 @@ def test_submission_tree_has_test07_and_test09_where_the_checker_reads_them(tok,
 def test_accuracy_txt_for_exact_match_benchmarks():
     text = accuracy_text({"exact_match": 80.7, "tokens_per_sample": 3900.5, "num-samples": 4388}, "ab12")
     assert "{'exact_match': 80.7, 'tokens_per_sample': 3900.5}" in text and text.endswith("hash=ab12\n")
+
+
+def test_request_timeout_scales_with_the_requested_length():
+    from harness.measure import request_timeout
+
+    assert request_timeout(300, 32) == 300 and request_timeout(300, 1024) == 300
+    assert request_timeout(300, 20000) == pytest.approx(300 * 20000 / 1024)  # deepseek-r1's 20,000 tokens
+    assert request_timeout(300, 32768) == 9600

@@ -193,7 +193,7 @@ class HarnessSection(Section):
     frontends: int = Field(1, ge=1, le=64)
     clients_per_frontend: int = Field(4, ge=1, le=256)
     warmup_queries: int = Field(8, ge=0)
-    request_timeout_s: float = Field(300, gt=0)
+    request_timeout_s: float = Field(300, gt=0)  # for outputs up to 1024 tokens; scaled beyond (measure.py)
 
 
 class LoadgenSection(Section):
