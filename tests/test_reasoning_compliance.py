@@ -119,3 +119,19 @@ def test_request_timeout_scales_with_the_requested_length():
     assert request_timeout(300, 32) == 300 and request_timeout(300, 1024) == 300
     assert request_timeout(300, 20000) == pytest.approx(300 * 20000 / 1024)  # deepseek-r1's 20,000 tokens
     assert request_timeout(300, 32768) == 9600
+
+
+@pytest.mark.parametrize("maps_to,expected", [("gpt-oss-120b", {"test07", "test09"}), ("deepseek-r1", {"test06"}),
+                                              ("llama2-70b-99.9", {"test06"})])
+def test_submission_dag_runs_the_registry_s_compliance_tests(maps_to, expected):
+    from conftest import REPO
+    from pipeline.submission import Submission
+
+    s = Submission(params_file="params/default.yaml", scenarios="Offline", system=str(REPO / "params/systems/cpu-example.yaml"),
+                   overrides=f"submission.submitter=P,submission.system=cpu_tiny,submission.benchmark=tiny,"
+                             f"submission.maps_to={maps_to}")
+    tasks = s.scenario_tasks("Offline")
+    assert set(tasks) - {"performance", "log", "accuracy"} == expected
+    for name, stage in (("test07", "RunTest07"), ("test09", "RunTest09")):
+        if name in tasks:
+            assert tasks[name].stage == stage and "loadgen.scenario=Offline" in tasks[name].overrides
