@@ -179,3 +179,13 @@ def test_unknown_dataset_value_is_one_line_input_error(tok):
             score_log(b, log, df, tok)
     with pytest.raises(InputError, match="'gt_output' or 'ground_truth'"):
         score_log("deepseek-r1", log, df[["dataset"]], tok)
+
+
+def test_deepseek_reads_ground_truth_where_there_is_no_gt_output(built, tok):
+    """MLCommons' deepseek-r1 pickle names the column ground_truth; the script takes gt_output first."""
+    _needs_latex()
+    df, log = built["deepseek-r1"]
+    renamed = df.rename(columns={"gt_output": "ground_truth"})
+    _same(score_log("deepseek-r1", RF.without_code(df, log), renamed, tok), GOLDEN["deepseek-r1/no-code"]["metrics"])
+    both = renamed.assign(gt_output="Z")  # gt_output wins: every answer is now wrong
+    assert score_log("deepseek-r1", RF.without_code(df, log), both, tok)["exact_match"] == 0.0
