@@ -27,11 +27,11 @@ class RunTest07(AuditedRun):
     def check_log(self, out_dir: Path, entries: list[dict], samples, ds) -> dict:
         from transformers import AutoTokenizer
 
-        from harness.mlperf import benchmarks
+        from harness.mlperf.benchmarks import get
         from harness.mlperf.compliance import verify_test07
         from harness.mlperf.evaluate import code_runner_for, samples_frame, score
 
-        bench = benchmarks.get(self.params.loadgen.mlperf_model)
+        bench = get(self.params.loadgen.mlperf_model)
         tok = AutoTokenizer.from_pretrained(str(tokenizer_dir(self.upstream()["dataset"].artifact_dir, ds)))
         a = self.params.accuracy
         runner = code_runner_for(bench, workers=a.code_workers, timeout_s=a.code_timeout_s,
