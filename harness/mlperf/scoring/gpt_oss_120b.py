@@ -16,7 +16,7 @@ to run has no ``exact_match``; an entry outside the dataset is refused (the scri
 from __future__ import annotations
 
 from . import reasoning as r
-from .common import DatasetColumnError, LogSamples, column_values
+from .common import DatasetColumnError, LogSamples, as_list, column_values
 from .deepseek_r1 import run_code
 
 REQUIRED_COLUMNS = ("dataset", "ground_truth")
@@ -53,7 +53,7 @@ def score(samples: LogSamples, dataset, tokenizer, *, code_runner=None, dataset_
     jobs = []
     for n, (name, ids, truth) in enumerate(zip(names, samples.token_ids, truths)):
         fam = r.family(name, r.GPT_OSS_FAMILIES)
-        parsed = PARSE[fam](tokenizer.decode(list(ids), skip_special_tokens=False))
+        parsed = PARSE[fam](tokenizer.decode(as_list(ids), skip_special_tokens=False))
         if parsed is None or r.is_missing(truth):
             continue
         if fam == "livecodebench":
