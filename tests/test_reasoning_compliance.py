@@ -135,3 +135,11 @@ def test_submission_dag_runs_the_registry_s_compliance_tests(maps_to, expected):
     for name, stage in (("test07", "RunTest07"), ("test09", "RunTest09")):
         if name in tasks:
             assert tasks[name].stage == stage and "loadgen.scenario=Offline" in tasks[name].overrides
+
+
+def test_gpt_oss_tokens_per_sample_has_an_upper_limit_only():
+    from harness.mlperf.accuracy import check
+
+    assert check({"exact_match": 83.0, "tokens_per_sample": 10.0}, "gpt-oss-120b")["passed"]
+    assert not check({"exact_match": 83.0, "tokens_per_sample": 11000.0}, "gpt-oss-120b")["passed"]
+    assert not check({"exact_match": 83.0, "tokens_per_sample": 3000.0}, "deepseek-r1")["passed"]  # below 0.9 x 3886.2
