@@ -24,6 +24,16 @@ def protocol_of(servers: list[dict]) -> str:
     return protocols.pop()
 
 
+#: Output length that `harness.request_timeout_s` is meant for; longer requests get proportionally more.
+TIMEOUT_TOKENS = 1024
+
+
+def request_timeout(base_s: float, max_new_tokens: int) -> float:
+    """The timeout for requests of up to `max_new_tokens` tokens: `base_s` up to TIMEOUT_TOKENS,
+    scaled linearly beyond (a reasoning model's 20,000-token answer may take minutes unstreamed)."""
+    return float(base_s) * max(1.0, int(max_new_tokens) / TIMEOUT_TOKENS)
+
+
 def _run(servers, samples, params, out_dir: Path, *, mode: str, settings: dict, warmup: int, end_id, pad_id,
          tokenizer_dir=None, **extra) -> dict:
     eps, names = endpoints_and_models(servers)
@@ -35,7 +45,8 @@ def _run(servers, samples, params, out_dir: Path, *, mode: str, settings: dict, 
     return run_loadgen(eps, names, samples, settings, out_dir, scenario=params.loadgen.scenario, mode=mode,
                        frontends=h.frontends, clients_per_frontend=h.clients_per_frontend, warmup_queries=warmup,
                        end_id=end_id, pad_id=pad_id, max_new_tokens=params.dataset.max_new_tokens,
-                       request_timeout_s=h.request_timeout_s, protocol=protocol,
+                       request_timeout_s=request_timeout(h.request_timeout_s, params.dataset.max_new_tokens),
+                       protocol=protocol,
                        max_in_flight=max(in_flight_per_server(params) * len(eps), h.frontends * h.clients_per_frontend),
                        **extra)
 

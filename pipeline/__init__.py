@@ -15,6 +15,8 @@ from tasks import (
                    RunAccuracy,
                    RunLoadgen,
                    RunTest06,
+                   RunTest07,
+                   RunTest09,
                    StageTask,
 )
 
@@ -25,4 +27,4 @@ from .sweep import Sweep
 
 __all__ = ["STAGES", "StageTask", "PrepareModel", "Quantize", "BuildEngine", "FillTritonRepo",
            "LaunchServers", "PrepareDataset", "RunLoadgen", "RunAccuracy", "CheckAccuracy", "FullRun", "Sweep", "Nightly",
-           "RunTest06", "Submission"]
+           "RunTest06", "RunTest07", "RunTest09", "Submission"]

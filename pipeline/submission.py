@@ -20,7 +20,7 @@ import luigi
 from harness.config import ParamsError
 from harness.config.schema import SCENARIOS
 from harness.errors import InputError, PerfdagError
-from tasks import CheckAccuracy, LaunchServers, RunAccuracy, RunLoadgen, RunTest06
+from tasks import CheckAccuracy, LaunchServers, RunAccuracy, RunLoadgen, RunTest06, RunTest07, RunTest09
 from tasks.base import StageTask, log
 from tasks.lifecycle import note_result, release_servers
 from tasks.settings import REPO_ROOT
@@ -79,13 +79,17 @@ class Submission(StageTask):  # not in STAGES: one tree over several scenarios
         return ("harness.mlperf.submission", "harness.system_desc")
 
     def scenario_tasks(self, scenario: str) -> dict[str, StageTask]:
-        from harness.mlperf.submission import needs_test06
+        from harness.mlperf.submission import compliance_tests, needs_test06
 
         ov = ",".join(x for x in (self.overrides, f"loadgen.scenario={scenario}") if x)
         out = {"performance": self.clone(RunLoadgen, overrides=ov), "log": self.clone(RunAccuracy, overrides=ov),
                "accuracy": self.clone(CheckAccuracy, overrides=ov)}
         if needs_test06(self.params.submission.maps_to or self.params.submission.benchmark):
             out["test06"] = self.clone(RunTest06, overrides=ov)
+        tests = compliance_tests(self.params.submission.maps_to or self.params.submission.benchmark)
+        for test, cls in (("TEST07", RunTest07), ("TEST09", RunTest09)):
+            if test in tests:
+                out[test.lower()] = self.clone(cls, overrides=ov)
         return out
 
     def upstream(self):
@@ -103,16 +107,23 @@ class Submission(StageTask):  # not in STAGES: one tree over several scenarios
             perf = json.loads((t["performance"].artifact_dir / "result.json").read_text())
             acc = json.loads((t["accuracy"].artifact_dir / "accuracy.json").read_text())
             t06 = json.loads((t["test06"].artifact_dir / "test06.json").read_text()) if "test06" in t else None
+            audited = {k.upper(): json.loads((t[k].artifact_dir / f"{k}.json").read_text())
+                       for k in ("test07", "test09") if k in t}
             stages = {name: task.key for name, task in t.items()}
             readme = scenario_readme(benchmark=sub.benchmark, scenario=s, model=_model_words(p),
                                      division=sub.division, command=self.command(), perf=perf, scores=acc["scores"],
-                                     accuracy=acc, test06=t06, stages=stages, notes=_notes(p, sub))
+                                     accuracy=acc, test06=t06, stages=stages, notes=_notes(p, sub),
+                                     compliance=audited)
             runs.append(ScenarioRuns(s, t["performance"].artifact_dir, t["log"].artifact_dir, acc["scores"],
-                                     t["test06"].artifact_dir if "test06" in t else None, readme))
+                                     t["test06"].artifact_dir if "test06" in t else None, readme,
+                                     compliance={k.upper(): t[k].artifact_dir for k in ("test07", "test09") if k in t},
+                                     extra={"required": tuple(m for m in acc.get("required", ())
+                                                              if m in acc["scores"]) or None}))
             verdicts[s] = {"valid": perf.get("valid") == "VALID", "invalid_reason": perf.get("invalid_reason"),
                            "tokens_per_s": perf.get("tokens_per_s"), "accuracy_passed": acc["passed"],
                            "accuracy_why": acc.get("why"), "accuracy_samples": acc.get("samples"),
-                           "test06_passed": None if t06 is None else t06["passed"]}
+                           "test06_passed": None if t06 is None else t06["passed"],
+                           **{f"{k.lower()}_passed": v["passed"] for k, v in audited.items()}}
         import yaml
 
         files = assemble(out_dir / "tree", division=sub.division, submitter=sub.submitter, system=sub.system,
@@ -147,6 +158,8 @@ class Submission(StageTask):  # not in STAGES: one tree over several scenarios
                      f"benchmark {d['benchmark']}{mapped}"]
         for s, v in d["scenarios"].items():
             t06 = "" if v["test06_passed"] is None else f"  TEST06 {'PASS' if v['test06_passed'] else 'FAIL'}"
+            t06 += "".join(f"  {k[:6].upper()} {'PASS' if v[k] else 'FAIL'}" for k in ("test07_passed", "test09_passed")
+                           if v.get(k) is not None)
             why = f" ({v['invalid_reason']})" if v.get("invalid_reason") else ""
             tps = "-" if v["tokens_per_s"] is None else f"{v['tokens_per_s']:.1f}"
             lines.append(f"  {s:<11} {'VALID' if v['valid'] else 'INVALID'}{why}  {tps} tokens/s  accuracy "

@@ -11,7 +11,9 @@ from .quantize import Quantize
 from .run_accuracy import RunAccuracy
 from .run_loadgen import RunLoadgen
 from .run_test06 import RunTest06
+from .run_test07 import RunTest07
+from .run_test09 import RunTest09
 
 __all__ = ["STAGE_ORDER", "STAGES", "StageTask", "PrepareModel", "Quantize", "BuildEngine", "FillTritonRepo",
            "LaunchServers", "PrepareDataset", "RunLoadgen", "RunAccuracy", "CheckAccuracy",
-           "RunTest06"]
+           "RunTest06", "RunTest07", "RunTest09"]

@@ -276,7 +276,8 @@ def host_resource(name: str) -> str:
 
 # The DAG's topological order; STAGES (filled by tasks/ as classes are defined) follows it.
 STAGE_ORDER = ("PrepareModel", "Quantize", "BuildEngine", "FillTritonRepo", "LaunchServers",
-               "PrepareDataset", "RunLoadgen", "RunAccuracy", "CheckAccuracy", "RunTest06", "FullRun")
+               "PrepareDataset", "RunLoadgen", "RunAccuracy", "CheckAccuracy", "RunTest06", "RunTest07", "RunTest09",
+               "FullRun")
 STAGES: dict[str, type[StageTask]] = {}
 
 

@@ -20,7 +20,7 @@ from pipeline import STAGES
 
 ALL = set(STAGES)
 SERVE = {"FillTritonRepo", "LaunchServers"}
-MEASURE = {"RunLoadgen", "RunAccuracy", "CheckAccuracy", "RunTest06", "FullRun"}
+MEASURE = {"RunLoadgen", "RunAccuracy", "CheckAccuracy", "RunTest06", "RunTest07", "RunTest09", "FullRun"}
 FROM_BUILD = {"BuildEngine"} | SERVE | MEASURE
 FROM_QUANTIZE = {"Quantize"} | FROM_BUILD
 H100 = "params/examples/llama2-70b-h100x8-offline.yaml"
@@ -151,9 +151,9 @@ def docstring(text: str) -> str:
 
 
 MATRIX = [
-    ("harness/mlperf/accuracy.py", {"CheckAccuracy", "FullRun"}),
+    ("harness/mlperf/accuracy.py", {"CheckAccuracy", "RunTest07", "FullRun"}),
     ("harness/report.py", {"FullRun"}),
-    ("harness/mlperf/compliance.py", {"RunTest06"}),
+    ("harness/mlperf/compliance.py", {"RunTest06", "RunTest07", "RunTest09"}),
     ("harness/backends/torch/engine.py", FROM_BUILD),
     ("harness/backends/torch/quantize.py", FROM_QUANTIZE),
     ("harness/calibration.py", FROM_QUANTIZE),

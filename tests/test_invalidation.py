@@ -41,7 +41,8 @@ MATRIX = [
     ("triton", "override", "triton.bind=0.0.0.0", {"LaunchServers"} | MEASURE),
     ("openai", "override", "build.backend=openai", FROM_BUILD),  # the quantized checkpoint is shared
     ("harness", "override", "harness.clients_per_frontend=8", MEASURE),
-    ("loadgen", "override", "loadgen.min_duration_ms=5000", {"RunLoadgen", "RunTest06", "FullRun"}),
+    ("loadgen", "override", "loadgen.min_duration_ms=5000", {"RunLoadgen", "RunTest06", "RunTest07", "RunTest09",
+                                                                 "FullRun"}),
     ("loadgen", "file", "loadgen:\n  scenario: Server\n", SERVE | MEASURE),  # the repo turns decoupled
     ("dataset", "override", "dataset.max_new_tokens=16", {"PrepareDataset"} | MEASURE),
     ("accuracy", "override", "accuracy.target=0.999", {"CheckAccuracy", "FullRun"}),

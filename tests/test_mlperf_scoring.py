@@ -154,7 +154,8 @@ def test_first_entry_of_a_qsl_idx_wins():
     log = [{"qsl_idx": 1, "data": F.to_hex([5, 6])}, {"qsl_idx": 0, "data": ""},
            {"qsl_idx": 1, "data": "not hex, never decoded"}]
     s = common.first_entries(log, 2)
-    assert (s.qsl_idxs, s.token_ids, s.entries, s.gen_tok_len) == ([1, 0], [[5, 6], []], 3, 2)
+    ids = [t.tolist() for t in s.token_ids]  # numpy arrays (4 bytes an id)
+    assert (s.qsl_idxs, ids, s.entries, s.gen_tok_len) == ([1, 0], [[5, 6], []], 3, 2)
 
 
 def test_mixtral_counts_repeats_in_gen_num_only(tok):
@@ -212,7 +213,8 @@ def test_malformed_inputs_raise_one_line_input_errors(tok):
 
 
 def test_interface_tables():
-    assert set(scoring.SCORERS) == {"llama2-70b", "llama3.1-8b", "mixtral-8x7b", "llama3.1-405b"}
+    assert set(scoring.SCORERS) == {"llama2-70b", "llama3.1-8b", "mixtral-8x7b", "llama3.1-405b", "deepseek-r1",
+                                    "gpt-oss-120b"}
     assert scoring.required_columns("llama2-70b") == ("output",)
     assert scoring.required_columns("mixtral-8x7b") == ("dataset", "gt_output", "id")
     assert scoring.required_columns("llama3.1-405b") == ("gt_output", "metric")

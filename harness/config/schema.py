@@ -198,7 +198,7 @@ class HarnessSection(Section):
     # unset: build.max_batch_size, what one server batches at once.
     max_in_flight: Optional[int] = Field(None, ge=1, le=65536)
     warmup_queries: int = Field(8, ge=0)
-    request_timeout_s: float = Field(300, gt=0)
+    request_timeout_s: float = Field(300, gt=0)  # for outputs up to 1024 tokens; scaled beyond (measure.py)
 
 
 class LoadgenSection(Section):

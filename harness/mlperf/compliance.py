@@ -117,3 +117,134 @@ def write_verification(out_dir: str | os.PathLike, result: dict) -> Path:
     path.write_text(verification_text(result))
     (Path(out_dir) / "test06.json").write_text(json.dumps(result, indent=2) + "\n")
     return path
+
+
+# ------------------------------------------------------------------------------------------------
+# TEST07 and TEST09 (gpt-oss-120b): compliance/TEST07, compliance/TEST09 of mlcommons/inference
+# ------------------------------------------------------------------------------------------------
+# Both are performance runs that log every response (the sampling target is above the dataset
+# size) and check what was logged: TEST07 the accuracy (GPQA compliance rows, exact_match as the
+# benchmark's script computes it) against a threshold, TEST09 the mean output length against a
+# band. v6.1 (d8230cdd) added `performance_issue_unique`, so each sample is issued exactly once.
+
+_LOGGED_PERFORMANCE = {"mode": 2, "accuracy_log_rng_seed": 720381539243781796, "min_duration": 0,
+                       "sample_concatenate_permutation": 0}
+#: test -> round -> LoadGen settings of its audit.config (gpt-oss-120b's).
+AUDIT = {
+    "TEST07": {"v6.0": {**_LOGGED_PERFORMANCE, "accuracy_log_sampling_target": 990, "min_query_count": 990},
+               "v6.1": {**_LOGGED_PERFORMANCE, "accuracy_log_sampling_target": 990, "min_query_count": 990,
+                        "performance_issue_unique": 1}},
+    "TEST09": {"v6.0": {**_LOGGED_PERFORMANCE, "accuracy_log_sampling_target": 10000, "min_query_count": 6396},
+               "v6.1": {**_LOGGED_PERFORMANCE, "accuracy_log_sampling_target": 10000, "min_query_count": 6396,
+                        "performance_issue_unique": 1}},
+}
+#: What the verification scripts read from audit.config (not LoadGen): the same in v6.0 and v6.1.
+TEST07_THRESHOLD = 60.698                 # exact_match (%) on the GPQA compliance rows
+TEST09_BOUNDS = (1150.38, 1406.02)        # mean output tokens: 1278.2 x 0.9 .. x 1.1
+TEST07_FILE, TEST09_FILE = "verify_accuracy.txt", "verify_output_len.txt"
+
+
+def audit_settings(test: str, round_: str, min_query_count: int | None = None) -> dict:
+    """`test`'s LoadGen overrides in `round_` (the newest round's where the round has none);
+    `min_query_count` replaces the dataset-sized count for a smaller (stand-in) dataset."""
+    if test == "TEST06":
+        return dict(AUDIT_SETTINGS)
+    rounds = AUDIT[test]
+    out = dict(rounds.get(round_) or rounds[max(rounds)])
+    if min_query_count is not None:
+        out["min_query_count"] = min_query_count
+    return out
+
+
+def audit_text(test: str, settings: dict, extra: dict | None = None) -> str:
+    lines = [f"# MLPerf {test}: LoadGen applies these over every other setting"]
+    lines += [f"*.*.{k} = {v}" for k, v in settings.items()]
+    lines += [f"*.*.{k} = {v}" for k, v in (extra or {}).items()]  # read by the verification only
+    return "\n".join(lines) + "\n"
+
+
+def write_audit(run_dir: str | os.PathLike, test: str, settings: dict) -> Path:
+    extra = ({"test07_accuracy_threshold": TEST07_THRESHOLD} if test == "TEST07" else
+             {"test09_min_output_tokens": TEST09_BOUNDS[0], "test09_max_output_tokens": TEST09_BOUNDS[1]}
+             if test == "TEST09" else {})
+    path = Path(run_dir) / AUDIT_FILE
+    path.write_text(audit_text(test, settings, extra))
+    return path
+
+
+def settings_applied(detail: dict, settings: dict) -> bool:
+    """Whether LoadGen ran with `settings` (mlperf_log_detail.txt's effective values)."""
+    return (detail.get("effective_accuracy_log_sampling_target") == settings["accuracy_log_sampling_target"]
+            and detail.get("effective_min_duration_ms") == settings["min_duration"]
+            and detail.get("effective_test_mode") == "PerformanceOnly")
+
+
+def read_entries(accuracy_log: str | os.PathLike, test: str) -> list[dict]:
+    path = Path(accuracy_log)
+    try:
+        entries = json.loads(path.read_text() or "[]")
+    except (OSError, json.JSONDecodeError) as exc:
+        raise MeasurementError(f"{test}: cannot read {path}: {exc}") from None
+    if not isinstance(entries, list):
+        raise MeasurementError(f"{test}: {path} is not a JSON list of entries")
+    return entries
+
+
+def verify_test07(entries: list[dict], score_fn, threshold: float = TEST07_THRESHOLD) -> dict:
+    """TEST07: `score_fn(entries)` (the benchmark's scorer on the logged responses, a dict with
+    exact_match) against `threshold`. No score (nothing logged, a metric missing) fails."""
+    score = score_fn(entries).get("exact_match") if entries else None
+    passed = score is not None and float(score) >= threshold
+    return {"test": "TEST07", "samples": len(entries), "exact_match": score, "threshold": threshold,
+            "passed": bool(passed)}
+
+
+def test07_text(r: dict) -> str:
+    """verify_accuracy.txt: the score line the verification script's regex reads, then its summary;
+    the checker looks for 'TEST PASS'."""
+    if r["exact_match"] is None:
+        body = ["Error: Could not parse accuracy score"]
+    else:
+        body = [f"Accuracy score: {r['exact_match']}", f"Accuracy threshold: {r['threshold']}",
+                f"Accuracy check pass: {r['passed']}"]
+    head = [f"'exact_match': {r['exact_match']}"] if r["exact_match"] is not None else []
+    return "\n".join(head + ["", "=" * 80, "TEST07 Verification Summary", "=" * 80, *body,
+                              "TEST PASS" if r["passed"] else "TEST FAIL"]) + "\n"
+
+
+def _token_count(entry) -> int:
+    try:  # as the script: whole 4-byte ids; undecodable data counts 0
+        return len(bytes.fromhex(str(entry.get("data") or "").strip())) // 4
+    except (ValueError, AttributeError):
+        return 0
+
+
+def verify_test09(entries: list[dict], bounds: tuple[float, float] = TEST09_BOUNDS) -> dict:
+    """TEST09: the mean number of logged output tokens (int32 ids; an entry without data counts 0)
+    within `bounds`, inclusive."""
+    lengths = [_token_count(e) for e in entries]
+    mean = sum(lengths) / len(lengths) if lengths else 0.0
+    lo, hi = bounds
+    return {"test": "TEST09", "samples": len(lengths), "mean_output_tokens": mean,
+            "min_output_tokens": min(lengths, default=0), "max_output_tokens": max(lengths, default=0),
+            "bounds": [lo, hi], "min_check": mean >= lo, "max_check": mean <= hi,
+            "passed": bool(lengths) and lo <= mean <= hi}
+
+
+def test09_text(r: dict) -> str:
+    lo, hi = r["bounds"]
+    return "\n".join([
+        "TEST09: Verify Output Token Length in Performance Mode", "",
+        f"Total samples: {r['samples']}", f"Mean output tokens: {r['mean_output_tokens']:.2f}",
+        f"Min output tokens: {r['min_output_tokens']}", f"Max output tokens: {r['max_output_tokens']}", "",
+        f"Min threshold: {lo}", f"Max threshold: {hi}", f"Min check pass: {r['min_check']}",
+        f"Max check pass: {r['max_check']}", "", "TEST PASS" if r["passed"] else "TEST FAIL"]) + "\n"
+
+
+def write_result(out_dir: str | os.PathLike, r: dict) -> Path:
+    """The verdict file under the name the checker looks for, and the result as JSON."""
+    name, text = (TEST07_FILE, test07_text(r)) if r["test"] == "TEST07" else (TEST09_FILE, test09_text(r))
+    path = Path(out_dir) / name
+    path.write_text(text)
+    (Path(out_dir) / f"{r['test'].lower()}.json").write_text(json.dumps(r, indent=2) + "\n")
+    return path

@@ -69,8 +69,8 @@ def samples_frame(samples: Sequence, bench: benchmarks.Benchmark):
         if int(s.index) != i:
             raise InputError(f"sample {i} has index {s.index}; samples must be in qsl_idx order")
         row: dict[str, Any] = dict(s.meta.get("columns", {}))
-        for col in ("output", "gt_output"):
-            if col in bench.columns and col not in row:
+        for col in ("output", "gt_output", "ground_truth"):
+            if col in bench.columns and col not in row and s.reference_text is not None:
                 row[col] = s.reference_text
         rows.append(row)
     df = pd.DataFrame(rows)

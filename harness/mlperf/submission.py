@@ -11,6 +11,9 @@ reads it):
             accuracy/            LoadGen's logs of the accuracy run, the accuracy log truncated,
                                  accuracy.txt (the scores + the full log's sha256 as `hash=`)
             TEST06/              verify_accuracy.txt, accuracy/mlperf_log_accuracy.json
+            TEST07/              verify_accuracy.txt, accuracy/mlperf_log_accuracy.json,
+                                 performance/run_1/ (the audited run's detail and summary)
+            TEST09/              verify_output_len.txt, accuracy/, performance/run_1/ (as TEST07)
 
 Why these details: the checker parses accuracy.txt line by line with regexes that need a Python
 dict repr of plain numbers (`'rouge1': 44.4`, not `np.float64(44.4)`) and a `hash=<hex>` line;
@@ -31,10 +34,14 @@ from ..hashing import file_sha256
 LOADGEN_LOGS = ("mlperf_log_detail.txt", "mlperf_log_summary.txt", "mlperf_log_accuracy.json")
 VIEWABLE_BYTES = 4096          # kept from each end of a long accuracy log
 MAX_ACCURACY_LOG_BYTES = 10240  # what the checker accepts
-#: accuracy.txt's keys, in the order MLPerf's llama2 evaluation prints them.
-ACCURACY_KEYS = ("rouge1", "rouge2", "rougeL", "rougeLsum", "gen_len", "gen_num", "gen_tok_len", "tokens_per_sample")
+#: accuracy.txt's keys, in the order MLPerf's llama2 evaluation prints them (exact_match: the
+#: reasoning benchmarks' `{'exact_match': .., 'tokens_per_sample': ..}`).
+ACCURACY_KEYS = ("exact_match", "rouge1", "rouge2", "rougeL", "rougeLsum", "gen_len", "gen_num", "gen_tok_len",
+                 "tokens_per_sample")
 #: MLPerf benchmarks whose closed/network results need TEST06 (v6.0 and v6.1 lists, base names).
 TEST06_MODELS = ("llama2-70b", "llama3.1-405b", "llama3.1-8b", "mixtral-8x7b", "deepseek-r1")
+#: The verdict file of each audited test (besides accuracy/ and performance/run_1/), as the checker reads it.
+VERIFY_FILES = {"TEST07": "verify_accuracy.txt", "TEST09": "verify_output_len.txt"}
 
 
 @dataclass
@@ -47,11 +54,23 @@ class ScenarioRuns:
     scores: dict
     test06: Path | None = None
     readme: str = ""
+    #: TEST07 / TEST09 -> the artifact directory of its audited run.
+    compliance: dict = field(default_factory=dict)
     extra: dict = field(default_factory=dict)
 
 
 def needs_test06(benchmark: str) -> bool:
     return any(benchmark == m or benchmark.startswith(m + "-") for m in TEST06_MODELS)
+
+
+def compliance_tests(benchmark: str) -> tuple[str, ...]:
+    """The compliance tests the registry lists for `benchmark` (an MLPerf name or alias, maybe with
+    its -99 suffix); () for a name the registry does not know."""
+    from . import benchmarks
+
+    name = benchmarks.canonical_name(benchmark) or next(
+        (b for b in benchmarks.REGISTRY if benchmark.startswith(b + "-")), None)
+    return benchmarks.REGISTRY[name].compliance if name else ()
 
 
 def _plain(v: Any) -> Any:
@@ -61,10 +80,13 @@ def _plain(v: Any) -> Any:
     return int(v) if isinstance(v, numbers.Integral) and not isinstance(v, bool) else float(v)
 
 
-def accuracy_text(scores: dict, full_log_sha256: str,
-                  required: tuple[str, ...] = ("rouge1", "rouge2", "rougeL", "tokens_per_sample")) -> str:
+def accuracy_text(scores: dict, full_log_sha256: str, required: tuple[str, ...] | None = None) -> str:
     """accuracy.txt: 'Results', the scores as a dict repr of plain numbers (the benchmark's metrics
-    under MLCommons' names, which the checker's patterns read), then `hash=`."""
+    under MLCommons' names, which the checker's patterns read), then `hash=`. `required`: the
+    benchmark's gated metrics (default: llama2's ROUGE and tokens/sample, or exact_match)."""
+    if required is None:
+        required = ("exact_match",) if "rouge1" not in scores and "exact_match" in scores else (
+            "rouge1", "rouge2", "rougeL", "tokens_per_sample")
     missing = [k for k in required if scores.get(k) is None]
     if missing:
         raise InputError(f"accuracy scores lack {missing}; the checker reads {', '.join(required)} from accuracy.txt")
@@ -119,13 +141,19 @@ def assemble(root: Path, *, division: str, submitter: str, system: str, benchmar
         acc = d / "accuracy"
         _copy_logs(r.accuracy_log, acc, names=("mlperf_log_detail.txt", "mlperf_log_summary.txt"))
         full = r.accuracy_log / "mlperf_log_accuracy.json"
-        (acc / "accuracy.txt").write_text(accuracy_text(r.scores, file_sha256(full)))
+        (acc / "accuracy.txt").write_text(accuracy_text(r.scores, file_sha256(full), r.extra.get("required")))
         truncate_accuracy_log(full, acc / "mlperf_log_accuracy.json")
         if r.test06 is not None:
             t = d / "TEST06"
             (t / "accuracy").mkdir(parents=True)
             shutil.copy2(r.test06 / "verify_accuracy.txt", t / "verify_accuracy.txt")
             shutil.copy2(r.test06 / "mlperf_log_accuracy.json", t / "accuracy" / "mlperf_log_accuracy.json")
+        for test, src in sorted(r.compliance.items()):  # as compliance/TEST0x/run_verification.py lays them out
+            t = d / test
+            (t / "accuracy").mkdir(parents=True)
+            shutil.copy2(src / VERIFY_FILES[test], t / VERIFY_FILES[test])
+            shutil.copy2(src / "mlperf_log_accuracy.json", t / "accuracy" / "mlperf_log_accuracy.json")
+            _copy_logs(src, t / "performance" / "run_1", names=("mlperf_log_summary.txt", "mlperf_log_detail.txt"))
         (d / "measurements.json").write_text(json.dumps(measurements, indent=2) + "\n")
         (d / "README.md").write_text(r.readme or f"# {benchmark} {r.scenario}\n")
     return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
@@ -137,7 +165,7 @@ def _fmt(v, spec=".2f") -> str:
 
 def scenario_readme(*, benchmark: str, scenario: str, model: str, division: str, command: str,
                     perf: dict, scores: dict, accuracy: dict, test06: dict | None, stages: dict[str, str],
-                    notes: list[str]) -> str:
+                    notes: list[str], compliance: dict | None = None) -> str:
     """What was run and what it gave, in words (the checker only needs it to be non-empty)."""
     lines = [f"# {benchmark}, {scenario} ({division} division)", "",
              f"Model: {model}. Produced by perfdag; every run below is a cached, content-keyed stage.", "",
@@ -149,14 +177,18 @@ def scenario_readme(*, benchmark: str, scenario: str, model: str, division: str,
     for name in ("ttft_ms", "tpot_ms"):
         p = perf.get(name) or {}
         lines.append(f"| {name[:4].upper()} p50 / p99 ms | {_fmt(p.get('p50'))} / {_fmt(p.get('p99'))} |")
-    lines += ["| " + " / ".join(m for m in ("rouge1", "rouge2", "rougeL", "gsm8k", "mbxp", "exact_match") if m in scores)
-              + " | " + " / ".join(f"{scores[m]:.4f}" for m in ("rouge1", "rouge2", "rougeL", "gsm8k", "mbxp", "exact_match")
-                                   if m in scores) + " |",
-              f"| tokens per sample | {_fmt(scores.get('tokens_per_sample'), '.1f')} |",
+    if "rouge1" in scores:
+        lines.append(f"| ROUGE-1 / ROUGE-2 / ROUGE-L | {scores['rouge1']:.4f} / {scores['rouge2']:.4f} / "
+                     f"{scores['rougeL']:.4f} |")
+    if scores.get("exact_match") is not None:
+        lines.append(f"| exact_match | {scores['exact_match']:.4f} |")
+    lines += [f"| tokens per sample | {_fmt(scores.get('tokens_per_sample'), '.1f')} |",
               f"| accuracy (perfdag's check) | {'PASS' if accuracy.get('passed') else 'FAIL'} against "
               f"{accuracy.get('reference_source', '?')}, target {accuracy.get('target')} |"]
     if test06 is not None:
         lines.append(f"| TEST06 | {'PASS' if test06.get('passed') else 'FAIL'} ({test06.get('samples')} responses) |")
+    for test, v in sorted((compliance or {}).items()):
+        lines.append(f"| {test} | {'PASS' if v.get('passed') else 'FAIL'} ({v.get('samples')} responses) |")
     lines += ["", "Stages (artifacts/<Stage>/<key>):", ""] + [f"- {k}: `{v[:16]}`" for k, v in stages.items()]
     if notes:
         lines += ["", "Notes:", ""] + [f"- {n}" for n in notes]

@@ -33,7 +33,8 @@ class Metric:
     name: str
     reference: float
     subset: str | None = None
-    #: "quality": passes at >= target x reference; "length": passes within the checker's band.
+    #: "quality": passes at >= target x reference; "length": passes within the checker's band;
+    #: "length_max": only the checker's upper limit (1.1 x reference), no lower bound (gpt-oss-120b).
     kind: str = "quality"
     #: Upper limit's reference where the checker uses another number than `reference` (mixtral).
     upper_reference: float | None = None
@@ -67,6 +68,9 @@ class Benchmark:
     compliance: tuple[str, ...]
     performance_sample_count: int
     dataset_size: int
+    #: Rows of the accuracy run where it differs from the performance run's dataset (checker
+    #: constants "accuracy-sample-count"; gpt-oss-120b); None: the whole dataset.
+    accuracy_sample_count: int | None = None
     #: scenario -> the checker's minimum query count.
     min_queries: Mapping[str, int] = field(default_factory=lambda: {"Offline": 1, "Server": 270336})
     #: The column whose value routes a row to a metric's subset (mixtral, 405b); None: one metric set.
@@ -93,7 +97,9 @@ class Benchmark:
         factor = TARGETS[target]
         out = {}
         for m in self.metrics:
-            if m.kind == "length":
+            if m.kind == "length_max":
+                out[m.name] = {"min": 0.0, "max": m.reference * LENGTH_UPPER, "reference": m.reference}
+            elif m.kind == "length":
                 upper = m.upper_reference if m.upper_reference is not None else m.reference
                 out[m.name] = {"min": m.reference * LENGTH_LOWER, "max": upper * LENGTH_UPPER,
                                "reference": m.reference}

@@ -14,8 +14,9 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Iterable
 
-from . import llama2, llama3_8b, llama3_405b, mixtral
-from .common import DEFAULT_DTYPE, DatasetColumnError, LogEntryError, ScoringInputError, check_columns, first_entries
+from . import deepseek_r1, gpt_oss_120b, llama2, llama3_8b, llama3_405b, mixtral
+from .common import (DEFAULT_DTYPE, DatasetColumnError, LogEntryError, ScoringInputError, all_entries, check_columns,
+                     first_entries)
 
 #: benchmark -> scorer module (``REQUIRED_COLUMNS``, ``METRICS``, ``score``).
 SCORERS: dict[str, ModuleType] = {
@@ -23,6 +24,8 @@ SCORERS: dict[str, ModuleType] = {
     "llama3.1-8b": llama3_8b,
     "mixtral-8x7b": mixtral,
     "llama3.1-405b": llama3_405b,
+    "deepseek-r1": deepseek_r1,
+    "gpt-oss-120b": gpt_oss_120b,
 }
 
 __all__ = ["SCORERS", "score_log", "metric_names", "required_columns", "ScoringInputError", "LogEntryError",
@@ -54,7 +57,9 @@ def score_log(benchmark: str, log_entries: list[dict], dataset, tokenizer, *, co
 
     ``dataset``: the benchmark's MLPerf DataFrame, row i = qsl_idx i (see
     :func:`required_columns`).  ``tokenizer``: a HF tokenizer (``batch_decode``).
-    ``code_runner(rows, texts) -> {"mbxp": percent, ...}`` scores mixtral's MBXP rows.
+    ``code_runner(rows, texts) -> {"mbxp": percent, ...}`` scores mixtral's MBXP rows;
+    for deepseek-r1 and gpt-oss-120b ``code_runner(question_ids, codes) -> [passed, ...]`` runs
+    LiveCodeBench programs.
     ``subsets``: values of the dataset's ``dataset`` column; when given, only log entries
     of rows in these subsets are scored (e.g. the GSM8K rows of a mixtral log).
     ``dtype``: of the logged ids, "int32" (what the SUTs log) or "int64".
@@ -66,6 +71,8 @@ def score_log(benchmark: str, log_entries: list[dict], dataset, tokenizer, *, co
     if subsets is not None:
         log_entries = _only_subsets(log_entries, dataset, set(subsets), dataset_name)
         samples = first_entries(log_entries, len(dataset), dtype, log_name)
+    if getattr(scorer, "EVERY_ENTRY", False):  # a script that scores repeats too
+        samples = all_entries(log_entries, len(dataset), dtype, log_name)
     if not samples.qsl_idxs:
         raise LogEntryError(f"{log_name}: no entries to score" + (" in subsets " + ", ".join(sorted(subsets))
                                                                     if subsets is not None else ""))

@@ -62,10 +62,11 @@ class DatasetColumnError(ScoringInputError):
 
 @dataclass
 class LogSamples:
-    """The log's first entry per ``qsl_idx``, in log order, decoded to token ids."""
+    """The log's first entry per ``qsl_idx``, in log order, decoded to token ids (numpy arrays:
+    a reasoning log holds thousands of ids per entry, 4 bytes each here, ~30 as Python ints)."""
 
     qsl_idxs: list[int]
-    token_ids: list[list[int]]
+    token_ids: list[np.ndarray]
     entries: int  # all entries, duplicates included (mixtral's gen_num counts these)
 
     @property
@@ -115,7 +116,19 @@ def first_entries(log_entries, num_rows: int, dtype=DEFAULT_DTYPE,
     return LogSamples(idxs, ids, len(log_entries))
 
 
-def decode_hex_ids(data, dtype, where: str) -> list[int]:
+def all_entries(log_entries, num_rows: int, dtype=DEFAULT_DTYPE,
+                log_name: str = "mlperf_log_accuracy.json") -> LogSamples:
+    """Every entry in log order, repeats of a ``qsl_idx`` included (gpt-oss-120b's script scores
+    them all). Checked as :func:`first_entries` checks them."""
+    dt = resolve_dtype(dtype)
+    first_entries(log_entries, num_rows, dt, log_name)  # validates the shape of every entry
+    idxs = [int(e["qsl_idx"]) for e in log_entries]
+    ids = [decode_hex_ids(e["data"], dt, f"{log_name} entry {n} (qsl_idx {q})")
+           for n, (e, q) in enumerate(zip(log_entries, idxs))]
+    return LogSamples(idxs, ids, len(log_entries))
+
+
+def decode_hex_ids(data, dtype, where: str) -> np.ndarray:
     """LoadGen's hex ``data`` as token ids (``np.frombuffer(bytes.fromhex(data), dtype)``)."""
     if not isinstance(data, str):
         raise LogEntryError(f"{where}: field 'data' must be a hex string, got {type(data).__name__}")
@@ -127,7 +140,7 @@ def decode_hex_ids(data, dtype, where: str) -> list[int]:
     if len(raw) % dt.itemsize:
         raise LogEntryError(f"{where}: field 'data' holds {len(raw)} bytes, not a whole number of "
                             f"{dt.name} token ids (is --dtype right?)")
-    return np.frombuffer(raw, dtype=dt).tolist()
+    return np.frombuffer(raw, dtype=dt)
 
 
 # --------------------------------------------------------------------------------------
@@ -163,11 +176,23 @@ def text_values(dataset, column: str, idxs: Sequence[int], dataset_name: str = "
 # Text
 # --------------------------------------------------------------------------------------
 
+#: Entries decoded per batch_decode call (it decodes each on its own, so only peak memory changes).
+DECODE_CHUNK = 256
+
+
+def as_list(ids) -> list[int]:
+    return ids.tolist() if hasattr(ids, "tolist") else list(ids)
+
+
 def decode(tokenizer, token_ids: Sequence[Sequence[int]]) -> list[str]:
     """``tokenizer.batch_decode(ids, skip_special_tokens=True)``, as every script decodes."""
-    if not token_ids:
+    if not len(token_ids):
         return []
-    return list(tokenizer.batch_decode([list(t) for t in token_ids], skip_special_tokens=True))
+    out: list[str] = []
+    for i in range(0, len(token_ids), DECODE_CHUNK):
+        chunk = [as_list(t) for t in token_ids[i:i + DECODE_CHUNK]]
+        out.extend(tokenizer.batch_decode(chunk, skip_special_tokens=True))
+    return out
 
 
 _SENT_RE = re.compile(r"(?<=[.!?])\s+(?=\S)")

@@ -1,0 +1,47 @@
+"""What TEST07 and TEST09 share: a LoadGen performance run with the test's audit.config in its working
+directory that logs every response, then a verification of that log, written where Submission
+takes it from. A failed check is a result (`passed: false`), not a stage error."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .base import log
+from .measuring import MeasuringStage
+from .prepare_dataset import tokenizer_dir
+
+
+class AuditedRun(MeasuringStage):
+    # (the check is `check_log`: `verify` is every stage's --verify parameter)
+    test = ""  # "TEST07" / "TEST09"
+    reads = ("loadgen", "harness")
+
+    def code(self):
+        return super().code() + ("harness.mlperf.compliance",)
+
+    def check_log(self, out_dir: Path, entries: list[dict], samples, ds) -> dict:
+        raise NotImplementedError
+
+    def build(self, out_dir: Path) -> dict:
+        from harness.errors import MeasurementError
+        from harness.loadgen.results import read_mllog
+        from harness.measure import run_performance
+        from harness.mlperf.compliance import audit_settings, read_entries, settings_applied, write_audit, write_result
+
+        servers, samples, ds = self.inputs()
+        full = audit_settings(self.test, self.params.loadgen.round)
+        # A stand-in dataset smaller than MLPerf's: each of its samples once, not the round's count.
+        settings = audit_settings(self.test, self.params.loadgen.round,
+                                  min(full["min_query_count"], len(samples)))
+        write_audit(out_dir, self.test, settings)  # LoadGen reads it from its working directory
+        result = run_performance(servers, samples, self.params, out_dir, end_id=ds["end_id"], pad_id=ds["pad_id"],
+                                 tokenizer_dir=tokenizer_dir(self.upstream()["dataset"].artifact_dir, ds))
+        if not settings_applied(read_mllog(out_dir / "mlperf_log_detail.txt"), settings):
+            raise MeasurementError(f"{self.test}: LoadGen did not apply {out_dir / 'audit.config'} "
+                                   "(mlperf_log_detail.txt shows other effective settings)")
+        verdict = self.check_log(out_dir, read_entries(out_dir / "mlperf_log_accuracy.json", self.test), samples, ds)
+        verdict["min_query_count"] = settings["min_query_count"]
+        write_result(out_dir, verdict)
+        log.info("%s %s: %s (%d responses)", self.stage, self.params.loadgen.scenario,
+                 "PASS" if verdict["passed"] else "FAIL", verdict["samples"])
+        return {self.test.lower(): verdict,
+                "performance": {k: result.get(k) for k in ("valid", "query_count", "samples_per_s")}}
