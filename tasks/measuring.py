@@ -2,6 +2,7 @@
 a time, the nightly date in their keys, and the SUT's code."""
 from __future__ import annotations
 
+from harness.codehash import package_modules
 from harness.datasets import Sample
 
 from .base import StageTask, host_resource
@@ -14,10 +15,7 @@ SUT_CODE = ("harness.measure", "harness.loadgen", "harness.loadgen.runner", "har
             "harness.loadgen.messages", "harness.loadgen.cores", "harness.loadgen.cores.base",
             "harness.loadgen.openai_api", "harness.loadgen.usage", "harness.loadgen.progress",
             "harness.loadgen.cores.aioloop",
-            # the benchmark's latency limits and LoadGen name go into user.conf and TestSettings
-            "harness.mlperf.benchmarks", "harness.mlperf.benchmarks.base", "harness.mlperf.benchmarks.llama2_70b",
-            "harness.mlperf.benchmarks.llama3_1_8b", "harness.mlperf.benchmarks.mixtral_8x7b",
-            "harness.mlperf.benchmarks.llama3_1_405b")
+            ) + package_modules(("harness.mlperf.benchmarks",))  # latency limits, LoadGen names: user.conf
 CORE_CODE = {"triton-grpc": ("harness.loadgen.cores.triton_grpc", "harness.serving.contract"),
              "openai-http": ("harness.loadgen.cores.openai_http", "harness.serving.sse", "harness.serving.openai_client")}
 

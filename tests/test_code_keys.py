@@ -15,7 +15,7 @@ import pytest
 from conftest import FAST, REPO
 from luigi.task_register import Register
 
-from harness.codehash import import_closure, module_path
+from harness.codehash import package_modules, import_closure, module_path
 from pipeline import STAGES
 
 ALL = set(STAGES)
@@ -35,9 +35,7 @@ NOT_SHAPING = {
     "harness.executed": "",
     # Benchmark data reach every stage through parameter validation; the stages whose output they
     # shape (the measuring stages: latency limits; CheckAccuracy: gates) declare them.
-    "harness.mlperf": "", "harness.mlperf.benchmarks": "", "harness.mlperf.benchmarks.base": "",
-    "harness.mlperf.benchmarks.llama2_70b": "", "harness.mlperf.benchmarks.llama3_1_8b": "",
-    "harness.mlperf.benchmarks.mixtral_8x7b": "", "harness.mlperf.benchmarks.llama3_1_405b": "",
+    "harness.mlperf": "", **{m: "" for m in package_modules(("harness.mlperf.benchmarks",))},
     "harness.backends": "dispatch", "harness.backends.base": "", "harness.backends.torch": "",
     "harness.backends.trtllm": "",
     "harness.serving.processes": "process plumbing: how processes start and die, not what they compute",
