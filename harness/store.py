@@ -22,12 +22,21 @@ from typing import Callable, Iterable, Iterator
 from filelock import FileLock
 
 from . import integrity
+from .errors import ArtifactError
 
 MANIFEST = integrity.MANIFEST
 
 
 def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _remove(path: Path) -> None:
+    """Removes a tree, or a file or link, never following a link."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 class ArtifactStore:
@@ -64,10 +73,11 @@ class ArtifactStore:
 
     def problems(self, stage: str, key: str, manifest: dict, *, full: bool = False) -> list[str]:
         """How the artifact on disk differs from what was published (empty: intact)."""
-        files = manifest.get("files")
-        if not isinstance(files, dict):
+        files, links = manifest.get("files"), manifest.get("links") or {}
+        if not isinstance(files, dict) or not isinstance(links, dict):
             return ["manifest lists no files (published by an older perfdag); rebuild it"]
-        return integrity.problems(self.path(stage, key), files, full=full, skip=manifest.get("volatile", ()))
+        return integrity.problems(self.path(stage, key), files, links=links, full=full,
+                                  skip=manifest.get("volatile", ()))
 
     @contextmanager
     def lock(self, stage: str, key: str) -> Iterator[None]:
@@ -95,16 +105,20 @@ class ArtifactStore:
         try:
             extra = make(tmp) or {}
             volatile = sorted(volatile)
-            files = integrity.describe(tmp, skip=volatile)
+            try:
+                files, links = integrity.describe(tmp, skip=volatile)
+            except integrity.UnpublishableEntry as e:
+                raise ArtifactError(f"{stage} {key[:16]}: not published: {e}") from None
             doc = {**manifest, "stage": stage, "key": key, "host": socket.gethostname(),
                    "pid": os.getpid(), "started_at": started, "finished_at": utc_now(),
                    "wall_seconds": round(time.monotonic() - t0, 3), **extra,
-                   "files": files, "volatile": volatile, "content_digest": integrity.content_digest(files)}
+                   "files": files, "links": links, "volatile": volatile,
+                   "content_digest": integrity.content_digest(files, links)}
             (tmp / MANIFEST).write_text(json.dumps(doc, indent=2, sort_keys=True, default=str))
-            if final.exists():
+            if os.path.lexists(final):  # an old artifact, or whatever replaced it (a file, a link)
                 trash = final.parent / f".trash-{key[:16]}-{os.getpid()}"
                 os.replace(final, trash)
-                shutil.rmtree(trash, ignore_errors=True)
+                _remove(trash)
             os.replace(tmp, final)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
