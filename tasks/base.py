@@ -21,11 +21,12 @@ import luigi
 
 from harness.codehash import code_digests
 from harness.config import ENV_FLAGS, Params, ParamsError, resolve
+from harness.errors import InputError
 from harness.hashing import stage_key
 from harness.store import ArtifactStore
 
 from . import lifecycle, runlog
-from .settings import DEFAULT_PARAMS, artifacts_root, params_path
+from .settings import DEFAULT_PARAMS, artifacts_root, params_path, signing_key
 
 log = logging.getLogger("perfdag")
 
@@ -88,6 +89,10 @@ class StageTask(luigi.Task):
         # Validate before anything is scheduled: bad params fail here, nothing written.
         try:
             self.params  # noqa: B018
+            try:
+                signing_key()
+            except InputError as e:
+                raise ParamsError([str(e)]) from None
             if self.rerun_from and self.rerun_from not in STAGES:
                 raise ParamsError([f"--rerun-from: unknown stage {self.rerun_from!r}; stages are {', '.join(STAGES)}"])
             # luigi (and luigid across workers) tells tasks apart by task_id, which it derives from
@@ -136,7 +141,7 @@ class StageTask(luigi.Task):
 
     @cached_property
     def store(self) -> ArtifactStore:
-        return ArtifactStore(artifacts_root())
+        return ArtifactStore(artifacts_root(), signing_key=signing_key())
 
     @cached_property
     def key_doc(self) -> dict:
@@ -179,14 +184,14 @@ class StageTask(luigi.Task):
         out = [f"{self.stage} {self.key[:16]}: {p}" for p in
                self.store.problems(self.stage, self.key, manifest, full=self.full_verify)]
         recorded = manifest.get("upstream_content") or {}
+        built_then = manifest.get("upstream_built") or {}
         for name, up in self.upstream().items():
             um = up.manifest()
             if um is None:  # gone (gc keeps upstream closures); nothing contradicts this result
                 continue
             out += [p for p in up.trust_problems(um, fresh) if p not in out]
             if recorded.get(name) and um.get("content_digest") != recorded[name]:
-                out.append(f"{up.stage} {up.key[:16]} was rebuilt with other content after {self.stage} "
-                           f"{self.key[:16]} was made from it")
+                out.append(_other_content(up, um, self, built_then.get(name)))
         _TRUST_MEMO[memo] = out
         return out
 
@@ -223,11 +228,12 @@ class StageTask(luigi.Task):
     def run(self):
         lifecycle.setup(self.verbose)
         t0 = time.monotonic()
-        upstream_content = {}
+        upstream_content, upstream_built = {}, {}
         for name, up in self.upstream().items():
-            um = up.manifest()
-            upstream_content[name] = um.get("content_digest") if um else None
+            um = up.manifest() or {}
+            upstream_content[name], upstream_built[name] = um.get("content_digest"), um.get("finished_at")
         base = {**self.key_doc, "schema_version": self.schema_version, "upstream_content": upstream_content,
+                "upstream_built": upstream_built,
                 "run_id": runlog.current_run_id(), "resolved_params": self.params.model_dump(mode="json")}
 
         def reusable(m: dict) -> bool:
@@ -267,6 +273,18 @@ def _warn_once(task: StageTask, problems: list[str]) -> None:
     _WARNED.add((task.stage, task.key))
     log.warning("%s %s: not reusing the published artifact, it will be rebuilt:\n  %s",
                 task.stage, task.key[:16], "\n  ".join(problems))
+
+
+def _other_content(up: StageTask, um: dict, task: StageTask, built_then: str | None) -> str:
+    """An upstream's manifest now names other content than `task` was made from. "Rebuilt" only when it
+    was: its publish time moved since (recorded by perfdag since upstream_built exists)."""
+    ours = f"{task.stage} {task.key[:16]}"
+    if built_then and um.get("finished_at") != built_then:
+        return f"{up.stage} {up.key[:16]} was rebuilt with other content after {ours} was made from it"
+    if built_then:
+        return (f"{up.stage} {up.key[:16]}: its manifest names other content than {ours} was made from, "
+                "though it was not rebuilt (its manifest was edited)")
+    return f"{up.stage} {up.key[:16]} holds other content than when {ours} was made from it"
 
 
 def host_resource(name: str) -> str:

@@ -1,7 +1,9 @@
-"""Where perfdag keeps things: artifacts root (env PERFDAG_ARTIFACTS, else luigi.cfg) and params."""
+"""Where perfdag keeps things: artifacts root (env PERFDAG_ARTIFACTS, else luigi.cfg), params, and the
+optional manifest signing key (env PERFDAG_SIGNING_KEY_FILE, else luigi.cfg's signing_key_file)."""
 from __future__ import annotations
 
 import os
+from functools import lru_cache
 from pathlib import Path
 
 import luigi
@@ -14,6 +16,19 @@ def artifacts_root() -> Path:
     root = os.environ.get("PERFDAG_ARTIFACTS") or luigi.configuration.get_config().get(
         "perfdag", "artifacts_root", "artifacts")
     return Path(root).expanduser().resolve()
+
+
+def signing_key() -> bytes | None:
+    """The manifest signing key, or None when none is configured (manifests are then unsigned)."""
+    path = os.environ.get("PERFDAG_SIGNING_KEY_FILE") or luigi.configuration.get_config().get(
+        "perfdag", "signing_key_file", "")
+    return _read_key(str(Path(path).expanduser().resolve())) if path else None
+
+
+@lru_cache(maxsize=4)
+def _read_key(path: str) -> bytes:
+    from harness.signing import load_key
+    return load_key(path)
 
 
 def params_path(name: str) -> Path | None:
