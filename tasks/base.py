@@ -83,6 +83,11 @@ class StageTask(luigi.Task):
     schema_version: ClassVar[int] = 2
     reads: ClassVar[tuple[str, ...]] = ()
     volatile: ClassVar[tuple[str, ...]] = ()  # paths in the artifact that change after publishing (logs)
+    # Self-contained: once built, the artifact needs none of its upstream's files (it was made from
+    # them), so it stays reusable when its upstream is deleted. Any other stage uses them at run time
+    # (a Triton repository names its engine, servers run on a repository, a score is of a log) and is
+    # missing while one is gone; the next run rebuilds the chain from there.
+    self_contained: ClassVar[bool] = False
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -174,9 +179,31 @@ class StageTask(luigi.Task):
     def input_dir(self, name: str) -> Path:
         return self.upstream()[name].artifact_dir
 
+    def stands_alone(self, manifest: dict) -> bool:
+        """Whether this artifact needs none of its upstream's files once built (`self_contained`)."""
+        return self.self_contained
+
+    def holds(self, manifest: dict, field: str) -> bool:
+        """The manifest's `field` (a path relative to the artifact) lies inside the artifact: no pass-through."""
+        where = os.path.normpath(os.path.join(self.artifact_dir, str(manifest.get(field, ""))))
+        return where == str(self.artifact_dir) or where.startswith(str(self.artifact_dir) + os.sep)
+
+    def missing_upstream(self, manifest: dict) -> list[str]:
+        """Why this published artifact counts as missing: an upstream whose files it uses at run time is
+        gone, or is itself missing for that reason (empty: none is). A self-contained one never is."""
+        if self.stands_alone(manifest):
+            return []
+        out: list[str] = []
+        for up in self.upstream().values():
+            um = up.manifest()
+            why = [f"upstream {up.stage} {up.key[:16]}: missing"] if um is None else up.missing_upstream(um)
+            out += [w for w in why if w not in out]
+        return out
+
     def trust_problems(self, manifest: dict, fresh: bool = False) -> list[str]:
         """Why this published artifact must not be reused (empty: it is what was published, and so is
-        everything it was made from). Files: size and mtime, re-hashed when moved or under --verify.
+        everything it was made from that it still relies on). Files: size and mtime, re-hashed when
+        moved or under --verify; a self-contained artifact answers for its own files only.
         Memoised per process; `fresh` looks again (an upstream may have been rebuilt since)."""
         memo = (self.stage, self.key, manifest.get("finished_at"), self.full_verify)
         if memo in _TRUST_MEMO and not fresh:
@@ -185,11 +212,13 @@ class StageTask(luigi.Task):
                self.store.problems(self.stage, self.key, manifest, full=self.full_verify)]
         recorded = manifest.get("upstream_content") or {}
         built_then = manifest.get("upstream_built") or {}
+        alone = self.stands_alone(manifest)
         for name, up in self.upstream().items():
             um = up.manifest()
-            if um is None:  # gone (gc keeps upstream closures); nothing contradicts this result
+            if um is None:  # gone: missing_upstream decides whether that matters
                 continue
-            out += [p for p in up.trust_problems(um, fresh) if p not in out]
+            if not alone:
+                out += [p for p in up.trust_problems(um, fresh) if p not in out]
             if recorded.get(name) and um.get("content_digest") != recorded[name]:
                 out.append(_other_content(up, um, self, built_then.get(name)))
         _TRUST_MEMO[memo] = out
@@ -211,6 +240,9 @@ class StageTask(luigi.Task):
         if m is None:
             return False
         if self.must_rerun and m.get("run_id") != runlog.current_run_id():
+            return False
+        if gone := self.missing_upstream(m):
+            _warn_once(self, gone, "missing: what it uses at run time is gone; it will be rebuilt")
             return False
         problems = self.trust_problems(m)
         if problems:
@@ -238,6 +270,9 @@ class StageTask(luigi.Task):
 
         def reusable(m: dict) -> bool:
             if self.must_rerun and m.get("run_id") != runlog.current_run_id():
+                return False
+            if gone := self.missing_upstream(m):
+                _warn_once(self, gone, "missing: what it uses at run time is gone; it will be rebuilt")
                 return False
             problems = self.trust_problems(m, fresh=True)
             if problems:
@@ -267,12 +302,12 @@ _TRUST_MEMO: dict[tuple, list[str]] = {}
 _WARNED: set[tuple] = set()
 
 
-def _warn_once(task: StageTask, problems: list[str]) -> None:
+def _warn_once(task: StageTask, problems: list[str],
+               what: str = "not reusing the published artifact, it will be rebuilt") -> None:
     if (task.stage, task.key) in _WARNED:
         return
     _WARNED.add((task.stage, task.key))
-    log.warning("%s %s: not reusing the published artifact, it will be rebuilt:\n  %s",
-                task.stage, task.key[:16], "\n  ".join(problems))
+    log.warning("%s %s: %s:\n  %s", task.stage, task.key[:16], what, "\n  ".join(problems))
 
 
 def _other_content(up: StageTask, um: dict, task: StageTask, built_then: str | None) -> str:

@@ -12,7 +12,7 @@ from .run_accuracy import RunAccuracy
 
 @register
 class CheckAccuracy(StageTask):
-    stage = "CheckAccuracy"
+    stage = "CheckAccuracy"  # not self-contained: a score stands while the log it scores does
 
     @property
     def reads(self):  # whose published scores apply matters only when they are used

@@ -76,7 +76,8 @@ class LaunchServers(StageTask):
         right before servers load them: a server runs what the repository names, code included."""
         m = repo.manifest()
         problems = [] if m is None else (
-            [f"{repo.stage} {repo.key[:16]}: {p}" for p in self.store.problems(repo.stage, repo.key, m, full=True)]
+            repo.missing_upstream(m)
+            + [f"{repo.stage} {repo.key[:16]}: {p}" for p in self.store.problems(repo.stage, repo.key, m, full=True)]
             + repo.trust_problems(m, fresh=True))
         if m is None or problems:
             raise ArtifactError(f"LaunchServers {self.key[:16]}: not launching servers on {repo.artifact_dir}: it is "
