@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from tasks.base import STAGES, StageTask
+from tasks.settings import looking_only
 
 
 def flatten(doc: Any, prefix: str = "") -> dict[str, Any]:
@@ -64,6 +65,12 @@ def _full_run_stages(params_file: str, overrides: str) -> set[str]:
 
 
 def stage_status(params_file: str, overrides: str, verify: bool = False) -> list[dict]:
+    """One row per stage. Writes nothing under the root: status only looks."""
+    with looking_only():
+        return _rows(params_file, overrides, verify)
+
+
+def _rows(params_file: str, overrides: str, verify: bool) -> list[dict]:
     rows = []
     in_full_run = _full_run_stages(params_file, overrides)
     for name, cls in STAGES.items():

@@ -3,8 +3,10 @@ optional manifest signing key (env PERFDAG_SIGNING_KEY_FILE, else luigi.cfg's si
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
+from typing import Iterator
 
 import luigi
 
@@ -16,6 +18,23 @@ def artifacts_root() -> Path:
     root = os.environ.get("PERFDAG_ARTIFACTS") or luigi.configuration.get_config().get(
         "perfdag", "artifacts_root", "artifacts")
     return Path(root).expanduser().resolve()
+
+
+_LOOKING_ONLY = [False]
+
+
+@contextmanager
+def looking_only() -> Iterator[None]:
+    """Within it, perfdag writes nothing under the root (`status`): memo files are read, not updated."""
+    before, _LOOKING_ONLY[0] = _LOOKING_ONLY[0], True
+    try:
+        yield
+    finally:
+        _LOOKING_ONLY[0] = before
+
+
+def may_write_root() -> bool:
+    return not _LOOKING_ONLY[0]
 
 
 def signing_key() -> bytes | None:
