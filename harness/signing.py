@@ -35,7 +35,7 @@ def load_key(path: str | os.PathLike) -> bytes:
 
 def signature(manifest: dict, key: bytes) -> str:
     """'hmac-sha256:<hex>' over the manifest's canonical JSON, its own signature field left out."""
-    body = {k: v for k, v in manifest.items() if k != FIELD and not k.startswith("_")}
+    body = {k: v for k, v in manifest.items() if k != FIELD}
     mac = hmac.new(key, canonical_json(body).encode(), hashlib.sha256).hexdigest()
     return f"{ALGORITHM}:{mac}"
 

@@ -18,9 +18,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import FAST, REPO, run_luigi, run_records, statuses, tritonservers_under
+from conftest import FAST, REPO, copied_root, run_luigi, run_records, statuses, tritonservers_under
 
-from harness import integrity, signing
+from harness import integrity
 from harness.errors import ArtifactError
 from harness.store import ArtifactStore
 
@@ -211,6 +211,8 @@ def key_env(tmp_path) -> dict:
 
 def sign_all(root: Path, env: dict) -> None:
     """Signs a root's manifests as a key holder would have published them."""
+    from harness import signing
+
     key = signing.load_key(env["PERFDAG_SIGNING_KEY_FILE"])
     for f in root.glob("*/*/manifest.json"):
         m = json.loads(f.read_text())
@@ -294,24 +296,62 @@ def test_an_edited_upstream_manifest_is_not_called_rebuilt(root):
 
 # --- missing upstreams -----------------------------------------------------------------------------
 
-def test_a_deleted_engine_makes_what_runs_on_it_missing_and_the_next_run_rebuilds(root):
-    first = run_luigi("FullRun", "--overrides", FAULT, artifacts=root, check=False)
-    assert first.returncode in VERDICT, first.stderr[-3000:]
-    engine = one(root, "BuildEngine")
-    shutil.rmtree(engine)
+@pytest.fixture(scope="module")
+def measured(built_fast, tmp_path_factory) -> tuple[Path, dict, int]:
+    """(root, signing env, exit code): a FullRun on the FAST model under a signing key, done once."""
+    d = tmp_path_factory.mktemp("measured")
+    (d / "signing.key").write_text(hashlib.sha256(os.urandom(32)).hexdigest())
+    env = {"PERFDAG_SIGNING_KEY_FILE": str(d / "signing.key")}
+    root = d / "root"
+    shutil.copytree(built_fast, root, ignore=shutil.ignore_patterns("runs"))
+    sign_all(root, env)
+    proc = run_luigi("FullRun", "--overrides", FAULT, artifacts=root, env=env, check=False)
+    assert proc.returncode in VERDICT, proc.stderr[-3000:]
+    assert all("signature" in json.loads(f.read_text()) for f in root.glob("*/*/manifest.json"))
+    yield root, env, proc.returncode
+    for pid in tritonservers_under(root):
+        os.kill(pid, signal.SIGKILL)
 
-    st = status(root, "--verify", overrides=FAULT)
-    gone = f"upstream BuildEngine {engine.name}: missing"
-    for stage in ("FillTritonRepo", "LaunchServers", "RunLoadgen", "RunAccuracy", "CheckAccuracy", "FullRun"):
-        assert st[stage]["status"] == "missing" and gone in why(st[stage]), (stage, st[stage])
-    assert st["Quantize"]["status"] == st["PrepareDataset"]["status"] == "cached"
 
-    again = run_luigi("FullRun", "--overrides", FAULT, artifacts=root, check=False)
-    assert again.returncode in VERDICT, again.stderr[-3000:]
-    assert "upstream BuildEngine" in again.stderr and "perfdag FullRun" in again.stdout
-    assert last_run(root)["BuildEngine"] == "built" and last_run(root)["LaunchServers"] == "built"
-    after = status(root, overrides=FAULT)
-    assert all(after[s]["status"] in ("cached", "stopped") for s in after if s != "RunTest06"), after
+def test_a_forged_pass_under_a_signing_key_is_refused_and_rescored(measured, tmp_path):
+    """The forgery of the issue: accuracy.json edited and its digests rewritten in the manifest."""
+    src, env, verdict = measured
+    with copied_root(src, tmp_path / "r") as root:
+        acc = one(root, "CheckAccuracy")
+        honest = json.loads((acc / "accuracy.json").read_text())["passed"]
+        forge(acc, "accuracy.json", lambda t: json.dumps({**json.loads(t), "passed": not honest}))
+        st = status(root, "--verify", overrides=FAULT, env=env)
+        assert st["CheckAccuracy"]["status"] == "corrupt" and "manifest signature is wrong" in why(st["CheckAccuracy"])
+        assert st["FullRun"]["status"] == "corrupt" and st["RunAccuracy"]["status"] == "cached"
+
+        again = run_luigi("FullRun", "--overrides", FAULT, "--verify", artifacts=root, env=env, check=False)
+        assert again.returncode == verdict, again.stderr[-3000:]
+        assert f"CheckAccuracy {acc.name}: manifest signature is wrong" in again.stderr
+        assert "was rebuilt with other content" not in again.stderr  # rescored alike: nothing differs
+        assert last_run(root)["CheckAccuracy"] == "built" and last_run(root)["RunAccuracy"] == "reused"
+        assert json.loads((one(root, "FullRun") / "report.json").read_text())["accuracy"]["passed"] == honest
+
+
+def test_a_deleted_engine_makes_what_runs_on_it_missing_and_the_next_run_rebuilds(measured, tmp_path):
+    src, env, verdict = measured
+    with copied_root(src, tmp_path / "r") as root:
+        engine = one(root, "BuildEngine")
+        shutil.rmtree(engine)
+
+        before = snapshot(root)  # status only looks, also at servers, leases and measurements
+        st = status(root, "--verify", overrides=FAULT, env=env)
+        assert snapshot(root) == before
+        gone = f"upstream BuildEngine {engine.name}: missing"
+        for stage in ("FillTritonRepo", "LaunchServers", "RunLoadgen", "RunAccuracy", "CheckAccuracy", "FullRun"):
+            assert st[stage]["status"] == "missing" and gone in why(st[stage]), (stage, st[stage])
+        assert st["Quantize"]["status"] == st["PrepareDataset"]["status"] == "cached"
+
+        again = run_luigi("FullRun", "--overrides", FAULT, artifacts=root, env=env, check=False)
+        assert again.returncode in VERDICT, again.stderr[-3000:]
+        assert gone in again.stderr and "perfdag FullRun" in again.stdout
+        assert last_run(root)["BuildEngine"] == "built" and last_run(root)["LaunchServers"] == "built"
+        after = status(root, overrides=FAULT, env=env)
+        assert all(after[s]["status"] in ("cached", "stopped") for s in after if s != "RunTest06"), after
 
 
 def test_an_engine_replaced_by_a_file_makes_the_repository_missing(root):
