@@ -304,9 +304,10 @@ _WARNED: set[tuple] = set()
 
 def _warn_once(task: StageTask, problems: list[str],
                what: str = "not reusing the published artifact, it will be rebuilt") -> None:
-    if (task.stage, task.key) in _WARNED:
+    seen = (task.stage, task.key, tuple(problems))  # once per reason: a new one is news
+    if seen in _WARNED:
         return
-    _WARNED.add((task.stage, task.key))
+    _WARNED.add(seen)
     log.warning("%s %s: %s:\n  %s", task.stage, task.key[:16], what, "\n  ".join(problems))
 
 
