@@ -1,6 +1,7 @@
 """Canonical hashing: stage keys and memoised content hashes of input directories."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -44,19 +45,24 @@ def _file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def dir_content_hash(directory: str | os.PathLike, memo_file: str | os.PathLike) -> str:
+def dir_content_hash(directory: str | os.PathLike, memo_file: str | os.PathLike, update: bool = True) -> str:
     """Hash of a directory's files (relative names + contents), or of one file's contents.
 
     Each file's hash is memoised by (path, size, mtime_ns) in `memo_file`, so an unchanged
-    100 GB checkpoint is listed, not re-read. Hidden files are skipped.
+    100 GB checkpoint is listed, not re-read. Hidden files are skipped. With `update` False the
+    memo is only read: nothing is written (a memo file is replaced atomically, so no lock is needed).
     """
     directory = Path(directory).resolve()
     files = [directory] if directory.is_file() else sorted(p for p in directory.rglob("*") if p.is_file())
     root = directory.parent if directory.is_file() else directory
     memo_path = Path(memo_file)
-    memo_path.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(memo_path) + ".lock"):
-        memo = json.loads(memo_path.read_text()) if memo_path.is_file() else {}
+    if update:
+        memo_path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(memo_path) + ".lock") if update else contextlib.nullcontext():
+        try:
+            memo = json.loads(memo_path.read_text()) if memo_path.is_file() else {}
+        except (OSError, ValueError):
+            memo = {}
         entries, changed = [], False
         for path in files:
             rel = path.relative_to(root).as_posix()
@@ -69,7 +75,7 @@ def dir_content_hash(directory: str | os.PathLike, memo_file: str | os.PathLike)
                 digest = memo[ident] = _file_sha256(path)
                 changed = True
             entries.append((rel, digest))
-        if changed:
+        if changed and update:
             tmp = memo_path.with_suffix(".tmp")
             tmp.write_text(json.dumps(memo))
             os.replace(tmp, memo_path)

@@ -5,16 +5,26 @@ At publish, each file's size, mtime and content digest go into the manifest, and
 whose mtime moved (a copy that did not keep times, or an edit) is re-hashed, and `full=True`
 (`--verify`) re-hashes everything. The digest is BLAKE3, a cryptographic hash several times faster
 than sha256 (bench/digest_speed.py measures both); sha256 is the fallback when blake3 is missing.
+
+Nothing is followed out of an artifact: a symlink may be published only if it is relative and
+stays inside the artifact (the manifest records its target); any other symlink, a FIFO, socket or
+device, or a file that was not published is a problem, cheap check and `--verify` alike. A server
+or loader that opened such an entry would read (or run) what someone put outside the root.
 """
 from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 CHUNK = 8 << 20
 MANIFEST = "manifest.json"
+
+
+class UnpublishableEntry(ValueError):
+    """An artifact being published holds something it may not publish (a link out, a FIFO...)."""
 
 
 def _hasher():
@@ -34,57 +44,125 @@ def file_digest(path: str | os.PathLike) -> str:
     return f"{name}:{h.hexdigest()}"
 
 
-def _files(root: Path, skip: Iterable[str]) -> list[Path]:
-    skip = tuple(skip)
-    out = []
-    for p in sorted(root.rglob("*")):
-        rel = p.relative_to(root).as_posix()
-        if rel == MANIFEST or any(rel == s.rstrip("/") or rel.startswith(s.rstrip("/") + "/") for s in skip):
+def kind(mode: int) -> str:
+    """What an lstat mode is, in words."""
+    for test, name in ((stat.S_ISREG, "regular file"), (stat.S_ISDIR, "directory"), (stat.S_ISLNK, "symlink"),
+                       (stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "character device"),
+                       (stat.S_ISBLK, "block device")):
+        if test(mode):
+            return name
+    return "special file"
+
+
+def _skipped(rel: str, skip: tuple[str, ...]) -> bool:
+    return any(rel == s.rstrip("/") or rel.startswith(s.rstrip("/") + "/") for s in skip)
+
+
+def _entries(root: Path) -> Iterator[tuple[str, os.stat_result]]:
+    """(relative path, lstat) of everything under `root` but directories, never following a link."""
+    stack = [root]
+    while stack:
+        d = stack.pop()
+        try:
+            scan = list(os.scandir(d))
+        except OSError:
             continue
-        if "__pycache__" in rel.split("/"):  # Python's own cache of a published source: not content
+        for e in scan:
+            try:
+                st = e.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                stack.append(Path(e.path))
+            else:
+                yield Path(e.path).relative_to(root).as_posix(), st
+
+
+def link_problem(root: Path, rel: str, target: str) -> str | None:
+    """Why the symlink `rel` -> `target` may not be in the artifact at `root` (None: it may)."""
+    if os.path.isabs(target):
+        return f"symlink to {target}: absolute; only relative links inside the artifact are allowed"
+    real_root = os.path.realpath(root)
+    where = os.path.realpath(root / rel)  # the kernel's resolution: links in between followed
+    lexical = os.path.normpath(os.path.join(os.path.dirname(rel), target))
+    if lexical == ".." or lexical.startswith("../") or os.path.commonpath([real_root, where]) != real_root:
+        return f"symlink to {target}: points outside the artifact"
+    return None
+
+
+def describe(root: str | os.PathLike, skip: Iterable[str] = ()) -> tuple[dict, dict]:
+    """({relative path: {size, mtime_ns, digest}}, {relative path: link target}) of what `root` publishes,
+    but the manifest and `skip`. Raises UnpublishableEntry for a link out of `root` or a special file."""
+    root, skip = Path(root), tuple(skip)
+    files, links = {}, {}
+    for rel, st in sorted(_entries(root)):
+        if rel == MANIFEST or _skipped(rel, skip):
             continue
-        if p.is_file() and not p.is_symlink():
-            out.append(p)
-    return out
+        if stat.S_ISREG(st.st_mode):
+            files[rel] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "digest": file_digest(root / rel)}
+        elif stat.S_ISLNK(st.st_mode):
+            target = os.readlink(root / rel)
+            if why := link_problem(root, rel, target):
+                raise UnpublishableEntry(f"{rel}: {why}")
+            links[rel] = target
+        else:
+            raise UnpublishableEntry(f"{rel}: a {kind(st.st_mode)}; an artifact publishes files, directories "
+                                     "and links inside itself only")
+    return files, links
 
 
-def describe(root: str | os.PathLike, skip: Iterable[str] = ()) -> dict:
-    """{relative path: {size, mtime_ns, digest}} of every file under `root` but the manifest and `skip`."""
-    root = Path(root)
-    out = {}
-    for p in _files(root, skip):
-        st = p.stat()
-        out[p.relative_to(root).as_posix()] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns,
-                                              "digest": file_digest(p)}
-    return out
-
-
-def content_digest(files: dict) -> str:
-    """One digest for the artifact's content: names, sizes and file digests (not times)."""
+def content_digest(files: dict, links: dict | None = None) -> str:
+    """One digest for the artifact's content: names, sizes and file digests (not times), and links."""
     h = hashlib.sha256()
     for rel in sorted(files):
         h.update(f"{rel}\0{files[rel]['size']}\0{files[rel]['digest']}\n".encode())
+    for rel in sorted(links or {}):  # none: the digest of an artifact published before links were recorded
+        h.update(f"{rel}\0->\0{links[rel]}\n".encode())
     return "sha256:" + h.hexdigest()
 
 
-def problems(root: str | os.PathLike, files: dict, *, full: bool = False, skip: Iterable[str] = ()) -> list[str]:
-    """What differs between `root` and the recorded `files` (empty: intact). Cheap unless `full`
-    or a file's mtime moved; a file present but not recorded is a problem too."""
-    root = Path(root)
+def problems(root: str | os.PathLike, files: dict, *, links: dict | None = None, full: bool = False,
+             skip: Iterable[str] = ()) -> list[str]:
+    """What differs between `root` and the recorded `files` and `links` (empty: intact). Cheap unless
+    `full` or a file's mtime moved. Anything present but not recorded is a problem too; under `skip`
+    (files that change after publishing, e.g. logs) only links and special files are."""
+    root, skip, links = Path(root), tuple(skip), links or {}
+    if not root.is_dir() or root.is_symlink():
+        return [f"{root}: not a directory"]
     out = []
     for rel, want in sorted(files.items()):
         p = root / rel
         try:
-            st = p.stat()
+            st = os.lstat(p)
         except OSError:
             out.append(f"{rel}: missing")
             continue
-        if st.st_size != want["size"]:
+        if not stat.S_ISREG(st.st_mode):
+            out.append(f"{rel}: a {kind(st.st_mode)}, published as a regular file")
+        elif st.st_size != want["size"]:
             out.append(f"{rel}: size {st.st_size} bytes, published {want['size']}")
         elif full or st.st_mtime_ns != want["mtime_ns"]:
             if file_digest(p) != want["digest"]:
                 out.append(f"{rel}: content differs from what was published")
-    recorded = set(files)
-    extra = [p.relative_to(root).as_posix() for p in _files(root, skip)]
-    out += [f"{rel}: not part of the published artifact" for rel in extra if rel not in recorded]
+    for rel, target in sorted(links.items()):
+        try:
+            now = os.readlink(root / rel)
+        except OSError:
+            gone = not os.path.lexists(root / rel)
+            out.append(f"{rel}: {'missing' if gone else 'not a symlink'} (published as a symlink to {target})")
+            continue
+        if now != target:
+            out.append(f"{rel}: symlink to {now}, published pointing to {target}")
+        elif why := link_problem(root, rel, now):
+            out.append(f"{rel}: {why}")
+    for rel, st in sorted(_entries(root)):
+        if rel == MANIFEST or rel in files or rel in links:
+            continue
+        what = kind(st.st_mode)
+        if stat.S_ISLNK(st.st_mode):
+            out.append(f"{rel}: symlink to {os.readlink(root / rel)}, not part of the published artifact")
+        elif not stat.S_ISREG(st.st_mode):
+            out.append(f"{rel}: a {what}, not part of the published artifact")
+        elif not _skipped(rel, skip):
+            out.append(f"{rel}: not part of the published artifact")
     return out

@@ -4,7 +4,8 @@ A result is a directory holding manifest.json, moved into place by one rename, s
 sees a half-built one. The manifest lists every published file with its size, mtime and digest
 (harness/integrity.py), so reuse can tell a corrupted or edited artifact from a good one. Builds
 run in `.tmp-*` siblings under a per-key flock, which the kernel releases when the holder dies,
-so a killed worker leaves no lock that blocks anyone.
+so a killed worker leaves no lock that blocks anyone. With a signing key (harness/signing.py) every
+manifest is signed at publish, and one without a valid signature is not trusted.
 """
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from typing import Callable, Iterable, Iterator
 
 from filelock import FileLock
 
-from . import integrity
+from . import integrity, signing
+from .errors import ArtifactError
 
 MANIFEST = integrity.MANIFEST
 
@@ -30,9 +32,18 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
+def _remove(path: Path) -> None:
+    """Removes a tree, or a file or link, never following a link."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
 class ArtifactStore:
-    def __init__(self, root: str | os.PathLike):
+    def __init__(self, root: str | os.PathLike, signing_key: bytes | None = None):
         self.root = Path(root).resolve()
+        self.signing_key = signing_key
 
     def path(self, stage: str, key: str) -> Path:
         return self.root / stage / key[:16]
@@ -63,11 +74,15 @@ class ArtifactStore:
         return sorted(out, key=lambda m: m.get("finished_at", ""), reverse=True)
 
     def problems(self, stage: str, key: str, manifest: dict, *, full: bool = False) -> list[str]:
-        """How the artifact on disk differs from what was published (empty: intact)."""
-        files = manifest.get("files")
-        if not isinstance(files, dict):
+        """How the artifact on disk differs from what was published, or why its manifest is not
+        trusted (empty: intact)."""
+        if why := signing.problem(manifest, self.signing_key):
+            return [why]
+        files, links = manifest.get("files"), manifest.get("links") or {}
+        if not isinstance(files, dict) or not isinstance(links, dict):
             return ["manifest lists no files (published by an older perfdag); rebuild it"]
-        return integrity.problems(self.path(stage, key), files, full=full, skip=manifest.get("volatile", ()))
+        return integrity.problems(self.path(stage, key), files, links=links, full=full,
+                                  skip=manifest.get("volatile", ()))
 
     @contextmanager
     def lock(self, stage: str, key: str) -> Iterator[None]:
@@ -95,16 +110,23 @@ class ArtifactStore:
         try:
             extra = make(tmp) or {}
             volatile = sorted(volatile)
-            files = integrity.describe(tmp, skip=volatile)
+            try:
+                files, links = integrity.describe(tmp, skip=volatile)
+            except integrity.UnpublishableEntry as e:
+                raise ArtifactError(f"{stage} {key[:16]}: not published: {e}") from None
             doc = {**manifest, "stage": stage, "key": key, "host": socket.gethostname(),
                    "pid": os.getpid(), "started_at": started, "finished_at": utc_now(),
                    "wall_seconds": round(time.monotonic() - t0, 3), **extra,
-                   "files": files, "volatile": volatile, "content_digest": integrity.content_digest(files)}
+                   "files": files, "links": links, "volatile": volatile,
+                   "content_digest": integrity.content_digest(files, links)}
+            doc = json.loads(json.dumps(doc, default=str))  # signed as it will be read back
+            if self.signing_key is not None:
+                doc[signing.FIELD] = signing.signature(doc, self.signing_key)
             (tmp / MANIFEST).write_text(json.dumps(doc, indent=2, sort_keys=True, default=str))
-            if final.exists():
+            if os.path.lexists(final):  # an old artifact, or whatever replaced it (a file, a link)
                 trash = final.parent / f".trash-{key[:16]}-{os.getpid()}"
                 os.replace(final, trash)
-                shutil.rmtree(trash, ignore_errors=True)
+                _remove(trash)
             os.replace(tmp, final)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -19,6 +19,7 @@ from tasks.lifecycle import note_result, release_servers
 class FullRun(StageTask):
     stage = "FullRun"
     reads = ("model.name",)  # the report is labelled with it
+    # not self-contained: the report summarises measurements whose logs it points at
     keep_servers = luigi.BoolParameter(default=False, significant=False,
                                        description="leave the servers running after the run")
     as_point = luigi.BoolParameter(default=False, significant=False,

@@ -2,7 +2,10 @@
 
 States: `cached` (reusable), `missing` (with which key inputs differ from the newest cached
 artifact of that stage: params, tools, upstream keys, perfdag's code, what a tool is handed),
-`corrupt` (published, but its files, or those it was made from, are not what was published),
+`missing` also when published but an upstream whose files it uses at run time is gone (`upstream
+BuildEngine 1b0d...: missing`),
+`corrupt` (published, but its files, or those it was made from, are not what was published, or its
+manifest's signature does not hold),
 `stopped` (servers perfdag stopped on purpose; the next run relaunches them), `stale` (servers
 that died or stopped answering; the next run relaunches them).
 """
@@ -11,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from tasks.base import STAGES, StageTask
+from tasks.settings import looking_only
 
 
 def flatten(doc: Any, prefix: str = "") -> dict[str, Any]:
@@ -61,6 +65,12 @@ def _full_run_stages(params_file: str, overrides: str) -> set[str]:
 
 
 def stage_status(params_file: str, overrides: str, verify: bool = False) -> list[dict]:
+    """One row per stage. Writes nothing under the root: status only looks."""
+    with looking_only():
+        return _rows(params_file, overrides, verify)
+
+
+def _rows(params_file: str, overrides: str, verify: bool) -> list[dict]:
     rows = []
     in_full_run = _full_run_stages(params_file, overrides)
     for name, cls in STAGES.items():
@@ -72,6 +82,8 @@ def stage_status(params_file: str, overrides: str, verify: bool = False) -> list
             if name not in in_full_run:
                 row["changed"].insert(0, {"field": "*", "reason": "FullRun does not build it; "
                                           "`python -m pipeline submission` does"})
+        elif gone := task.missing_upstream(m):  # published, but what it uses at run time is not
+            row.update(status="missing", changed=[{"field": "*", "reason": g} for g in gone])
         elif problems := task.trust_problems(m):
             row.update(status="corrupt", changed=[{"field": "*", "reason": p} for p in problems])
         elif not task.usable(m):

@@ -21,11 +21,12 @@ import luigi
 
 from harness.codehash import code_digests
 from harness.config import ENV_FLAGS, Params, ParamsError, resolve
+from harness.errors import InputError
 from harness.hashing import stage_key
 from harness.store import ArtifactStore
 
 from . import lifecycle, runlog
-from .settings import DEFAULT_PARAMS, artifacts_root, params_path
+from .settings import DEFAULT_PARAMS, artifacts_root, params_path, signing_key
 
 log = logging.getLogger("perfdag")
 
@@ -82,12 +83,21 @@ class StageTask(luigi.Task):
     schema_version: ClassVar[int] = 2
     reads: ClassVar[tuple[str, ...]] = ()
     volatile: ClassVar[tuple[str, ...]] = ()  # paths in the artifact that change after publishing (logs)
+    # Self-contained: once built, the artifact needs none of its upstream's files (it was made from
+    # them), so it stays reusable when its upstream is deleted. Any other stage uses them at run time
+    # (a Triton repository names its engine, servers run on a repository, a score is of a log) and is
+    # missing while one is gone; the next run rebuilds the chain from there.
+    self_contained: ClassVar[bool] = False
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         # Validate before anything is scheduled: bad params fail here, nothing written.
         try:
             self.params  # noqa: B018
+            try:
+                signing_key()
+            except InputError as e:
+                raise ParamsError([str(e)]) from None
             if self.rerun_from and self.rerun_from not in STAGES:
                 raise ParamsError([f"--rerun-from: unknown stage {self.rerun_from!r}; stages are {', '.join(STAGES)}"])
             # luigi (and luigid across workers) tells tasks apart by task_id, which it derives from
@@ -136,7 +146,7 @@ class StageTask(luigi.Task):
 
     @cached_property
     def store(self) -> ArtifactStore:
-        return ArtifactStore(artifacts_root())
+        return ArtifactStore(artifacts_root(), signing_key=signing_key())
 
     @cached_property
     def key_doc(self) -> dict:
@@ -169,9 +179,31 @@ class StageTask(luigi.Task):
     def input_dir(self, name: str) -> Path:
         return self.upstream()[name].artifact_dir
 
+    def stands_alone(self, manifest: dict) -> bool:
+        """Whether this artifact needs none of its upstream's files once built (`self_contained`)."""
+        return self.self_contained
+
+    def holds(self, manifest: dict, field: str) -> bool:
+        """The manifest's `field` (a path relative to the artifact) lies inside the artifact: no pass-through."""
+        where = os.path.normpath(os.path.join(self.artifact_dir, str(manifest.get(field, ""))))
+        return where == str(self.artifact_dir) or where.startswith(str(self.artifact_dir) + os.sep)
+
+    def missing_upstream(self, manifest: dict) -> list[str]:
+        """Why this published artifact counts as missing: an upstream whose files it uses at run time is
+        gone, or is itself missing for that reason (empty: none is). A self-contained one never is."""
+        if self.stands_alone(manifest):
+            return []
+        out: list[str] = []
+        for up in self.upstream().values():
+            um = up.manifest()
+            why = [f"upstream {up.stage} {up.key[:16]}: missing"] if um is None else up.missing_upstream(um)
+            out += [w for w in why if w not in out]
+        return out
+
     def trust_problems(self, manifest: dict, fresh: bool = False) -> list[str]:
         """Why this published artifact must not be reused (empty: it is what was published, and so is
-        everything it was made from). Files: size and mtime, re-hashed when moved or under --verify.
+        everything it was made from that it still relies on). Files: size and mtime, re-hashed when
+        moved or under --verify; a self-contained artifact answers for its own files only.
         Memoised per process; `fresh` looks again (an upstream may have been rebuilt since)."""
         memo = (self.stage, self.key, manifest.get("finished_at"), self.full_verify)
         if memo in _TRUST_MEMO and not fresh:
@@ -179,14 +211,16 @@ class StageTask(luigi.Task):
         out = [f"{self.stage} {self.key[:16]}: {p}" for p in
                self.store.problems(self.stage, self.key, manifest, full=self.full_verify)]
         recorded = manifest.get("upstream_content") or {}
+        built_then = manifest.get("upstream_built") or {}
+        alone = self.stands_alone(manifest)
         for name, up in self.upstream().items():
             um = up.manifest()
-            if um is None:  # gone (gc keeps upstream closures); nothing contradicts this result
+            if um is None:  # gone: missing_upstream decides whether that matters
                 continue
-            out += [p for p in up.trust_problems(um, fresh) if p not in out]
+            if not alone:
+                out += [p for p in up.trust_problems(um, fresh) if p not in out]
             if recorded.get(name) and um.get("content_digest") != recorded[name]:
-                out.append(f"{up.stage} {up.key[:16]} was rebuilt with other content after {self.stage} "
-                           f"{self.key[:16]} was made from it")
+                out.append(_other_content(up, um, self, built_then.get(name)))
         _TRUST_MEMO[memo] = out
         return out
 
@@ -207,6 +241,9 @@ class StageTask(luigi.Task):
             return False
         if self.must_rerun and m.get("run_id") != runlog.current_run_id():
             return False
+        if gone := self.missing_upstream(m):
+            _warn_once(self, gone, "missing: what it uses at run time is gone; it will be rebuilt")
+            return False
         problems = self.trust_problems(m)
         if problems:
             _warn_once(self, problems)
@@ -223,15 +260,19 @@ class StageTask(luigi.Task):
     def run(self):
         lifecycle.setup(self.verbose)
         t0 = time.monotonic()
-        upstream_content = {}
+        upstream_content, upstream_built = {}, {}
         for name, up in self.upstream().items():
-            um = up.manifest()
-            upstream_content[name] = um.get("content_digest") if um else None
+            um = up.manifest() or {}
+            upstream_content[name], upstream_built[name] = um.get("content_digest"), um.get("finished_at")
         base = {**self.key_doc, "schema_version": self.schema_version, "upstream_content": upstream_content,
+                "upstream_built": upstream_built,
                 "run_id": runlog.current_run_id(), "resolved_params": self.params.model_dump(mode="json")}
 
         def reusable(m: dict) -> bool:
             if self.must_rerun and m.get("run_id") != runlog.current_run_id():
+                return False
+            if gone := self.missing_upstream(m):
+                _warn_once(self, gone, "missing: what it uses at run time is gone; it will be rebuilt")
                 return False
             problems = self.trust_problems(m, fresh=True)
             if problems:
@@ -261,12 +302,25 @@ _TRUST_MEMO: dict[tuple, list[str]] = {}
 _WARNED: set[tuple] = set()
 
 
-def _warn_once(task: StageTask, problems: list[str]) -> None:
-    if (task.stage, task.key) in _WARNED:
+def _warn_once(task: StageTask, problems: list[str],
+               what: str = "not reusing the published artifact, it will be rebuilt") -> None:
+    seen = (task.stage, task.key, tuple(problems))  # once per reason: a new one is news
+    if seen in _WARNED:
         return
-    _WARNED.add((task.stage, task.key))
-    log.warning("%s %s: not reusing the published artifact, it will be rebuilt:\n  %s",
-                task.stage, task.key[:16], "\n  ".join(problems))
+    _WARNED.add(seen)
+    log.warning("%s %s: %s:\n  %s", task.stage, task.key[:16], what, "\n  ".join(problems))
+
+
+def _other_content(up: StageTask, um: dict, task: StageTask, built_then: str | None) -> str:
+    """An upstream's manifest now names other content than `task` was made from. "Rebuilt" only when it
+    was: its publish time moved since (recorded by perfdag since upstream_built exists)."""
+    ours = f"{task.stage} {task.key[:16]}"
+    if built_then and um.get("finished_at") != built_then:
+        return f"{up.stage} {up.key[:16]} was rebuilt with other content after {ours} was made from it"
+    if built_then:
+        return (f"{up.stage} {up.key[:16]}: its manifest names other content than {ours} was made from, "
+                "though it was not rebuilt (its manifest was edited)")
+    return f"{up.stage} {up.key[:16]} holds other content than when {ours} was made from it"
 
 
 def host_resource(name: str) -> str:

@@ -14,6 +14,10 @@ from .quantize import Quantize
 class BuildEngine(StageTask):
     stage = "BuildEngine"
     reads = ("build",)
+    self_contained = True  # an engine stands alone: deleting its 140 GB checkpoint keeps it ...
+
+    def stands_alone(self, manifest):  # ... unless it is the checkpoint itself (a pass-through backend)
+        return self.holds(manifest, "engine")
 
     def upstream(self):
         return {"checkpoint": self.clone(Quantize)}

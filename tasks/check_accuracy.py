@@ -16,7 +16,7 @@ SCORER_MODULES = ("harness.mlperf.accuracy", "harness.mlperf.evaluate", "harness
 
 @register
 class CheckAccuracy(StageTask):
-    stage = "CheckAccuracy"
+    stage = "CheckAccuracy"  # not self-contained: a score stands while the log it scores does
     reads = ("accuracy", "loadgen.mlperf_model", "loadgen.round")
 
     def upstream(self):

@@ -17,7 +17,8 @@ def decoupled_for(scenario: str) -> bool:
 
 @register
 class FillTritonRepo(StageTask):
-    stage = "FillTritonRepo"
+    stage = "FillTritonRepo"  # not self-contained: its configs name the engine
+    schema_version = 3  # 3: a `__pycache__` file blocks Python's bytecode cache in the repositories
 
     @property
     def reads(self):

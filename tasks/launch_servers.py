@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from harness.backends import backend_for
+from harness.errors import ArtifactError
 from harness.serving.launcher import servers_live, stop_recorded
 from harness.serving.registry import ServerRegistry, run_holder
 
@@ -25,7 +26,7 @@ SERVERS_FILE = "servers.json"
 
 @register
 class LaunchServers(StageTask):
-    stage = "LaunchServers"
+    stage = "LaunchServers"  # not self-contained: its servers run on the repository
     reads = ("triton.bind", "triton.grpc_ports", "triton.endpoints", "triton.binary")
     # What a launch publishes is runtime state (pids, ports, logs the servers keep writing), not
     # content: measurements made against an earlier launch of the same key stay valid.
@@ -70,13 +71,27 @@ class LaunchServers(StageTask):
             self.hold(manifest)
             return True
 
+    def verified_repo(self, repo) -> dict:
+        """The repository's layout, once its files are re-hashed (they are small) and its engine checked,
+        right before servers load them: a server runs what the repository names, code included."""
+        m = repo.manifest()
+        problems = [] if m is None else (
+            repo.missing_upstream(m)
+            + [f"{repo.stage} {repo.key[:16]}: {p}" for p in self.store.problems(repo.stage, repo.key, m, full=True)]
+            + repo.trust_problems(m, fresh=True))
+        if m is None or problems:
+            raise ArtifactError(f"LaunchServers {self.key[:16]}: not launching servers on {repo.artifact_dir}: it is "
+                                "not what was published; rerun to rebuild it", sorted(set(problems)) or ["missing"])
+        return m["layout"]
+
     def build(self, out_dir: Path) -> dict:
         # Under the key's lock: what is left of a stale launch (a dead run's, or crashed servers) goes.
         stop_recorded(self.servers())
         self.registry.stop(self.key[:16])
         repo = self.upstream()["repo"]
+        layout = self.verified_repo(repo)
         servers = backend_for(self.params).launch(
-            self.repo_rel, repo.manifest()["layout"], out_dir, self.params, root=self.store.root,
+            self.repo_rel, layout, out_dir, self.params, root=self.store.root,
             on_spawn=lambda rec: self.registry.record(self.key[:16], rec), log=log.info)
         (out_dir / SERVERS_FILE).write_text(json.dumps({"servers": servers}, indent=2))
         return {"servers": servers}

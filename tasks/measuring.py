@@ -21,6 +21,8 @@ CORE_CODE = {"triton-grpc": ("harness.loadgen.cores.triton_grpc", "harness.servi
 
 
 class MeasuringStage(StageTask):
+    # Not self-contained: a measurement is of the servers, their repository and engine; with those
+    # gone from the root it is measured again rather than reported unreproducible.
     def upstream(self):
         return {"servers": self.clone(LaunchServers), "dataset": self.clone(PrepareDataset)}
 

@@ -13,6 +13,7 @@ from harness.datasets import Sample, load_dataset, write_jsonl
 from harness.versions import versions
 
 from .base import StageTask, log, register
+from .settings import may_write_root
 from .prepare_model import PrepareModel, checkpoint_dir
 
 SAMPLES_FILE = "samples.jsonl"
@@ -22,6 +23,7 @@ SAMPLES_FILE = "samples.jsonl"
 class PrepareDataset(StageTask):
     stage = "PrepareDataset"
     reads = ("dataset", "build.max_input_len")
+    # not self-contained: the tokenizer the measurements and the scorer use is the model's
 
     @property
     def greedy_references(self) -> bool:
@@ -46,7 +48,8 @@ class PrepareDataset(StageTask):
             out["corpus_sha256"] = corpus_sha256()
         if d.path is not None:
             from harness.hashing import dir_content_hash  # a file enters by content, like checkpoints
-            out["dataset_sha256"] = dir_content_hash(d.path, self.store.root / ".hashcache" / "files.json")
+            out["dataset_sha256"] = dir_content_hash(d.path, self.store.root / ".hashcache" / "files.json",
+                                                     update=may_write_root())
         return out
 
     def build(self, out_dir: Path) -> dict:

@@ -8,11 +8,13 @@ from harness.corpus import corpus_sha256, standins_sha256
 from harness.versions import versions
 
 from .base import StageTask, log, register
+from .settings import may_write_root
 
 
 @register
 class PrepareModel(StageTask):
     stage = "PrepareModel"
+    self_contained = True  # nothing upstream
 
     @property
     def builtin(self) -> bool:
@@ -34,7 +36,7 @@ class PrepareModel(StageTask):
             return {"corpus_sha256": corpus_sha256(), **({"standins_sha256": standins_sha256(teach)} if teach else {})}
         memo = self.store.root / ".hashcache" / "files.json"
         log.info("PrepareModel: hashing %s (memoised by size and mtime)", self.params.model.checkpoint)
-        return {"checkpoint_sha256": dir_content_hash(self.params.model.checkpoint, memo)}
+        return {"checkpoint_sha256": dir_content_hash(self.params.model.checkpoint, memo, update=may_write_root())}
 
     def build(self, out_dir: Path) -> dict:
         if not self.builtin:

@@ -12,6 +12,10 @@ from .prepare_model import PrepareModel, checkpoint_dir
 @register
 class Quantize(StageTask):
     stage = "Quantize"
+    self_contained = True  # the quantized checkpoint stands alone ...
+
+    def stands_alone(self, manifest):  # ... unless it points at the model it did not change (format none)
+        return self.holds(manifest, "checkpoint")
 
     @property
     def reads(self):

@@ -102,6 +102,6 @@ def republish(artifact_dir: Path) -> None:
     from harness import integrity
 
     m = json.loads((artifact_dir / "manifest.json").read_text())
-    m["files"] = integrity.describe(artifact_dir, skip=m.get("volatile", ()))
-    m["content_digest"] = integrity.content_digest(m["files"])
+    m["files"], m["links"] = integrity.describe(artifact_dir, skip=m.get("volatile", ()))
+    m["content_digest"] = integrity.content_digest(m["files"], m["links"])
     (artifact_dir / "manifest.json").write_text(json.dumps(m, indent=2, sort_keys=True))

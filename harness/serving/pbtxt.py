@@ -117,7 +117,12 @@ def check_model_config(text: str, *, expected_name: str | None = None, source: s
 def write_model_repo(repo_dir: str | os.PathLike, models: Mapping[str, str], model_py: str | None = None, *,
                      version: int = 1, validate: bool = True) -> Path:
     """Writes `repo_dir/<name>/config.pbtxt` and the version directory `<name>/<version>/`, with
-    `model.py` in it when a Python-backend source text is given. Configs are validated first."""
+    `model.py` in it when a Python-backend source text is given. Configs are validated first.
+
+    Beside model.py goes an empty *file* named `__pycache__`: the backend's stub ignores
+    PYTHONDONTWRITEBYTECODE, and a cached .pyc there would be run instead of the verified source.
+    A file of that name means no cache can be written or read (Python falls back to the source),
+    and it is checksummed like the rest, so a planted cache directory is flagged."""
     repo = Path(repo_dir)
     if not models:
         raise ModelConfigError("no models to write")
@@ -132,4 +137,5 @@ def write_model_repo(repo_dir: str | os.PathLike, models: Mapping[str, str], mod
         (repo / name / "config.pbtxt").write_text(text)
         if model_py is not None:
             (vdir / "model.py").write_text(model_py)
+            (vdir / "__pycache__").write_bytes(b"")
     return repo

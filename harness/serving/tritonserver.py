@@ -97,7 +97,9 @@ def server_env(base: dict | None = None) -> dict:
         env[var] = os.pathsep.join(first + ([env[var]] if env.get(var) else []))
     if sys.prefix != sys.base_prefix:
         env["VIRTUAL_ENV"] = sys.prefix
-    env["PYTHONDONTWRITEBYTECODE"] = "1"  # the stub would write __pycache__ into published repositories
+    # Meant to keep __pycache__ out of published repositories; the Python-backend stub ignores it,
+    # so the repositories block the cache with a file of that name (serving/pbtxt.py).
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
     env.pop("PYTHONHOME", None)
     return env
 
