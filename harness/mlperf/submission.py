@@ -36,8 +36,8 @@ VIEWABLE_BYTES = 4096          # kept from each end of a long accuracy log
 MAX_ACCURACY_LOG_BYTES = 10240  # what the checker accepts
 #: accuracy.txt's keys, in the order MLPerf's llama2 evaluation prints them (exact_match: the
 #: reasoning benchmarks' `{'exact_match': .., 'tokens_per_sample': ..}`).
-ACCURACY_KEYS = ("exact_match", "rouge1", "rouge2", "rougeL", "rougeLsum", "gen_len", "gen_num", "gen_tok_len",
-                 "tokens_per_sample")
+ACCURACY_KEYS = ("exact_match", "rouge1", "rouge2", "rougeL", "rougeLsum", "gsm8k", "mbxp", "gen_len", "gen_num",
+                 "gen_tok_len", "tokens_per_sample")
 #: MLPerf benchmarks whose closed/network results need TEST06 (v6.0 and v6.1 lists, base names).
 TEST06_MODELS = ("llama2-70b", "llama3.1-405b", "llama3.1-8b", "mixtral-8x7b", "deepseek-r1")
 #: The verdict file of each audited test (besides accuracy/ and performance/run_1/), as the checker reads it.
@@ -90,8 +90,7 @@ def accuracy_text(scores: dict, full_log_sha256: str, required: tuple[str, ...] 
     missing = [k for k in required if scores.get(k) is None]
     if missing:
         raise InputError(f"accuracy scores lack {missing}; the checker reads {', '.join(required)} from accuracy.txt")
-    keys = [k for k in ACCURACY_KEYS if k in scores] + [k for k in scores if k not in ACCURACY_KEYS and not str(k).startswith("_")]
-    d = {k: _plain(scores[k]) for k in keys if scores.get(k) is not None}
+    d = {k: _plain(scores[k]) for k in ACCURACY_KEYS if scores.get(k) is not None}
     return f"\nResults\n\n{d!r}\n\nhash={full_log_sha256}\n"
 
 
