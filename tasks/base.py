@@ -129,6 +129,10 @@ class StageTask(luigi.Task):
     def hold(self, manifest: dict) -> None:
         """Runs under the key's lock once the artifact is reused or built (servers: take a lease)."""
 
+    def abandon(self) -> None:
+        """Runs under the key's lock when building failed or was interrupted: undo what the build
+        started outside its temp dir (servers: stop them)."""
+
     # --- derived ---------------------------------------------------------------------
     @cached_property
     def params(self) -> Params:
@@ -240,10 +244,16 @@ class StageTask(luigi.Task):
             return self.usable(m)
 
         status, _ = self.store.ensure(self.stage, self.key, self._build_with_fault_hook, base, reusable=reusable,
-                                      hold=self.hold, volatile=self.volatile)
+                                      hold=self.hold, volatile=self.volatile, on_fail=self._abandon)
         wall = round(time.monotonic() - t0, 3)
         runlog.record(self.store.root, self.stage, self.key, status, wall, code=self.key_doc["code"])
         log.info("%s %s: %s in %.1fs", self.stage, self.key[:16], status, wall)
+
+    def _abandon(self) -> None:
+        try:
+            self.abandon()
+        except Exception as e:  # the build's own error is the one to report
+            log.warning("%s %s: cleaning up after the failed build: %s", self.stage, self.key[:16], e)
 
     def _build_with_fault_hook(self, out_dir: Path) -> dict:
         log.info("%s %s: building (published as %s)", self.stage, self.key[:16], self.artifact_dir)
