@@ -53,7 +53,7 @@ class Nightly(luigi.Task):
         return json.loads((earlier[-1] / "nightly.json").read_text()) if earlier else None
 
     def run(self):
-        setup()
+        setup(root=self)
         sweep = json.loads((self.requires().artifact_dir / "sweep.json").read_text())
         prev = self.previous_night()
         regressions = compare_nights(sweep["rows"], prev["rows"] if prev else [], sweep["varied"], self.max_drop)
@@ -67,7 +67,7 @@ class Nightly(luigi.Task):
         self._note(doc)
 
     def complete(self) -> bool:
-        setup()
+        setup(root=self)
         done = super().complete()
         if done:
             self._note(json.loads(Path(self.output().path).read_text()), quiet=True)

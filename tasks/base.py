@@ -74,6 +74,9 @@ class StageTask(luigi.Task):
     nightly_date = luigi.Parameter(default="", description="set by Nightly: enters measuring stages' keys only")
     verbose = luigi.BoolParameter(default=False, significant=False,
                                   description="show third-party warnings and output (modelopt, transformers)")
+    keep_servers = luigi.BoolParameter(default=False, significant=False,
+                                       description="leave the servers running after the run (LaunchServers "
+                                                   "alone always does)")
     verify = luigi.BoolParameter(default=False, significant=False,
                                  description="re-hash every file of every artifact before reusing it "
                                              "(default: size and mtime, re-hash what moved)")
@@ -202,7 +205,7 @@ class StageTask(luigi.Task):
         return ArtifactTarget(self)
 
     def complete(self) -> bool:
-        lifecycle.setup(self.verbose)  # luigi asks this first: the run starts here
+        lifecycle.setup(self.verbose, root=self)  # luigi asks this first: the run starts here
         return super().complete()
 
     def is_done(self) -> bool:
@@ -225,7 +228,7 @@ class StageTask(luigi.Task):
         return self.usable(manifest)
 
     def run(self):
-        lifecycle.setup(self.verbose)
+        lifecycle.setup(self.verbose, root=self)
         t0 = time.monotonic()
         upstream_content = {}
         for name, up in self.upstream().items():

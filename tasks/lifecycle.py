@@ -7,8 +7,9 @@ line, server leases released at the end, and the exit code of the run's verdict.
 Servers and leases: a run that measures holds a lease on its servers (tasks/launch_servers.py).
 FullRun and Sweep release theirs at the end; servers nobody else holds and nobody asked to keep
 (--keep-servers) are stopped then. Whatever a run still holds when it exits is released too: a run
-that failed or was interrupted stops the servers it was the last user of; a run that succeeded
-leaves them up for the next run to reuse.
+that failed or was interrupted stops the servers it was the last user of; so does a run that
+succeeded, unless its root task (the one named on the command line) asked --keep-servers or is
+one of KEEPS_SERVERS (LaunchServers alone: bringing servers up is what it was asked to do).
 
 Exit codes (beyond luigi's own: 30 a stage failed, 40 bad parameters, ...): see EXIT_CODES.
 """
@@ -30,7 +31,9 @@ EXIT_CODES = {EXIT_INVALID: "a performance run was INVALID", EXIT_ACCURACY: "acc
               EXIT_BOTH: "a performance run was INVALID and accuracy FAILed",
               EXIT_REGRESSION: "Nightly found a regression", EXIT_INTERRUPTED: "interrupted"}
 
-_state = {"setup": False, "failed": False, "interrupted": False, "filter": False, "released": False}
+_state = {"setup": False, "failed": False, "interrupted": False, "filter": False, "released": False,
+          "root": None, "keep": False}
+KEEPS_SERVERS = ("LaunchServers",)  # run directly, these leave their servers up for the next run
 _verdicts: dict[str, dict] = {}   # top-level results noted in this process
 _summaries: list[str] = []        # printed at exit (after luigi's own summary)
 log = logging.getLogger("perfdag")
@@ -64,10 +67,15 @@ def errors_as_messages() -> None:
         h.addFilter(_PerfdagErrorAsMessage())
 
 
-def setup(verbose: bool = False) -> None:
-    """Installs the run's handlers once per process (the first caller's `verbose` decides)."""
+def setup(verbose: bool = False, root=None) -> None:
+    """Installs the run's handlers once per process (the first caller's `verbose` decides). The first
+    caller is the run's root task (luigi asks the root whether it is complete before anything else):
+    its name and --keep-servers decide what happens to the run's servers at exit."""
     if _state["setup"]:
         return
+    if root is not None:
+        _state["root"] = getattr(root, "stage", None) or type(root).__name__
+        _state["keep"] = bool(getattr(root, "keep_servers", False))
     _state["setup"] = True
     import luigi
 
@@ -246,14 +254,16 @@ def _release_at_exit() -> None:
     try:
         if _state["failed"] or _state["interrupted"]:
             release_servers(keep=False, why="the run failed" if _state["failed"] else "interrupted")
-        else:
+        elif _state["root"] in KEEPS_SERVERS:
             _release_leases_only()
+        else:
+            release_servers(keep=_state["keep"], why=f"{_state['root'] or 'the run'} done; --keep-servers keeps them")
     except Exception as e:  # never turn a finished run into a traceback at exit
         log.warning("releasing servers at exit failed: %s", e)
 
 
 def _release_leases_only() -> None:
-    """A run that succeeded leaves its servers up (the next run reuses them)."""
+    """A LaunchServers run leaves its servers up (the next run reuses them)."""
     from harness.serving.registry import ServerRegistry
 
     from . import runlog
