@@ -172,9 +172,11 @@ def _quiet_third_party() -> None:
 
 # --- servers ----------------------------------------------------------------------------------
 
-def release_servers(keys16: list[str] | None = None, *, keep: bool, why: str) -> list[int]:
+def release_servers(keys16: list[str] | None = None, *, keep: bool, why: str, grace_s: float = 30.0,
+                    quiet: bool = False) -> list[int]:
     """Drops this run's leases (all it holds, or on `keys16`). `keep` marks the servers to be kept;
-    else servers no other live run holds, and nobody asked to keep, are stopped. Returns pids stopped."""
+    else servers no other live run holds, and nobody asked to keep, are stopped (SIGKILL after
+    `grace_s`). Returns pids stopped."""
     from harness.serving.registry import ServerRegistry
     from harness.store import ArtifactStore
 
@@ -196,13 +198,13 @@ def release_servers(keys16: list[str] | None = None, *, keep: bool, why: str) ->
                 if keep:
                     registry.keep(key16)
                 elif not others and not registry.kept(key16):
-                    stopped += registry.stop(key16)
+                    stopped += registry.stop(key16, grace_s)
                 elif others:
                     log.info("servers %s stay up: run(s) %s still use them", key16,
                              ", ".join(h["run_id"] for h in others))
         except OSError as e:
             log.warning("could not release servers %s: %s", key16, e)
-    if stopped:
+    if stopped and not quiet:
         log.info("stopped servers (%s): pids %s", why, ", ".join(map(str, stopped)))
     return stopped
 
@@ -297,9 +299,16 @@ def _on_signal(signum, frame):
 def _interrupted_exit() -> None:
     """Ctrl-C: stop what this run was the last user of, say so in one line, no traceback."""
     _state["interrupted"] = True
+    for sig in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C must not cut the clean-up short
+        try:
+            signal.signal(sig, signal.SIG_IGN)
+        except ValueError:
+            break
     stopped = []
     try:
-        stopped = release_servers(keep=False, why="interrupted")
+        # Bounded: a server busy with requests would wait up to its exit timeout (10 s) on SIGTERM,
+        # and the run's requests are discarded anyway.
+        stopped = release_servers(keep=False, why="interrupted", grace_s=1.5, quiet=True)
         _state["released"] = True
     except Exception:
         pass

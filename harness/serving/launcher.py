@@ -69,8 +69,8 @@ def _stop_on_interrupt(started: list[Process], shm_prefixes: list[str]) -> Itera
     try:
         yield
     except BaseException as exc:
-        # Interrupted: no grace for a model still loading (SIGKILL after 3 s); failed: the usual 10 s.
-        stop_started(started, shm_prefixes, grace_s=3.0 if isinstance(exc, KeyboardInterrupt) else 10.0)
+        # Interrupted: little grace for a model still loading (SIGKILL after 1.5 s); failed: the usual 10 s.
+        stop_started(started, shm_prefixes, grace_s=1.5 if isinstance(exc, KeyboardInterrupt) else 10.0)
         raise
     finally:
         if previous is not None:
