@@ -34,6 +34,11 @@ def cross_field_problems(p: Params) -> list[str]:
         if t.hidden_size % 128 or t.intermediate_size % 128:
             out.append(f"quantize.format: int4_awq packs weights in groups of 128 input columns; model.tiny.hidden_size ({t.hidden_size}) and intermediate_size ({t.intermediate_size}) must be multiples of 128")
 
+    from .inputs import checkpoint_problems, dataset_problems  # the input files, cheaply, before any stage
+
+    out += checkpoint_problems(p.model.checkpoint)
+    out += dataset_problems(p.dataset.format, p.dataset.path)
+
     backend = backend_for(p)
     for section in ("triton", "openai"):  # the other backends' server section is not read: say so
         if section != backend.server_section:
