@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .errors import InputError
 
@@ -31,13 +31,18 @@ class SweepFile(BaseModel):
     grid: dict[str, list[Any]] = Field(default_factory=dict)
     points: list[dict[str, Any]] = Field(default_factory=list)
 
+    @field_validator("grid")
+    @classmethod
+    def _no_empty_axis(cls, grid):  # a field check, so it is listed with the file's other problems
+        empty = [k for k, v in grid.items() if not v]
+        if empty:
+            raise ValueError(f"empty list of values for {', '.join(empty)}; give at least one value each")
+        return grid
+
     @model_validator(mode="after")
     def _has_points(self):
         if not self.grid and not self.points:
             raise ValueError("a sweep needs a grid: and/or points:")
-        for k, v in self.grid.items():
-            if not v:
-                raise ValueError(f"grid.{k}: empty list of values")
         return self
 
 
