@@ -73,7 +73,7 @@ class LaunchServers(StageTask):
     def abandon(self) -> None:
         # A launch that failed after its servers started (a full disk while publishing, Ctrl-C):
         # nothing was published, so nobody else uses them.
-        stopped = self.registry.stop(self.key[:16])
+        stopped = self.registry.stop(self.key[:16], 3.0)  # never published: nobody needs a graceful stop
         if stopped:
             log.info("LaunchServers %s: stopped the servers it launched (pids %s)", self.key[:16],
                      ", ".join(map(str, stopped)))

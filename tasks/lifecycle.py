@@ -255,7 +255,8 @@ def _release_at_exit() -> None:
     _state["released"] = True
     try:
         if _state["failed"] or _state["interrupted"]:
-            release_servers(keep=False, why="the run failed" if _state["failed"] else "interrupted")
+            release_servers(keep=False, why="the run failed" if _state["failed"] else "interrupted",
+                            grace_s=30.0 if _state["failed"] else 1.5)
         elif _state["root"] in KEEPS_SERVERS:
             _release_leases_only()
         else:
