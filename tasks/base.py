@@ -221,6 +221,7 @@ class StageTask(luigi.Task):
         if not self.reuse_now(m):
             return False
         runlog.record(self.store.root, self.stage, self.key, "reused", code=self.key_doc["code"])
+        lifecycle.note_done(self.task_id)
         return True
 
     def reuse_now(self, manifest: dict) -> bool:
@@ -251,6 +252,7 @@ class StageTask(luigi.Task):
         wall = round(time.monotonic() - t0, 3)
         runlog.record(self.store.root, self.stage, self.key, status, wall, code=self.key_doc["code"])
         log.info("%s %s: %s in %.1fs", self.stage, self.key[:16], status, wall)
+        lifecycle.note_done(self.task_id)
 
     def _abandon(self) -> None:
         try:

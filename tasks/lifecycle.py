@@ -9,7 +9,8 @@ FullRun and Sweep release theirs at the end; servers nobody else holds and nobod
 (--keep-servers) are stopped then. Whatever a run still holds when it exits is released too: a run
 that failed or was interrupted stops the servers it was the last user of; so does a run that
 succeeded, unless its root task (the one named on the command line) asked --keep-servers or is
-one of KEEPS_SERVERS (LaunchServers alone: bringing servers up is what it was asked to do).
+one of KEEPS_SERVERS (LaunchServers alone: bringing servers up is what it was asked to do), or was
+not completed by this process (luigid handed it to another worker, which still needs them).
 
 Exit codes (beyond luigi's own: 30 a stage failed, 40 bad parameters, ...): see EXIT_CODES.
 """
@@ -32,7 +33,7 @@ EXIT_CODES = {EXIT_INVALID: "a performance run was INVALID", EXIT_ACCURACY: "acc
               EXIT_REGRESSION: "Nightly found a regression", EXIT_INTERRUPTED: "interrupted"}
 
 _state = {"setup": False, "failed": False, "interrupted": False, "filter": False, "released": False,
-          "root": None, "keep": False}
+          "root": None, "root_id": None, "root_done": False, "keep": False}
 KEEPS_SERVERS = ("LaunchServers",)  # run directly, these leave their servers up for the next run
 _verdicts: dict[str, dict] = {}   # top-level results noted in this process
 _summaries: list[str] = []        # printed at exit (after luigi's own summary)
@@ -75,6 +76,7 @@ def setup(verbose: bool = False, root=None) -> None:
         return
     if root is not None:
         _state["root"] = getattr(root, "stage", None) or type(root).__name__
+        _state["root_id"] = root.task_id
         _state["keep"] = bool(getattr(root, "keep_servers", False))
     _state["setup"] = True
     import luigi
@@ -245,6 +247,14 @@ def _all_verdicts() -> list[dict]:
 
 # --- handlers ------------------------------------------------------------------------------------
 
+def note_done(task_id: str) -> None:
+    """A task is complete in this process; when it is the root, the run's servers may go at exit.
+    (Under luigid a worker can run out of work before the root is done: another worker may be about
+    to measure on the servers this one launched, so that worker leaves them up.)"""
+    if task_id == _state["root_id"]:
+        _state["root_done"] = True
+
+
 def _on_failure(task, exception):
     _state["failed"] = True
 
@@ -257,7 +267,7 @@ def _release_at_exit() -> None:
         if _state["failed"] or _state["interrupted"]:
             release_servers(keep=False, why="the run failed" if _state["failed"] else "interrupted",
                             grace_s=30.0 if _state["failed"] else 1.5)
-        elif _state["root"] in KEEPS_SERVERS:
+        elif _state["root"] in KEEPS_SERVERS or not _state["root_done"]:
             _release_leases_only()
         else:
             release_servers(keep=_state["keep"], why=f"{_state['root'] or 'the run'} done; --keep-servers keeps them")
