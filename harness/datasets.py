@@ -257,49 +257,69 @@ def _present(value) -> bool:
 _JSONL_OWN_FIELDS = frozenset({"input_ids", "input", "output", "reference", "reference_ids", "output_ids"})
 
 
+def jsonl_record(raw: bytes, where: str) -> dict | None:
+    """One JSONL line checked (UTF-8, a JSON object, an input, a reference), None when blank.
+    Also what validation runs on a dataset's first lines before any stage."""
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DatasetError(f"{where}: not UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); "
+                           "save the file as UTF-8") from None
+    if not line.strip():
+        return None
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise DatasetError(f"{where}: invalid JSON: {exc.msg} (column {exc.colno})") from None
+    if not isinstance(obj, dict):
+        raise DatasetError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    if "input_ids" in obj:
+        _as_ids(obj["input_ids"], where, "input_ids")
+    elif "input" in obj:
+        if not isinstance(obj["input"], str) or not obj["input"]:
+            raise DatasetError(f"{where}: field 'input' must be non-empty text")
+    else:
+        raise DatasetError(f"{where}: missing field 'input' (text) or 'input_ids' (token ids)")
+    found = False
+    for key in ("output", "reference", "gt_output"):
+        if key in obj and obj[key] is not None:
+            if not isinstance(obj[key], str):
+                raise DatasetError(f"{where}: field {key!r} must be text, got {type(obj[key]).__name__}")
+            found = True
+            break
+    for key in ("reference_ids", "output_ids"):
+        if key in obj and obj[key] is not None:
+            _as_ids(obj[key], where, key)
+            found = True
+            break
+    if not found:
+        raise DatasetError(f"{where}: missing reference: field 'output' or 'reference' (text), "
+                           "or 'reference_ids' (token ids)")
+    return obj
+
+
 def _load_jsonl(path: Path, tokenizer_dir, num_samples: int) -> list[Sample]:
     tok = _LazyTokenizer(tokenizer_dir, f"jsonl {path}: text field 'input'")
     out: list[Sample] = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
+    with open(path, "rb") as f:  # decoded per line, so a bad byte is reported with its line
+        for lineno, raw in enumerate(f, start=1):
             if len(out) >= num_samples:
                 break
-            if not line.strip():
-                continue
             where = f"jsonl {path} line {lineno}"
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DatasetError(f"{where}: invalid JSON: {exc.msg} (column {exc.colno})") from None
-            if not isinstance(obj, dict):
-                raise DatasetError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+            obj = jsonl_record(raw, where)
+            if obj is None:
+                continue
             if "input_ids" in obj:
                 ids = _as_ids(obj["input_ids"], where, "input_ids")
                 text = obj.get("input") if isinstance(obj.get("input"), str) else None
-            elif "input" in obj:
+            else:
                 text = obj["input"]
-                if not isinstance(text, str) or not text:
-                    raise DatasetError(f"{where}: field 'input' must be non-empty text")
                 ids = tok.encode(text)
                 if not ids:
                     raise DatasetError(f"{where}: field 'input' tokenises to no tokens")
-            else:
-                raise DatasetError(f"{where}: missing field 'input' (text) or 'input_ids' (token ids)")
-            ref_text = None
-            for key in ("output", "reference", "gt_output"):
-                if key in obj and obj[key] is not None:
-                    if not isinstance(obj[key], str):
-                        raise DatasetError(f"{where}: field {key!r} must be text, got {type(obj[key]).__name__}")
-                    ref_text = obj[key]
-                    break
-            ref_ids = None
-            for key in ("reference_ids", "output_ids"):
-                if key in obj and obj[key] is not None:
-                    ref_ids = _as_ids(obj[key], where, key)
-                    break
-            if ref_text is None and ref_ids is None:
-                raise DatasetError(f"{where}: missing reference: field 'output' or 'reference' (text), "
-                                   "or 'reference_ids' (token ids)")
+            ref_text = next((obj[k] for k in ("output", "reference", "gt_output") if obj.get(k) is not None), None)
+            ref_ids = next((_as_ids(obj[k], where, k) for k in ("reference_ids", "output_ids")
+                            if obj.get(k) is not None), None)
             extra = {k: v for k, v in obj.items() if k not in _JSONL_OWN_FIELDS}
             out.append(Sample(index=len(out), input_ids=ids, reference_text=ref_text, reference_ids=ref_ids,
                               input_text=text, meta={"columns": extra} if extra else {}))

@@ -9,6 +9,7 @@ manifest is signed at publish, and one without a valid signature is not trusted.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -23,9 +24,50 @@ from typing import Callable, Iterable, Iterator
 from filelock import FileLock
 
 from . import integrity, signing
-from .errors import ArtifactError
+from .errors import ArtifactError, PerfdagError
 
 MANIFEST = integrity.MANIFEST
+# A disk that fills or fails while an artifact is written: one line, not a traceback.
+STORAGE_ERRNOS = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded",
+                  errno.EIO: "I/O error", errno.EROFS: "read-only file system"}
+
+
+class PublishError(PerfdagError, OSError):
+    """An artifact could not be written or published: the path, and the space it needs."""
+
+
+def _tree_bytes(path: Path) -> int:
+    total = 0
+    for dirpath, _, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, f)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def publish_error(stage: str, key: str, e: OSError, tmp: Path, final: Path, root: Path) -> PublishError:
+    """The one line for a disk that failed under a build: the path, what the build had written
+    (a lower bound of the space it needs) and what is free."""
+    where = e.filename or final  # a failed write() names no file: the artifact being written
+    written = _tree_bytes(tmp)
+    try:
+        free = _human(shutil.disk_usage(root).free)
+    except OSError:
+        free = "unknown"
+    fix = (f"free more than {_human(written)} under {root} (the artifact had {_human(written)} when the disk "
+           f"filled; {free} free now) and rerun") if e.errno in (errno.ENOSPC, errno.EDQUOT) else \
+        f"check the disk under {root} and rerun"
+    return PublishError(f"{stage} {key[:16]}: cannot write {where}: {STORAGE_ERRNOS[e.errno]}; {fix}")
 
 
 def utc_now() -> str:
@@ -128,6 +170,12 @@ class ArtifactStore:
                 os.replace(final, trash)
                 _remove(trash)
             os.replace(tmp, final)
+        except OSError as e:
+            err = publish_error(stage, key, e, tmp, final, self.root) if e.errno in STORAGE_ERRNOS else None
+            shutil.rmtree(tmp, ignore_errors=True)
+            if err is None:
+                raise
+            raise err from e
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -136,16 +184,23 @@ class ArtifactStore:
     def ensure(self, stage: str, key: str, make: Callable[[Path], dict], manifest: dict, *,
                reusable: Callable[[dict], bool] = lambda m: True,
                hold: Callable[[dict], None] = lambda m: None,
-               volatile: Iterable[str] = ()) -> tuple[str, dict]:
+               volatile: Iterable[str] = (),
+               on_fail: Callable[[], None] = lambda: None) -> tuple[str, dict]:
         """('reused' | 'built', manifest). Under the key's lock: a published artifact that
         `reusable` accepts is reused, anything else is (re)built; `hold` runs on the result before
-        the lock is released (e.g. to take a lease on servers)."""
+        the lock is released (e.g. to take a lease on servers). `on_fail` runs, still under the lock,
+        when building fails or is interrupted (e.g. to stop servers the build launched, before another
+        run may launch their replacements)."""
         self.path(stage, key).parent.mkdir(parents=True, exist_ok=True)
         with self.lock(stage, key):
             existing = self.manifest(stage, key)
             if existing is not None and reusable(existing):
                 status, doc = "reused", existing
             else:
-                status, doc = "built", self.build(stage, key, make, manifest, volatile)
+                try:
+                    status, doc = "built", self.build(stage, key, make, manifest, volatile)
+                except BaseException:
+                    on_fail()
+                    raise
             hold(doc)
             return status, doc

@@ -15,6 +15,7 @@ import luigi
 
 from harness.sweep import compare_nights
 from harness.config import ParamsError
+from harness.errors import shorten
 from tasks.lifecycle import errors_as_messages, note_result, setup
 from tasks.settings import artifacts_root
 
@@ -24,8 +25,23 @@ from .sweep import Sweep
 log = logging.getLogger("perfdag")
 
 
+class NightDate(luigi.DateParameter):
+    """--date YYYY-MM-DD; a bad value is one line naming the format, not strptime's traceback."""
+
+    def parse(self, s):
+        try:
+            return super().parse(s)
+        except ValueError:
+            raise self._bad(s) from None
+
+    @staticmethod
+    def _bad(s) -> ParamsError:
+        errors_as_messages()  # luigi logs what it cannot parse with a traceback
+        return ParamsError([f"--date: {shorten(s, 40)} is not a date; give YYYY-MM-DD, e.g. --date $(date +%F)"])
+
+
 class Nightly(luigi.Task):
-    date = luigi.DateParameter()
+    date = NightDate()
     sweep = luigi.Parameter(description="sweep file measured every night")
     overrides = luigi.Parameter(default="", description="applied to every point after the sweep's values")
     max_drop = luigi.FloatParameter(default=0.05, description="tokens/s drop that counts as a regression")
@@ -53,7 +69,7 @@ class Nightly(luigi.Task):
         return json.loads((earlier[-1] / "nightly.json").read_text()) if earlier else None
 
     def run(self):
-        setup()
+        setup(root=self)
         sweep = json.loads((self.requires().artifact_dir / "sweep.json").read_text())
         prev = self.previous_night()
         regressions = compare_nights(sweep["rows"], prev["rows"] if prev else [], sweep["varied"], self.max_drop)
@@ -67,7 +83,7 @@ class Nightly(luigi.Task):
         self._note(doc)
 
     def complete(self) -> bool:
-        setup()
+        setup(root=self)
         done = super().complete()
         if done:
             self._note(json.loads(Path(self.output().path).read_text()), quiet=True)

@@ -15,8 +15,10 @@ import luigi
 from harness.config import ParamsError
 from harness.sweep import (
     SweepError,
+    duplicate_points,
     load_sweep,
     lookup,
+    point_names,
     point_overrides,
     points,
     row,
@@ -29,6 +31,21 @@ from tasks.lifecycle import note_result, release_servers
 from .full_run import FullRun
 
 
+def point_problems(sweep, base, overrides: str) -> list[str]:
+    """Every point's parameter problems at once (not the first point's alone), each problem named
+    once with the points that have it."""
+    from tasks.base import load_params
+
+    found: dict[str, list[str]] = {}
+    for name, point in zip(point_names(sweep), points(sweep)):
+        try:
+            load_params(str(base), point_overrides(sweep, point, overrides))
+        except ParamsError as e:
+            for problem in e.problems or [str(e)]:
+                found.setdefault(problem, []).append(name)
+    return [f"{p} ({', '.join(names[:3])}{' and others' if len(names) > 3 else ''})" for p, names in found.items()]
+
+
 class Sweep(StageTask):  # not in STAGES: it takes a sweep file, not one params document
     stage = "Sweep"  # --overrides apply to every point, after the sweep's own values
     sweep = luigi.Parameter(description="sweep file, e.g. params/sweeps/batch.yaml")
@@ -37,9 +54,13 @@ class Sweep(StageTask):  # not in STAGES: it takes a sweep file, not one params 
     @cached_property
     def _loaded(self):
         try:
-            return load_sweep(self.sweep)
+            sweep, base = load_sweep(self.sweep)
         except SweepError as e:
-            raise ParamsError([str(e)]) from None
+            raise ParamsError(e.problems or [str(e)]) from None
+        problems = duplicate_points(sweep) + point_problems(sweep, base, self.overrides)
+        if problems:
+            raise ParamsError(problems)
+        return sweep, base
 
     @property
     def definition(self):

@@ -75,6 +75,9 @@ class StageTask(luigi.Task):
     nightly_date = luigi.Parameter(default="", description="set by Nightly: enters measuring stages' keys only")
     verbose = luigi.BoolParameter(default=False, significant=False,
                                   description="show third-party warnings and output (modelopt, transformers)")
+    keep_servers = luigi.BoolParameter(default=False, significant=False,
+                                       description="leave the servers running after the run (LaunchServers "
+                                                   "alone always does)")
     verify = luigi.BoolParameter(default=False, significant=False,
                                  description="re-hash every file of every artifact before reusing it "
                                              "(default: size and mtime, re-hash what moved)")
@@ -138,6 +141,10 @@ class StageTask(luigi.Task):
 
     def hold(self, manifest: dict) -> None:
         """Runs under the key's lock once the artifact is reused or built (servers: take a lease)."""
+
+    def abandon(self) -> None:
+        """Runs under the key's lock when building failed or was interrupted: undo what the build
+        started outside its temp dir (servers: stop them)."""
 
     # --- derived ---------------------------------------------------------------------
     @cached_property
@@ -232,7 +239,7 @@ class StageTask(luigi.Task):
         return ArtifactTarget(self)
 
     def complete(self) -> bool:
-        lifecycle.setup(self.verbose)  # luigi asks this first: the run starts here
+        lifecycle.setup(self.verbose, root=self)  # luigi asks this first: the run starts here
         return super().complete()
 
     def is_done(self) -> bool:
@@ -251,6 +258,7 @@ class StageTask(luigi.Task):
         if not self.reuse_now(m):
             return False
         runlog.record(self.store.root, self.stage, self.key, "reused", code=self.key_doc["code"])
+        lifecycle.note_done(self.task_id)
         return True
 
     def reuse_now(self, manifest: dict) -> bool:
@@ -258,7 +266,7 @@ class StageTask(luigi.Task):
         return self.usable(manifest)
 
     def run(self):
-        lifecycle.setup(self.verbose)
+        lifecycle.setup(self.verbose, root=self)
         t0 = time.monotonic()
         upstream_content, upstream_built = {}, {}
         for name, up in self.upstream().items():
@@ -281,10 +289,17 @@ class StageTask(luigi.Task):
             return self.usable(m)
 
         status, _ = self.store.ensure(self.stage, self.key, self._build_with_fault_hook, base, reusable=reusable,
-                                      hold=self.hold, volatile=self.volatile)
+                                      hold=self.hold, volatile=self.volatile, on_fail=self._abandon)
         wall = round(time.monotonic() - t0, 3)
         runlog.record(self.store.root, self.stage, self.key, status, wall, code=self.key_doc["code"])
         log.info("%s %s: %s in %.1fs", self.stage, self.key[:16], status, wall)
+        lifecycle.note_done(self.task_id)
+
+    def _abandon(self) -> None:
+        try:
+            self.abandon()
+        except Exception as e:  # the build's own error is the one to report
+            log.warning("%s %s: cleaning up after the failed build: %s", self.stage, self.key[:16], e)
 
     def _build_with_fault_hook(self, out_dir: Path) -> dict:
         log.info("%s %s: building (published as %s)", self.stage, self.key[:16], self.artifact_dir)

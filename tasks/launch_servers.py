@@ -84,6 +84,14 @@ class LaunchServers(StageTask):
                                 "not what was published; rerun to rebuild it", sorted(set(problems)) or ["missing"])
         return m["layout"]
 
+    def abandon(self) -> None:
+        # A launch that failed after its servers started (a full disk while publishing, Ctrl-C):
+        # nothing was published, so nobody else uses them.
+        stopped = self.registry.stop(self.key[:16], 3.0)  # never published: nobody needs a graceful stop
+        if stopped:
+            log.info("LaunchServers %s: stopped the servers it launched (pids %s)", self.key[:16],
+                     ", ".join(map(str, stopped)))
+
     def build(self, out_dir: Path) -> dict:
         # Under the key's lock: what is left of a stale launch (a dead run's, or crashed servers) goes.
         stop_recorded(self.servers())

@@ -7,8 +7,10 @@ line, server leases released at the end, and the exit code of the run's verdict.
 Servers and leases: a run that measures holds a lease on its servers (tasks/launch_servers.py).
 FullRun and Sweep release theirs at the end; servers nobody else holds and nobody asked to keep
 (--keep-servers) are stopped then. Whatever a run still holds when it exits is released too: a run
-that failed or was interrupted stops the servers it was the last user of; a run that succeeded
-leaves them up for the next run to reuse.
+that failed or was interrupted stops the servers it was the last user of; so does a run that
+succeeded, unless its root task (the one named on the command line) asked --keep-servers or is
+one of KEEPS_SERVERS (LaunchServers alone: bringing servers up is what it was asked to do), or was
+not completed by this process (luigid handed it to another worker, which still needs them).
 
 Exit codes (beyond luigi's own: 30 a stage failed, 40 bad parameters, ...): see EXIT_CODES.
 """
@@ -30,7 +32,9 @@ EXIT_CODES = {EXIT_INVALID: "a performance run was INVALID", EXIT_ACCURACY: "acc
               EXIT_BOTH: "a performance run was INVALID and accuracy FAILed",
               EXIT_REGRESSION: "Nightly found a regression", EXIT_INTERRUPTED: "interrupted"}
 
-_state = {"setup": False, "failed": False, "interrupted": False, "filter": False, "released": False}
+_state = {"setup": False, "failed": False, "interrupted": False, "filter": False, "released": False,
+          "root": None, "root_id": None, "root_done": False, "keep": False}
+KEEPS_SERVERS = ("LaunchServers",)  # run directly, these leave their servers up for the next run
 _verdicts: dict[str, dict] = {}   # top-level results noted in this process
 _summaries: list[str] = []        # printed at exit (after luigi's own summary)
 log = logging.getLogger("perfdag")
@@ -64,10 +68,16 @@ def errors_as_messages() -> None:
         h.addFilter(_PerfdagErrorAsMessage())
 
 
-def setup(verbose: bool = False) -> None:
-    """Installs the run's handlers once per process (the first caller's `verbose` decides)."""
+def setup(verbose: bool = False, root=None) -> None:
+    """Installs the run's handlers once per process (the first caller's `verbose` decides). The first
+    caller is the run's root task (luigi asks the root whether it is complete before anything else):
+    its name and --keep-servers decide what happens to the run's servers at exit."""
     if _state["setup"]:
         return
+    if root is not None:
+        _state["root"] = getattr(root, "stage", None) or type(root).__name__
+        _state["root_id"] = root.task_id
+        _state["keep"] = bool(getattr(root, "keep_servers", False))
     _state["setup"] = True
     import luigi
 
@@ -164,9 +174,11 @@ def _quiet_third_party() -> None:
 
 # --- servers ----------------------------------------------------------------------------------
 
-def release_servers(keys16: list[str] | None = None, *, keep: bool, why: str) -> list[int]:
+def release_servers(keys16: list[str] | None = None, *, keep: bool, why: str, grace_s: float = 30.0,
+                    quiet: bool = False) -> list[int]:
     """Drops this run's leases (all it holds, or on `keys16`). `keep` marks the servers to be kept;
-    else servers no other live run holds, and nobody asked to keep, are stopped. Returns pids stopped."""
+    else servers no other live run holds, and nobody asked to keep, are stopped (SIGKILL after
+    `grace_s`). Returns pids stopped."""
     from harness.serving.registry import ServerRegistry
     from harness.store import ArtifactStore
 
@@ -188,13 +200,13 @@ def release_servers(keys16: list[str] | None = None, *, keep: bool, why: str) ->
                 if keep:
                     registry.keep(key16)
                 elif not others and not registry.kept(key16):
-                    stopped += registry.stop(key16)
+                    stopped += registry.stop(key16, grace_s)
                 elif others:
                     log.info("servers %s stay up: run(s) %s still use them", key16,
                              ", ".join(h["run_id"] for h in others))
         except OSError as e:
             log.warning("could not release servers %s: %s", key16, e)
-    if stopped:
+    if stopped and not quiet:
         log.info("stopped servers (%s): pids %s", why, ", ".join(map(str, stopped)))
     return stopped
 
@@ -235,6 +247,14 @@ def _all_verdicts() -> list[dict]:
 
 # --- handlers ------------------------------------------------------------------------------------
 
+def note_done(task_id: str) -> None:
+    """A task is complete in this process; when it is the root, the run's servers may go at exit.
+    (Under luigid a worker can run out of work before the root is done: another worker may be about
+    to measure on the servers this one launched, so that worker leaves them up.)"""
+    if task_id == _state["root_id"]:
+        _state["root_done"] = True
+
+
 def _on_failure(task, exception):
     _state["failed"] = True
 
@@ -245,15 +265,18 @@ def _release_at_exit() -> None:
     _state["released"] = True
     try:
         if _state["failed"] or _state["interrupted"]:
-            release_servers(keep=False, why="the run failed" if _state["failed"] else "interrupted")
-        else:
+            release_servers(keep=False, why="the run failed" if _state["failed"] else "interrupted",
+                            grace_s=30.0 if _state["failed"] else 1.5)
+        elif _state["root"] in KEEPS_SERVERS or not _state["root_done"]:
             _release_leases_only()
+        else:
+            release_servers(keep=_state["keep"], why=f"{_state['root'] or 'the run'} done; --keep-servers keeps them")
     except Exception as e:  # never turn a finished run into a traceback at exit
         log.warning("releasing servers at exit failed: %s", e)
 
 
 def _release_leases_only() -> None:
-    """A run that succeeded leaves its servers up (the next run reuses them)."""
+    """A LaunchServers run leaves its servers up (the next run reuses them)."""
     from harness.serving.registry import ServerRegistry
 
     from . import runlog
@@ -287,9 +310,16 @@ def _on_signal(signum, frame):
 def _interrupted_exit() -> None:
     """Ctrl-C: stop what this run was the last user of, say so in one line, no traceback."""
     _state["interrupted"] = True
+    for sig in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C must not cut the clean-up short
+        try:
+            signal.signal(sig, signal.SIG_IGN)
+        except ValueError:
+            break
     stopped = []
     try:
-        stopped = release_servers(keep=False, why="interrupted")
+        # Bounded: a server busy with requests would wait up to its exit timeout (10 s) on SIGTERM,
+        # and the run's requests are discarded anyway.
+        stopped = release_servers(keep=False, why="interrupted", grace_s=1.5, quiet=True)
         _state["released"] = True
     except Exception:
         pass

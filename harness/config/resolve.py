@@ -14,7 +14,7 @@ from typing import Any, Mapping
 import yaml
 from pydantic import ValidationError
 
-from ..errors import InputError
+from ..errors import InputError, shorten
 from . import yamlio
 from .rules import cross_field_problems
 from .schema import SECTIONS, Params
@@ -97,9 +97,13 @@ def load_params_file(path: Path, problems: list[str], _chain: tuple[Path, ...] =
         cycle = " -> ".join(p.name for p in (*_chain, path))
         problems.append(f"extends: cycle {cycle}; remove one of the extends: lines")
         return {}
+    where = f" (extended by {_chain[-1].name})" if _chain else ""
+    if path.is_dir():
+        problems.append(f"params file {str(path)!r} is a directory{where}; pass --params-file with a YAML file")
+        return {}
     if not path.is_file():
-        where = f" (extended by {_chain[-1].name})" if _chain else ""
-        problems.append(f"params file {str(path)!r} not found{where}; pass --params-file with an existing YAML file")
+        what = "is not a regular file" if path.exists() else "not found"
+        problems.append(f"params file {str(path)!r} {what}{where}; pass --params-file with an existing YAML file")
         return {}
     try:
         doc = yamlio.load_file(path)
@@ -109,7 +113,10 @@ def load_params_file(path: Path, problems: list[str], _chain: tuple[Path, ...] =
     except OSError as e:
         problems.append(f"{path}: cannot be read ({e.strerror}); check its permissions")
         return {}
-    doc = {} if doc is None else doc
+    if doc is None:  # an empty file is more likely a truncated copy than a wish for the defaults
+        problems.append(f"{path.name}: the params file is empty; give at least one section (or `extends: "
+                        "default.yaml`), or leave out --params-file for the defaults")
+        return {}
     if not isinstance(doc, dict):
         problems.append(f"{path.name}: top level must be a mapping of sections, got {type(doc).__name__}")
         return {}
@@ -151,6 +158,7 @@ def _promote_flags(doc: dict) -> None:
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+MAX_STRING = 4096  # PATH_MAX: no parameter needs more; a longer value is a mistake (or an attack)
 
 
 def control_character_problems(doc: Any, path: str = "") -> list[str]:
@@ -159,15 +167,19 @@ def control_character_problems(doc: Any, path: str = "") -> list[str]:
     if isinstance(doc, dict):
         for k, v in doc.items():
             where = f"{path}.{k}" if path else str(k)
-            if isinstance(k, str) and _CONTROL.search(k):
+            if isinstance(k, str) and len(k) > 200:
+                out.append(f"{shorten(where, 80)}: a key of {len(k)} characters; keys are short names")
+            elif isinstance(k, str) and _CONTROL.search(k):
                 out.append(f"{where!r}: key contains a control character; remove it")
             out += control_character_problems(v, where)
     elif isinstance(doc, list):
         for i, v in enumerate(doc):
             out += control_character_problems(v, f"{path}[{i}]")
+    elif isinstance(doc, str) and len(doc) > MAX_STRING:
+        out.append(f"{path}: a string of {len(doc)} characters (at most {MAX_STRING}): {shorten(doc, 60)}; shorten it")
     elif isinstance(doc, str) and _CONTROL.search(doc):
         ch = _CONTROL.search(doc).group()
-        out.append(f"{path}: contains the control character {ch!r} (in {doc!r}); remove it")
+        out.append(f"{path}: contains the control character {ch!r} (in {shorten(doc)}); remove it")
     return out
 
 
@@ -181,7 +193,7 @@ def _pydantic_problems(err: ValidationError) -> list[str]:
             what = "section" if len(e["loc"]) == 1 else "key"
             msg = f"unknown {what}; allowed: {', '.join(known)}"
         elif e["type"] != "missing" and not isinstance(e.get("input"), dict):
-            msg = f"{msg} (got {e.get('input')!r})"
+            msg = f"{msg} (got {shorten(e.get('input'))})"
         out.append(f"{loc or '<document>'}: {msg}")
     return out
 

@@ -43,6 +43,11 @@ def cross_field_problems(p: Params) -> list[str]:
 
     out += benchmark_problems(p)
 
+    from .inputs import checkpoint_problems, dataset_problems  # the input files, cheaply, before any stage
+
+    out += checkpoint_problems(p.model.checkpoint)
+    out += dataset_problems(p.dataset.format, p.dataset.path)
+
     backend = backend_for(p)
     for section in ("triton", "openai"):  # the other backends' server section is not read: say so
         if section != backend.server_section:

@@ -1,7 +1,10 @@
-"""Reading YAML the strict way: UTF-8 only, no duplicate keys, `1e-3` is a number.
+"""Reading YAML the strict way: UTF-8 only, no duplicate keys, no aliases, `1e-3` is a number.
 
 PyYAML keeps the last of two equal keys without a word and reads `1e-3` (no dot) as a string;
-both hide mistakes in a params file, so both are fixed here. Errors name the file, line and fix.
+both hide mistakes in a params file, so both are fixed here. Aliases (`*name`, `<<: *name`) are
+refused: nested ones expand exponentially (an "alias bomb" of a few lines is gigabytes), and
+`extends:` and a sweep's `overrides:` already share values between files. Errors name the file,
+line and fix.
 """
 from __future__ import annotations
 
@@ -15,6 +18,14 @@ from ..errors import InputError
 
 
 class StrictLoader(yaml.SafeLoader):
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(
+                None, None, f"alias *{event.anchor} is not allowed in perfdag files (aliases can expand without "
+                            "bound); write the value out, or share it with extends:", event.start_mark)
+        return super().compose_node(parent, index)
+
     def construct_mapping(self, node, deep=False):
         seen: dict = {}
         for key_node, _ in node.value:

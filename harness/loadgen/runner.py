@@ -356,8 +356,9 @@ def _run_driver(cfg: dict, cfg_path: Path, out: Path, progress) -> dict:
                 done = ev
             elif kind == "log":
                 pass
-    except BaseException:
-        _kill_group(proc)
+    except BaseException as exc:
+        # Interrupted: the run is discarded, so no grace beyond a second (Ctrl-C ends within seconds).
+        _kill_group(proc, 1.0 if isinstance(exc, KeyboardInterrupt) else 3.0)
         prog.close()
         log_f.close()
         raise

@@ -58,8 +58,9 @@ def protocol_for(name: str):
 
 
 @contextlib.contextmanager
-def _stop_on_interrupt(started: list[Process]) -> Iterator[None]:
-    """Ctrl-C, SIGTERM or an error while launching stops what this launch started."""
+def _stop_on_interrupt(started: list[Process], shm_prefixes: list[str]) -> Iterator[None]:
+    """Ctrl-C, SIGTERM or an error while launching stops what this launch started, at once: a
+    readiness wait or warm-up in progress ends when its server goes, not when its timeout runs out."""
     def on_term(signum, frame):
         raise KeyboardInterrupt(f"signal {signum}")
     previous = None
@@ -67,13 +68,39 @@ def _stop_on_interrupt(started: list[Process]) -> Iterator[None]:
         previous = signal.signal(signal.SIGTERM, on_term)
     try:
         yield
-    except BaseException:
-        for p in started:
-            terminate(p.pid, 10, p.proc)
+    except BaseException as exc:
+        # Interrupted: little grace for a model still loading (SIGKILL after 1.5 s); failed: the usual 10 s.
+        stop_started(started, shm_prefixes, grace_s=1.5 if isinstance(exc, KeyboardInterrupt) else 10.0)
         raise
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def stop_started(started: Sequence[Process], shm_prefixes: Sequence[str], grace_s: float = 10.0) -> None:
+    """Stops the processes a launch started and removes their Python-backend shared memory (a
+    server killed while its models load leaves its /dev/shm regions behind). A second Ctrl-C
+    while this runs cannot cut it short."""
+    held = _hold_signals()
+    try:
+        if started:  # all at once: N servers take one grace period, not N
+            with ThreadPoolExecutor(max_workers=min(32, len(started)), thread_name_prefix="stop") as pool:
+                list(pool.map(lambda p: terminate(p.pid, grace_s, p.proc), started))
+        for prefix in shm_prefixes:
+            remove_shm_files(shm_regions(prefix))
+    finally:
+        for sig, handler in held.items():
+            signal.signal(sig, handler)
+
+
+def _hold_signals() -> dict:
+    """Ignores SIGINT/SIGTERM until the caller restores the returned handlers (main thread only:
+    Python runs handlers there whichever thread the kernel picked)."""
+    held = {}
+    with contextlib.suppress(ValueError):
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            held[sig] = signal.signal(sig, signal.SIG_IGN)
+    return held
 
 
 def record_of(spec: LaunchSpec, proc: Process, out_dir: Path, names: dict[str, str] | None = None) -> dict:
@@ -104,7 +131,8 @@ def launch(specs: Sequence[LaunchSpec], out_dir: str | Path, *, ready_timeout_s:
                           "(another server still running? leave the ports unset to pick free ones)")
     started: list[Process] = []
     records: list[dict] = []
-    with _stop_on_interrupt(started):
+    shm_prefixes = [s.shm_prefix for s in specs if s.shm_prefix]
+    with _stop_on_interrupt(started, shm_prefixes):
         from ..executed import normalise
 
         for spec in specs:
@@ -127,14 +155,16 @@ def launch(specs: Sequence[LaunchSpec], out_dir: str | Path, *, ready_timeout_s:
             log(f"server {spec.index} (pid {proc.pid}) ready and warm in {time.monotonic() - t0:.1f}s")
 
         # Every server is waited on and warmed up at once: N servers take as long as the slowest.
-        # The first failure stops them all (so the other waits end at once) and is raised.
-        with ThreadPoolExecutor(max_workers=min(32, len(specs)) or 1, thread_name_prefix="ready") as pool:
+        # The first failure stops them all (so the other waits end at once) and is raised. The pool
+        # is never joined on the way out: an interrupt stops the servers first, which ends the waits.
+        pool = ThreadPoolExecutor(max_workers=min(32, len(specs)) or 1, thread_name_prefix="ready")
+        try:
             futures = [pool.submit(ready_and_warm, spec, proc) for spec, proc in zip(specs, started)]
             for f in as_completed(futures):
                 if f.exception() is not None:
-                    for p in started:
-                        terminate(p.pid, 10, p.proc)
                     raise f.exception()
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
     return records
 
 

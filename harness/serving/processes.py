@@ -171,10 +171,11 @@ def terminate(pid: int, timeout: float = 30.0, proc: subprocess.Popen | None = N
     if proc is not None:
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=10)
-    # Helpers (backend stubs) outlive a killed leader briefly; reap the rest of the group.
+    # Helpers (backend stubs) outlive a killed leader briefly; reap the rest of the group (no
+    # longer than the caller's grace: an interrupted run must end within seconds).
     if group_alive():
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            deadline = time.monotonic() + 5
+            deadline = time.monotonic() + min(5.0, timeout)
             while group_alive() and time.monotonic() < deadline:
                 time.sleep(0.05)
             if group_alive():

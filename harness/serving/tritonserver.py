@@ -11,13 +11,20 @@ On CPU the binary, the Python backend and per-Python-version stubs come from the
   on PATH, and the perfdag checkout on PYTHONPATH so a model can `import harness`.
 - Each server gets its own Python shared-memory prefix, so concurrent servers never share
   /dev/shm regions, and the regions of a dead server can be found and removed.
+- The Python backend starts its stub through a shell (`bash -c "exec <stub> <model.py> ..."`,
+  unquoted): a root whose path has a space, `$` or non-ASCII characters breaks it, and the server
+  only times out. Such a root is served through `shell_safe_root`, a link to it whose path has
+  none of them.
 """
 from __future__ import annotations
 
 import contextlib
 import glob
+import hashlib
 import importlib.util
 import os
+import re
+import tempfile
 import shutil
 import sys
 import sysconfig
@@ -111,6 +118,40 @@ def env_overlay_described() -> dict[str, str]:
         out["VIRTUAL_ENV"] = sys.prefix
     out["PYTHONDONTWRITEBYTECODE"] = "1"
     return out
+
+
+_SHELL_SAFE = re.compile(r"^[A-Za-z0-9_./+@%,:=-]+$")
+
+
+def shell_safe_root(root: str | os.PathLike) -> Path:
+    """`root` itself when a shell would pass its path through unchanged, else a link to it that a
+    shell passes unchanged: <tmp>/perfdag-roots-<uid>/<hash of the root> (a directory only this
+    user can write, so nobody can point the link elsewhere). Servers run in and name the link;
+    what they read is the root's own files."""
+    root = Path(root).resolve()
+    if _SHELL_SAFE.match(str(root)):
+        return root
+    base = next((Path(d) for d in (tempfile.gettempdir(), "/tmp", "/dev/shm")
+                 if _SHELL_SAFE.match(d) and os.path.isdir(d)), None)
+    if base is None:
+        raise ServerError(f"artifacts root {str(root)!r}: its path has characters the Triton Python backend's "
+                          "shell cannot pass, and no plain temporary directory exists to link it from; use a root "
+                          "whose path has only letters, digits and '_./+@%,:=-'")
+    links = base / f"perfdag-roots-{os.getuid()}"
+    with contextlib.suppress(FileExistsError):
+        links.mkdir(mode=0o700)
+    st = links.lstat()
+    if not links.is_dir() or links.is_symlink() or st.st_uid != os.getuid() or st.st_mode & 0o022:
+        raise ServerError(f"{links} is not a directory owned and writable only by this user; remove it, it is "
+                          "where perfdag links artifacts roots whose path a shell cannot pass")
+    link = links / hashlib.sha256(str(root).encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    if not (link.is_symlink() and os.readlink(link) == str(root)):
+        tmp = links / f".{link.name}.{os.getpid()}"
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        os.symlink(root, tmp)
+        os.replace(tmp, link)
+    return link
 
 
 def shm_prefix(tag: str) -> str:

@@ -153,7 +153,7 @@ class TorchBackend(Backend):
         from ...serving.launcher import external_servers, launch
         from ...serving.pbtxt import model_names
         from ...serving.ports import server_ports
-        from ...serving.tritonserver import prepare_backend_dir, server_env
+        from ...serving.tritonserver import prepare_backend_dir, server_env, shell_safe_root
 
         t = p.triton
         if t.endpoints:
@@ -161,6 +161,8 @@ class TorchBackend(Backend):
             return external_servers(parse_endpoints(t.endpoints), names, t.ready_timeout_s)
         prepare_backend_dir(Path(root) / self._backend_dir(p))
         ports = server_ports(len(layout["servers"]), t.bind, t.grpc_ports)
-        specs = self._specs(p, repo_rel, layout["servers"], ports, root, server_env())
+        served = shell_safe_root(root)  # the Python backend starts its stub through a shell
+        specs = self._specs(p, repo_rel, layout["servers"], ports, served, server_env())
         return launch(specs, out_dir, ready_timeout_s=t.ready_timeout_s, warmup_prompt=[1, 2, 3, 4],
-                      streaming=layout["decoupled"], on_spawn=on_spawn, log=log, names={str(root): "<root>"})
+                      streaming=layout["decoupled"], on_spawn=on_spawn, log=log,
+                      names={str(root): "<root>", str(served): "<root>"})

@@ -1,0 +1,123 @@
+"""Input files checked before any stage runs: a checkpoint's config.json and tokenizer files, a
+dataset's encoding and required fields. Cheap on purpose (small files whole, big ones by their
+first bytes or lines): the stages still read everything, and fail with the file and line named.
+Every problem is 'field: file: what is wrong; the fix'.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..errors import shorten
+
+CONFIG_MAX_BYTES = 4 << 20         # a config.json is a few KiB; a bigger one is not a config
+HEAD_BYTES = 1 << 20               # how much of a big file (tokenizer.json, a dataset) is looked at
+JSONL_HEAD_LINES = 64
+POSITIVE_INT_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size", "intermediate_size")
+SMALL_TOKENIZER_FILES = ("tokenizer_config.json", "special_tokens_map.json", "generation_config.json")
+
+
+def checkpoint_problems(checkpoint: str) -> list[str]:
+    if checkpoint == "builtin":
+        return []
+    d = Path(checkpoint)
+    field = "model.checkpoint"
+    out = []
+    cfg = _json_file(d / "config.json", field, out, required=True)
+    if cfg is not None:
+        arch, mtype = cfg.get("architectures"), cfg.get("model_type")
+        if not (isinstance(arch, list) and arch and all(isinstance(a, str) and a for a in arch)) \
+                and not (isinstance(mtype, str) and mtype):
+            out.append(f"{field}: {d / 'config.json'}: needs 'architectures' (a list of class names) or 'model_type'; "
+                       "is it a Hugging Face model's config?")
+        for key in POSITIVE_INT_FIELDS:
+            v = cfg.get(key)
+            if key in cfg and not (isinstance(v, int) and not isinstance(v, bool) and v > 0):
+                out.append(f"{field}: {d / 'config.json'}: {key} must be a positive integer (got {shorten(v)})")
+    for name in SMALL_TOKENIZER_FILES:
+        if (d / name).exists():
+            _json_file(d / name, field, out)
+    big = d / "tokenizer.json"
+    if big.exists():
+        head = _head(big, field, out)
+        if head is not None and not head.lstrip().startswith(b"{"):
+            out.append(f"{field}: {big}: not a JSON tokenizer (does not start with '{{'); replace it with the model's "
+                       "tokenizer.json")
+    return out
+
+
+def _json_file(path: Path, field: str, out: list[str], required: bool = False) -> dict | None:
+    if not path.is_file():
+        if required or path.exists():
+            out.append(f"{field}: {path}: {'not a file' if path.exists() else 'missing'}; a Hugging Face model "
+                       f"directory has one")
+        return None
+    try:
+        if path.stat().st_size > CONFIG_MAX_BYTES:
+            out.append(f"{field}: {path}: {path.stat().st_size} bytes, too big for a config (at most {CONFIG_MAX_BYTES})")
+            return None
+        data = path.read_bytes()
+    except OSError as e:
+        out.append(f"{field}: {path}: cannot be read ({e.strerror}); check its permissions")
+        return None
+    text = _utf8(data, path, field, out)
+    if text is None:
+        return None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        out.append(f"{field}: {path}: invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}; restore the file "
+                   "from the model's original")
+        return None
+    if not isinstance(doc, dict):
+        out.append(f"{field}: {path}: must hold a JSON object, got {type(doc).__name__}")
+        return None
+    return doc
+
+
+def _head(path: Path, field: str, out: list[str]) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            data = f.read(HEAD_BYTES)
+    except OSError as e:
+        out.append(f"{field}: {path}: cannot be read ({e.strerror}); check its permissions")
+        return None
+    # A multi-byte character may be cut at the end of the head: only what precedes it must decode.
+    if _utf8(data, path, field, out, partial=len(data) == HEAD_BYTES) is None:
+        return None
+    return data
+
+
+def _utf8(data: bytes, path: Path, field: str, out: list[str], partial: bool = False) -> str | None:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        if partial and e.start >= len(data) - 3 and e.reason == "unexpected end of data":
+            return data[:e.start].decode("utf-8")
+        line = data.count(b"\n", 0, e.start) + 1
+        out.append(f"{field}: {path}: not UTF-8 (byte 0x{data[e.start]:02x} at offset {e.start}, line {line}); "
+                   "save it as UTF-8")
+        return None
+
+
+def dataset_problems(fmt: str, path: str | None) -> list[str]:
+    """A JSONL dataset's first lines: UTF-8, one JSON object per line, an input and a reference."""
+    if fmt != "jsonl" or not path:
+        return []
+    from ..datasets import DatasetError, jsonl_record
+
+    p = Path(path).expanduser()
+    out: list[str] = []
+    try:
+        with open(p, "rb") as f:
+            for lineno, raw in enumerate(f, start=1):
+                if lineno > JSONL_HEAD_LINES:
+                    break
+                try:
+                    jsonl_record(raw, f"jsonl {p} line {lineno}")
+                except DatasetError as e:
+                    out.append(f"dataset.path: {e}")
+                    break
+    except OSError as e:
+        out.append(f"dataset.path: {p}: cannot be read ({e.strerror}); check its permissions")
+    return out
