@@ -19,7 +19,7 @@ pytestmark = pytest.mark.timeout(1500)
 def test_standin_fullrun_scores_every_metric_and_passes(bench, metrics, tmp_path):
     root = tmp_path / "artifacts"
     params = str(REPO / "params" / "standins" / f"{bench}.yaml")
-    proc = run_luigi("FullRun", "--params-file", params, "--overrides", "loadgen.min_duration_ms=3000",
+    proc = run_luigi("FullRun", "--params-file", params, "--overrides", "loadgen.min_duration_ms=2000",
                      artifacts=root, timeout=1400)
     assert "accuracy   PASS" in proc.stdout and "result     VALID" in proc.stdout, proc.stdout[-3000:]
     (acc_dir,) = [p for p in root.glob("CheckAccuracy/*") if not p.name.startswith(".")]
