@@ -89,26 +89,6 @@ def point_id(row: dict[str, Any], varied: list[str]) -> str:
     return json.dumps({k: row.get(k) for k in varied}, sort_keys=True)
 
 
-def compare_nights(rows: list[dict], prev_rows: list[dict], varied: list[str], max_drop: float) -> list[dict]:
-    """Regressions vs the previous night: tokens/s down by more than max_drop, INVALID, accuracy failed."""
-    prev = {point_id(r, varied): r for r in prev_rows}
-    out = []
-    for r in rows:
-        pid, before = point_id(r, varied), prev.get(point_id(r, varied))
-        reasons = []
-        if not r["valid"]:
-            reasons.append("run is INVALID")
-        if not r["accuracy_passed"]:
-            reasons.append("accuracy failed")
-        if before and before.get("tokens_per_s") and r.get("tokens_per_s") is not None:
-            drop = 1 - r["tokens_per_s"] / before["tokens_per_s"]
-            if drop > max_drop:
-                reasons.append(f"tokens/s fell {drop:.1%} ({before['tokens_per_s']:.1f} -> {r['tokens_per_s']:.1f}), more than {max_drop:.0%}")
-        if reasons:
-            out.append({"point": json.loads(pid), "reasons": reasons})
-    return out
-
-
 def row(point: dict[str, Any], report: dict, resolved: dict[str, Any] | None = None) -> dict[str, Any]:
     """One point's results. `resolved`: the values its parameters resolved to, so a point that
     leaves a varied parameter at its default shows that default, not None."""
@@ -116,6 +96,7 @@ def row(point: dict[str, Any], report: dict, resolved: dict[str, Any] | None = N
     return {**point, **(resolved or {}), "scenario": p["scenario"],
             "tokens_per_s": p["tokens_per_second"], "samples_per_s": p["samples_per_second"],
             "ttft_p99_ms": p["ttft_ms"]["p99"], "tpot_p99_ms": p["tpot_ms"]["p99"], "valid": p["valid"],
+            "ttft_limit_ms": p.get("ttft_limit_ms"), "tpot_limit_ms": p.get("tpot_limit_ms"),
             "invalid_reason": p.get("invalid_reason"), "accuracy_passed": a["passed"],
             "fullrun_key": report["stages"]["FullRun"][:16]}
 
