@@ -1,5 +1,5 @@
-"""`python -m pipeline COMMAND`: commands around the DAG. status, servers, gc and score run no
-stage; submission builds the stages a results tree needs."""
+"""`python -m pipeline COMMAND`: commands around the DAG. status, servers, gc, compare and score
+run no stage; submission builds the stages a results tree needs."""
 from __future__ import annotations
 
 import argparse
@@ -104,5 +104,18 @@ def servers_command(args) -> int:
     return 0
 
 
+def _main_closing_quietly() -> int:
+    """`python -m pipeline gc | head`: a reader that leaves early is no error worth a traceback."""
+    import os
+
+    try:
+        code = main()
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python flushes stdout at exit
+        return 141  # what a shell reports for a command killed by SIGPIPE
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_main_closing_quietly())
