@@ -17,6 +17,7 @@ def main(argv: list[str] | None = None) -> int:
     st.add_argument("--params-file", default=DEFAULT_PARAMS)
     st.add_argument("--overrides", default="")
     st.add_argument("--json", action="store_true", help="machine-readable output")
+    st.add_argument("--full", action="store_true", help="every differing field in full (default: a few lines per stage)")
     st.add_argument("--verify", action="store_true",
                     help="re-hash every published file (default: size and mtime, re-hash what moved)")
     sv = sub.add_parser("servers", help="list or stop the tritonserver processes perfdag started")
@@ -63,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "status":
             rows = stage_status(args.params_file, args.overrides, verify=args.verify)
-            print(json.dumps(rows, indent=2, default=str)) if args.json else print_status(rows)
+            print(json.dumps(rows, indent=2, default=str)) if args.json else print_status(rows, args.full)
         elif args.command == "servers":
             return servers_command(args)
         elif args.command == "submission":
