@@ -53,14 +53,24 @@ class FullRun(StageTask):
     def report(self) -> dict:
         return json.loads((self.artifact_dir / "report.json").read_text())
 
-    def _note(self, persist: bool) -> None:
+    def summary(self, r: dict) -> str:
+        """The report's summary, and why these settings could not be submitted (a VALID 20 s run is
+        VALID to LoadGen, not to MLPerf's checker)."""
+        from harness.mlperf.readiness import submission_warnings
         from harness.report import summary_text
 
+        text = summary_text(r, self.artifact_dir)
+        warnings = submission_warnings(self.params)
+        if warnings:
+            text = text.rstrip("\n") + "\n  not submittable:\n" + "".join(f"    - {w}\n" for w in warnings)
+        return text
+
+    def _note(self, persist: bool) -> None:
         if self.as_point:
             return
         r = self.report()
         note_result(self.task_id, valid=r["performance"]["valid"], accuracy=r["accuracy"]["passed"],
-                    summary=summary_text(r, self.artifact_dir), persist=persist)
+                    summary=self.summary(r), persist=persist)
 
     def is_done(self) -> bool:
         done = super().is_done()
@@ -69,13 +79,11 @@ class FullRun(StageTask):
         return done
 
     def run(self):
-        from harness.report import summary_text
-
         super().run()
         if self.as_point:
             return
         r = self.report()
-        print(summary_text(r, self.artifact_dir), flush=True)  # now, above the server release line
+        print(self.summary(r), flush=True)  # now, above the server release line
         note_result(self.task_id, valid=r["performance"]["valid"], accuracy=r["accuracy"]["passed"])
         release_servers([self.clone(LaunchServers).key[:16]], keep=self.keep_servers,
                         why="FullRun done; --keep-servers keeps them")

@@ -56,6 +56,8 @@ def test_a_failed_stage_names_an_existing_directory_holding_its_logs(tmp_path, k
     assert named and all(Path(p) == kept for p in named), proc.stderr[-3000:]  # the error names it ...
     assert ".tmp-" not in proc.stderr  # ... and not the temp dir, which no longer exists
     assert not list(root.glob("Failing/*")) or not list(root.glob("Failing/.tmp-*"))
+    # Quiet by default: luigi's INFO lines are in the run's luigi.log, not on the terminal.
+    assert "INFO:" not in proc.stderr and "Informed scheduler" in (run_json.parent / "luigi.log").read_text()
     if kind == "empty":
         assert failure["error"].startswith("ConnectionResetError: (no message)")
     else:
