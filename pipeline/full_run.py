@@ -11,8 +11,10 @@ from pathlib import Path
 import luigi
 
 from tasks import CheckAccuracy, LaunchServers, RunLoadgen
-from tasks.base import STAGE_ORDER, StageTask, register
+from tasks.base import STAGE_ORDER, StageTask, log, register
 from tasks.lifecycle import note_result, release_servers
+
+_SAID: set[str] = set()  # sweep points whose line was printed in this process
 
 
 @register
@@ -23,6 +25,7 @@ class FullRun(StageTask):
                                        description="leave the servers running after the run")
     as_point = luigi.BoolParameter(default=False, significant=False,
                                    description="set by Sweep: the sweep reports and releases, not the point")
+    point_label = luigi.Parameter(default="", significant=False, description="set by Sweep: the point's one-line name")
 
     def upstream(self):
         return {"performance": self.clone(RunLoadgen), "accuracy": self.clone(CheckAccuracy)}
@@ -65,8 +68,24 @@ class FullRun(StageTask):
             text = text.rstrip("\n") + "\n  not submittable:\n" + "".join(f"    - {w}\n" for w in warnings)
         return text
 
+    def _point_progress(self, how: str) -> None:
+        """A sweep point's one line on the terminal: what it is, and what it measured."""
+        from harness.sweep import fmt
+
+        if self.task_id in _SAID:
+            return
+        _SAID.add(self.task_id)
+        r = self.report()
+        p, a = r["performance"], r["accuracy"]
+        latency = (f", TTFT p99 {fmt(p['ttft_ms']['p99'])} ms, TPOT p99 {fmt(p['tpot_ms']['p99'])} ms"
+                   if p["ttft_ms"].get("p99") is not None else "")
+        log.info("sweep point %s (%s): %s, %s tokens/s%s, accuracy %s", self.point_label or self.key[:16], how,
+                 "VALID" if p["valid"] else "INVALID", fmt(p["tokens_per_second"]), latency,
+                 "PASS" if a["passed"] else "FAIL")
+
     def _note(self, persist: bool) -> None:
         if self.as_point:
+            self._point_progress("cached")
             return
         r = self.report()
         note_result(self.task_id, valid=r["performance"]["valid"], accuracy=r["accuracy"]["passed"],
@@ -81,6 +100,7 @@ class FullRun(StageTask):
     def run(self):
         super().run()
         if self.as_point:
+            self._point_progress("measured")
             return
         r = self.report()
         print(self.summary(r), flush=True)  # now, above the server release line

@@ -13,7 +13,7 @@ from conftest import REPO
 
 from harness.loadgen.results import parse_summary
 from harness.report import plot, throughput_bins
-from harness.sweep import lookup, point_kind, write_results
+from harness.sweep import lookup, point_kind, text_table, write_results
 
 # A LoadGen run against a SUT that answers at once (after `delay_s`), in its own process (one
 # LoadGen test per process): LoadGen's own verdicts, not made-up logs.
@@ -110,7 +110,53 @@ def test_sweep_plots_keep_scenarios_apart_and_mark_invalid_points(tmp_path):
     # no tokens/s-vs-scenario plot (it would put Offline and Server tokens/s on one axis)
     assert files == ["tokens_per_s_vs_build_max_batch_size.png", "pareto_tpot.png"]
     assert [point_kind(r) for r in rows] == ["invalid", "ok", "ok"]
-    assert "| 8 | Offline |" in (tmp_path / "sweep.md").read_text()
+    assert "| Offline | 8 |" in (tmp_path / "sweep.md").read_text()
+
+
+def batch_and_qps_rows() -> tuple[list[str], list[dict]]:
+    """params/sweeps/batch_and_qps.yaml's shape: a batch x Offline-QPS grid and one Server point."""
+    base = {"accuracy_passed": True, "fullrun_key": "k", "invalid_reason": None, "ttft_p99_ms": None,
+            "tpot_p99_ms": None, "samples_per_s": 60.0, "valid": True}
+    rows = [{**base, "build.max_batch_size": b, "loadgen.offline_expected_qps": q, "loadgen.scenario": "Offline",
+             "loadgen.server_target_qps": 20, "scenario": "Offline", "tokens_per_s": 2000.0 + 30 * b + q / 2}
+            for b in (8, 32) for q in (300, 600)]
+    rows.append({**base, "build.max_batch_size": 32, "loadgen.offline_expected_qps": 300, "loadgen.scenario": "Server",
+                 "loadgen.server_target_qps": 20, "scenario": "Server", "tokens_per_s": 617.4, "ttft_p99_ms": 480.93,
+                 "tpot_p99_ms": 10.05})
+    return ["build.max_batch_size", "loadgen.offline_expected_qps", "loadgen.scenario", "loadgen.server_target_qps"], rows
+
+
+def test_sweep_table_columns_come_from_what_was_varied_and_fit_each_row(tmp_path):
+    varied, rows = batch_and_qps_rows()
+    write_results(tmp_path, "s", varied, rows)
+    lines = (tmp_path / "sweep.md").read_text().splitlines()
+    header = next(x for x in lines if x.startswith("| scenario"))
+    assert header.count("scenario") == 1  # not both loadgen.scenario and scenario
+    assert "fullrun_key" not in header and "invalid_reason" not in header
+    assert any(x.startswith("| Offline | 8 | 300 | - | 2390 |") for x in lines)  # 300 not 300.00; no server QPS
+    assert any(x.startswith("| Server | 32 | - | 20 | 617.4 |") for x in lines)  # no Offline QPS on a Server row
+    assert "|" not in text_table(varied, rows).splitlines()[0] and "617.4" in text_table(varied, rows)
+
+
+def test_sweep_plots_only_over_what_varied_with_one_series_per_other_value(tmp_path, monkeypatch):
+    varied, rows = batch_and_qps_rows()
+    files = write_results(tmp_path, "s", varied, rows)
+    # server_target_qps took one value on the one Server point: no plot over it (nor Offline points against it)
+    assert files == ["tokens_per_s_vs_build_max_batch_size.png", "tokens_per_s_vs_loadgen_offline_expected_qps.png",
+                     "pareto_tpot.png"]
+    import harness.sweep as sweep_mod
+
+    drawn, real = [], sweep_mod._series_panel
+
+    def spy(ax, key, others, pts):
+        real(ax, key, others, pts)
+        drawn.append((key, pts, [t.get_text() for t in ax.get_legend().get_texts()]))
+
+    monkeypatch.setattr(sweep_mod, "_series_panel", spy)
+    write_results(tmp_path, "s", varied, rows)
+    (pts, labels), = [(p, lab) for k, p, lab in drawn if k == "loadgen.offline_expected_qps"]
+    assert {r["scenario"] for r in pts} == {"Offline"} and len(pts) == 4  # the Server point has no Offline QPS
+    assert labels[:2] == ["build.max_batch_size=8", "build.max_batch_size=32"]  # a series per batch size
 
 
 def test_a_sweep_point_that_leaves_a_parameter_at_its_default_shows_the_default(tmp_path):
