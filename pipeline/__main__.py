@@ -53,8 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     sb.add_argument("--checker-python", default="", help="the Python that runs the checker (needs PyYAML)")
     sb.add_argument("--keep-servers", action="store_true", help="leave the servers running afterwards")
     sb.add_argument("--verbose", action="store_true", help="show third-party warnings and chatter")
-    from . import score_cli
+    from . import compare_cli, score_cli
     score_cli.add_parser(sub)
+    compare_cli.add_parser(sub)
     args = ap.parse_args(argv)
 
     import pipeline  # noqa: F401  (registers the stages)
@@ -72,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
             return submission.command(args)
         elif args.command == "score":
             return score_cli.command(args)
+        elif args.command == "compare":
+            return compare_cli.command(args)
         elif args.command == "gc":
             from . import gc as gc_module
             return gc_module.command(args)
