@@ -30,8 +30,8 @@ class FullRun(StageTask):
     def upstream(self):
         return {"performance": self.clone(RunLoadgen), "accuracy": self.clone(CheckAccuracy)}
 
-    def code(self):
-        return ("harness.report", "harness.loadgen.results")  # the report, and the request log it plots
+    def code(self):  # the report, its plots and stats, and the request log they read
+        return ("harness.report", "harness.plots", "harness.loadgen.results")
 
     def stage_keys(self) -> dict[str, str]:
         keys, todo = {}, [self]
@@ -49,9 +49,26 @@ class FullRun(StageTask):
         perf_dir, acc_dir = up["performance"].artifact_dir, up["accuracy"].artifact_dir
         perf = json.loads((perf_dir / "result.json").read_text())
         accuracy = json.loads((acc_dir / "accuracy.json").read_text())
+        from harness.plots import offsets, request_stats
+
         report = build_report(self.stage_keys(), perf, accuracy, self.params.model.name)
-        write_report(out_dir, report, read_requests_csv(perf_dir / "requests.csv"))
+        requests = read_requests_csv(perf_dir / "requests.csv")
+        lengths = self._input_lengths(up["performance"])
+        for r in requests:
+            r["input_tokens"] = lengths.get(r["sample_index"])
+        report["client_stats"] = request_stats(requests)  # client-side timings, labelled as such
+        report["client_vs_loadgen"] = offsets(report["performance"], report["client_stats"])
+        write_report(out_dir, report, requests)
         return {"report": report}
+
+    @staticmethod
+    def _input_lengths(perf_task) -> dict[int, int]:
+        """LoadGen's sample index -> its prompt's length, from the dataset the run measured."""
+        try:
+            _, samples, _ = perf_task.inputs()
+        except (OSError, KeyError, ValueError):
+            return {}
+        return {i: len(s.input_ids) for i, s in enumerate(samples)}
 
     def report(self) -> dict:
         return json.loads((self.artifact_dir / "report.json").read_text())

@@ -12,7 +12,10 @@ import pytest
 from conftest import REPO
 
 from harness.loadgen.results import parse_summary
-from harness.report import plot, throughput_bins
+import numpy as np
+
+from harness.plots import arrival_bins, offsets, request_stats, stats_markdown
+from harness.report import plot
 from harness.sweep import lookup, point_kind, text_table, write_results
 
 # A LoadGen run against a SUT that answers at once (after `delay_s`), in its own process (one
@@ -84,20 +87,46 @@ def requests_at(rate_per_s: float, seconds: float, tokens: int = 32, ttft: float
 def test_throughput_bins_do_not_fake_a_drop_at_the_end(seconds):
     """A steady 100 requests/s: every bin after the first (completions start 40 ms in), the partial
     last one included, reads ~3200 tokens/s."""
-    starts, widths, rates = throughput_bins(requests_at(100, seconds))
-    assert starts[0] == 0 and abs(starts[-1] + widths[-1] - (seconds + 0.04)) < 0.02  # up to the last completion
-    assert min(widths) >= 0.5 * max(widths[:-1] or widths)
-    assert all(abs(r - 3200) / 3200 < 0.15 for r in rates[1:]), rates
+    edges, rates = arrival_bins(requests_at(100, seconds))
+    widths = np.diff(edges)
+    assert edges[0] == 0 and abs(edges[-1] - (seconds + 0.04)) < 0.02  # up to the last completion
+    assert min(widths) >= 0.5 * max(widths[:-1] if len(widths) > 1 else widths)
+    assert all(abs(r - 3200) / 3200 < 0.15 for r in rates[1:-1]), rates
 
 
-def test_report_plots(tmp_path):
-    perf = {"tokens_per_second": 3200.0, "ttft_limit_ms": 2000.0, "tpot_limit_ms": 200.0}
-    files = plot(requests_at(100, 5), tmp_path, "t Server", perf)
-    assert files == ["throughput.png", "latency.png", "tpot.png"]
+def test_offline_bins_hold_several_completions_and_streamed_tokens_count_when_they_arrive():
+    """Non-streamed: 2,048 requests of 32 tokens completing evenly over 6.4 s read ~10,240 tokens/s
+    in every bin (a bin holds several completions: no staircase of whole requests). Streamed: one
+    request whose 11 tokens arrive from 1 s to 3 s counts them there, not at its completion."""
+    reqs = [{"sample_index": i, "issue_ms": 0.0, "latency_ms": 3.125 * (i + 1), "ttft_ms": None, "n_tokens": 32,
+             "tpot_ms": None} for i in range(2048)]
+    edges, rates = arrival_bins(reqs)
+    assert abs(sum(rates * np.diff(edges)) - 2048 * 32) < 1e-6  # every token counted once
+    assert all(abs(r - 10240) / 10240 < 0.1 for r in rates), rates
+    one = [{"sample_index": 0, "issue_ms": 0.0, "ttft_ms": 1000.0, "latency_ms": 3000.0, "n_tokens": 11, "tpot_ms": 200.0}]
+    edges, rates = arrival_bins(one)
+    tokens = rates * np.diff(edges)
+    assert abs(tokens.sum() - 11) < 1e-9 and tokens[edges[:-1] < 0.99].sum() == 0  # nothing before the first token
+
+
+def test_report_plots_and_per_request_stats(tmp_path):
+    perf = {"tokens_per_second": 3200.0, "ttft_limit_ms": 2000.0, "tpot_limit_ms": 200.0,
+            "ttft_ms": {"p99": 5.5}, "tpot_ms": {"p99": 1.2}, "latency_ms": {"p99": 41.0}}
+    reqs = [{**r, "input_tokens": 8 + i % 5} for i, r in enumerate(requests_at(100, 5))]
+    files = plot(reqs, tmp_path, "t Server", perf)
+    assert files == ["throughput.png", "latency_over_time.png", "distributions.png", "lengths.png"]
     assert all((tmp_path / f).stat().st_size > 5000 for f in files)
     offline = tmp_path / "offline"
     offline.mkdir()
-    assert plot(requests_at(100, 5, ttft=None), offline, "t Offline", {}) == ["throughput.png", "latency.png"]
+    assert plot(requests_at(100, 5, ttft=None), offline, "t Offline", {}) == ["throughput.png", "lengths.png"]
+    stats = request_stats(reqs)
+    assert stats["ttft_ms"]["p99"] == 5.0 and stats["input_tokens"]["max"] == 12 and stats["output_tokens"]["std"] == 0
+    assert set(stats["latency_ms"]) == {"min", "mean", "std", "p50", "p90", "p99", "max", "n"}
+    offs = offsets(perf, stats)
+    assert offs["ttft_ms"]["client_minus_loadgen"] == -0.5  # the client's clock reads 0.5 ms under LoadGen's
+    md = "\n".join(stats_markdown(stats, offs))
+    assert "| TTFT | ms | 500 | 5.00 | 5.00 | 0.00 | 5.00 | 5.00 | 5.00 | 5.00 |" in md
+    assert "TTFT 5.00 vs 5.50 ms (-0.50 ms)" in md and "Client-side" in md
 
 
 def test_sweep_plots_keep_scenarios_apart_and_mark_invalid_points(tmp_path):
