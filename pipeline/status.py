@@ -101,6 +101,8 @@ MAX_LINES, MAX_VALUE = 3, 60
 def _short(v: Any) -> str:
     """A value on one line, cut to MAX_VALUE characters (a config.pbtxt is not a status line)."""
     text = repr(v)
+    if isinstance(v, str) and len(v) == 64 and all(c in "0123456789abcdef" for c in v):
+        return v[:16]  # an upstream key: named as artifacts/<Stage>/<key16> names it
     if isinstance(v, str) and "\n" in v:
         text = f"<{v.count(chr(10)) + 1} lines> " + repr(v.split(chr(10), 1)[0])
     return text if len(text) <= MAX_VALUE else text[:MAX_VALUE - 1] + "…"
