@@ -41,7 +41,6 @@ def test_a_few_short_lines_per_stage_and_a_pointer_to_the_rest(capsys):
     lines = why_lines(changed)
     assert len(lines) == 5 and lines[-1] == "… 2 more (status --full, or --json)"
     assert all(len(line) < 160 for line in lines)
-    assert "upstream.engine: eeeeeeeeeeeeeeee -> xxxxxxxx" not in "\n".join(lines)  # 'x' * 64 is no key
     assert why_lines([{"field": "upstream.engine", "cached": "ab" * 32, "now": "cd" * 32}])[0] == \
         "upstream.engine: abababababababab -> cdcdcdcdcdcdcdcd"
     full = why_lines(changed, full=True)
