@@ -69,7 +69,7 @@ def arrival_bins(requests: list[dict], target_bins: int = 50) -> tuple[np.ndarra
     """(bin edges s, tokens/s per bin), tokens counted when they arrived. A streamed request's first
     token arrives at its TTFT and the rest evenly until completion (its TPOT). A non-streamed
     request's tokens all arrive at its completion; those runs get bins wide enough to hold about
-    8 completions each, so a bin is not a staircase of whole requests (spreading them over the
+    8 completion batches (requests finishing within a few ms of each other), so a bin is not a staircase of whole batches (spreading them over the
     request's lifetime would credit tokens to the time it waited in the server's queue)."""
     starts, ends, firsts, counts = [], [], [], []
     for r in requests:
@@ -79,8 +79,10 @@ def arrival_bins(requests: list[dict], target_bins: int = 50) -> tuple[np.ndarra
         firsts.append(t0 + r["ttft_ms"] / 1000 if r.get("ttft_ms") is not None else None)
         counts.append(r["n_tokens"])
     span = max(max(ends), 1e-3)
-    if all(f is None for f in firsts):
-        target_bins = max(1, min(target_bins, len(requests) // 8))
+    if all(f is None for f in firsts):  # completions come in batches: ~8 batches a bin
+        gaps = np.diff(np.sort(ends)) * 1000
+        batches = 1 + int((gaps > max(5.0, 20 * float(np.median(gaps)) if gaps.size else 5.0)).sum())
+        target_bins = max(1, min(target_bins, batches // 8))
     w = next((b for b in _NICE_BINS if span / b <= target_bins), _NICE_BINS[-1])
     edges = np.arange(0, span + w, w)
     if edges[-1] < span:
@@ -250,4 +252,6 @@ def stats_markdown(stats: dict, offs: dict) -> list[str]:
 
 
 def _num(v: float) -> str:
+    if float(v).is_integer():
+        return f"{int(v):,}"
     return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}"
