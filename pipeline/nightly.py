@@ -44,14 +44,17 @@ class Nightly(luigi.Task):
             errors_as_messages()
             raise
 
-    def requires(self):
-        """One sweep per repeat; the repeat enters the measuring stages' keys (repeat 1 keeps the date alone)."""
+    def repeat(self, i: int) -> Sweep:
+        """Repeat i's sweep; the repeat enters the measuring stages' keys (the first keeps the date alone)."""
         day = self.date.isoformat()
-        return [Sweep(sweep=self.sweep, overrides=self.overrides, nightly_date=day if i == 0 else f"{day}.r{i + 1}")
-                for i in range(max(1, self.repeats))]
+        return Sweep(sweep=self.sweep, overrides=self.overrides, nightly_date=day if i == 0 else f"{day}.r{i + 1}")
+
+    def requires(self):
+        return self.repeat(0)  # the others run one after another from run(): a sweep stops its servers
+                               # when done, which must not happen under another repeat's measurement
 
     def night_dir(self, date_iso: str):
-        return artifacts_root() / "Nightly" / self.requires()[0].definition_name() / date_iso
+        return artifacts_root() / "Nightly" / self.requires().definition_name() / date_iso
 
     def output(self):
         return luigi.LocalTarget(str(self.night_dir(self.date.isoformat()) / "nightly.json"))
@@ -63,8 +66,12 @@ class Nightly(luigi.Task):
 
     def run(self):
         setup()
+        sweeps = [self.requires()]
+        for i in range(1, max(1, self.repeats)):
+            yield self.repeat(i)  # luigi runs it (a dynamic dependency), then resumes here
+            sweeps.append(self.repeat(i))
         rows, varied = [], []
-        for i, sweep_task in enumerate(self.requires()):
+        for i, sweep_task in enumerate(sweeps):
             sweep = json.loads((sweep_task.artifact_dir / "sweep.json").read_text())
             rows += [{**r, "repeat": i + 1} for r in sweep["rows"]]
             varied = sweep["varied"]
@@ -95,7 +102,8 @@ class Nightly(luigi.Task):
         regressions = doc.get("regressions") or []
         if regressions and not quiet:
             lines = "\n".join(f"  - {json.dumps(r['point'])}: {'; '.join(r['reasons'])}" for r in regressions)
-            log.error("%d regression(s) on %s vs %s:\n%s", len(regressions), doc["date"], doc["compared_with"], lines)
+            log.error("%d regression(s) on %s vs %s:\n%s", len(regressions), doc["date"],
+                      doc["compared_with"] or "nothing (first night)", lines)
         md = self.night_dir(doc["date"]) / "nightly.md"
         verdict = f"{len(regressions)} regression(s)" if regressions else "no regressions"
         summary = (f"\nperfdag Nightly {doc['date']} vs {doc['compared_with'] or 'nothing (first night)'}: "
