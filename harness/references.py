@@ -16,6 +16,9 @@ def greedy_references(model_dir: str | Path, prompts: Sequence[Sequence[int]], m
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from .cpus import apply_torch_threads
+
+    apply_torch_threads()  # the CPUs this process may use, not the machine's
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
     pad, eos = tok.pad_token_id, tok.eos_token_id

@@ -119,26 +119,6 @@ def point_id(row: dict[str, Any], varied: list[str]) -> str:
     return json.dumps({k: row.get(k) for k in varied}, sort_keys=True)
 
 
-def compare_nights(rows: list[dict], prev_rows: list[dict], varied: list[str], max_drop: float) -> list[dict]:
-    """Regressions vs the previous night: tokens/s down by more than max_drop, INVALID, accuracy failed."""
-    prev = {point_id(r, varied): r for r in prev_rows}
-    out = []
-    for r in rows:
-        pid, before = point_id(r, varied), prev.get(point_id(r, varied))
-        reasons = []
-        if not r["valid"]:
-            reasons.append("run is INVALID")
-        if not r["accuracy_passed"]:
-            reasons.append("accuracy failed")
-        if before and before.get("tokens_per_s") and r.get("tokens_per_s") is not None:
-            drop = 1 - r["tokens_per_s"] / before["tokens_per_s"]
-            if drop > max_drop:
-                reasons.append(f"tokens/s fell {drop:.1%} ({before['tokens_per_s']:.1f} -> {r['tokens_per_s']:.1f}), more than {max_drop:.0%}")
-        if reasons:
-            out.append({"point": json.loads(pid), "reasons": reasons})
-    return out
-
-
 def row(point: dict[str, Any], report: dict, resolved: dict[str, Any] | None = None) -> dict[str, Any]:
     """One point's results. `resolved`: the values its parameters resolved to, so a point that
     leaves a varied parameter at its default shows that default, not None."""
@@ -146,6 +126,7 @@ def row(point: dict[str, Any], report: dict, resolved: dict[str, Any] | None = N
     return {**point, **(resolved or {}), "scenario": p["scenario"],
             "tokens_per_s": p["tokens_per_second"], "samples_per_s": p["samples_per_second"],
             "ttft_p99_ms": p["ttft_ms"]["p99"], "tpot_p99_ms": p["tpot_ms"]["p99"], "valid": p["valid"],
+            "ttft_limit_ms": p.get("ttft_limit_ms"), "tpot_limit_ms": p.get("tpot_limit_ms"),
             "invalid_reason": p.get("invalid_reason"), "accuracy_passed": a["passed"],
             "fullrun_key": report["stages"]["FullRun"][:16]}
 
@@ -170,16 +151,78 @@ def pareto_front(rows: list[dict], x: str, y: str) -> list[int]:
     return front
 
 
+#: Parameters that mean something only in some scenarios: shown as "-" (and left out of plots) elsewhere.
+STREAMING = ("Server", "Interactive")
+APPLIES = {"loadgen.server_target_qps": STREAMING, "loadgen.offline_expected_qps": ("Offline",),
+           "loadgen.ttft_latency_ms": STREAMING, "loadgen.tpot_latency_ms": STREAMING}
+
+
+def applies(key: str, r: dict) -> bool:
+    scenarios = APPLIES.get(key)
+    return scenarios is None or r.get("scenario") in scenarios
+
+
+def fmt(v: Any) -> str:
+    """A value per its type: 300 not 300.00, 3,123 tokens/s, 2.71 ms; '-' for nothing."""
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if v.is_integer() and abs(v) < 1e15:
+            return str(int(v))
+        return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}"
+    return str(v)
+
+
+def table(varied: list[str], rows: list[dict]) -> tuple[list[str], list[list[str]], list[str]]:
+    """(header, cells, notes): the varied parameters ('-' where one does not apply to the row's
+    scenario), then what was measured; an INVALID row's reason goes to a numbered note."""
+    streaming = any(r.get("scenario") in STREAMING for r in rows)
+    metrics = [("tokens/s", "tokens_per_s"), ("samples/s", "samples_per_s")]
+    metrics += [("TTFT p99 ms", "ttft_p99_ms"), ("TPOT p99 ms", "tpot_p99_ms")] if streaming else []
+    scenario_varied = "loadgen.scenario" in varied or len({r.get("scenario") for r in rows}) > 1
+    params = [k for k in varied if k != "loadgen.scenario"]
+    header = (["scenario"] if scenario_varied else []) + params + [m for m, _ in metrics] + ["result", "accuracy"]
+    cells, notes = [], []
+    for r in rows:
+        result = "VALID" if r.get("valid") else "INVALID"
+        if not r.get("valid") and r.get("invalid_reason"):
+            notes.append(r["invalid_reason"])
+            result += f" [{len(notes)}]"
+        cells.append(([fmt(r.get("scenario"))] if scenario_varied else [])
+                     + [fmt(r.get(k)) if applies(k, r) else "-" for k in params]
+                     + [fmt(r.get(k)) for _, k in metrics]
+                     + [result, "PASS" if r.get("accuracy_passed") else "FAIL"])
+    return header, cells, notes
+
+
+def text_table(varied: list[str], rows: list[dict]) -> str:
+    """The sweep's table for the terminal (aligned columns)."""
+    header, cells, notes = table(varied, rows)
+    widths = [max(len(x) for x in col) for col in zip(header, *cells)]
+    line = lambda xs: "  ".join(x.rjust(w) if i < len(xs) - 2 else x.ljust(w)  # noqa: E731
+                                for i, (x, w) in enumerate(zip(xs, widths))).rstrip()
+    out = [line(header)] + [line(c) for c in cells]
+    return "\n".join(out + [f"  [{i}] {n}" for i, n in enumerate(notes, 1)])
+
+
 def write_results(out_dir: Path, name: str, varied: list[str], rows: list[dict]) -> list[str]:
     cols = list(dict.fromkeys([*varied, *(k for r in rows for k in r)]))
-    with open(out_dir / "sweep.csv", "w", newline="") as f:
+    with open(out_dir / "sweep.csv", "w", newline="") as f:  # every field, for tools
         w = csv.DictWriter(f, fieldnames=cols)
         w.writeheader()
         w.writerows(rows)
     (out_dir / "sweep.json").write_text(json.dumps({"name": name, "varied": varied, "rows": rows}, indent=2))
-    fmt = lambda v: "-" if v is None else f"{v:.2f}" if isinstance(v, float) else str(v)  # noqa: E731
-    md = [f"# sweep {name}", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    md += ["| " + " | ".join(fmt(r.get(c)) for c in cols) + " |" for r in rows]
+    header, cells, notes = table(varied, rows)
+    scenarios = sorted({str(r.get("scenario")) for r in rows})
+    md = [f"# sweep {name}", "", f"varied: {', '.join(f'`{k}`' for k in varied)}"
+          + ("" if "scenario" in header else f"; scenario: {scenarios[0]}"), "",
+          "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    md += ["| " + " | ".join(c) + " |" for c in cells]
+    md += [""] + [f"[{i}] {n}  " for i, n in enumerate(notes, 1)] if notes else []
     plots = _plots(out_dir, varied, rows)
     md += [""] + [f"![{Path(p).stem}]({p})" for p in plots]
     (out_dir / "sweep.md").write_text("\n".join(md) + "\n")
@@ -201,37 +244,35 @@ def _numeric(xs: list) -> bool:
 
 
 def _plots(out_dir: Path, varied: list[str], rows: list[dict]) -> list[str]:
-    """tokens/s against each varied parameter, one panel per scenario (Offline and Server tokens/s
-    measure different things: never one axis), and p99 TPOT against tokens/s for streaming points."""
+    """tokens/s against each varied parameter, one panel per scenario where it was varied (Offline
+    and Server tokens/s measure different things: never one axis; a parameter is drawn only over
+    the rows it applies to), one series per combination of the other varied values; and p99 TPOT
+    against tokens/s for streaming points."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     files = []
-    scenarios = list(dict.fromkeys(r.get("scenario") or "?" for r in rows))
     for key in [k for k in varied if k != "loadgen.scenario"]:
-        all_x = [r.get(key) for r in rows]
-        numeric = _numeric(all_x)
-        order = sorted({str(x) for x in all_x}) if not numeric else None
-        fig, axes = plt.subplots(1, len(scenarios), figsize=(5 * len(scenarios), 4), squeeze=False, sharex=True)
-        for ax, sc in zip(axes[0], scenarios):
-            pts = [r for r in rows if (r.get("scenario") or "?") == sc]
-            for kind, style in _STYLE.items():
-                sel = [r for r in pts if point_kind(r) == kind and r.get("tokens_per_s") is not None]
-                if sel:
-                    xs = [r.get(key) if numeric else order.index(str(r.get(key))) for r in sel]
-                    ax.scatter(xs, [r["tokens_per_s"] for r in sel], s=60, **style)
-            if not numeric:
-                ax.set_xticks(range(len(order)), order)
-            ax.set_ylim(bottom=0), ax.set_xlabel(key), ax.set_ylabel(f"tokens/s ({sc})")
-            ax.set_title(sc), ax.legend(fontsize="small", loc="lower right")
+        panels = []
+        for sc in dict.fromkeys(r.get("scenario") or "?" for r in rows):
+            pts = [r for r in rows if (r.get("scenario") or "?") == sc and applies(key, r)
+                   and r.get("tokens_per_s") is not None]
+            if len({str(r.get(key)) for r in pts}) >= 2:  # a parameter that did not vary here is no axis
+                panels.append((sc, pts))
+        if not panels:
+            continue
+        fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4), squeeze=False)
+        for ax, (sc, pts) in zip(axes[0], panels):
+            _series_panel(ax, key, [k for k in varied if k not in (key, "loadgen.scenario")], pts)
+            ax.set_title(sc), ax.set_ylabel(f"tokens/s ({sc})")
         fig.suptitle(f"tokens/s vs {key}")
         fname = f"tokens_per_s_vs_{key.replace('.', '_')}.png"
         fig.tight_layout(), fig.savefig(out_dir / fname, dpi=100), plt.close(fig)
         files.append(fname)
     streaming = [r for r in rows if r.get("tpot_p99_ms") is not None and r.get("tokens_per_s") is not None]
     if streaming:
-        fig, ax = plt.subplots(figsize=(6, 4))
+        fig, ax = plt.subplots(figsize=(8.5, 4))
         colors = iter(("tab:blue", "tab:green", "tab:purple", "tab:brown"))
         for sc in dict.fromkeys(r["scenario"] for r in streaming):
             pts = [r for r in streaming if r["scenario"] == sc]
@@ -248,8 +289,43 @@ def _plots(out_dir: Path, varied: list[str], rows: list[dict]) -> list[str]:
             if front:
                 ax.plot(*zip(*front), "-", color=color, alpha=0.6, label=f"{sc}: Pareto front (valid points)")
         ax.set_xlim(left=0), ax.set_ylim(bottom=0)
-        ax.set_xlabel("p99 TPOT (ms)"), ax.set_ylabel("tokens/s"), ax.legend(fontsize="small")
+        ax.set_xlabel("p99 TPOT (ms)"), ax.set_ylabel("tokens/s")
+        ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0)
         ax.set_title("throughput vs p99 TPOT (streaming points)")
         fig.tight_layout(), fig.savefig(out_dir / "pareto_tpot.png", dpi=100), plt.close(fig)
         files.append("pareto_tpot.png")
     return files
+
+
+def _series_panel(ax, key: str, others: list[str], pts: list[dict]) -> None:
+    """One line per combination of the other varied values (those that vary among these points);
+    the marker says VALID / INVALID / accuracy FAIL. The legend sits outside the axes."""
+    from matplotlib.lines import Line2D
+
+    numeric = _numeric([r.get(key) for r in pts])
+    order = None if numeric else sorted({str(r.get(key)) for r in pts})
+    split = [k for k in others if len({str(r.get(k)) for r in pts if applies(k, r)}) > 1]
+    series: dict[str, list[dict]] = {}
+    for r in pts:
+        label = ", ".join(f"{k}={fmt(r.get(k))}" for k in split if applies(k, r)) or "all points"
+        series.setdefault(label, []).append(r)
+    colors = iter(("tab:blue", "tab:green", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan"))
+    x_of = (lambda r: r.get(key)) if numeric else (lambda r: order.index(str(r.get(key))))  # noqa: E731
+    handles = []
+    for label, sel in series.items():
+        color = next(colors, "tab:gray")
+        sel = sorted(sel, key=x_of)
+        ax.plot([x_of(r) for r in sel], [r["tokens_per_s"] for r in sel], "-", color=color, alpha=0.5)
+        for kind, style in _STYLE.items():
+            k_sel = [r for r in sel if point_kind(r) == kind]
+            if k_sel:
+                ax.scatter([x_of(r) for r in k_sel], [r["tokens_per_s"] for r in k_sel], s=60, color=color,
+                           marker=style["marker"], zorder=3)
+        handles.append(Line2D([], [], color=color, marker="o", label=label))
+    kinds = {point_kind(r) for r in pts}
+    handles += [Line2D([], [], color="k", marker=_STYLE[k]["marker"], linestyle="", label=_STYLE[k]["label"])
+                for k in _STYLE if k in kinds and (k != "ok" or len(kinds) > 1)]
+    if not numeric:
+        ax.set_xticks(range(len(order)), order)
+    ax.set_ylim(bottom=0), ax.set_xlabel(key)
+    ax.legend(handles=handles, fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0)

@@ -39,6 +39,9 @@ def build_tiny_llama(cfg, out_dir: str | Path, log: Callable[[str], None] = prin
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
+    from .cpus import apply_torch_threads
+
+    apply_torch_threads()  # the CPUs this process may use, not the machine's
     out_dir = Path(out_dir)
     t0 = time.monotonic()
     lessons = [(r["input"], r["canonical_solution"]) for b in cfg.teach for r in standin_rows(b)]

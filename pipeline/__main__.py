@@ -1,5 +1,5 @@
-"""`python -m pipeline COMMAND`: commands around the DAG. status, servers, gc and score run no
-stage; submission builds the stages a results tree needs."""
+"""`python -m pipeline COMMAND`: commands around the DAG. status, servers, gc, compare and score
+run no stage; submission builds the stages a results tree needs."""
 from __future__ import annotations
 
 import argparse
@@ -17,6 +17,7 @@ def main(argv: list[str] | None = None) -> int:
     st.add_argument("--params-file", default=DEFAULT_PARAMS)
     st.add_argument("--overrides", default="")
     st.add_argument("--json", action="store_true", help="machine-readable output")
+    st.add_argument("--full", action="store_true", help="every differing field in full (default: a few lines per stage)")
     st.add_argument("--verify", action="store_true",
                     help="re-hash every published file (default: size and mtime, re-hash what moved)")
     sv = sub.add_parser("servers", help="list or stop the tritonserver processes perfdag started")
@@ -52,8 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     sb.add_argument("--checker-python", default="", help="the Python that runs the checker (needs PyYAML)")
     sb.add_argument("--keep-servers", action="store_true", help="leave the servers running afterwards")
     sb.add_argument("--verbose", action="store_true", help="show third-party warnings and chatter")
-    from . import score_cli
+    from . import compare_cli, score_cli
     score_cli.add_parser(sub)
+    compare_cli.add_parser(sub)
     args = ap.parse_args(argv)
 
     import pipeline  # noqa: F401  (registers the stages)
@@ -63,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "status":
             rows = stage_status(args.params_file, args.overrides, verify=args.verify)
-            print(json.dumps(rows, indent=2, default=str)) if args.json else print_status(rows)
+            print(json.dumps(rows, indent=2, default=str)) if args.json else print_status(rows, args.full)
         elif args.command == "servers":
             return servers_command(args)
         elif args.command == "submission":
@@ -71,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
             return submission.command(args)
         elif args.command == "score":
             return score_cli.command(args)
+        elif args.command == "compare":
+            return compare_cli.command(args)
         elif args.command == "gc":
             from . import gc as gc_module
             return gc_module.command(args)
@@ -104,5 +108,18 @@ def servers_command(args) -> int:
     return 0
 
 
+def _main_closing_quietly() -> int:
+    """`python -m pipeline gc | head`: a reader that leaves early is no error worth a traceback."""
+    import os
+
+    try:
+        code = main()
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python flushes stdout at exit
+        return 141  # what a shell reports for a command killed by SIGPIPE
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_main_closing_quietly())

@@ -11,8 +11,10 @@ from pathlib import Path
 import luigi
 
 from tasks import CheckAccuracy, LaunchServers, RunLoadgen
-from tasks.base import STAGE_ORDER, StageTask, register
+from tasks.base import STAGE_ORDER, StageTask, log, register
 from tasks.lifecycle import note_result, release_servers
+
+_SAID: set[str] = set()  # sweep points whose line was printed in this process
 
 
 @register
@@ -24,12 +26,13 @@ class FullRun(StageTask):
                                        description="leave the servers running after the run")
     as_point = luigi.BoolParameter(default=False, significant=False,
                                    description="set by Sweep: the sweep reports and releases, not the point")
+    point_label = luigi.Parameter(default="", significant=False, description="set by Sweep: the point's one-line name")
 
     def upstream(self):
         return {"performance": self.clone(RunLoadgen), "accuracy": self.clone(CheckAccuracy)}
 
-    def code(self):
-        return ("harness.report", "harness.loadgen.results")  # the report, and the request log it plots
+    def code(self):  # the report, its plots and stats, and the request log they read
+        return ("harness.report", "harness.plots", "harness.loadgen.results")
 
     def stage_keys(self) -> dict[str, str]:
         keys, todo = {}, [self]
@@ -47,21 +50,64 @@ class FullRun(StageTask):
         perf_dir, acc_dir = up["performance"].artifact_dir, up["accuracy"].artifact_dir
         perf = json.loads((perf_dir / "result.json").read_text())
         accuracy = json.loads((acc_dir / "accuracy.json").read_text())
+        from harness.plots import offsets, request_stats
+
         report = build_report(self.stage_keys(), perf, accuracy, self.params.model.name)
-        write_report(out_dir, report, read_requests_csv(perf_dir / "requests.csv"))
+        requests = read_requests_csv(perf_dir / "requests.csv")
+        lengths = self._input_lengths(up["performance"])
+        for r in requests:
+            r["input_tokens"] = lengths.get(r["sample_index"])
+        report["client_stats"] = request_stats(requests)  # client-side timings, labelled as such
+        report["client_vs_loadgen"] = offsets(report["performance"], report["client_stats"])
+        write_report(out_dir, report, requests)
         return {"report": report}
+
+    @staticmethod
+    def _input_lengths(perf_task) -> dict[int, int]:
+        """LoadGen's sample index -> its prompt's length, from the dataset the run measured."""
+        try:
+            _, samples, _ = perf_task.inputs()
+        except (OSError, KeyError, ValueError):
+            return {}
+        return {i: len(s.input_ids) for i, s in enumerate(samples)}
 
     def report(self) -> dict:
         return json.loads((self.artifact_dir / "report.json").read_text())
 
-    def _note(self, persist: bool) -> None:
+    def summary(self, r: dict) -> str:
+        """The report's summary, and why these settings could not be submitted (a VALID 20 s run is
+        VALID to LoadGen, not to MLPerf's checker)."""
+        from harness.mlperf.readiness import submission_warnings
         from harness.report import summary_text
 
+        text = summary_text(r, self.artifact_dir)
+        warnings = submission_warnings(self.params)
+        if warnings:
+            text = text.rstrip("\n") + "\n  not submittable:\n" + "".join(f"    - {w}\n" for w in warnings)
+        return text
+
+    def _point_progress(self, how: str) -> None:
+        """A sweep point's one line on the terminal: what it is, and what it measured."""
+        from harness.sweep import fmt
+
+        if self.task_id in _SAID:
+            return
+        _SAID.add(self.task_id)
+        r = self.report()
+        p, a = r["performance"], r["accuracy"]
+        latency = (f", TTFT p99 {fmt(p['ttft_ms']['p99'])} ms, TPOT p99 {fmt(p['tpot_ms']['p99'])} ms"
+                   if p["ttft_ms"].get("p99") is not None else "")
+        log.info("sweep point %s (%s): %s, %s tokens/s%s, accuracy %s", self.point_label or self.key[:16], how,
+                 "VALID" if p["valid"] else "INVALID", fmt(p["tokens_per_second"]), latency,
+                 "PASS" if a["passed"] else "FAIL")
+
+    def _note(self, persist: bool) -> None:
         if self.as_point:
+            self._point_progress("cached")
             return
         r = self.report()
         note_result(self.task_id, valid=r["performance"]["valid"], accuracy=r["accuracy"]["passed"],
-                    summary=summary_text(r, self.artifact_dir), persist=persist)
+                    summary=self.summary(r), persist=persist)
 
     def is_done(self) -> bool:
         done = super().is_done()
@@ -70,13 +116,12 @@ class FullRun(StageTask):
         return done
 
     def run(self):
-        from harness.report import summary_text
-
         super().run()
         if self.as_point:
+            self._point_progress("measured")
             return
         r = self.report()
-        print(summary_text(r, self.artifact_dir), flush=True)  # now, above the server release line
+        print(self.summary(r), flush=True)  # now, above the server release line
         note_result(self.task_id, valid=r["performance"]["valid"], accuracy=r["accuracy"]["passed"])
         release_servers([self.clone(LaunchServers).key[:16]], keep=self.keep_servers,
                         why="FullRun done; --keep-servers keeps them")

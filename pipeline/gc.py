@@ -11,7 +11,8 @@ What stays:
   otherwise leave the engine behind it unreferenced.
 What goes: every other published artifact (Sweep included), and `.tmp-*` / `.trash-*` dirs whose
 key lock is free (a dead builder's leftovers). Never touched: runs/ (small history, only
-reported), Nightly/ (history), lock files, `.backends`, `.hashcache`.
+reported; a failed stage's kept files, runs/<id>/failed/*, age out after --keep-days), Nightly/
+(history), lock files, `.backends`, `.hashcache`.
 
 Deleting takes the key's lock non-blocking (held: skipped), checks the artifact was not
 replaced or referenced by a run since the plan, renames it out of the stage directory (so no
@@ -53,7 +54,7 @@ class Entry:
     stage: str
     key16: str
     path: str
-    kind: str                                # "artifact" | "leftover"
+    kind: str                                # "artifact" | "leftover" | "failed" (runs/<id>/failed/...)
     size_bytes: int = 0
     key: str | None = None
     finished_at: str | None = None
@@ -343,6 +344,16 @@ def plan(root: Path, keep_days: float = 14, now: datetime | None = None) -> Plan
             entries.append(Entry(id=f"{TRASH}/{d.name}", stage=TRASH, key16="", path=str(d), kind="leftover",
                                  size_bytes=dir_size(d) if d.is_dir() else 0, why="leftover of an interrupted gc"))
 
+    # A failed stage's kept files (runs/<id>/failed/<Stage>-<key16>/) age out like artifacts do.
+    for d in sorted((root / RUNS).glob("*/failed/*")):
+        try:
+            mtime = datetime.fromtimestamp(d.stat().st_mtime, timezone.utc)
+        except OSError:
+            continue
+        if d.is_dir() and not d.is_symlink() and mtime < cutoff and not run_is_live(d.parent.parent.name):
+            entries.append(Entry(id=str(d.relative_to(root)), stage=RUNS, key16="", path=str(d), kind="failed",
+                                 size_bytes=dir_size(d), why=f"a failed stage's files, kept since {mtime:%Y-%m-%d}"))
+
     old_runs = sum(r["updated"] < cutoff for r in runs)
     runs_info = {"count": len(runs), "older_than_keep_days": old_runs, "live": live_runs}
     nights = sorted(str(d.relative_to(root)) for d in (root / NIGHTLY).glob("*/*") if d.is_dir()) \
@@ -392,7 +403,7 @@ def execute(p: Plan) -> None:
     trash = root / TRASH
     for e in p.goes:
         path = Path(e.path)
-        if e.stage == TRASH:
+        if e.stage == TRASH or e.kind == "failed":  # no lock: no stage builds or reuses these
             try:
                 _remove_tree(path)
                 e.status = "deleted"

@@ -1,7 +1,9 @@
 """Nightly: a dated sweep compared with the newest earlier night; a regression exits non-zero.
 
 The date enters only the measuring stages' keys (RunLoadgen, CheckAccuracy and what builds on
-them), so every night measures afresh while models, engines and repos are reused.
+them), so every night measures afresh while models, engines and repos are reused. Each point is
+judged by its scenario's metrics (harness/nightly.py); --repeats N measures it N times and compares
+medians, counting a change only outside the measured spread.
 Backfill: luigi --module pipeline RangeDailyBase --of Nightly --start 2026-11-01 --stop 2026-11-08
 (with [Nightly] sweep=... in luigi.cfg or --Nightly-sweep).
 """
@@ -13,7 +15,7 @@ from pathlib import Path
 
 import luigi
 
-from harness.sweep import compare_nights
+from harness import nightly
 from harness.config import ParamsError
 from harness.errors import shorten
 from tasks.lifecycle import errors_as_messages, note_result, setup
@@ -44,7 +46,11 @@ class Nightly(luigi.Task):
     date = NightDate()
     sweep = luigi.Parameter(description="sweep file measured every night")
     overrides = luigi.Parameter(default="", description="applied to every point after the sweep's values")
-    max_drop = luigi.FloatParameter(default=0.05, description="tokens/s drop that counts as a regression")
+    max_drop = luigi.FloatParameter(default=0.05, description="Offline: the least tokens/s drop that counts")
+    max_latency_rise = luigi.FloatParameter(default=0.10, description="Server/Interactive: the least TTFT/TPOT p99 "
+                                                                         "rise that counts")
+    repeats = luigi.IntParameter(default=1, description="measure each point N times; medians are compared and a "
+                                                        "change counts only outside the nights' spread")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -54,8 +60,14 @@ class Nightly(luigi.Task):
             errors_as_messages()
             raise
 
+    def repeat(self, i: int) -> Sweep:
+        """Repeat i's sweep; the repeat enters the measuring stages' keys (the first keeps the date alone)."""
+        day = self.date.isoformat()
+        return Sweep(sweep=self.sweep, overrides=self.overrides, nightly_date=day if i == 0 else f"{day}.r{i + 1}")
+
     def requires(self):
-        return Sweep(sweep=self.sweep, overrides=self.overrides, nightly_date=self.date.isoformat())
+        return self.repeat(0)  # the others run one after another from run(): a sweep stops its servers
+                               # when done, which must not happen under another repeat's measurement
 
     def night_dir(self, date_iso: str):
         return artifacts_root() / "Nightly" / self.requires().definition_name() / date_iso
@@ -70,14 +82,26 @@ class Nightly(luigi.Task):
 
     def run(self):
         setup(root=self)
-        sweep = json.loads((self.requires().artifact_dir / "sweep.json").read_text())
+        sweeps = [self.requires()]
+        for i in range(1, max(1, self.repeats)):
+            yield self.repeat(i)  # luigi runs it (a dynamic dependency), then resumes here
+            sweeps.append(self.repeat(i))
+        rows, varied = [], []
+        for i, sweep_task in enumerate(sweeps):
+            sweep = json.loads((sweep_task.artifact_dir / "sweep.json").read_text())
+            rows += [{**r, "repeat": i + 1} for r in sweep["rows"]]
+            varied = sweep["varied"]
         prev = self.previous_night()
-        regressions = compare_nights(sweep["rows"], prev["rows"] if prev else [], sweep["varied"], self.max_drop)
+        floors = {"tokens_per_s": self.max_drop, "ttft_p99_ms": self.max_latency_rise,
+                  "tpot_p99_ms": self.max_latency_rise}
+        points = nightly.compare(rows, prev["rows"] if prev else [], varied, floors)
+        regressions = [{"point": p["point"], "reasons": p["reasons"]} for p in points if p["reasons"]]
         doc = {"date": self.date.isoformat(), "sweep": self.sweep, "compared_with": prev["date"] if prev else None,
-               "max_drop": self.max_drop, "regressions": regressions, "rows": sweep["rows"], "varied": sweep["varied"]}
+               "repeats": max(1, self.repeats), "floors": floors, "max_drop": self.max_drop,
+               "regressions": regressions, "points": points, "rows": rows, "varied": varied}
         out = self.night_dir(self.date.isoformat())
         out.mkdir(parents=True, exist_ok=True)
-        (out / "nightly.md").write_text(_markdown(doc))
+        (out / "nightly.md").write_text(nightly.render_markdown(doc))
         with self.output().open("w") as f:
             json.dump(doc, f, indent=2)
         self._note(doc)
@@ -94,18 +118,11 @@ class Nightly(luigi.Task):
         regressions = doc.get("regressions") or []
         if regressions and not quiet:
             lines = "\n".join(f"  - {json.dumps(r['point'])}: {'; '.join(r['reasons'])}" for r in regressions)
-            log.error("%d regression(s) on %s vs %s:\n%s", len(regressions), doc["date"], doc["compared_with"], lines)
-        note_result(self.task_id, regression=bool(regressions), persist=not quiet)
+            log.error("%d regression(s) on %s vs %s:\n%s", len(regressions), doc["date"],
+                      doc["compared_with"] or "nothing (first night)", lines)
+        md = self.night_dir(doc["date"]) / "nightly.md"
+        verdict = f"{len(regressions)} regression(s)" if regressions else "no regressions"
+        summary = (f"\nperfdag Nightly {doc['date']} vs {doc['compared_with'] or 'nothing (first night)'}: "
+                   f"{verdict}\n  report     {md}\n")
+        note_result(self.task_id, regression=bool(regressions), summary=summary, persist=not quiet)
 
-
-def _markdown(doc: dict) -> str:
-    lines = [f"# nightly {doc['date']}", "", f"compared with: {doc['compared_with'] or 'nothing (first night)'}",
-             f"max tokens/s drop: {doc['max_drop']:.0%}", ""]
-    if doc["regressions"]:
-        lines += ["## Regressions", ""] + [f"- `{json.dumps(r['point'])}`: {'; '.join(r['reasons'])}" for r in doc["regressions"]]
-    else:
-        lines.append("No regressions.")
-    cols = [*doc["varied"], "tokens_per_s", "samples_per_s", "tpot_p99_ms", "valid", "accuracy_passed"]
-    lines += ["", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(str(r.get(c)) for c in cols) + " |" for r in doc["rows"]]
-    return "\n".join(lines) + "\n"

@@ -38,7 +38,10 @@ def list_servers() -> list[dict]:
         for rec in recs:
             if (key16, rec.get("pid")) in seen or not (rec.get("external") or is_ours(rec)):
                 continue
-            rows.append(_row(key16, rec, "ready" if servers_live([rec]) else "down", registry))
+            live = servers_live([rec])
+            if rec.get("external") and not live and not registry.holders(key16):
+                continue  # an endpoint someone else ran, gone and used by no run: history, not a server
+            rows.append(_row(key16, rec, "ready" if live else "down", registry))
     return rows
 
 

@@ -1,7 +1,8 @@
 """`python -m pipeline status`: every stage's key, cached or missing, and why (like `dvc status`).
 
-States: `cached` (reusable), `missing` (with which key inputs differ from the newest cached
-artifact of that stage: params, tools, upstream keys, perfdag's code, what a tool is handed),
+States: `cached` (reusable), `missing` (with which key inputs differ from the cached artifact of
+that stage whose inputs are closest, i.e. fewest differing fields: params, tools, upstream keys,
+perfdag's code, what a tool is handed; a few lines per stage, all with --full or --json),
 `missing` also when published but an upstream whose files it uses at run time is gone (`upstream
 BuildEngine 1b0d...: missing`),
 `corrupt` (published, but its files, or those it was made from, are not what was published, or its
@@ -29,15 +30,11 @@ def flatten(doc: Any, prefix: str = "") -> dict[str, Any]:
 SECTIONS = ("params", "tools", "upstream", "code", "executed")
 
 
-def _why(task: StageTask) -> list[dict]:
-    """What differs from the newest cached artifact of the same stage."""
-    cached = task.store.manifests(task.stage)
-    if not cached:
-        return [{"field": "*", "reason": "no cached artifact of this stage"}]
-    newest = cached[0]
+def _diff(key_doc: dict, manifest: dict) -> list[dict]:
+    """The key inputs that differ between what is asked for and one published artifact."""
     diffs = []
     for section in SECTIONS:
-        now, then = task.key_doc.get(section) or {}, newest.get(section) or {}
+        now, then = key_doc.get(section) or {}, manifest.get(section) or {}
         if section == "code":  # one line per module: 'code: harness/mlperf/accuracy.py changed'
             for mod in sorted(set(now) | set(then)):
                 if now.get(mod) != then.get(mod):
@@ -48,9 +45,22 @@ def _why(task: StageTask) -> list[dict]:
         for field in sorted(set(fnow) | set(fthen)):
             if fnow.get(field, "<absent>") != fthen.get(field, "<absent>"):
                 diffs.append({"field": field, "cached": fthen.get(field, "<absent>"), "now": fnow.get(field, "<absent>")})
-    return diffs or [{"field": "*", "reason": f"same inputs as {newest.get('key', '?')[:16]} but schema or key differ"}]
+    return diffs
 
 
+def _why(task: StageTask) -> list[dict]:
+    """What differs from the cached artifact of the same stage whose inputs are closest to these
+    (fewest differing fields; the newest among equals): the change the user made, not every way
+    the newest artifact happens to differ."""
+    cached = task.store.manifests(task.stage)  # newest first
+    if not cached:
+        return [{"field": "*", "reason": "no cached artifact of this stage"}]
+    candidates = [(len(d), i, d, m) for i, m in enumerate(cached) for d in [_diff(task.key_doc, m)]]
+    _, _, diffs, closest = min(candidates, key=lambda c: c[:2])
+    key16 = str(closest.get("key", "?"))[:16]
+    if not diffs:
+        return [{"field": "*", "reason": f"same inputs as {key16} but schema or key differ", "compared_with": key16}]
+    return [{**d, "compared_with": key16} for d in diffs]
 def _full_run_stages(params_file: str, overrides: str) -> set[str]:
     """The stages a FullRun of these params builds (RunTest06 is built only by a Submission)."""
     from .full_run import FullRun
@@ -97,17 +107,46 @@ def _rows(params_file: str, overrides: str, verify: bool) -> list[dict]:
     return rows
 
 
-def print_status(rows: list[dict]) -> None:
+MAX_LINES, MAX_VALUE = 3, 60
+
+
+def _short(v: Any) -> str:
+    """A value on one line, cut to MAX_VALUE characters (a config.pbtxt is not a status line)."""
+    text = repr(v)
+    if isinstance(v, str) and len(v) == 64 and all(c in "0123456789abcdef" for c in v):
+        return v[:16]  # an upstream key: named as artifacts/<Stage>/<key16> names it
+    if isinstance(v, str) and "\n" in v:
+        text = f"<{v.count(chr(10)) + 1} lines> " + repr(v.split(chr(10), 1)[0])
+    return text if len(text) <= MAX_VALUE else text[:MAX_VALUE - 1] + "…"
+
+
+def why_lines(changed: list[dict], full: bool = False) -> list[str]:
+    """At most MAX_LINES per stage (all with `full`), the rest pointed at --full / --json."""
+    lines = []
+    against = next((c["compared_with"] for c in changed if c.get("compared_with")), None)
+    for c in changed:
+        if "cached" in c:
+            lines.append(f"{c['field']}: {_short(c['cached'])} -> {_short(c['now'])}" if not full
+                         else f"{c['field']}: {c['cached']!r} -> {c['now']!r}")
+        else:
+            lines.append(c["reason"])
+    if not full and len(lines) > MAX_LINES:
+        lines = lines[:MAX_LINES] + [f"… {len(lines) - MAX_LINES} more (status --full, or --json)"]
+    if against and changed and "cached" in changed[0]:
+        lines.insert(0, f"vs closest cached {against}:")
+    return lines
+
+
+def print_status(rows: list[dict], full: bool = False) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title="perfdag status")
     for col in ("stage", "key", "status", "why"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
     for r in rows:
-        why = ""
-        for c in r.get("changed", []):
-            why += (f"{c['field']}: {c['cached']!r} -> {c['now']!r}\n" if "cached" in c else f"{c['reason']}\n")
+        why = "\n".join(why_lines(r.get("changed", []), full))
         style = {"cached": "green", "stale": "red", "corrupt": "red", "stopped": "cyan"}.get(r["status"], "yellow")
-        table.add_row(r["stage"], r["key"], f"[{style}]{r['status']}[/]", why.rstrip())
+        table.add_row(r["stage"], r["key"], f"[{style}]{r['status']}[/]", escape(why))
     Console().print(table)

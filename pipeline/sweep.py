@@ -16,12 +16,14 @@ from harness.config import ParamsError
 from harness.sweep import (
     SweepError,
     duplicate_points,
+    fmt,
     load_sweep,
     lookup,
     point_names,
     point_overrides,
     points,
     row,
+    text_table,
     write_results,
 )
 from tasks import LaunchServers
@@ -91,15 +93,21 @@ class Sweep(StageTask):  # not in STAGES: it takes a sweep file, not one params 
         return ("harness.sweep",)  # the tables and plots
 
     def upstream(self):
+        n = len(self.points)
         return {f"point{i:03d}": self.clone(FullRun, params_file=str(self.base),
                                              overrides=point_overrides(self.definition, p, self.overrides),
-                                             as_point=True)
+                                             as_point=True, point_label=f"{i + 1}/{n} " + (
+                                                 ", ".join(f"{k}={fmt(v)}" for k, v in p.items()) or "base"))
                 for i, p in enumerate(self.points)}
 
     def _note(self) -> None:
-        rows = json.loads((self.artifact_dir / "sweep.json").read_text())["rows"]
+        doc = json.loads((self.artifact_dir / "sweep.json").read_text())
+        rows = doc["rows"]
+        summary = (f"\nperfdag Sweep {self.definition_name()}: {len(rows)} point(s)\n"
+                   f"{text_table(doc['varied'], rows)}\n  report     {self.artifact_dir / 'sweep.md'}\n")
         note_result(self.task_id, valid=all(r.get("valid") for r in rows),
-                    accuracy=all(r.get("accuracy_passed") for r in rows), persist=False)
+                    accuracy=all(r.get("accuracy_passed") for r in rows),
+                    summary=None if self.nightly_date else summary, persist=False)
 
     def is_done(self) -> bool:
         done = super().is_done()
@@ -119,7 +127,6 @@ class Sweep(StageTask):  # not in STAGES: it takes a sweep file, not one params 
 
     def run(self):
         super().run()
-        log.info("sweep results: %s", self.artifact_dir / "sweep.md")
         self._note()
         # Its points' servers, whichever worker launched them (under luigid that may be another).
         release_servers([p.clone(LaunchServers).key[:16] for p in self.upstream().values()],

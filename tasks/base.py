@@ -301,9 +301,17 @@ class StageTask(luigi.Task):
         except Exception as e:  # the build's own error is the one to report
             log.warning("%s %s: cleaning up after the failed build: %s", self.stage, self.key[:16], e)
 
+    def evidence(self, dest: Path) -> None:
+        """Adds to a failed build's kept directory what explains the failure beyond its own files
+        (measuring stages: the servers' log tails)."""
+
     def _build_with_fault_hook(self, out_dir: Path) -> dict:
         log.info("%s %s: building (published as %s)", self.stage, self.key[:16], self.artifact_dir)
-        extra = self.build(out_dir)
+        try:
+            extra = self.build(out_dir)
+        except Exception as e:
+            _keep_failed(self, out_dir, e)
+            raise
         # Fault injection for tests of crash safety: PERFDAG_FAULT_SLEEP="BuildEngine:30" holds
         # the finished-but-unpublished build open so a test can SIGKILL or race it.
         stage, _, seconds = os.environ.get("PERFDAG_FAULT_SLEEP", "").partition(":")
@@ -311,6 +319,40 @@ class StageTask(luigi.Task):
             log.info("fault hook: holding %s for %ss before publishing", self.stage, seconds or 0)
             time.sleep(float(seconds or 0))
         return extra
+
+
+def _keep_failed(task: StageTask, out_dir: Path, exc: BaseException) -> None:
+    """A failed build's directory (logs, partial LoadGen logs) moves to runs/<id>/failed/<Stage>-<key16>/
+    instead of being deleted; the error names it (never empty) and run.json records the failure."""
+    import shutil
+
+    dest = runlog.run_file(task.store.root).parent / "failed" / f"{task.stage}-{task.key[:16]}"
+    kept = None
+    try:
+        if dest.exists():  # a retry in the same run: the newest failure is the one to read
+            shutil.rmtree(dest)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(out_dir, dest)  # same filesystem (under the artifacts root): one rename
+        out_dir.mkdir()  # the store removes its temp dir as usual
+        try:
+            task.evidence(dest)
+        except Exception as e:  # evidence is a courtesy; the stage's own error is the news
+            log.warning("%s: could not add server logs to %s: %s", task.stage, dest, e)
+        kept = dest
+    except OSError as e:
+        log.warning("%s: could not keep the failed build's files (%s): %s", task.stage, out_dir, e)
+    said = str(exc).strip()
+    text = said or "(no message)"
+    if kept is not None:
+        text = text.replace(str(out_dir), str(kept))
+        if str(kept) not in text:
+            text += f"\n(logs and partial outputs kept in {kept})"
+    if type(exc).__str__ is BaseException.__str__:  # the message is its args: reword it in place
+        exc.args = (text,)
+    else:  # e.g. OSError formats its own message: add ours beneath it
+        exc.add_note(text.removeprefix(said).strip())
+    runlog.record_failure(task.store.root, task.stage, task.key, f"{type(exc).__name__}: {text}",
+                          str(kept) if kept else None)
 
 
 _TRUST_MEMO: dict[tuple, list[str]] = {}

@@ -1,7 +1,7 @@
 """Process-wide setup for a run, done explicitly (importing perfdag changes no global state).
 
 `setup()` runs when luigi first asks a stage whether it is complete or runs one (idempotent):
-perfdag's log handler, perfdag errors shown as messages instead of tracebacks, Ctrl-C as one
+perfdag's log handler, luigi's INFO lines to the run's luigi.log, perfdag errors shown as messages instead of tracebacks, Ctrl-C as one
 line, server leases released at the end, and the exit code of the run's verdict.
 
 Servers and leases: a run that measures holds a lease on its servers (tasks/launch_servers.py).
@@ -94,6 +94,8 @@ def setup(verbose: bool = False, root=None) -> None:
         log.addHandler(handler)
         log.setLevel(logging.INFO)
         log.propagate = False
+    if not (verbose or os.environ.get("PERFDAG_VERBOSE") == "1"):
+        _luigi_info_to_run_log()
     runlog.current_run_id()
     luigi.Task.event_handler(luigi.Event.FAILURE)(_on_failure)
     atexit.register(_at_exit)
@@ -170,6 +172,29 @@ def _quiet_third_party() -> None:
         stream = getattr(sys, name)
         if not isinstance(stream, _ThirdPartyFilter):
             setattr(sys, name, _ThirdPartyFilter(stream))
+
+
+def _luigi_info_to_run_log() -> None:
+    """luigi's INFO lines (scheduling, workers, its execution summary: ~60 a run) go to
+    runs/<run id>/luigi.log; the terminal keeps luigi's warnings and errors and perfdag's own lines."""
+    from . import runlog
+    from .settings import artifacts_root
+
+    luigi_log = logging.getLogger("luigi-interface")
+    terminal = [h for h in luigi_log.handlers if type(h) is logging.StreamHandler]
+    if not terminal:
+        return
+    try:
+        path = runlog.run_file(artifacts_root()).parent / "luigi.log"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        to_file = logging.FileHandler(path)
+    except OSError:  # a read-only root: luigi keeps the terminal
+        return
+    to_file.setFormatter(logging.Formatter("%(asctime)s %(levelname)s: %(message)s"))
+    luigi_log.addHandler(to_file)
+    for h in terminal:
+        h.setLevel(max(h.level, logging.WARNING))
+    log.info("luigi's log: %s (--verbose shows it here)", path)
 
 
 # --- servers ----------------------------------------------------------------------------------

@@ -50,6 +50,16 @@ class MeasuringStage(StageTask):
     def code(self):
         return SUT_CODE + CORE_CODE[self.protocol]
 
+    def evidence(self, dest):
+        """A failed measurement keeps the tail of every server's log beside its own logs."""
+        servers = self.upstream()["servers"]
+        for i, rec in enumerate(servers.servers()):
+            src = servers.artifact_dir / rec.get("log", "")
+            if rec.get("log") and src.is_file():
+                with open(src, "rb") as f:
+                    f.seek(max(0, src.stat().st_size - 64 * 1024))  # the tail: what the server said last
+                    (dest / f"server{i}-{src.name}.tail").write_bytes(f.read())
+
     def inputs(self) -> tuple[list[dict], list[Sample], dict]:
         """(server records, samples, dataset manifest)."""
         up = self.upstream()

@@ -76,3 +76,12 @@ def record_verdict(root: Path, task_id: str, verdict: dict) -> None:
     def change(doc):
         doc.setdefault("verdicts", {})[task_id] = verdict
     _update(root, change)
+
+
+def record_failure(root: Path, stage: str, key: str, error: str, kept: str | None) -> None:
+    """The stage that failed, its error and where its files were kept (runs/<id>/failed/...)."""
+    def change(doc):
+        entry = {"stage": stage, "key": key, "error": error, "kept": kept,
+                 "at": datetime.now(timezone.utc).isoformat()}
+        doc.setdefault("failed", {})[f"{stage}/{key[:16]}"] = entry
+    _update(root, change)

@@ -44,6 +44,7 @@ NOT_SHAPING = {
     "harness.serving.tritonserver": "what it renders (argv, env) is keyed as executed",
     "harness.serving.pbtxt": "what it renders (config.pbtxt) is keyed as executed",
     "harness.backends.torch.repo": "what it renders (config.pbtxt) is keyed as executed",
+    "harness.cpus": "how many torch threads run; unkeyed like the core count it replaces",
 }
 KEYED_AS_EXECUTED = ("harness.backends.trtllm.",)  # the trtllm renderers: their commands are the key
 

@@ -202,6 +202,11 @@ def test_a_server_killed_mid_run_fails_the_run_clearly_and_the_rerun_relaunches(
     rc = run.finish()
     assert rc == 30, run.text[-3000:]
     assert "127.0.0.1:" in run.text and "Traceback" not in run.text
+    # The evidence is kept where the error says: partial LoadGen logs, harness.log, the server's log tail.
+    (failure,) = run_records(root)[-1]["failed"].values()
+    kept = Path(failure["kept"])
+    assert failure["stage"] == "RunLoadgen" and str(kept) in run.text and ".tmp-" not in run.text
+    assert (kept / "harness.log").is_file() and list(kept.glob("server0-*.tail")) and list(kept.glob("mlperf_log_*"))
     assert_no_orphans(root)
     rerun = run_luigi("FullRun", "--overrides", FAULT + ",loadgen.min_duration_ms=1000", artifacts=root, check=False)
     assert rerun.returncode in VERDICT, rerun.stderr[-3000:]

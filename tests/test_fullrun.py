@@ -38,7 +38,8 @@ def test_fullrun_reports_performance_and_accuracy_and_stops_its_servers(root):
     assert min(acc["rouge1"], acc["rouge2"], acc["rougeL"]) >= 99.0
     assert acc["tokens_per_sample"] > 0
     assert (report_dir / "report.md").read_text().startswith("# perfdag report")
-    assert (report_dir / "latency.png").stat().st_size > 1000 and (report_dir / "throughput.png").exists()
+    assert (report_dir / "lengths.png").stat().st_size > 1000 and (report_dir / "throughput.png").exists()
+    assert report["client_stats"]["input_tokens"]["n"] == report["client_stats"]["latency_ms"]["n"] > 0
     perf_dir = only(root, "RunLoadgen/*")
     for name in ("mlperf_log_summary.txt", "mlperf_log_detail.txt", "result.json"):
         assert (perf_dir / name).is_file()

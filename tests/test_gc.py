@@ -268,3 +268,32 @@ def test_main_dry_run_by_default(store, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "in 3 item(s) would be freed" in out and "upstream of kept" in out
     assert (root / "Sweep" / s["old_sweep"][:16]).is_dir()
+
+
+def test_failed_stage_files_age_out_like_everything_else(store):
+    root, s = store
+    old = root / "runs" / "month-old-run" / "failed" / "RunLoadgen-0123456789abcdef"
+    new = root / "runs" / "recent-run" / "failed" / "RunLoadgen-fedcba9876543210"
+    for d in (old, new):
+        d.mkdir(parents=True)
+        (d / "harness.log").write_text("x" * 1000)
+    month_ago = datetime.fromisoformat(MONTH).timestamp()
+    os.utime(old, (month_ago, month_ago))
+    p = gc.plan(root, keep_days=14)
+    failed = [e for e in p.goes if e.kind == "failed"]
+    assert [e.id for e in failed] == ["runs/month-old-run/failed/RunLoadgen-0123456789abcdef"]
+    gc.execute(p)
+    assert not old.exists() and (new / "harness.log").is_file()
+    assert (root / "runs" / "month-old-run" / "run.json").is_file()  # the run record itself stays
+
+
+def test_dry_run_into_a_closed_pipe_prints_no_traceback(store):
+    """`gc --dry-run | head`: the reader is gone before gc writes (closed at once here, so it is certain)."""
+    root, _ = store
+    env = {**os.environ, "PERFDAG_ARTIFACTS": str(root)}
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline", "gc", "--dry-run", "-v"], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()
+    err = proc.stderr.read()
+    proc.wait(120)
+    assert "Traceback" not in err and "BrokenPipe" not in err, err

@@ -67,6 +67,10 @@ def test_sweep_on_luigid_with_two_workers_builds_shared_stages_once(root, luigid
                for _ in range(2)]
     outs = [w.communicate(timeout=900)[0] for w in workers]
     assert [w.returncode for w in workers] == [0, 0], "\n".join(o[-3000:] for o in outs)
+    # The terminal: one line per point as it finishes, the sweep's table at the end, no luigi INFO.
+    text = "\n".join(outs)
+    assert sum(f"sweep point {i}/4 " in text for i in range(1, 5)) == 4, text[-3000:]
+    assert "perfdag Sweep small: 4 point(s)" in text and "INFO:" not in text
 
     built: dict[str, int] = {}
     for run in run_records(root):

@@ -12,8 +12,11 @@ import pytest
 from conftest import REPO
 
 from harness.loadgen.results import parse_summary
-from harness.report import plot, throughput_bins
-from harness.sweep import lookup, point_kind, write_results
+import numpy as np
+
+from harness.plots import arrival_bins, offsets, request_stats, stats_markdown
+from harness.report import plot
+from harness.sweep import lookup, point_kind, text_table, write_results
 
 # A LoadGen run against a SUT that answers at once (after `delay_s`), in its own process (one
 # LoadGen test per process): LoadGen's own verdicts, not made-up logs.
@@ -84,20 +87,46 @@ def requests_at(rate_per_s: float, seconds: float, tokens: int = 32, ttft: float
 def test_throughput_bins_do_not_fake_a_drop_at_the_end(seconds):
     """A steady 100 requests/s: every bin after the first (completions start 40 ms in), the partial
     last one included, reads ~3200 tokens/s."""
-    starts, widths, rates = throughput_bins(requests_at(100, seconds))
-    assert starts[0] == 0 and abs(starts[-1] + widths[-1] - (seconds + 0.04)) < 0.02  # up to the last completion
-    assert min(widths) >= 0.5 * max(widths[:-1] or widths)
-    assert all(abs(r - 3200) / 3200 < 0.15 for r in rates[1:]), rates
+    edges, rates = arrival_bins(requests_at(100, seconds))
+    widths = np.diff(edges)
+    assert edges[0] == 0 and abs(edges[-1] - (seconds + 0.04)) < 0.02  # up to the last completion
+    assert min(widths) >= 0.5 * max(widths[:-1] if len(widths) > 1 else widths)
+    assert all(abs(r - 3200) / 3200 < 0.15 for r in rates[1:-1]), rates
 
 
-def test_report_plots(tmp_path):
-    perf = {"tokens_per_second": 3200.0, "ttft_limit_ms": 2000.0, "tpot_limit_ms": 200.0}
-    files = plot(requests_at(100, 5), tmp_path, "t Server", perf)
-    assert files == ["throughput.png", "latency.png", "tpot.png"]
+def test_offline_bins_hold_several_completions_and_streamed_tokens_count_when_they_arrive():
+    """Non-streamed: 2,048 requests of 32 tokens completing evenly over 6.4 s read ~10,240 tokens/s
+    in every bin (a bin holds several completions: no staircase of whole requests). Streamed: one
+    request whose 11 tokens arrive from 1 s to 3 s counts them there, not at its completion."""
+    reqs = [{"sample_index": i, "issue_ms": 0.0, "latency_ms": 3.125 * (i + 1), "ttft_ms": None, "n_tokens": 32,
+             "tpot_ms": None} for i in range(2048)]
+    edges, rates = arrival_bins(reqs)
+    assert abs(sum(rates * np.diff(edges)) - 2048 * 32) < 1e-6  # every token counted once
+    assert all(abs(r - 10240) / 10240 < 0.1 for r in rates), rates
+    one = [{"sample_index": 0, "issue_ms": 0.0, "ttft_ms": 1000.0, "latency_ms": 3000.0, "n_tokens": 11, "tpot_ms": 200.0}]
+    edges, rates = arrival_bins(one)
+    tokens = rates * np.diff(edges)
+    assert abs(tokens.sum() - 11) < 1e-9 and tokens[edges[:-1] < 0.99].sum() == 0  # nothing before the first token
+
+
+def test_report_plots_and_per_request_stats(tmp_path):
+    perf = {"tokens_per_second": 3200.0, "ttft_limit_ms": 2000.0, "tpot_limit_ms": 200.0,
+            "ttft_ms": {"p99": 5.5}, "tpot_ms": {"p99": 1.2}, "latency_ms": {"p99": 41.0}}
+    reqs = [{**r, "input_tokens": 8 + i % 5} for i, r in enumerate(requests_at(100, 5))]
+    files = plot(reqs, tmp_path, "t Server", perf)
+    assert files == ["throughput.png", "latency_over_time.png", "distributions.png", "lengths.png"]
     assert all((tmp_path / f).stat().st_size > 5000 for f in files)
     offline = tmp_path / "offline"
     offline.mkdir()
-    assert plot(requests_at(100, 5, ttft=None), offline, "t Offline", {}) == ["throughput.png", "latency.png"]
+    assert plot(requests_at(100, 5, ttft=None), offline, "t Offline", {}) == ["throughput.png", "lengths.png"]
+    stats = request_stats(reqs)
+    assert stats["ttft_ms"]["p99"] == 5.0 and stats["input_tokens"]["max"] == 12 and stats["output_tokens"]["std"] == 0
+    assert set(stats["latency_ms"]) == {"min", "mean", "std", "p50", "p90", "p99", "max", "n"}
+    offs = offsets(perf, stats)
+    assert offs["ttft_ms"]["client_minus_loadgen"] == -0.5  # the client's clock reads 0.5 ms under LoadGen's
+    md = "\n".join(stats_markdown(stats, offs))
+    assert "| TTFT | ms | 500 | 5 | 5 | 0 | 5 | 5 | 5 | 5 |" in md
+    assert "TTFT 5 vs 5.50 ms (-0.50 ms)" in md and "Client-side" in md
 
 
 def test_sweep_plots_keep_scenarios_apart_and_mark_invalid_points(tmp_path):
@@ -110,7 +139,53 @@ def test_sweep_plots_keep_scenarios_apart_and_mark_invalid_points(tmp_path):
     # no tokens/s-vs-scenario plot (it would put Offline and Server tokens/s on one axis)
     assert files == ["tokens_per_s_vs_build_max_batch_size.png", "pareto_tpot.png"]
     assert [point_kind(r) for r in rows] == ["invalid", "ok", "ok"]
-    assert "| 8 | Offline |" in (tmp_path / "sweep.md").read_text()
+    assert "| Offline | 8 |" in (tmp_path / "sweep.md").read_text()
+
+
+def batch_and_qps_rows() -> tuple[list[str], list[dict]]:
+    """params/sweeps/batch_and_qps.yaml's shape: a batch x Offline-QPS grid and one Server point."""
+    base = {"accuracy_passed": True, "fullrun_key": "k", "invalid_reason": None, "ttft_p99_ms": None,
+            "tpot_p99_ms": None, "samples_per_s": 60.0, "valid": True}
+    rows = [{**base, "build.max_batch_size": b, "loadgen.offline_expected_qps": q, "loadgen.scenario": "Offline",
+             "loadgen.server_target_qps": 20, "scenario": "Offline", "tokens_per_s": 2000.0 + 30 * b + q / 2}
+            for b in (8, 32) for q in (300, 600)]
+    rows.append({**base, "build.max_batch_size": 32, "loadgen.offline_expected_qps": 300, "loadgen.scenario": "Server",
+                 "loadgen.server_target_qps": 20, "scenario": "Server", "tokens_per_s": 617.4, "ttft_p99_ms": 480.93,
+                 "tpot_p99_ms": 10.05})
+    return ["build.max_batch_size", "loadgen.offline_expected_qps", "loadgen.scenario", "loadgen.server_target_qps"], rows
+
+
+def test_sweep_table_columns_come_from_what_was_varied_and_fit_each_row(tmp_path):
+    varied, rows = batch_and_qps_rows()
+    write_results(tmp_path, "s", varied, rows)
+    lines = (tmp_path / "sweep.md").read_text().splitlines()
+    header = next(x for x in lines if x.startswith("| scenario"))
+    assert header.count("scenario") == 1  # not both loadgen.scenario and scenario
+    assert "fullrun_key" not in header and "invalid_reason" not in header
+    assert any(x.startswith("| Offline | 8 | 300 | - | 2390 |") for x in lines)  # 300 not 300.00; no server QPS
+    assert any(x.startswith("| Server | 32 | - | 20 | 617.4 |") for x in lines)  # no Offline QPS on a Server row
+    assert "|" not in text_table(varied, rows).splitlines()[0] and "617.4" in text_table(varied, rows)
+
+
+def test_sweep_plots_only_over_what_varied_with_one_series_per_other_value(tmp_path, monkeypatch):
+    varied, rows = batch_and_qps_rows()
+    files = write_results(tmp_path, "s", varied, rows)
+    # server_target_qps took one value on the one Server point: no plot over it (nor Offline points against it)
+    assert files == ["tokens_per_s_vs_build_max_batch_size.png", "tokens_per_s_vs_loadgen_offline_expected_qps.png",
+                     "pareto_tpot.png"]
+    import harness.sweep as sweep_mod
+
+    drawn, real = [], sweep_mod._series_panel
+
+    def spy(ax, key, others, pts):
+        real(ax, key, others, pts)
+        drawn.append((key, pts, [t.get_text() for t in ax.get_legend().get_texts()]))
+
+    monkeypatch.setattr(sweep_mod, "_series_panel", spy)
+    write_results(tmp_path, "s", varied, rows)
+    (pts, labels), = [(p, lab) for k, p, lab in drawn if k == "loadgen.offline_expected_qps"]
+    assert {r["scenario"] for r in pts} == {"Offline"} and len(pts) == 4  # the Server point has no Offline QPS
+    assert labels[:2] == ["build.max_batch_size=8", "build.max_batch_size=32"]  # a series per batch size
 
 
 def test_a_sweep_point_that_leaves_a_parameter_at_its_default_shows_the_default(tmp_path):

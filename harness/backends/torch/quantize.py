@@ -76,8 +76,10 @@ def load_fp32(src_dir, device: str = "cpu", unfuse: bool = True):
     import torch
     from transformers import AutoModelForCausalLM
 
+    from ...cpus import apply_torch_threads
     from ..checkpoint import hf_dtype_kwargs
     from ..moe import unfuse_moe_experts
+    apply_torch_threads()  # quantize and build run torch in this process: the CPUs it may use
     model = AutoModelForCausalLM.from_pretrained(str(src_dir), **hf_dtype_kwargs(torch.float32))
     if unfuse:  # transformers 5 Mixtral: modelopt's export needs per-expert linears
         unfuse_moe_experts(model)

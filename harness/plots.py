@@ -1,0 +1,257 @@
+"""FullRun's per-request plots and statistics (no luigi), from requests.csv.
+
+One source per number: percentiles LoadGen defines (TTFT, TPOT, latency p50/p90/p99) are
+LoadGen's, and the plots draw LoadGen's p99 and the scenario's limit. The per-request timings
+are the client's own clock (issue to first chunk / to the last), so they are labelled
+client-side wherever they appear, and the report gives the offset between the client's p99 and
+LoadGen's. The client records per request the first token and the completion, not each token:
+TPOT is per request ((completion - first token) / (tokens - 1)), i.e. its mean inter-token
+latency; single inter-token gaps are not recorded.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+STATS = ("min", "mean", "std", "p50", "p90", "p99", "max")
+STREAMING = ("Server", "Interactive")
+
+
+def _stats(values) -> dict | None:
+    v = np.asarray([x for x in values if x is not None], dtype=float)
+    if v.size == 0:
+        return None
+    out = {"min": v.min(), "mean": v.mean(), "std": v.std(), "p50": np.percentile(v, 50),
+           "p90": np.percentile(v, 90), "p99": np.percentile(v, 99), "max": v.max()}
+    return {k: round(float(x), 3) for k, x in out.items()} | {"n": int(v.size)}
+
+
+def decode_tps(r: dict) -> float | None:
+    """A streamed request's own generation speed after its first token (tokens/s)."""
+    if r.get("tpot_ms"):
+        return 1000.0 / r["tpot_ms"]
+    return None
+
+
+#: (key, label, unit, how a request gives it)
+MEASURES = [
+    ("ttft_ms", "TTFT", "ms", lambda r: r.get("ttft_ms")),
+    ("tpot_ms", "TPOT (per request)", "ms", lambda r: r.get("tpot_ms")),
+    ("latency_ms", "request latency", "ms", lambda r: r.get("latency_ms")),
+    ("input_tokens", "input length", "tokens", lambda r: r.get("input_tokens")),
+    ("output_tokens", "output length", "tokens", lambda r: r.get("n_tokens")),
+    ("request_tokens_per_s", "per-request decode speed", "tokens/s", decode_tps),
+]
+
+
+def request_stats(requests: list[dict]) -> dict:
+    """min/mean/std/p50/p90/p99/max of each per-request measure (client-side timings)."""
+    return {key: s for key, _, _, get in MEASURES if (s := _stats(get(r) for r in requests))}
+
+
+def offsets(performance: dict, stats: dict) -> dict:
+    """Client-side p99 against LoadGen's for what both measure: how far the client's clock reads off."""
+    out = {}
+    for key in ("ttft_ms", "tpot_ms", "latency_ms"):
+        lg, cl = (performance.get(key) or {}).get("p99"), (stats.get(key) or {}).get("p99")
+        if lg is not None and cl is not None:
+            out[key] = {"loadgen_p99": lg, "client_p99": cl, "client_minus_loadgen": round(cl - lg, 3)}
+    return out
+
+
+# --- plots --------------------------------------------------------------------------------------
+
+_NICE_BINS = (0.1, 0.2, 0.25, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600)
+
+
+def arrival_bins(requests: list[dict], target_bins: int = 50) -> tuple[np.ndarray, np.ndarray]:
+    """(bin edges s, tokens/s per bin), tokens counted when they arrived. A streamed request's first
+    token arrives at its TTFT and the rest evenly until completion (its TPOT). A non-streamed
+    request's tokens all arrive at its completion; those runs get bins wide enough to hold about
+    8 completion batches (requests finishing within a few ms of each other), so a bin is not a staircase of whole batches (spreading them over the
+    request's lifetime would credit tokens to the time it waited in the server's queue)."""
+    starts, ends, firsts, counts = [], [], [], []
+    for r in requests:
+        t0 = r["issue_ms"] / 1000
+        starts.append(t0)
+        ends.append(t0 + r["latency_ms"] / 1000)
+        firsts.append(t0 + r["ttft_ms"] / 1000 if r.get("ttft_ms") is not None else None)
+        counts.append(r["n_tokens"])
+    span = max(max(ends), 1e-3)
+    if all(f is None for f in firsts):  # completions come in batches: ~8 batches a bin
+        gaps = np.diff(np.sort(ends)) * 1000
+        batches = 1 + int((gaps > max(5.0, 20 * float(np.median(gaps)) if gaps.size else 5.0)).sum())
+        target_bins = max(1, min(target_bins, batches // 8))
+    w = next((b for b in _NICE_BINS if span / b <= target_bins), _NICE_BINS[-1])
+    edges = np.arange(0, span + w, w)
+    if edges[-1] < span:
+        edges = np.append(edges, edges[-1] + w)
+    tokens = np.zeros(len(edges) - 1)
+    for s, e, f, n in zip(starts, ends, firsts, counts):
+        if f is None or e <= (f or s):  # not streamed: every token arrives at completion
+            tokens[_bin(edges, e, len(tokens))] += n
+            continue
+        tokens[_bin(edges, f, len(tokens))] += 1  # the first token at TTFT, the others over [first, end]
+        s, n = f, n - 1
+        if n <= 0:
+            continue
+        # the share of [s, e] in each bin
+        lo, hi = np.clip(edges[:-1], s, e), np.clip(edges[1:], s, e)
+        tokens += n * (hi - lo) / (e - s)
+    # The last bin ends at the last completion, not a full width later (a short tail is no collapse).
+    widths = np.diff(edges)
+    widths[-1] = max(span - edges[-2], 1e-9)
+    edges[-1] = span
+    if len(widths) > 1 and widths[-1] < w / 2:  # merge a short tail into the bin before
+        tokens[-2] += tokens[-1]
+        widths[-2] += widths[-1]
+        tokens, widths, edges = tokens[:-1], widths[:-1], np.delete(edges, -2)
+    return edges, tokens / widths
+
+
+def _bin(edges: np.ndarray, t: float, n: int) -> int:
+    return min(max(int(np.searchsorted(edges, t, side="right")) - 1, 0), n - 1)  # no float floor-division slips
+
+
+def plot_all(requests: list[dict], out_dir: Path, title: str, perf: dict) -> list[str]:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not requests:
+        return []
+    out_dir = Path(out_dir)
+    streaming = any(r.get("ttft_ms") is not None for r in requests)
+    files = [_throughput(plt, requests, out_dir, title, perf)]
+    if streaming:
+        files.append(_over_time(plt, requests, out_dir, title, perf))
+        files.append(_distributions(plt, requests, out_dir, title, perf))
+    files.append(_lengths(plt, requests, out_dir, title))
+    return files
+
+
+def _save(plt, fig, path: Path) -> str:
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path.name
+
+
+def _legend_outside(ax) -> None:
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0)
+
+
+def _throughput(plt, requests, out_dir: Path, title: str, perf: dict) -> str:
+    edges, rates = arrival_bins(requests)
+    streamed = any(r.get("ttft_ms") is not None for r in requests)
+    fig, ax = plt.subplots(figsize=(9, 4))
+    how = "as streamed" if streamed else "at completion\n(not streamed)"
+    ax.stairs(rates, edges, fill=True, alpha=0.5, color="tab:blue",
+              label=f"client-side tokens/s\nby arrival, {how},\n{edges[1] - edges[0]:g} s bins")
+    tps = perf.get("tokens_per_second")
+    if tps:
+        ax.axhline(tps, color="k", linestyle="--", linewidth=1, label=f"LoadGen: {tps:,.0f} tokens/s")
+    ax.set_xlim(0, edges[-1]), ax.set_ylim(bottom=0)
+    ax.set_xlabel("seconds since the first query"), ax.set_ylabel("generated tokens/s")
+    ax.set_title(f"{title}: throughput over time")
+    _legend_outside(ax)
+    return _save(plt, fig, out_dir / "throughput.png")
+
+
+def _over_time(plt, requests, out_dir: Path, title: str, perf: dict) -> str:
+    """TTFT and request latency of every request against when it was issued: when the server fell behind."""
+    fig, axes = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
+    t = np.array([r["issue_ms"] / 1000 for r in requests])
+    for ax, key, name, limit_key in ((axes[0], "ttft_ms", "TTFT", "ttft_limit_ms"),
+                                     (axes[1], "latency_ms", "request latency", None)):
+        v = np.array([r.get(key) if r.get(key) is not None else np.nan for r in requests], dtype=float)
+        ax.scatter(t, v, s=6, alpha=0.5, color="tab:blue", label=f"client-side {name}, per request")
+        lg = (perf.get(key) or {}).get("p99")
+        if lg is not None:
+            ax.axhline(lg, color="tab:orange", linewidth=1.5, label=f"LoadGen p99 {lg:,.1f} ms")
+        limit = perf.get(limit_key) if limit_key else None
+        if limit:
+            ax.axhline(limit, color="tab:red", linestyle="--", linewidth=1.5, label=f"limit (p99) {limit:,.0f} ms")
+        if np.nanmax(v) / max(np.nanmin(v[v > 0]) if (v > 0).any() else 1, 1e-3) > 50:
+            ax.set_yscale("log")
+        ax.set_ylabel(f"{name} (ms)")
+        _legend_outside(ax)
+    axes[1].set_xlabel("issue time (seconds since the first query)")
+    axes[0].set_title(f"{title}: latency over time")
+    return _save(plt, fig, out_dir / "latency_over_time.png")
+
+
+def _hist(ax, values, name: str, unit: str, p99=None, p99_label="", limit=None) -> None:
+    v = np.asarray([x for x in values if x is not None], dtype=float)
+    if v.size == 0:
+        ax.set_visible(False)
+        return
+    lo = max(float(v[v > 0].min()) if (v > 0).any() else 1e-3, 1e-3)
+    hi = max(float(v.max()), limit or 0)
+    log = hi / lo > 50
+    ax.hist(np.clip(v, lo, None) if log else v, bins=np.geomspace(lo, hi * 1.05, 40) if log else 40,
+            color="tab:blue", alpha=0.7, label=f"{name} (client-side, per request)")
+    if log:
+        ax.set_xscale("log")
+    if p99 is not None:
+        ax.axvline(p99, color="tab:orange", linewidth=1.5, label=f"{p99_label} p99 {p99:,.2f} {unit}")
+    if limit:
+        ax.axvline(limit, color="tab:red", linestyle="--", linewidth=1.5, label=f"limit (p99) {limit:,.0f} {unit}")
+    ax.set_ylim(bottom=0), ax.set_xlabel(f"{unit}" + (" (log scale)" if log else "")), ax.set_ylabel("requests")
+    ax.set_title(name)
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(0, -0.22), borderaxespad=0, ncol=1)
+
+
+def _distributions(plt, requests, out_dir: Path, title: str, perf: dict) -> str:
+    """TTFT, TPOT (per request: its mean inter-token gap) and per-request decode speed."""
+    fig, axes = plt.subplots(1, 3, figsize=(15, 5))
+    _hist(axes[0], [r.get("ttft_ms") for r in requests], "TTFT", "ms", (perf.get("ttft_ms") or {}).get("p99"),
+          "LoadGen", perf.get("ttft_limit_ms"))
+    _hist(axes[1], [r.get("tpot_ms") for r in requests], "TPOT (mean inter-token gap)", "ms",
+          (perf.get("tpot_ms") or {}).get("p99"), "LoadGen", perf.get("tpot_limit_ms"))
+    tps = [decode_tps(r) for r in requests]
+    _hist(axes[2], tps, "per-request decode speed", "tokens/s")
+    fig.suptitle(f"{title}: per-request distributions")
+    return _save(plt, fig, out_dir / "distributions.png")
+
+
+def _lengths(plt, requests, out_dir: Path, title: str) -> str:
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, key, name in ((axes[0], "input_tokens", "input length"), (axes[1], "n_tokens", "output length")):
+        v = [r[key] for r in requests if r.get(key) is not None]
+        if not v:
+            ax.text(0.5, 0.5, f"{name}: not recorded", ha="center", va="center", transform=ax.transAxes)
+            ax.set_axis_off()
+            continue
+        lo, hi = min(v), max(v)
+        ax.hist(v, bins=np.arange(lo, hi + 2) - 0.5 if hi - lo < 60 else 40, color="tab:blue", alpha=0.7)
+        ax.set_xlabel(f"{name} (tokens)"), ax.set_ylabel("requests"), ax.set_ylim(bottom=0)
+        ax.set_title(f"{name}: mean {np.mean(v):,.1f}, min {lo:,}, max {hi:,}")
+    fig.suptitle(f"{title}: request lengths")
+    return _save(plt, fig, out_dir / "lengths.png")
+
+
+def stats_markdown(stats: dict, offs: dict) -> list[str]:
+    """The stats table and the client-vs-LoadGen offsets, as report.md lines."""
+    if not stats:
+        return []
+    lines = ["", "## Per-request statistics", "",
+             "Client-side: the harness's own clock per request (issue to first token / to completion); "
+             "the percentiles above are LoadGen's. TPOT is per request (its mean inter-token gap).", "",
+             "| measure | unit | n | " + " | ".join(STATS) + " |", "|---|---|---|" + "---|" * len(STATS)]
+    for key, label, unit, _ in MEASURES:
+        if key in stats:
+            s = stats[key]
+            lines.append(f"| {label} | {unit} | {s['n']:,} | " + " | ".join(_num(s[k]) for k in STATS) + " |")
+    if offs:
+        lines += ["", "Client-side p99 against LoadGen's: " + "; ".join(
+            f"{k.removesuffix('_ms').upper()} {_num(o['client_p99'])} vs {_num(o['loadgen_p99'])} ms "
+            f"({o['client_minus_loadgen']:+.2f} ms)" for k, o in offs.items())]
+    return lines
+
+
+def _num(v: float) -> str:
+    if float(v).is_integer():
+        return f"{int(v):,}"
+    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}"

@@ -1,0 +1,76 @@
+"""Nightly's comparison on synthetic sweep rows: every metric the scenario is judged by, medians
+over repeats, changes counted only outside the measured spread, and a readable nightly.md."""
+from __future__ import annotations
+
+import re
+
+from harness import nightly
+
+VARIED = ["build.max_batch_size", "loadgen.scenario"]
+
+
+def srow(tokens=3000.0, ttft=50.0, tpot=10.0, scenario="Server", valid=True, acc=True, repeat=1):
+    return {"build.max_batch_size": 32, "loadgen.scenario": scenario, "scenario": scenario, "tokens_per_s": tokens,
+            "samples_per_s": tokens / 100, "ttft_p99_ms": ttft, "tpot_p99_ms": tpot, "valid": valid,
+            "invalid_reason": None if valid else "TPOT p99 40.0 ms > 30.0 ms", "accuracy_passed": acc,
+            "ttft_limit_ms": 2000.0 if scenario != "Offline" else None,
+            "tpot_limit_ms": 30.0 if scenario != "Offline" else None, "repeat": repeat}
+
+
+def doc_for(points, prev="2026-11-01"):
+    return {"date": "2026-11-02", "compared_with": prev, "repeats": 1, "floors": None, "points": points}
+
+
+def test_slower_tpot_is_a_regression_while_throughput_is_unchanged():
+    (p,) = nightly.compare([srow(tpot=14.0)], [srow(tpot=10.0)], VARIED)
+    by = {c["metric"]: c for c in p["checks"]}
+    assert by["tpot_p99_ms"]["verdict"] == "regression"
+    assert by["tokens_per_s"]["verdict"] == "shown only"  # Server: fixed by the target QPS, never judged
+    assert by["ttft_p99_ms"]["verdict"] == "within noise"
+    assert len(p["reasons"]) == 1 and "TPOT p99 (ms) 10.0 -> 14.0 (+40.0%)" in p["reasons"][0]
+    assert abs(by["tpot_p99_ms"]["headroom"] - (1 - 14 / 30)) < 1e-9
+
+
+def test_offline_is_judged_by_throughput_only():
+    (p,) = nightly.compare([srow(tokens=2500.0, tpot=None, ttft=None, scenario="Offline")],
+                           [srow(tokens=3000.0, tpot=None, ttft=None, scenario="Offline")], VARIED)
+    assert [c["verdict"] for c in p["checks"]] == ["regression", "-", "-"]
+    assert "tokens/s fell" in p["reasons"][0]
+    (same,) = nightly.compare([srow(tokens=2950.0, scenario="Offline")], [srow(tokens=3000.0, scenario="Offline")], VARIED)
+    assert same["reasons"] == []  # -1.7% is under the 5% floor
+
+
+def test_repeats_compare_medians_and_ignore_changes_inside_the_spread():
+    noisy_prev = [srow(tokens=t, scenario="Offline", repeat=i) for i, t in enumerate((3350.0, 6046.0, 11888.0))]
+    inside = [srow(tokens=t, scenario="Offline", repeat=i) for i, t in enumerate((4000.0, 5000.0, 9000.0))]
+    (p,) = nightly.compare(inside, noisy_prev, VARIED)
+    tps = p["checks"][0]
+    assert tps["previous"]["median"] == 6046.0 and tps["now"]["median"] == 5000.0
+    assert tps["verdict"] == "within noise" and p["reasons"] == []  # -17% but the ranges overlap
+    below = [srow(tokens=t, scenario="Offline", repeat=i) for i, t in enumerate((2000.0, 2100.0, 2200.0))]
+    (q,) = nightly.compare(below, noisy_prev, VARIED)
+    assert q["checks"][0]["verdict"] == "regression"
+
+
+def test_validity_accuracy_and_the_limit_are_judged_everywhere():
+    (p,) = nightly.compare([srow(tpot=40.0, valid=False, acc=False)], [srow()], VARIED)
+    text = "; ".join(p["reasons"])
+    assert "INVALID in 1 of 1" in text and "accuracy failed in 1 of 1" in text
+    assert "over its limit 30.0" in text
+    (first,) = nightly.compare([srow()], [], VARIED)  # no previous night: nothing to compare
+    assert first["reasons"] == [] and {c["verdict"] for c in first["checks"]} <= {"new", "shown only"}
+
+
+def test_markdown_shows_previous_delta_verdict_and_formats_numbers():
+    points = nightly.compare([srow(tpot=14.0, tokens=3123.456789)], [srow(tpot=10.0, tokens=3000.0)], VARIED)
+    md = nightly.render_markdown(doc_for(points))
+    assert "None" not in md and not re.search(r"\d\.\d{3,}", md)  # no None, no unrounded floats
+    line = next(x for x in md.splitlines() if x.startswith("| TPOT p99"))
+    assert line == "| TPOT p99 (ms) | 10.0 | 14.0 | +4.00 (+40.0%) | 53% of 30.0 | **regression** |"
+    assert "| tokens/s | 3,000 | 3,123 |" in md and "## Regressions" in md
+    assert "build.max_batch_size=32" in md
+
+
+def test_fmt():
+    assert [nightly.fmt(v) for v in (None, 300, 300.0, 2.71828, 12.345, 12345.6, True)] == \
+        ["-", "300", "300", "2.72", "12.3", "12,346", "yes"]
