@@ -36,6 +36,9 @@ NOT_SHAPING = {
     # Benchmark data reach every stage through parameter validation; the stages whose output they
     # shape (the measuring stages: latency limits; CheckAccuracy: gates) declare them.
     "harness.mlperf": "", **{m: "" for m in package_modules(("harness.mlperf.benchmarks",))},
+    # What FullRun prints on the terminal (why settings are not submittable, a sweep point's line),
+    # not what it writes into its artifact.
+    "harness.mlperf.readiness": "terminal output only", "harness.sweep": "",
     "harness.backends": "dispatch", "harness.backends.base": "", "harness.backends.torch": "",
     "harness.backends.trtllm": "",
     "harness.serving.processes": "process plumbing: how processes start and die, not what they compute",
