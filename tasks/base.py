@@ -24,7 +24,7 @@ from harness.config import ENV_FLAGS, Params, ParamsError, resolve
 from harness.hashing import stage_key
 from harness.store import ArtifactStore
 
-from . import lifecycle, runlog
+from . import lifecycle, runlog, slurm_exec
 from .settings import DEFAULT_PARAMS, artifacts_root, params_path
 
 log = logging.getLogger("perfdag")
@@ -222,6 +222,8 @@ class StageTask(luigi.Task):
 
     def run(self):
         lifecycle.setup(self.verbose)
+        if slurm_exec.submits(self):  # params.slurm: this stage's build runs as a Slurm job
+            return slurm_exec.run_as_job(self)
         t0 = time.monotonic()
         upstream_content = {}
         for name, up in self.upstream().items():

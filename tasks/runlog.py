@@ -76,3 +76,15 @@ def record_verdict(root: Path, task_id: str, verdict: dict) -> None:
     def change(doc):
         doc.setdefault("verdicts", {})[task_id] = verdict
     _update(root, change)
+
+
+def record_job(root: Path, entry: dict) -> None:
+    """A stage that ran as a Slurm job (tasks/slurm_exec.py): its job id, log, state; updated in place."""
+    def change(doc):
+        jobs = doc.setdefault("slurm_jobs", [])
+        for i, old in enumerate(jobs):
+            if old.get("job_id") == entry["job_id"]:
+                jobs[i] = entry
+                return
+        jobs.append(entry)
+    _update(root, change)
