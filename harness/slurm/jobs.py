@@ -71,10 +71,16 @@ def sbatch_options(spec: JobSpec) -> list[str]:
     return opts + list(spec.extra_args)
 
 
+def _directive(opt: str) -> str:
+    """An #SBATCH line is read by sbatch, not the shell: it takes double quotes around a value."""
+    name, eq, value = opt.partition("=")
+    return f'{name}="{value}"' if eq and any(c.isspace() for c in value) else opt
+
+
 def render_script(spec: JobSpec) -> str:
     """The batch script. With a container image the command runs under pyxis/enroot's
     `srun --container-image`, with the artifacts root and the checkout mounted at the same paths."""
-    lines = ["#!/bin/bash", *(f"#SBATCH {shlex.quote(o)}" for o in sbatch_options(spec)),
+    lines = ["#!/bin/bash", *(f"#SBATCH {_directive(o)}" for o in sbatch_options(spec)),
              "# written by perfdag (harness/slurm/jobs.py); runs one stage's build",
              "set -eo pipefail",
              'echo "perfdag: job $SLURM_JOB_ID on $(hostname): CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-unset}"']
@@ -82,9 +88,8 @@ def render_script(spec: JobSpec) -> str:
     run = [shlex.quote(a) for a in spec.command]
     if spec.container_image:
         mounts = ",".join(spec.container_mounts)
-        run = ["srun", "--ntasks=1", f"--container-image={shlex.quote(spec.container_image)}",
-               *([f"--container-mounts={shlex.quote(mounts)}"] if mounts else []),
-               f"--container-workdir={shlex.quote(str(spec.workdir))}", *run]
+        run = ["srun", "--ntasks=1", *map(shlex.quote, [f"--container-image={spec.container_image}",
+               *([f"--container-mounts={mounts}"] if mounts else []), f"--container-workdir={spec.workdir}"]), *run]
     lines.append("exec " + " ".join(run))
     return "\n".join(lines) + "\n"
 
