@@ -67,6 +67,9 @@ def run_as_job(task: "StageTask") -> None:
     entry = {"stage": task.stage, "key": task.key, "job_id": job.job_id, "log": str(log_path),
              "script": str(job.script), "state": "SUBMITTED"}
     runlog.record_job(task.store.root, entry)
+    if not _active:  # registered when a job exists (importing perfdag changes no global state)
+        atexit.unregister(_cancel_leftovers)
+        atexit.register(_cancel_leftovers)
     _active[job.job_id] = job
     info: dict = {}
     try:
@@ -100,7 +103,6 @@ def _reason(info: dict) -> str:
     return f" ({r})" if r and r != "None" else ""
 
 
-@atexit.register
 def _cancel_leftovers() -> None:
     """A worker that exits while waiting (not through run_as_job's handlers) leaves no job behind."""
     for job in list(_active.values()):
