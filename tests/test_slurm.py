@@ -189,6 +189,26 @@ def test_where_a_stage_ran_does_not_change_its_key(fullrun):
     assert "slurm_jobs" not in last
 
 
+def test_a_4_point_sweep_builds_each_shared_stage_once_as_one_job(cluster, tmp_path):
+    """Points differ only in LoadGen settings: one job per build stage, one server, four measurements."""
+    root = tmp_path / "artifacts"
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(f"name: slurm_points\nbase: {REPO / 'params' / 'default.yaml'}\n"
+                     f"overrides: \"{FAST}{SHORT},{SLURM}\"\n"
+                     "grid:\n  loadgen.min_duration_ms: [600, 800]\n  loadgen.offline_expected_qps: [150, 200]\n")
+    t0 = time.monotonic()
+    proc = run_luigi("Sweep", "--sweep", str(sweep), artifacts=root, check=False)
+    print(f"4-point Sweep through Slurm: {time.monotonic() - t0:.1f} s")
+    assert proc.returncode in (0, 10, 11, 12), f"Sweep failed ({proc.returncode}):\n{proc.stderr[-6000:]}"
+    assert sorted(j["stage"] for j in jobs(root)) == sorted(BUILD_STAGES)  # each shared stage: one job
+    (run,) = run_records(root)
+    built = [v["stage"] for v in run["stages"].values() if v["status"] == "built"]
+    assert {s: built.count(s) for s in BUILD_STAGES | {"LaunchServers"}} == dict.fromkeys(BUILD_STAGES | {"LaunchServers"}, 1)
+    assert built.count("RunLoadgen") == 4
+    assert len(json.loads(next(root.glob("Sweep/*/sweep.json")).read_text())["rows"]) == 4
+    assert_nothing_left(root)
+
+
 # --- failures: scancel, the worker's SIGTERM, memory, a refused submission ---------------------------
 
 def test_scancel_mid_stage_fails_clearly_publishes_nothing_and_a_rerun_resubmits(cluster, tmp_path):
@@ -266,6 +286,22 @@ def test_the_job_script_carries_every_setting_and_the_container():
     bare = render_script(JobSpec(name="x", log=Path("/a root/l"), command=["python3"], workdir=Path("/w")))
     assert "srun" not in bare and "--gpus" not in bare and "--partition" not in bare
     assert '#SBATCH --output="/a root/l"\n' in bare  # sbatch's own quoting, not the shell's
+
+
+def test_each_way_a_job_ends_is_a_stage_error_naming_job_log_and_fix():
+    """States this cluster cannot produce on demand (node failure, time limit) read like the ones it can."""
+    from harness.slurm import ended_error
+
+    log = Path("/shared/runs/r/slurm/BuildEngine-abc-7.log")
+    assert ended_error("7", "COMPLETED", {}, log) is None
+    cases = {"NODE_FAIL": "lost its node (node failure)", "TIMEOUT": "hit its time limit",
+             "FAILED": "failed (exit code 1)", "CANCELLED+": "was cancelled", "PREEMPTED": "was preempted",
+             "BOOT_FAIL": "could not boot its node", "WEIRD": "ended in state WEIRD"}
+    for state, what in cases.items():
+        text = ended_error("7", state, {"ExitCode": "1:0", "NodeList": "gpu07", "Reason": "None"}, log)
+        assert text.startswith(f"Slurm job 7 on gpu07 {what}") and f"log: {log}" in text, text
+    assert "raise slurm.time_limit_min" in ended_error("7", "TIMEOUT", {}, log)
+    assert "signal 9" in ended_error("7", "FAILED", {"ExitCode": "0:9"}, log)
 
 
 def test_params_refuse_what_slurm_would_misread():

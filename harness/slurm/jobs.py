@@ -30,7 +30,7 @@ ENDED = {
     "SPECIAL_EXIT": "ended in SPECIAL_EXIT",
 }
 HINTS = {
-    "TIMEOUT": "raise slurm.time_limit",
+    "TIMEOUT": "raise slurm.time_limit_min",
     "OUT_OF_MEMORY": "raise slurm.mem",
     "NODE_FAIL": "rerun; the stage resubmits (nothing was published)",
     "PREEMPTED": "rerun, or use a partition without preemption",
@@ -146,11 +146,17 @@ class SlurmJob:
 
     def info(self) -> dict[str, str]:
         """scontrol's view of the job ({} once Slurm has forgotten it)."""
-        out = _slurm(["scontrol", "show", "job", "-o", self.job_id])
+        try:
+            out = _slurm(["scontrol", "show", "job", "-o", self.job_id])
+        except subprocess.TimeoutExpired:  # a busy controller: unknown for now
+            return {}
         return parse_scontrol(out.stdout) if out.returncode == 0 else {}
 
     def _sacct_state(self) -> dict[str, str]:
-        out = _slurm(["sacct", "-n", "-X", "-P", "-j", self.job_id, "-o", "State,ExitCode,NodeList"])
+        try:
+            out = _slurm(["sacct", "-n", "-X", "-P", "-j", self.job_id, "-o", "State,ExitCode,NodeList"])
+        except (subprocess.TimeoutExpired, PerfdagError):  # no sacct here, or no database behind it
+            return {}
         parts = out.stdout.strip().splitlines()[0].split("|") if out.returncode == 0 and out.stdout.strip() else []
         return dict(zip(("JobState", "ExitCode", "NodeList"), parts)) if len(parts) == 3 else {}
 
@@ -171,13 +177,13 @@ class SlurmJob:
              on_state: Callable[[str, dict], None] = lambda s, i: None) -> dict[str, str]:
         """Polls until the job ends, streaming its log; returns its final scontrol fields.
         Raises JobError (job id, log, fix) unless it COMPLETED."""
-        seen, forgotten = None, 0
+        seen, unknown_since = None, None
         while True:
             info = self.info()
             if not info:  # purged (MinJobAge) or the controller did not answer: ask sacct, then give up
                 info = self._sacct_state()
-                forgotten += 0 if info else 1
-                if not info and forgotten >= 5:
+                unknown_since = None if info else (unknown_since or time.monotonic())
+                if unknown_since and time.monotonic() - unknown_since > max(120, 10 * poll_s):  # not a blip
                     self._flush(on_line)
                     raise JobError(f"Slurm job {self.job_id}: neither scontrol nor sacct knows it any more; its "
                                    f"log: {self.log}")
