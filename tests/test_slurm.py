@@ -223,9 +223,17 @@ def test_scancel_mid_stage_fails_clearly_publishes_nothing_and_a_rerun_resubmits
     assert not list(root.glob("PrepareModel/*/manifest.json"))  # nothing half-published
     assert_nothing_left(root)
 
-    run_luigi("PrepareModel", "--overrides", f"{FAST},{SLURM}", artifacts=root)
+    # The rerun belongs to a run that has already noted an INVALID result (as a Submission's second
+    # FullRun would): that is the run's exit code, never the exit code of a job that built.
+    run_id = "20261125T000000000000Z-1"
+    (root / "runs" / run_id).mkdir(parents=True)
+    (root / "runs" / run_id / "run.json").write_text(json.dumps(
+        {"run_id": run_id, "stages": {}, "verdicts": {"FullRun_earlier": {"valid": False}}}))
+    proc = run_luigi("PrepareModel", "--overrides", f"{FAST},{SLURM}", artifacts=root, check=False,
+                     env={"PERFDAG_RUN_ID": run_id})
+    assert proc.returncode == 10, proc.stderr[-3000:]
     again = jobs(root)[-1]
-    assert again["job_id"] != job["job_id"] and again["state"] == "COMPLETED"
+    assert again["job_id"] != job["job_id"] and again["state"] == "COMPLETED", again
     assert len(list(root.glob("PrepareModel/*/manifest.json"))) == 1
     assert not list(root.glob("PrepareModel/.tmp-*"))  # the killed build's temp dir was cleared
     assert_nothing_left(root)
