@@ -25,7 +25,7 @@ from harness.errors import InputError
 from harness.hashing import stage_key
 from harness.store import ArtifactStore
 
-from . import lifecycle, runlog
+from . import lifecycle, runlog, slurm_exec
 from .settings import DEFAULT_PARAMS, artifacts_root, params_path, signing_key
 
 log = logging.getLogger("perfdag")
@@ -267,6 +267,8 @@ class StageTask(luigi.Task):
 
     def run(self):
         lifecycle.setup(self.verbose, root=self)
+        if slurm_exec.submits(self):  # params.slurm: this stage's build runs as a Slurm job
+            return slurm_exec.run_as_job(self)
         t0 = time.monotonic()
         upstream_content, upstream_built = {}, {}
         for name, up in self.upstream().items():

@@ -85,3 +85,15 @@ def record_failure(root: Path, stage: str, key: str, error: str, kept: str | Non
                  "at": datetime.now(timezone.utc).isoformat()}
         doc.setdefault("failed", {})[f"{stage}/{key[:16]}"] = entry
     _update(root, change)
+
+
+def record_job(root: Path, entry: dict) -> None:
+    """A stage that ran as a Slurm job (tasks/slurm_exec.py): its job id, log, state; updated in place."""
+    def change(doc):
+        jobs = doc.setdefault("slurm_jobs", [])
+        for i, old in enumerate(jobs):
+            if old.get("job_id") == entry["job_id"]:
+                jobs[i] = entry
+                return
+        jobs.append(entry)
+    _update(root, change)

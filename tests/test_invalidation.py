@@ -47,6 +47,7 @@ MATRIX = [
     ("dataset", "override", "dataset.max_new_tokens=16", {"PrepareDataset"} | MEASURE),
     ("accuracy", "override", "accuracy.target=0.999", {"CheckAccuracy", "FullRun"}),
     ("submission", "override", "submission.submitter=Someone", NONE),  # names in the results tree only
+    ("slurm", "override", "slurm.gpus=1,slurm.partition=gpu", NONE),  # where a stage runs, not what it makes
 ]
 
 

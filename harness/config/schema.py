@@ -318,6 +318,52 @@ class SubmissionSection(Section):
         return self
 
 
+# Stages whose build may run as a Slurm job: they write one artifact and keep nothing running.
+# LaunchServers and the measuring stages need servers that outlive a job (not done yet).
+SLURM_STAGES = ("PrepareModel", "Quantize", "BuildEngine", "FillTritonRepo", "PrepareDataset", "CheckAccuracy")
+
+
+class SlurmSection(Section):
+    """Where set, stages in `stages` run as Slurm jobs (tasks/slurm_exec.py). Never enters a key:
+    where a stage ran does not change what it made."""
+
+    stages: list[Literal[SLURM_STAGES]] = list(SLURM_STAGES)  # type: ignore[valid-type]
+    partition: str = Field("", pattern=r"^[A-Za-z0-9_.,-]*$")  # empty: the cluster's default
+    account: str = Field("", pattern=r"^[A-Za-z0-9_.-]*$")
+    gpus: int = Field(0, ge=0, le=64)  # per job (sbatch --gpus); the job sees CUDA_VISIBLE_DEVICES
+    gpus_per_stage: dict[str, int] = {}  # e.g. {BuildEngine: 1}: wins over gpus for that stage
+    cpus: int = Field(1, ge=1, le=1024)  # --cpus-per-task
+    mem: str = Field("", pattern=r"^(\d+[KMGT]?)?$")  # --mem, e.g. 16G; empty: the partition's default
+    # --time in minutes (a number: YAML reads 2:00:00 as 7200); 0: the partition's default.
+    time_limit_min: int = Field(0, ge=0, le=525_600)
+    extra_args: list[str] = []  # more sbatch options, e.g. ["--constraint=h100", "--exclusive"]
+    # pyxis/enroot: the stage runs in this image (srun --container-image), with the artifacts root
+    # and this checkout mounted at their own paths; the image must hold perfdag's Python stack.
+    container_image: str = ""
+    container_mounts: list[str] = []  # more mounts, "src:dst"
+    poll_s: float = Field(2.0, gt=0, le=600)  # how often squeue/scontrol are asked
+
+    @field_validator("gpus_per_stage")
+    @classmethod
+    def _known_stages(cls, v: dict[str, int]) -> dict[str, int]:
+        bad = [k for k in v if k not in SLURM_STAGES]
+        if bad:
+            raise ValueError(f"gpus_per_stage names {bad}; stages that run as jobs are {', '.join(SLURM_STAGES)}")
+        if any(n < 0 for n in v.values()):
+            raise ValueError("gpus_per_stage: counts must be >= 0")
+        return v
+
+    @field_validator("extra_args", "container_mounts")
+    @classmethod
+    def _no_control_chars(cls, v: list[str]) -> list[str]:
+        if any(any(ord(c) < 32 for c in a) for a in v):
+            raise ValueError("arguments must not hold newlines or control characters")
+        return v
+
+    def gpus_for(self, stage: str) -> int:
+        return self.gpus_per_stage.get(stage, self.gpus)
+
+
 class Params(Section):
     model: ModelSection = ModelSection()
     quantize: QuantizeSection = QuantizeSection()
@@ -330,6 +376,7 @@ class Params(Section):
     dataset: DatasetSection = DatasetSection()
     accuracy: AccuracySection = AccuracySection()
     submission: SubmissionSection = SubmissionSection()
+    slurm: Optional[SlurmSection] = None  # unset: every stage runs in the luigi worker's process
 
 
 SECTIONS = tuple(Params.model_fields)

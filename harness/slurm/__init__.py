@@ -1,0 +1,8 @@
+"""Slurm, with no luigi: render a stage's job script, submit it, watch it, cancel it.
+
+tasks/slurm_exec.py decides which stage goes to Slurm and what the job runs; this package only
+talks to Slurm's commands (sbatch, squeue, scontrol, scancel), so it works wherever they do.
+"""
+from .jobs import JobError, JobSpec, SlurmJob, ended_error, render_script, submit
+
+__all__ = ["JobError", "JobSpec", "SlurmJob", "ended_error", "render_script", "submit"]

@@ -1,0 +1,213 @@
+"""One Slurm batch job: its script (a pure function of a JobSpec), submission, polling, log, cancel.
+
+State comes from `scontrol show job` (and `squeue` while it answers); `sacct` is tried only once
+scontrol has forgotten the job (it needs an accounting database many small clusters lack).
+"""
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from ..errors import PerfdagError
+
+# Job states that end a job (squeue/scontrol spellings), and what each means for a stage.
+ENDED = {
+    "COMPLETED": None,
+    "FAILED": "failed",
+    "CANCELLED": "was cancelled (scancel, or an administrator)",
+    "TIMEOUT": "hit its time limit",
+    "OUT_OF_MEMORY": "ran out of memory (killed at its --mem limit)",
+    "NODE_FAIL": "lost its node (node failure)",
+    "BOOT_FAIL": "could not boot its node",
+    "DEADLINE": "missed its deadline",
+    "PREEMPTED": "was preempted",
+    "REVOKED": "was revoked",
+    "SPECIAL_EXIT": "ended in SPECIAL_EXIT",
+}
+HINTS = {
+    "TIMEOUT": "raise slurm.time_limit_min",
+    "OUT_OF_MEMORY": "raise slurm.mem",
+    "NODE_FAIL": "rerun; the stage resubmits (nothing was published)",
+    "PREEMPTED": "rerun, or use a partition without preemption",
+    "CANCELLED": "rerun to resubmit (nothing was published)",
+}
+
+
+class JobError(PerfdagError):
+    """A Slurm job that did not produce its stage: names the job id and the log."""
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    name: str
+    log: Path                      # stdout and stderr of the job
+    command: list[str]             # what the job runs (inside the container, when one is set)
+    workdir: Path
+    env: dict[str, str] = field(default_factory=dict)   # exported by the script, after Slurm's own
+    partition: str = ""
+    account: str = ""
+    gpus: int = 0
+    cpus: int = 1
+    mem: str = ""
+    time_limit: str = ""
+    extra_args: tuple[str, ...] = ()
+    container_image: str = ""
+    container_mounts: tuple[str, ...] = ()
+
+
+def sbatch_options(spec: JobSpec) -> list[str]:
+    opts = [f"--job-name={spec.name}", f"--output={spec.log}", f"--chdir={spec.workdir}",
+            "--nodes=1", "--ntasks=1", f"--cpus-per-task={spec.cpus}"]
+    opts += [f"--partition={spec.partition}"] if spec.partition else []
+    opts += [f"--account={spec.account}"] if spec.account else []
+    opts += [f"--gpus={spec.gpus}"] if spec.gpus else []
+    opts += [f"--mem={spec.mem}"] if spec.mem else []
+    opts += [f"--time={spec.time_limit}"] if spec.time_limit else []
+    return opts + list(spec.extra_args)
+
+
+def _directive(opt: str) -> str:
+    """An #SBATCH line is read by sbatch, not the shell: it takes double quotes around a value."""
+    name, eq, value = opt.partition("=")
+    return f'{name}="{value}"' if eq and any(c.isspace() for c in value) else opt
+
+
+def render_script(spec: JobSpec) -> str:
+    """The batch script. With a container image the command runs under pyxis/enroot's
+    `srun --container-image`, with the artifacts root and the checkout mounted at the same paths."""
+    lines = ["#!/bin/bash", *(f"#SBATCH {_directive(o)}" for o in sbatch_options(spec)),
+             "# written by perfdag (harness/slurm/jobs.py); runs one stage's build",
+             "set -eo pipefail",
+             'echo "perfdag: job $SLURM_JOB_ID on $(hostname): CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-unset}"']
+    lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(spec.env.items())]
+    run = [shlex.quote(a) for a in spec.command]
+    if spec.container_image:
+        mounts = ",".join(spec.container_mounts)
+        run = ["srun", "--ntasks=1", *map(shlex.quote, [f"--container-image={spec.container_image}",
+               *([f"--container-mounts={mounts}"] if mounts else []), f"--container-workdir={spec.workdir}"]), *run]
+    lines.append("exec " + " ".join(run))
+    return "\n".join(lines) + "\n"
+
+
+def _slurm(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    except FileNotFoundError:
+        raise PerfdagError(f"{argv[0]} not found: slurm is set in the params but Slurm's commands are not on "
+                           "PATH here; run on a login node of the cluster, or drop the slurm section") from None
+
+
+def submit(spec: JobSpec, script_path: Path) -> "SlurmJob":
+    script_path.write_text(render_script(spec))
+    spec.log.parent.mkdir(parents=True, exist_ok=True)
+    out = _slurm(["sbatch", "--parsable", str(script_path)])
+    if out.returncode != 0:
+        raise JobError(f"sbatch refused {spec.name}: {out.stderr.strip() or out.stdout.strip()} "
+                       f"(script {script_path}); check the slurm section of the params")
+    job_id = out.stdout.strip().split(";")[0]
+    if not job_id.isdigit():
+        raise JobError(f"sbatch answered {out.stdout.strip()!r}, not a job id (script {script_path})")
+    return SlurmJob(job_id, spec, script_path)
+
+
+def parse_scontrol(text: str) -> dict[str, str]:
+    """`scontrol show job -o` -> {field: value}; values may hold spaces only in Command/Reason-free
+    fields, which perfdag does not read."""
+    return dict(m.groups() for m in re.finditer(r"(\S+?)=(\S*)", text))
+
+
+def ended_error(job_id: str, state: str, info: dict[str, str], log: Path) -> str | None:
+    """None for a completed job; else the stage error: what happened, the job, the log, the fix."""
+    base = state.split()[0].rstrip("+") if state else "UNKNOWN"
+    if base == "COMPLETED":
+        return None
+    what = ENDED.get(base, f"ended in state {base}")
+    if base == "FAILED" and info.get("ExitCode"):
+        code, _, sig = info["ExitCode"].partition(":")
+        what += f" (exit code {code}" + (f", signal {sig}" if sig not in ("", "0") else "") + ")"
+    if info.get("Reason") not in (None, "", "None"):
+        what += f" [{info['Reason']}]"
+    hint = HINTS.get(base)
+    node = f" on {info['NodeList']}" if info.get("NodeList") not in (None, "", "(null)") else ""
+    return f"Slurm job {job_id}{node} {what}; log: {log}" + (f"; {hint}" if hint else "")
+
+
+class SlurmJob:
+    def __init__(self, job_id: str, spec: JobSpec, script: Path):
+        self.job_id, self.spec, self.script = job_id, spec, script
+        self.log = Path(str(spec.log).replace("%j", job_id))  # sbatch fills in %j
+        self._log_pos = 0
+        self._partial = ""
+
+    def info(self) -> dict[str, str]:
+        """scontrol's view of the job ({} once Slurm has forgotten it)."""
+        try:
+            out = _slurm(["scontrol", "show", "job", "-o", self.job_id])
+        except subprocess.TimeoutExpired:  # a busy controller: unknown for now
+            return {}
+        return parse_scontrol(out.stdout) if out.returncode == 0 else {}
+
+    def _sacct_state(self) -> dict[str, str]:
+        try:
+            out = _slurm(["sacct", "-n", "-X", "-P", "-j", self.job_id, "-o", "State,ExitCode,NodeList"])
+        except (subprocess.TimeoutExpired, PerfdagError):  # no sacct here, or no database behind it
+            return {}
+        parts = out.stdout.strip().splitlines()[0].split("|") if out.returncode == 0 and out.stdout.strip() else []
+        return dict(zip(("JobState", "ExitCode", "NodeList"), parts)) if len(parts) == 3 else {}
+
+    def new_log_lines(self) -> list[str]:
+        try:
+            with open(self.log, "rb") as f:
+                f.seek(self._log_pos)
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        self._log_pos += len(data)
+        text = self._partial + data.decode("utf-8", "replace")
+        lines = text.split("\n")
+        self._partial = lines.pop()
+        return lines
+
+    def wait(self, *, poll_s: float = 2.0, on_line: Callable[[str], None] = lambda s: None,
+             on_state: Callable[[str, dict], None] = lambda s, i: None) -> dict[str, str]:
+        """Polls until the job ends, streaming its log; returns its final scontrol fields.
+        Raises JobError (job id, log, fix) unless it COMPLETED."""
+        seen, unknown_since = None, None
+        while True:
+            info = self.info()
+            if not info:  # purged (MinJobAge) or the controller did not answer: ask sacct, then give up
+                info = self._sacct_state()
+                unknown_since = None if info else (unknown_since or time.monotonic())
+                if unknown_since and time.monotonic() - unknown_since > max(120, 10 * poll_s):  # not a blip
+                    self._flush(on_line)
+                    raise JobError(f"Slurm job {self.job_id}: neither scontrol nor sacct knows it any more; its "
+                                   f"log: {self.log}")
+            state = info.get("JobState", "")
+            if state and (state, info.get("Reason")) != seen:
+                seen = (state, info.get("Reason"))
+                on_state(state, info)
+            for line in self.new_log_lines():
+                on_line(line)
+            if state.rstrip("+") in ENDED:
+                self._flush(on_line)
+                error = ended_error(self.job_id, state, info, self.log)
+                if error:
+                    raise JobError(error)
+                return info
+            time.sleep(poll_s)
+
+    def _flush(self, on_line) -> None:
+        time.sleep(0.2)  # slurmstepd writes the last lines as the job ends
+        for line in self.new_log_lines() + ([self._partial] if self._partial else []):
+            on_line(line)
+        self._partial = ""
+
+    def cancel(self) -> bool:
+        """scancel; True when Slurm accepted it. Safe to call on an ended job."""
+        return _slurm(["scancel", self.job_id], timeout=30).returncode == 0
+

@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# A real one-node Slurm cluster for tests and trying perfdag's Slurm executor: munge, slurmctld and
+# slurmd as plain background processes (no systemd), two fake GPUs as GRES.
+#
+#   scripts/slurm-local.sh start|stop|status [DIR]     (DIR: $PERFDAG_SLURM_DIR, else /tmp/perfdag-slurm)
+#
+# Everything it writes (config, state, spool, logs, pid files, munge socket) lives under DIR; clients
+# find the cluster through SLURM_CONF=DIR/etc/slurm.conf, printed by `start`. Installs Debian's
+# slurm-wlm (munge slurmctld slurmd slurm-client) when missing; needs root (slurmd runs jobs as any
+# user, and the cgroup plugins need it). Exit 3: cannot install or start (the reason on stderr).
+# No accounting database: squeue/scontrol answer without one, sacct does not.
+set -euo pipefail
+
+cmd=${1:-status}
+DIR=${2:-${PERFDAG_SLURM_DIR:-/tmp/perfdag-slurm}}
+CTLD_PORT=${PERFDAG_SLURM_PORT:-6817}
+SLURMD_PORT=$((CTLD_PORT + 1))
+ETC=$DIR/etc LOG=$DIR/log RUN=$DIR/run
+CONF=$ETC/slurm.conf
+HOST=$(hostname -s)
+
+die() { echo "slurm-local: $*" >&2; exit 3; }
+alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+install() {
+  command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v sbatch >/dev/null \
+    && command -v munged >/dev/null && return 0
+  [ "$(id -u)" = 0 ] || die "slurm is not installed and installing needs root"
+  echo "slurm-local: installing munge slurmctld slurmd slurm-client (apt)"
+  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+      munge slurmctld slurmd slurm-client; } >"$DIR/apt.log" 2>&1 \
+    || die "apt-get could not install slurm; see $DIR/apt.log"
+}
+
+configure() {
+  mkdir -p "$ETC" "$LOG" "$RUN" "$DIR/state" "$DIR/spool" "$DIR/munge" "$DIR/dev"
+  chmod 700 "$DIR/munge"
+  # Fake GPUs: slurmd drops a GPU whose File= does not exist; a character device is enough.
+  for i in 0 1; do [ -c "$DIR/dev/fakegpu$i" ] || mknod "$DIR/dev/fakegpu$i" c 1 3; done
+  local cpus mem
+  cpus=$(nproc)
+  mem=$(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 / 2 ))  # half the host's memory, MB
+  cat >"$CONF" <<CONF
+ClusterName=perfdag-local
+SlurmctldHost=$HOST(127.0.0.1)
+SlurmctldPort=$CTLD_PORT
+SlurmdPort=$SLURMD_PORT
+SlurmUser=root
+AuthType=auth/munge
+AuthInfo=socket=$DIR/munge/munge.socket
+CredType=cred/munge
+StateSaveLocation=$DIR/state
+SlurmdSpoolDir=$DIR/spool
+SlurmctldPidFile=$RUN/slurmctld.pid
+SlurmdPidFile=$RUN/slurmd.pid
+SlurmctldLogFile=$LOG/slurmctld.log
+SlurmdLogFile=$LOG/slurmd.log
+ProctrackType=${PERFDAG_SLURM_PROCTRACK:-proctrack/cgroup}
+TaskPlugin=${PERFDAG_SLURM_TASK:-task/cgroup}
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+DefMemPerCPU=1024
+GresTypes=gpu
+MpiDefault=none
+ReturnToService=2
+SchedulerType=sched/backfill
+SchedulerParameters=sched_interval=2
+MinJobAge=600
+KillWait=5
+InactiveLimit=0
+SlurmdTimeout=60
+JobAcctGatherType=jobacct_gather/none
+NodeName=$HOST NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem Gres=gpu:2 State=UNKNOWN
+PartitionName=debug Nodes=$HOST Default=YES MaxTime=INFINITE State=UP
+CONF
+  cat >"$ETC/gres.conf" <<CONF
+NodeName=$HOST Name=gpu File=$DIR/dev/fakegpu[0-1]
+CONF
+  # Memory limits are enforced by the cgroup (a job over --mem ends OUT_OF_MEMORY).
+  cat >"$ETC/cgroup.conf" <<CONF
+CgroupPlugin=autodetect
+ConstrainRAMSpace=yes
+ConstrainSwapSpace=yes
+ConstrainCores=no
+ConstrainDevices=no
+CONF
+}
+
+start() {
+  [ "$(id -u)" = 0 ] || die "needs root (slurmd runs jobs and sets up cgroups)"
+  mkdir -p "$DIR"
+  install
+  if alive "$RUN/slurmctld.pid" && alive "$RUN/slurmd.pid" && alive "$RUN/munged.pid"; then
+    echo "slurm-local: already running"; status; return 0
+  fi
+  stop >/dev/null 2>&1 || true  # a half-started cluster: start clean
+  configure
+  [ -r /etc/munge/munge.key ] || die "no /etc/munge/munge.key (the munge package makes it); reinstall munge"
+  munged --force --socket="$DIR/munge/munge.socket" --pid-file="$RUN/munged.pid" \
+    --log-file="$LOG/munged.log" --seed-file="$DIR/munge/seed" --key-file=/etc/munge/munge.key \
+    || die "munged did not start; see $LOG/munged.log"
+  export SLURM_CONF=$CONF
+  slurmctld -f "$CONF" || die "slurmctld did not start; see $LOG/slurmctld.log"
+  slurmd -f "$CONF" || die "slurmd did not start; see $LOG/slurmd.log"
+  local i
+  for i in $(seq 1 60); do
+    if sinfo -h -o %t 2>/dev/null | grep -qx idle; then
+      echo "slurm-local: one node idle after ${i}x0.5 s"; status; return 0
+    fi
+    alive "$RUN/slurmd.pid" || die "slurmd exited; see $LOG/slurmd.log"
+    alive "$RUN/slurmctld.pid" || die "slurmctld exited; see $LOG/slurmctld.log"
+    sleep 0.5
+  done
+  die "the node did not become idle in 30 s ($(sinfo -h -o '%t %E' 2>&1)); see $LOG/slurmd.log and $LOG/slurmctld.log"
+}
+
+stop_pid() {  # pid file, name: TERM, wait up to 10 s, then KILL
+  local f=$1 pid
+  alive "$f" || { rm -f "$f"; return 0; }
+  pid=$(cat "$f")
+  kill "$pid" 2>/dev/null || true
+  for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
+  kill -0 "$pid" 2>/dev/null && kill -9 "$pid" 2>/dev/null || true
+  rm -f "$f"
+  echo "slurm-local: stopped $2 (pid $pid)"
+}
+
+stop() {
+  if [ -f "$CONF" ] && alive "$RUN/slurmctld.pid"; then
+    SLURM_CONF=$CONF scancel --quiet --state=PENDING,RUNNING,SUSPENDED --full -u root 2>/dev/null || true
+    for _ in $(seq 1 20); do [ -z "$(SLURM_CONF=$CONF squeue -h -o %i 2>/dev/null)" ] && break; sleep 0.5; done
+  fi
+  stop_pid "$RUN/slurmd.pid" slurmd
+  # slurmstepd daemons belong to slurmd's jobs; any left after scancel are ours (found by this config).
+  for p in $(pgrep -x slurmstepd 2>/dev/null); do
+    grep -qs "$DIR" "/proc/$p/environ" "/proc/$p/cmdline" && kill -9 "$p" 2>/dev/null || true
+  done
+  stop_pid "$RUN/slurmctld.pid" slurmctld
+  stop_pid "$RUN/munged.pid" munged
+}
+
+status() {
+  local name
+  for name in munged slurmctld slurmd; do
+    if alive "$RUN/$name.pid"; then echo "$name: running, pid $(cat "$RUN/$name.pid")"; else echo "$name: stopped"; fi
+  done
+  if alive "$RUN/slurmctld.pid"; then
+    SLURM_CONF=$CONF sinfo -N -o '%N %t %G %c %m' 2>&1 | sed 's/^/  /'
+  fi
+  echo "logs: $LOG (slurmctld.log, slurmd.log, munged.log)"
+  echo "export SLURM_CONF=$CONF"
+}
+
+case $cmd in
+  start) start ;;
+  stop) stop; echo "logs: $LOG" ;;
+  status) status ;;
+  *) echo "usage: $0 start|stop|status [DIR]" >&2; exit 2 ;;
+esac

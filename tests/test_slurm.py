@@ -1,0 +1,339 @@
+"""Stages as Slurm jobs, against a real one-node Slurm (munge, slurmctld, slurmd, two fake GPUs)
+started once for this module by scripts/slurm-local.sh. Where it cannot start (not root, apt cannot
+install it, the daemons do not come up) every test that needs it skips and says why."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from conftest import FAST, REPO, luigi_cmd, run_luigi, run_records
+
+SCRIPT = REPO / "scripts" / "slurm-local.sh"
+BUILD_STAGES = {"PrepareModel", "Quantize", "BuildEngine", "FillTritonRepo", "PrepareDataset", "CheckAccuracy"}
+SLURM = "slurm.poll_s=0.5"
+# Short LoadGen runs on the FAST model: these tests are about where stages run, not the numbers.
+SHORT = ",dataset.num_samples=24,loadgen.min_duration_ms=800,loadgen.min_query_count=16," \
+        "loadgen.offline_expected_qps=800,accuracy.target=0.05"
+
+
+def _free_port_pair() -> int:
+    for _ in range(50):
+        with socket.socket() as a, socket.socket() as b:
+            try:
+                a.bind(("127.0.0.1", 0))
+                port = a.getsockname()[1]
+                b.bind(("127.0.0.1", port + 1))
+                return port
+            except OSError:
+                continue
+    return 6817
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """SLURM_CONF of a running one-node cluster; stopped (by pid) after the module."""
+    if os.geteuid() != 0:
+        pytest.skip("Slurm tests need root: slurmd runs the jobs and sets up their cgroups")
+    d = tmp_path_factory.mktemp("slurm")
+    env = {**os.environ, "PERFDAG_SLURM_PORT": str(_free_port_pair())}
+    t0 = time.monotonic()
+    try:
+        out = subprocess.run(["bash", str(SCRIPT), "start", str(d)], env=env, capture_output=True, text=True,
+                             timeout=600)
+    except subprocess.TimeoutExpired:
+        out = None
+    if out is None or out.returncode != 0:
+        subprocess.run(["bash", str(SCRIPT), "stop", str(d)], env=env, capture_output=True, timeout=120)
+        why = "timed out" if out is None else (out.stderr.strip() or out.stdout.strip())[-500:]
+        pytest.skip(f"a local Slurm could not be started ({why})")
+    print(f"slurm-local: up in {time.monotonic() - t0:.1f} s")
+    conf = str(d / "etc" / "slurm.conf")
+    old = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = conf  # run_luigi passes os.environ on; the worker's sbatch finds it
+    yield conf
+    subprocess.run(["bash", str(SCRIPT), "stop", str(d)], env=env, capture_output=True, timeout=120)
+    if old is None:
+        os.environ.pop("SLURM_CONF", None)
+    else:
+        os.environ["SLURM_CONF"] = old
+
+
+def squeue() -> list[str]:
+    out = subprocess.run(["squeue", "-h", "-o", "%i %T %j"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.split("\n")[:-1]
+
+
+def job_state(job_id: str, timeout: float = 30) -> str:
+    """The job's final state (COMPLETING and the like are waited out)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        out = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, timeout=30)
+        state = next((f.split("=", 1)[1] for f in out.stdout.split() if f.startswith("JobState=")), "")
+        if state not in ("PENDING", "RUNNING", "COMPLETING", "CONFIGURING") or time.monotonic() > deadline:
+            return state
+        time.sleep(0.5)
+
+
+def processes_for(root: Path) -> list[psutil.Process]:
+    """perfdag processes working on this root: the luigi worker, jobs' stages (environment), servers."""
+    out = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            if p.pid == os.getpid() or p.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if str(root) in " ".join(p.info["cmdline"] or []) or p.environ().get("PERFDAG_ARTIFACTS") == str(root):
+                out.append(p)
+        except (psutil.Error, TypeError):
+            continue
+    return out
+
+
+def assert_nothing_left(root: Path, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and (squeue() or processes_for(root)):
+        time.sleep(0.5)
+    assert not squeue(), f"jobs left in squeue: {squeue()}"
+    left = [(p.pid, " ".join(p.cmdline())[:200]) for p in processes_for(root)]
+    assert not left, f"processes left behind: {left}"
+
+
+def jobs(root: Path) -> list[dict]:
+    return [j for run in run_records(root) for j in run.get("slurm_jobs", [])]
+
+
+class Worker:
+    """A luigi worker in the background, its output in a file."""
+
+    def __init__(self, root: Path, task: str, overrides: str, env: dict | None = None):
+        self.root, self.out = root, root.parent / f"{task}-{time.monotonic_ns()}.out"
+        root.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(luigi_cmd(task, "--overrides", overrides), cwd=REPO,
+                                     env={**os.environ, "PERFDAG_ARTIFACTS": str(root), **(env or {})},
+                                     stdout=open(self.out, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+
+    def text(self) -> str:
+        return self.out.read_text(errors="replace")
+
+    def wait_job_log(self, needle: str, timeout: float = 180) -> dict:
+        """The run record's job whose log shows `needle`."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for j in jobs(self.root):
+                if Path(j["log"]).exists() and needle in Path(j["log"]).read_text(errors="replace"):
+                    return j
+            assert self.proc.poll() is None, f"worker exited early:\n{self.text()[-3000:]}"
+            time.sleep(0.5)
+        raise AssertionError(f"no job log showed {needle!r} in {timeout} s:\n{self.text()[-3000:]}")
+
+    def finish(self, timeout: float = 300) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            raise
+
+
+# --- a FullRun whose build stages run as Slurm jobs -----------------------------------------------
+
+@pytest.fixture(scope="module")
+def fullrun(cluster, tmp_path_factory):
+    root = tmp_path_factory.mktemp("slurm_fullrun") / "artifacts"
+    t0 = time.monotonic()
+    proc = run_luigi("FullRun", "--overrides", f"{FAST}{SHORT},{SLURM},slurm.gpus_per_stage={{BuildEngine: 1}}",
+                     artifacts=root, check=False)
+    print(f"FullRun through Slurm: {time.monotonic() - t0:.1f} s")
+    assert proc.returncode in (0, 10, 11, 12), f"FullRun failed ({proc.returncode}):\n{proc.stderr[-6000:]}"
+    return root, proc
+
+
+def test_fullrun_builds_its_build_stages_as_slurm_jobs(fullrun):
+    root, proc = fullrun
+    by_stage = {j["stage"]: j for j in jobs(root)}
+    assert set(by_stage) == BUILD_STAGES  # serving and measuring stay in the worker
+    assert all(j["state"] == "COMPLETED" for j in by_stage.values()), by_stage
+    assert len({j["job_id"] for j in by_stage.values()}) == len(BUILD_STAGES)
+    (run,) = run_records(root)
+    for stage, j in by_stage.items():
+        assert f"Slurm job {j['job_id']} submitted" in proc.stderr
+        assert f"[job {j['job_id']}]" in proc.stderr  # its log was streamed
+        entry = next(v for v in run["stages"].values() if v["stage"] == stage)
+        assert entry["status"] == "built" and entry["key"] == j["key"]
+        manifest = json.loads((root / stage / j["key"][:16] / "manifest.json").read_text())
+        assert manifest["key"] == j["key"]
+        assert not list((root / stage).glob(".tmp-*"))
+    assert (root / "FullRun").is_dir()
+
+
+def test_a_gpu_request_reaches_the_job_environment(fullrun):
+    root, _ = fullrun
+    logs = {j["stage"]: Path(j["log"]).read_text() for j in jobs(root)}
+    assert "CUDA_VISIBLE_DEVICES=0\n" in logs["BuildEngine"]  # slurm.gpus_per_stage: {BuildEngine: 1}
+    assert "CUDA_VISIBLE_DEVICES=unset" in logs["PrepareModel"]  # no GPU asked for, none given
+
+
+def test_where_a_stage_ran_does_not_change_its_key(fullrun):
+    """Asked without a slurm section, the engine built by a job is reused: its key, which chains
+    PrepareModel's and Quantize's, is the same wherever they ran."""
+    root, _ = fullrun
+    run_luigi("BuildEngine", "--overrides", f"{FAST}{SHORT}", artifacts=root)
+    last = run_records(root)[-1]
+    assert {v["stage"]: v["status"] for v in last["stages"].values()} == {"BuildEngine": "reused"}
+    assert "slurm_jobs" not in last
+
+
+def test_a_4_point_sweep_builds_each_shared_stage_once_as_one_job(cluster, tmp_path):
+    """Points differ only in LoadGen settings: one job per build stage, one server, four measurements."""
+    root = tmp_path / "artifacts"
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(f"name: slurm_points\nbase: {REPO / 'params' / 'default.yaml'}\n"
+                     f"overrides: \"{FAST}{SHORT},{SLURM}\"\n"
+                     "grid:\n  loadgen.min_duration_ms: [600, 800]\n  loadgen.offline_expected_qps: [150, 200]\n")
+    t0 = time.monotonic()
+    proc = run_luigi("Sweep", "--sweep", str(sweep), artifacts=root, check=False)
+    print(f"4-point Sweep through Slurm: {time.monotonic() - t0:.1f} s")
+    assert proc.returncode in (0, 10, 11, 12), f"Sweep failed ({proc.returncode}):\n{proc.stderr[-6000:]}"
+    assert sorted(j["stage"] for j in jobs(root)) == sorted(BUILD_STAGES)  # each shared stage: one job
+    (run,) = run_records(root)
+    built = [v["stage"] for v in run["stages"].values() if v["status"] == "built"]
+    assert {s: built.count(s) for s in BUILD_STAGES | {"LaunchServers"}} == dict.fromkeys(BUILD_STAGES | {"LaunchServers"}, 1)
+    assert built.count("RunLoadgen") == 4
+    assert len(json.loads(next(root.glob("Sweep/*/sweep.json")).read_text())["rows"]) == 4
+    assert_nothing_left(root)
+
+
+# --- failures: scancel, the worker's SIGTERM, memory, a refused submission ---------------------------
+
+def test_scancel_mid_stage_fails_clearly_publishes_nothing_and_a_rerun_resubmits(cluster, tmp_path):
+    root = tmp_path / "artifacts"
+    held = Worker(root, "PrepareModel", f"{FAST},{SLURM}", env={"PERFDAG_FAULT_SLEEP": "PrepareModel:300"})
+    job = held.wait_job_log("fault hook: holding")  # built, not yet published
+    subprocess.run(["scancel", job["job_id"]], check=True, timeout=30)
+    rc = held.finish()
+    out = held.text()
+    assert rc != 0
+    assert f"Slurm job {job['job_id']} on " in out and "was cancelled" in out and job["log"] in out, out[-3000:]
+    assert not list(root.glob("PrepareModel/*/manifest.json"))  # nothing half-published
+    assert_nothing_left(root)
+
+    # The rerun belongs to a run that has already noted an INVALID result (as a Submission's second
+    # FullRun would): that is the run's exit code, never the exit code of a job that built.
+    run_id = "20261125T000000000000Z-1"
+    (root / "runs" / run_id).mkdir(parents=True)
+    (root / "runs" / run_id / "run.json").write_text(json.dumps(
+        {"run_id": run_id, "stages": {}, "verdicts": {"FullRun_earlier": {"valid": False}}}))
+    proc = run_luigi("PrepareModel", "--overrides", f"{FAST},{SLURM}", artifacts=root, check=False,
+                     env={"PERFDAG_RUN_ID": run_id})
+    assert proc.returncode == 10, proc.stderr[-3000:]
+    again = jobs(root)[-1]
+    assert again["job_id"] != job["job_id"] and again["state"] == "COMPLETED", again
+    assert len(list(root.glob("PrepareModel/*/manifest.json"))) == 1
+    assert not list(root.glob("PrepareModel/.tmp-*"))  # the killed build's temp dir was cleared
+    assert_nothing_left(root)
+
+
+def test_sigterm_of_the_worker_cancels_its_job(cluster, tmp_path):
+    root = tmp_path / "artifacts"
+    held = Worker(root, "PrepareModel", f"{FAST},{SLURM}", env={"PERFDAG_FAULT_SLEEP": "PrepareModel:300"})
+    job = held.wait_job_log("perfdag: job ")  # running
+    held.proc.send_signal(signal.SIGTERM)
+    assert held.finish(60) == 130
+    assert f"cancelled Slurm job {job['job_id']}" in held.text()
+    assert job_state(job["job_id"]) == "CANCELLED"
+    assert not list(root.glob("PrepareModel/*/manifest.json"))
+    assert_nothing_left(root)
+
+
+def test_a_job_over_its_memory_limit_is_a_clear_error(cluster, tmp_path):
+    root = tmp_path / "artifacts"
+    proc = run_luigi("PrepareModel", "--overrides", f"{FAST},{SLURM},slurm.mem=64M", artifacts=root, check=False)
+    (job,) = jobs(root)
+    assert proc.returncode != 0
+    assert f"Slurm job {job['job_id']} on " in proc.stderr and "ran out of memory" in proc.stderr, proc.stderr[-3000:]
+    assert "raise slurm.mem" in proc.stderr and job["log"] in proc.stderr
+    assert job["state"] == "FAILED" and "OUT_OF_MEMORY" in job_state(job["job_id"])
+    assert not list(root.glob("PrepareModel/*/manifest.json"))
+    assert_nothing_left(root)
+
+
+def test_a_refused_submission_names_sbatch_and_the_fix(cluster, tmp_path):
+    root = tmp_path / "artifacts"
+    proc = run_luigi("PrepareModel", "--overrides", f"{FAST},{SLURM},slurm.partition=nosuchpartition",
+                     artifacts=root, check=False)
+    assert proc.returncode != 0
+    assert "sbatch refused perfdag-PrepareModel-" in proc.stderr and "invalid partition" in proc.stderr.lower()
+    assert "check the slurm section" in proc.stderr
+
+
+# --- the job script, rendered (no cluster needed) ---------------------------------------------------
+
+def test_the_job_script_carries_every_setting_and_the_container():
+    from harness.slurm import JobSpec, render_script
+
+    spec = JobSpec(name="perfdag-BuildEngine-0123", log=Path("/shared/runs/r/slurm/BuildEngine-%j.log"),
+                   command=["python3", "-c", "print('hi there')"], workdir=Path("/src/perfdag"),
+                   env={"PERFDAG_ARTIFACTS": "/shared/perfdag"}, partition="gpu", account="mlperf", gpus=8,
+                   cpus=16, mem="64G", time_limit="120", extra_args=("--exclusive",),
+                   container_image="nvcr.io#nvidia/tritonserver:25.01-trtllm-python-py3",
+                   container_mounts=("/shared:/shared", "/src/perfdag:/src/perfdag"))
+    text = render_script(spec)
+    for opt in ("--partition=gpu", "--account=mlperf", "--gpus=8", "--cpus-per-task=16", "--mem=64G",
+                "--time=120", "--exclusive", "--output=/shared/runs/r/slurm/BuildEngine-%j.log"):
+        assert f"#SBATCH {opt}\n" in text
+    assert "export PERFDAG_ARTIFACTS=/shared/perfdag\n" in text
+    assert ("exec srun --ntasks=1 '--container-image=nvcr.io#nvidia/tritonserver:25.01-trtllm-python-py3' "
+            "--container-mounts=/shared:/shared,/src/perfdag:/src/perfdag --container-workdir=/src/perfdag "
+            "python3 -c 'print('\"'\"'hi there'\"'\"')'\n") in text
+    bare = render_script(JobSpec(name="x", log=Path("/a root/l"), command=["python3"], workdir=Path("/w")))
+    assert "srun" not in bare and "--gpus" not in bare and "--partition" not in bare
+    assert '#SBATCH --output="/a root/l"\n' in bare  # sbatch's own quoting, not the shell's
+
+
+def test_each_way_a_job_ends_is_a_stage_error_naming_job_log_and_fix():
+    """States this cluster cannot produce on demand (node failure, time limit) read like the ones it can."""
+    from harness.slurm import ended_error
+
+    log = Path("/shared/runs/r/slurm/BuildEngine-abc-7.log")
+    assert ended_error("7", "COMPLETED", {}, log) is None
+    cases = {"NODE_FAIL": "lost its node (node failure)", "TIMEOUT": "hit its time limit",
+             "FAILED": "failed (exit code 1)", "CANCELLED+": "was cancelled", "PREEMPTED": "was preempted",
+             "BOOT_FAIL": "could not boot its node", "WEIRD": "ended in state WEIRD"}
+    for state, what in cases.items():
+        text = ended_error("7", state, {"ExitCode": "1:0", "NodeList": "gpu07", "Reason": "None"}, log)
+        assert text.startswith(f"Slurm job 7 on gpu07 {what}") and f"log: {log}" in text, text
+    assert "raise slurm.time_limit_min" in ended_error("7", "TIMEOUT", {}, log)
+    assert "signal 9" in ended_error("7", "FAILED", {"ExitCode": "0:9"}, log)
+
+
+def test_params_refuse_what_slurm_would_misread():
+    from harness.config import ParamsError, resolve
+
+    with pytest.raises(ParamsError) as e:
+        resolve(REPO / "params" / "default.yaml",
+                "slurm.mem=2GB,slurm.stages=[LaunchServers],slurm.gpus_per_stage={RunLoadgen: 1}")
+    text = str(e.value)
+    assert "slurm.mem" in text and "slurm.stages" in text and "gpus_per_stage names ['RunLoadgen']" in text
+    assert resolve(REPO / "params" / "default.yaml", "").slurm is None  # unset: nothing runs on Slurm
+
+
+# --- last: the module leaves nothing -----------------------------------------------------------------
+
+def test_zz_squeue_is_empty_and_no_perfdag_process_is_left(cluster):
+    """Workers and jobs of this module carry its SLURM_CONF and an artifacts root in their environment."""
+    assert squeue() == []
+    left = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            env = p.environ()
+        except psutil.Error:
+            continue
+        if p.pid != os.getpid() and env.get("SLURM_CONF") == cluster and "PERFDAG_ARTIFACTS" in env:
+            left.append((p.pid, " ".join(p.info["cmdline"] or [])[:200]))
+    assert not left, left
