@@ -25,9 +25,9 @@ from .accuracy import AccuracyLogError, check_gates, failure_reasons, gates_for
 LOG_DTYPE = "int32"
 
 
-def read_log_entries(path: str | os.PathLike, dtype: str = LOG_DTYPE) -> list[dict]:
-    """LoadGen's mlperf_log_accuracy.json as a list of entries, each checked: an int `qsl_idx` and
-    hex `data` whose length fits `dtype`. A malformed file is one line naming the file and the field."""
+def read_log_entries(path: str | os.PathLike) -> list[dict]:
+    """LoadGen's mlperf_log_accuracy.json as a list of entries; each entry's fields are checked by the
+    scorer (scoring.common), whose errors name this file, the entry and the field."""
     path = Path(path)
     if path.is_dir():
         path = path / "mlperf_log_accuracy.json"
@@ -39,22 +39,6 @@ def read_log_entries(path: str | os.PathLike, dtype: str = LOG_DTYPE) -> list[di
         raise AccuracyLogError(f"{path}: not a JSON accuracy log: {exc}") from None
     if not isinstance(entries, list):
         raise AccuracyLogError(f"{path}: expected a JSON list of entries, got {type(entries).__name__}")
-    itemsize = np.dtype(dtype).itemsize
-    for n, e in enumerate(entries):
-        if not isinstance(e, dict):
-            raise AccuracyLogError(f"{path}: entry {n} is {type(e).__name__}, not an object")
-        idx, data = e.get("qsl_idx"), e.get("data")
-        if isinstance(idx, bool) or not isinstance(idx, int) or idx < 0:
-            raise AccuracyLogError(f"{path}: entry {n}: field 'qsl_idx' must be a non-negative integer, got {idx!r:.40}")
-        if not isinstance(data, str):
-            raise AccuracyLogError(f"{path}: entry {n} (qsl_idx {idx}): field 'data' must be a hex string")
-        try:
-            raw = bytes.fromhex(data)
-        except ValueError:
-            raise AccuracyLogError(f"{path}: entry {n} (qsl_idx {idx}): field 'data' is not hex") from None
-        if len(raw) % itemsize:
-            raise AccuracyLogError(f"{path}: entry {n} (qsl_idx {idx}): field 'data' holds {len(raw)} bytes, not "
-                                   f"whole {dtype} token ids (--dtype?)")
     return entries
 
 
@@ -129,16 +113,12 @@ def evaluate(log_path: str | os.PathLike, samples: Sequence, tokenizer, *, bench
     """Score `log_path` with the benchmark's scorer, judge it, and (with `out_dir`) write
     accuracy.json and the scorer's per-row detail. Returns the accuracy document."""
     bench = benchmarks.get(benchmark)
-    entries = read_log_entries(log_path, dtype)
-    known = {int(s.index) for s in samples}
-    unknown = sorted({int(e["qsl_idx"]) for e in entries} - known)
-    if unknown:
-        raise AccuracyLogError(f"{log_path}: qsl_idx {unknown[:5]} not in the dataset's {len(samples)} samples "
-                               "(a log of another dataset, or of more samples?)")
+    entries = read_log_entries(log_path)
     frame = samples_frame(samples, bench)
     runner = partial(code_runner_for, bench, workers=code_workers, timeout_s=code_timeout_s,
                      allow_network=allow_network)
-    scores = score(bench, entries, frame, tokenizer, dtype=dtype,
+    # The scorer checks every entry (qsl_idx within the dataset, hex ids of `dtype`) and names the log.
+    scores = score(bench, entries, frame, tokenizer, dtype=dtype, log_name=str(log_path),
                    code_runner=runner(results_dir=Path(out_dir) / "code_outputs" if out_dir else None))
     if gates_from == "mlperf":
         tname = benchmarks.target_name(target)
