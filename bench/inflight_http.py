@@ -53,7 +53,12 @@ def main() -> int:
     env = {**os.environ, "PERFDAG_ARTIFACTS": str(root)}
     n = args.in_flight
     base = f"harness.max_in_flight={n},harness.clients_per_frontend=4,loadgen.min_duration_ms=10000"
-    luigi("LaunchServers", base, env)
+    try:
+        luigi("PrepareDataset", base, env)
+        luigi("LaunchServers", base, env)
+    except subprocess.CalledProcessError as exc:
+        subprocess.run([sys.executable, "-m", "pipeline", "servers", "stop", "--all"], cwd=REPO, env=env)
+        sys.exit(f"setup failed: {exc.stderr[-2000:]}")
     from transformers import AutoTokenizer
 
     server = json.loads(next(root.glob("LaunchServers/*/servers.json")).read_text())["servers"][0]
@@ -72,7 +77,7 @@ def main() -> int:
             res = json.loads(sorted(root.glob("RunLoadgen/*/result.json"), key=lambda p: p.stat().st_mtime)[-1].read_text())
             bare = bare_aiohttp(url, prompts, n, args.samples)
             rows.append({"round": r, "perfdag_samples_per_s": res["samples_per_s"], "perfdag_peak_connections": peak[0],
-                         "perfdag_peak_in_flight": res.get("peak_in_flight"), "bare_samples_per_s": bare["samples_per_s"],
+                         "perfdag_peak_in_flight": (res.get("harness") or {}).get("peak_in_flight"), "bare_samples_per_s": bare["samples_per_s"],
                          "bare_peak_connections": bare["peak_connections"],
                          "ratio": round(res["samples_per_s"] / bare["samples_per_s"], 3)})
             print(json.dumps(rows[-1]))
@@ -102,11 +107,11 @@ def bare_aiohttp(url: str, prompts: list[str], in_flight: int, total: int) -> di
 
             async def worker():
                 for k in it:
-                    body = {"prompt": prompts[k % len(prompts)], "max_tokens": 32, "temperature": 0, "stream": True}
+                    # Offline does not stream (perfdag's SUT neither): one JSON response per request.
+                    body = {"prompt": prompts[k % len(prompts)], "max_tokens": 32, "temperature": 0, "stream": False}
                     async with s.post(f"http://{url}/v1/completions", json=body) as r:
                         r.raise_for_status()
-                        async for _ in r.content.iter_any():
-                            pass
+                        json.loads(await r.read())
             t0 = time.monotonic()
             await asyncio.gather(*(worker() for _ in range(in_flight)))
             return time.monotonic() - t0
