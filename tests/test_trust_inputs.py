@@ -174,7 +174,7 @@ def test_a_bad_byte_deep_in_a_jsonl_dataset_fails_preparedataset_with_one_messag
     root = tmp_path / "a"
     shutil.copytree(built_fast, root, ignore=shutil.ignore_patterns("runs"))
     proc = run_luigi("PrepareDataset", "--overrides", f"{FAST},dataset.format=jsonl,dataset.path={f},"
-                     "dataset.num_samples=105", artifacts=root, check=False)
+                     "dataset.num_samples=105,accuracy.reference_scores=self", artifacts=root, check=False)
     assert proc.returncode != 0
     assert "line 100: not UTF-8" in proc.stderr, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr and "UnicodeDecodeError" not in proc.stderr, proc.stderr[-3000:]
