@@ -42,9 +42,16 @@ def load_params(params_file: str, overrides: str) -> Params:
     return _PARAMS_MEMO[memo_key]
 
 
+# Settings that decide how a stage copes with a failure, not what it makes: in no key.
+UNKEYED = ("harness.server_relaunches",)
+
+
 def select(params: Params, reads: tuple[str, ...]) -> dict[str, Any]:
     """The parts of the resolved document a stage reads, by dotted path ('build' or 'build.backend')."""
     doc = params.model_dump(mode="json")
+    for path in UNKEYED:
+        section, _, name = path.rpartition(".")
+        doc[section].pop(name, None)
     out: dict[str, Any] = {}
     for path in reads:
         node: Any = doc
@@ -66,6 +73,9 @@ class ArtifactTarget(luigi.Target):
     @property
     def path(self) -> str:
         return str(self.task.artifact_dir)
+
+    def __str__(self) -> str:  # luigi names missing outputs with it, and counts reschedules by that name
+        return self.path
 
 
 class StageTask(luigi.Task):
@@ -303,6 +313,11 @@ class StageTask(luigi.Task):
         except Exception as e:  # the build's own error is the one to report
             log.warning("%s %s: cleaning up after the failed build: %s", self.stage, self.key[:16], e)
 
+    def build_with_retries(self, out_dir: Path) -> dict:
+        """The build, tried again where a stage knows a failure is worth it (measuring stages: a server
+        that crashed mid-run is relaunched once)."""
+        return self.build(out_dir)
+
     def evidence(self, dest: Path) -> None:
         """Adds to a failed build's kept directory what explains the failure beyond its own files
         (measuring stages: the servers' log tails)."""
@@ -310,7 +325,7 @@ class StageTask(luigi.Task):
     def _build_with_fault_hook(self, out_dir: Path) -> dict:
         log.info("%s %s: building (published as %s)", self.stage, self.key[:16], self.artifact_dir)
         try:
-            extra = self.build(out_dir)
+            extra = self.build_with_retries(out_dir)
         except Exception as e:
             _keep_failed(self, out_dir, e)
             raise
@@ -323,26 +338,32 @@ class StageTask(luigi.Task):
         return extra
 
 
-def _keep_failed(task: StageTask, out_dir: Path, exc: BaseException) -> None:
-    """A failed build's directory (logs, partial LoadGen logs) moves to runs/<id>/failed/<Stage>-<key16>/
-    instead of being deleted; the error names it (never empty) and run.json records the failure."""
+def keep_attempt(task: StageTask, out_dir: Path, suffix: str = "") -> Path | None:
+    """Moves a failed attempt's files to runs/<id>/failed/<Stage>-<key16><suffix>/ (with the servers'
+    log tails) and leaves `out_dir` empty; returns where they went (None: they could not be kept)."""
     import shutil
 
-    dest = runlog.run_file(task.store.root).parent / "failed" / f"{task.stage}-{task.key[:16]}"
-    kept = None
+    dest = runlog.run_file(task.store.root).parent / "failed" / f"{task.stage}-{task.key[:16]}{suffix}"
     try:
         if dest.exists():  # a retry in the same run: the newest failure is the one to read
             shutil.rmtree(dest)
         dest.parent.mkdir(parents=True, exist_ok=True)
         os.replace(out_dir, dest)  # same filesystem (under the artifacts root): one rename
         out_dir.mkdir()  # the store removes its temp dir as usual
-        try:
-            task.evidence(dest)
-        except Exception as e:  # evidence is a courtesy; the stage's own error is the news
-            log.warning("%s: could not add server logs to %s: %s", task.stage, dest, e)
-        kept = dest
     except OSError as e:
         log.warning("%s: could not keep the failed build's files (%s): %s", task.stage, out_dir, e)
+        return None
+    try:
+        task.evidence(dest)
+    except Exception as e:  # evidence is a courtesy; the stage's own error is the news
+        log.warning("%s: could not add server logs to %s: %s", task.stage, dest, e)
+    return dest
+
+
+def _keep_failed(task: StageTask, out_dir: Path, exc: BaseException) -> None:
+    """A failed build's directory (logs, partial LoadGen logs) moves to runs/<id>/failed/<Stage>-<key16>/
+    instead of being deleted; the error names it (never empty) and run.json records the failure."""
+    kept = keep_attempt(task, out_dir)
     said = str(exc).strip()
     text = said or "(no message)"
     if kept is not None:

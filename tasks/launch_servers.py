@@ -71,6 +71,12 @@ class LaunchServers(StageTask):
             self.hold(manifest)
             return True
 
+    def relaunch(self) -> list[dict]:
+        """Brings the servers back after one crashed mid-measurement: the launch is replaced under the
+        key's lock exactly as a new run would replace it (or reused, if another run already did)."""
+        self.run()
+        return self.servers()
+
     def verified_repo(self, repo) -> dict:
         """The repository's layout, once its files are re-hashed (they are small) and its engine checked,
         right before servers load them: a server runs what the repository names, code included."""

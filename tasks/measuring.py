@@ -5,7 +5,8 @@ from __future__ import annotations
 from harness.codehash import package_modules
 from harness.datasets import Sample
 
-from .base import StageTask, host_resource
+from . import runlog
+from .base import StageTask, host_resource, keep_attempt, log
 from .launch_servers import LaunchServers
 from .prepare_dataset import PrepareDataset, read_samples
 
@@ -49,6 +50,37 @@ class MeasuringStage(StageTask):
 
     def code(self):
         return SUT_CODE + CORE_CODE[self.protocol]
+
+    def build_with_retries(self, out_dir):
+        """A server that crashes mid-measurement (tritonserver 2.51 on CPU segfaults now and then under
+        load) is relaunched and the measurement started over from nothing, harness.server_relaunches
+        times at most; the crashed attempt's files are kept and run.json records the relaunch."""
+        from harness.errors import MeasurementError
+        from harness.serving.launcher import gone_servers
+
+        servers = self.upstream()["servers"]
+        for attempt in range(1, self.params.harness.server_relaunches + 2):
+            try:
+                return self.build(out_dir)
+            except MeasurementError as exc:
+                gone = gone_servers(servers.servers(), servers.artifact_dir)
+                if not gone:
+                    raise
+                if attempt > self.params.harness.server_relaunches:
+                    exc.args = (f"{exc}\n" + "; ".join(gone) + f" (relaunched {attempt - 1} time(s) in this stage, "
+                                f"harness.server_relaunches={self.params.harness.server_relaunches}); a rerun "
+                                "relaunches it",)
+                    raise
+                kept = keep_attempt(self, out_dir, f"-crash{attempt}")
+                log.warning("%s %s: %s mid-measurement; relaunching it and measuring again from the start "
+                            "(%d of harness.server_relaunches=%d; the crashed attempt's files: %s)",
+                            self.stage, self.key[:16], "; ".join(gone), attempt,
+                            self.params.harness.server_relaunches, kept)
+                runlog.record_relaunch(self.store.root, {"stage": self.stage, "key": self.key, "servers": gone,
+                                                         "error": str(exc).splitlines()[0][:500],
+                                                         "kept": str(kept) if kept else None})
+                servers.relaunch()
+        raise AssertionError("unreachable")
 
     def evidence(self, dest):
         """A failed measurement keeps the tail of every server's log beside its own logs."""

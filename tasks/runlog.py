@@ -87,6 +87,14 @@ def record_failure(root: Path, stage: str, key: str, error: str, kept: str | Non
     _update(root, change)
 
 
+def record_relaunch(root: Path, entry: dict) -> None:
+    """Servers that crashed mid-measurement and were relaunched (tasks/measuring.py): which, where."""
+    def change(doc):
+        doc.setdefault("server_relaunches", []).append(
+            {**entry, "at": datetime.now(timezone.utc).isoformat()})
+    _update(root, change)
+
+
 def record_job(root: Path, entry: dict) -> None:
     """A stage that ran as a Slurm job (tasks/slurm_exec.py): its job id, log, state; updated in place."""
     def change(doc):

@@ -199,6 +199,9 @@ class HarnessSection(Section):
     max_in_flight: Optional[int] = Field(None, ge=1, le=65536)
     warmup_queries: int = Field(8, ge=0)
     request_timeout_s: float = Field(300, gt=0)  # for outputs up to 1024 tokens; scaled beyond (measure.py)
+    # A server that crashes mid-measurement is relaunched and the measurement started over, this many
+    # times per stage (0: fail at once). Recorded in run.json and the result; in no cache key.
+    server_relaunches: int = Field(2, ge=0, le=5)
 
 
 class LoadgenSection(Section):

@@ -177,6 +177,29 @@ def is_ours(rec: dict) -> bool:
     return not rec.get("external") and is_same_process(rec.get("pid"), rec.get("create_time"))
 
 
+def gone_servers(records: Sequence[dict], artifact_dir: Path) -> list[str]:
+    """One line per server perfdag launched whose process is gone, with how it ended where its log
+    says so (tritonserver prints "Signal (11) received." when it crashes)."""
+    import re
+
+    out = []
+    for i, rec in enumerate(records):
+        if rec.get("external") or is_ours(rec):
+            continue
+        how = "is gone"
+        log_file = artifact_dir / str(rec.get("log", ""))
+        if rec.get("log") and log_file.is_file():
+            with open(log_file, "rb") as f:
+                f.seek(max(0, log_file.stat().st_size - 64 * 1024))
+                tail = f.read().decode("utf-8", "replace")
+            if m := re.search(r"Signal \((\d+)\) received", tail):
+                num = int(m.group(1))
+                name = signal.Signals(num).name if num in signal.valid_signals() else f"signal {num}"
+                how = f"crashed ({name}, see {log_file})"
+        out.append(f"server {i} (pid {rec.get('pid')}) {how}")
+    return out
+
+
 def stop_recorded(records: Sequence[dict], timeout: float = 30.0) -> list[int]:
     """Stops every recorded server that is still ours, and what is left of those that died (backend
     stubs), and removes their shared memory; returns the pids stopped."""
