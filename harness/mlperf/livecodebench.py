@@ -636,3 +636,32 @@ def code_runner(benchmark: str, needed: Iterable[str], path, *, workers: int = 2
     problems = load_problems(path, needed, where, benchmark)
     return partial(run_programs, problems=problems, workers=workers, timeout_s=timeout_s,
                    allow_network=allow_network, results_dir=results_dir, where=where)
+
+
+def lazy_runner(benchmark: str, path, *, workers: int = 2, timeout_s: float = MLCOMMONS_TIMEOUT_S,
+                allow_network: bool = False, results_dir=None, where: str = FIELD):
+    """A `code_runner(question_ids, codes)` that loads the problems it is asked about on its first
+    calls (each file read once per new set of ids); a missing or incomplete copy raises one line."""
+    problems: dict[str, Problem] = {}
+
+    def run(question_ids, codes):
+        new = sorted(set(question_ids) - set(problems))
+        if new:
+            problems.update(load_problems(path, new, where, benchmark))
+        return run_programs(question_ids, codes, problems=problems, workers=workers, timeout_s=timeout_s,
+                            allow_network=allow_network, results_dir=results_dir, where=where)
+
+    return run
+
+
+def require(benchmark: str, rows: Iterable[dict], path, where: str = FIELD) -> list[str]:
+    """Check, before anything runs, that `path` holds every question_id of the LiveCodeBench rows
+    among `rows`; returns those ids. No LiveCodeBench row: nothing is required."""
+    ids = needed_ids(benchmark, rows)
+    if not ids:
+        return ids
+    if path is None or str(path) == "":
+        raise ProblemsError(f"{where}: not set, and the dataset has {len(ids)} LiveCodeBench row(s) that "
+                            f"{benchmark} scores by running their code; give {wanted(where)}")
+    check_ids(path, ids, where, benchmark)
+    return ids
