@@ -185,3 +185,38 @@ def test_scorers_get_the_runner_and_a_run_is_refused_before_any_stage(problems, 
         assert len(lines) == 1 and needle in lines[0], proc.stderr[-3000:]
         assert "Traceback" not in proc.stderr
         assert not root.exists() or not any(root.iterdir())
+
+
+@root_only
+def test_score_command_runs_the_code_and_keeps_the_results(problems, tmp_path, capsys):
+    import numpy as np
+
+    sys.path.insert(0, str(REPO / "tests"))
+    import mlperf_scoring_fixtures as MF
+    from pipeline.__main__ import main
+
+    path, _ = problems
+    tok_dir = MF.save_tokenizer(tmp_path / "tok")
+    tok = MF.load_tokenizer(tok_dir)
+    data = tmp_path / "ds.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in [
+        {"input": "q1", "gt_output": "add", "dataset": "livecodebench"},
+        {"input": "q2", "gt_output": "app", "dataset": "livecodebench"},
+        {"input": "q3", "gt_output": "A", "dataset": "gpqa"}]))
+    texts = {0: "think\n```python\na, b = map(int, input().split())\nprint(a + b)\n```",
+             1: "```python\nclass Solution:\n    def app(self, xs, y):\n        return xs\n```",
+             2: "Answer: A"}
+    log = tmp_path / "log.json"
+    log.write_text(json.dumps([{"seq_id": i, "qsl_idx": i, "data": np.asarray(
+        tok.encode(t, add_special_tokens=False), np.int32).tobytes().hex().upper()} for i, t in texts.items()]))
+    args = ["score", "--benchmark", "deepseek-r1", "--log", str(log), "--dataset", str(data),
+            "--tokenizer", str(tok_dir), "--out", str(tmp_path / "out"), "--livecodebench-timeout", "2"]
+    assert main(args) == 2  # LiveCodeBench rows and no problems copy: refused before scoring
+    err = capsys.readouterr().err
+    assert "--livecodebench-problems: not set, and the dataset has 2 LiveCodeBench row(s)" in err, err
+    assert main(args + ["--livecodebench-problems", str(path)]) == 11  # scored; below MLPerf's gate
+    doc = json.loads((tmp_path / "out" / "accuracy.json").read_text())
+    assert doc["scores"]["exact_match"] == pytest.approx(200 / 3)
+    kept = json.loads((tmp_path / "out" / "code_outputs" / lcb.RESULTS_FILE).read_text())
+    assert [(r["question_id"], r["passed"], r["error"]) for r in kept["per_program"]] == [
+        ("add", True, None), ("app", False, "wrong_answer")]
