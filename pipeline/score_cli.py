@@ -30,6 +30,12 @@ def add_parser(sub) -> None:
                     help="load a .pkl dataset (unpickling runs whatever code the file holds)")
     sc.add_argument("--workers", type=int, default=2, help="sandboxed programs at once (MBXP)")
     sc.add_argument("--timeout", type=float, default=20.0, help="seconds per sandboxed program")
+    sc.add_argument("--livecodebench-problems", default=None, metavar="FILE",
+                    help="local copy of livecodebench/code_generation_lite (JSON lines: question_id, public_test_cases, "
+                         "private_test_cases, metadata); needed when the dataset has LiveCodeBench rows "
+                         "(deepseek-r1: release_v1, gpt-oss-120b: release_v6); nothing is downloaded")
+    sc.add_argument("--livecodebench-timeout", type=float, default=60.0,
+                    help="seconds per LiveCodeBench test (MLCommons: 60)")
     sc.add_argument("--allow-code-network", action="store_true",
                     help="run generated code even where no network namespace can be made")
     sc.add_argument("--out", default="", metavar="DIR", help="write accuracy.json and per-row detail here")
@@ -58,7 +64,9 @@ def command(args) -> int:
         out.mkdir(parents=True, exist_ok=True)
     doc = evaluate(args.log, samples, tokenizer, benchmark=bench.name, round_=round_, target=target,
                    gates_from=args.gates, dtype=args.dtype, code_workers=args.workers, code_timeout_s=args.timeout,
-                   allow_network=args.allow_code_network, out_dir=out, reference_source=f"{args.dataset}")
+                   allow_network=args.allow_code_network, out_dir=out, reference_source=f"{args.dataset}",
+                   livecodebench_problems=args.livecodebench_problems, livecodebench_timeout_s=args.livecodebench_timeout,
+                   problems_field="--livecodebench-problems")
     if args.json:
         print(json.dumps(doc, indent=2, default=str))
     else:

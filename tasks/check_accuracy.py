@@ -11,7 +11,20 @@ from .run_accuracy import RunAccuracy
 
 #: What the scorers import: every module shapes the scores (harness/mlperf/scoring/ and the sandbox).
 SCORER_MODULES = ("harness.mlperf.accuracy", "harness.mlperf.evaluate", "harness.mlperf.benchmarks",
-                  "harness.mlperf.scoring", "harness.mlperf.mbxp", "harness.mlperf.sandbox")
+                  "harness.mlperf.scoring", "harness.mlperf.mbxp", "harness.mlperf.livecodebench",
+                  "harness.mlperf.sandbox")
+
+
+def livecodebench_key(task) -> dict:
+    """The LiveCodeBench problems copy enters the key by content, as a dataset file does."""
+    path = task.params.accuracy.livecodebench_problems
+    if not path or not Path(path).expanduser().is_file():
+        return {}
+    from harness.hashing import dir_content_hash
+    from .settings import may_write_root
+
+    return {"livecodebench_problems_sha256": dir_content_hash(
+        Path(path).expanduser(), task.store.root / ".hashcache" / "files.json", update=may_write_root())}
 
 
 @register
@@ -21,6 +34,9 @@ class CheckAccuracy(StageTask):
 
     def upstream(self):
         return {"log": self.clone(RunAccuracy), "dataset": self.clone(PrepareDataset)}
+
+    def key_inputs(self):
+        return livecodebench_key(self)
 
     def tools(self):
         return versions("rouge-score", "nltk", "transformers", "tokenizers")
@@ -47,7 +63,9 @@ class CheckAccuracy(StageTask):
                        gates_from="mlperf" if uses_mlperf_gates(p) else "self",
                        code_workers=a.code_workers, code_timeout_s=a.code_timeout_s,
                        allow_network=a.allow_code_network, out_dir=out_dir,
-                       reference_source=ds.get("reference_source"))
+                       reference_source=ds.get("reference_source"),
+                       livecodebench_problems=a.livecodebench_problems,
+                       livecodebench_timeout_s=a.livecodebench_timeout_s)
         shown = "  ".join(f"{k} {v:.4g}" for k, v in doc["scores"].items() if k in doc["required"])
         log.info("CheckAccuracy: %s (%s; target %.3f)%s", "PASS" if doc["passed"] else "FAIL", shown,
                  doc["target"], "" if doc["passed"] else f": {doc['why']}")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from .audited_run import AuditedRun
 from .base import register
-from .check_accuracy import SCORER_MODULES
+from .check_accuracy import SCORER_MODULES, livecodebench_key
 from .prepare_dataset import tokenizer_dir
 
 
@@ -17,7 +17,11 @@ class RunTest07(AuditedRun):
     stage = "RunTest07"
     test = "TEST07"
     # the code runner's settings only: the gates do not enter TEST07
-    reads = ("loadgen", "harness", "accuracy.code_workers", "accuracy.code_timeout_s", "accuracy.allow_code_network")
+    reads = ("loadgen", "harness", "accuracy.code_workers", "accuracy.code_timeout_s", "accuracy.allow_code_network",
+             "accuracy.livecodebench_problems", "accuracy.livecodebench_timeout_s")
+
+    def key_inputs(self):
+        return {**super().key_inputs(), **livecodebench_key(self)}
 
     def code(self):
         from harness.codehash import package_modules
@@ -35,6 +39,8 @@ class RunTest07(AuditedRun):
         tok = AutoTokenizer.from_pretrained(str(tokenizer_dir(self.upstream()["dataset"].artifact_dir, ds)))
         a = self.params.accuracy
         runner = code_runner_for(bench, workers=a.code_workers, timeout_s=a.code_timeout_s,
-                                 allow_network=a.allow_code_network, results_dir=out_dir / "code_outputs")
+                                 allow_network=a.allow_code_network, results_dir=out_dir / "code_outputs",
+                                 livecodebench_problems=a.livecodebench_problems,
+                                 livecodebench_timeout_s=a.livecodebench_timeout_s)
         frame = samples_frame(samples, bench)
         return verify_test07(entries, lambda e: score(bench, e, frame, tok, code_runner=runner))

@@ -6,6 +6,7 @@ Every problem is 'field: file: what is wrong; the fix'.
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 from pathlib import Path
 
 from ..errors import shorten
@@ -121,3 +122,52 @@ def dataset_problems(fmt: str, path: str | None) -> list[str]:
     except OSError as e:
         out.append(f"dataset.path: {p}: cannot be read ({e.strerror}); check its permissions")
     return out
+
+
+def livecodebench_problems(p) -> list[str]:
+    """A dataset with LiveCodeBench rows (deepseek-r1, gpt-oss-120b) needs the local problems copy
+    (accuracy.livecodebench_problems) holding each row's question_id: one line if not, before any stage."""
+    from ..mlperf import benchmarks, livecodebench
+
+    try:
+        bench = benchmarks.get(p.loadgen.mlperf_model).name
+    except KeyError:
+        return []  # benchmark_problems names it
+    d = p.dataset
+    if bench not in livecodebench.RELEASES or d.format == "builtin" or not d.path:
+        return []
+    try:
+        path = Path(d.path).expanduser()
+        st = path.stat()
+        rows = _scorer_rows(d.format, str(path.resolve()), st.st_size, st.st_mtime_ns, d.num_samples)
+    except Exception:  # noqa: BLE001 - an unreadable dataset is dataset_problems' (and the stage's) to report
+        return []
+    try:
+        livecodebench.require(bench, rows, p.accuracy.livecodebench_problems)
+    except livecodebench.ProblemsError as e:
+        return [str(e)]
+    return []
+
+
+@lru_cache(maxsize=4)
+def _scorer_rows(fmt: str, path: str, size: int, mtime_ns: int, num_samples: int) -> list[dict]:
+    """The first num_samples rows' `dataset`, `gt_output` and `ground_truth` (what names a LiveCodeBench
+    problem); memoised by the file's (path, size, mtime_ns): params are resolved once per stage."""
+    keys = ("dataset", "gt_output", "ground_truth")
+    if fmt == "jsonl":
+        rows = []
+        with open(path, "rb") as f:
+            for raw in f:
+                if len(rows) >= num_samples:
+                    break
+                if raw.strip():
+                    obj = json.loads(raw)
+                    rows.append({k: obj[k] for k in keys if k in obj} if isinstance(obj, dict) else {})
+        return rows
+    if fmt == "mlperf_pickle":  # trusted by then: dataset.sha256 matched or dataset.allow_pickle
+        import pandas as pd
+
+        df = pd.read_pickle(path)
+        cols = [k for k in keys if k in df.columns]
+        return df[cols].head(num_samples).to_dict("records")
+    return []

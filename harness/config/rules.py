@@ -43,10 +43,12 @@ def cross_field_problems(p: Params) -> list[str]:
 
     out += benchmark_problems(p)
 
-    from .inputs import checkpoint_problems, dataset_problems  # the input files, cheaply, before any stage
+    from .inputs import checkpoint_problems, dataset_problems, livecodebench_problems  # input files, before any stage
 
     out += checkpoint_problems(p.model.checkpoint)
     out += dataset_problems(p.dataset.format, p.dataset.path)
+    if not any(x.startswith("dataset.") for x in out):
+        out += livecodebench_problems(p)
 
     backend = backend_for(p)
     for section in ("triton", "openai"):  # the other backends' server section is not read: say so

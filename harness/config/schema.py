@@ -293,6 +293,12 @@ class AccuracySection(Section):
     code_workers: int = Field(2, ge=1, le=64)
     code_timeout_s: float = Field(20.0, gt=0, le=600)  # MLCommons' MBXP checker: 20 s
     allow_code_network: bool = False
+    # LiveCodeBench rows (deepseek-r1, gpt-oss-120b) run the extracted program against the problem's
+    # tests, read from a LOCAL copy of livecodebench/code_generation_lite (JSON lines: question_id,
+    # public_test_cases, private_test_cases, metadata; harness/mlperf/livecodebench.py); nothing is
+    # downloaded. Required when the dataset has LiveCodeBench rows.
+    livecodebench_problems: Optional[str] = None
+    livecodebench_timeout_s: float = Field(60.0, gt=0, le=600)  # per test; MLCommons' eval_accuracy.py: 60
 
 
 _PLAIN_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"  # names a directory of the results tree, never a path

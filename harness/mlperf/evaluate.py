@@ -66,8 +66,18 @@ def samples_frame(samples: Sequence, bench: benchmarks.Benchmark):
 
 
 def code_runner_for(bench: benchmarks.Benchmark, *, workers: int, timeout_s: float, allow_network: bool,
-                    results_dir: str | os.PathLike | None):
-    """The sandboxed code runner for benchmarks with a pass@1 metric (mixtral's MBXP), else None."""
+                    results_dir: str | os.PathLike | None, livecodebench_problems: str | os.PathLike | None = None,
+                    livecodebench_timeout_s: float | None = None, where: str | None = None):
+    """The sandboxed code runner for benchmarks with a pass@1 metric, else None: mixtral's MBXP (tests from
+    the dataset), deepseek-r1's and gpt-oss-120b's LiveCodeBench (tests from the local problems copy at
+    `livecodebench_problems`, named `where` in errors; per-test timeout `livecodebench_timeout_s`)."""
+    from . import livecodebench
+
+    if bench.name in livecodebench.RELEASES:
+        return livecodebench.lazy_runner(
+            bench.name, livecodebench_problems, workers=workers,
+            timeout_s=livecodebench_timeout_s or livecodebench.MLCOMMONS_TIMEOUT_S, allow_network=allow_network,
+            results_dir=results_dir, where=where or livecodebench.FIELD)
     if not any(m.name == "mbxp" for m in bench.metrics):
         return None
     from .mbxp import score_mbxp
@@ -109,14 +119,23 @@ def metrics_only(scores: Mapping[str, Any]) -> dict:
 def evaluate(log_path: str | os.PathLike, samples: Sequence, tokenizer, *, benchmark: str, round_: str,
              target: float, tolerance: float = 0.10, gates_from: str = "mlperf", dtype: str = LOG_DTYPE,
              code_workers: int = 2, code_timeout_s: float = 20.0, allow_network: bool = False,
-             out_dir: str | os.PathLike | None = None, reference_source: str | None = None) -> dict:
+             out_dir: str | os.PathLike | None = None, reference_source: str | None = None,
+             livecodebench_problems: str | os.PathLike | None = None, livecodebench_timeout_s: float | None = None,
+             problems_field: str | None = None) -> dict:
     """Score `log_path` with the benchmark's scorer, judge it, and (with `out_dir`) write
     accuracy.json and the scorer's per-row detail. Returns the accuracy document."""
     bench = benchmarks.get(benchmark)
     entries = read_log_entries(log_path)
     frame = samples_frame(samples, bench)
+    # LiveCodeBench rows need the local problems copy: missing, unreadable or incomplete is one line, now.
+    from . import livecodebench
+
+    logged = {int(e["qsl_idx"]) for e in entries if isinstance(e, dict) and str(e.get("qsl_idx", "")).isdigit()}
+    livecodebench.require(bench.name, [r for i, r in enumerate(frame.to_dict("records")) if i in logged],
+                          livecodebench_problems, problems_field or livecodebench.FIELD)
     runner = partial(code_runner_for, bench, workers=code_workers, timeout_s=code_timeout_s,
-                     allow_network=allow_network)
+                     allow_network=allow_network, livecodebench_problems=livecodebench_problems,
+                     livecodebench_timeout_s=livecodebench_timeout_s, where=problems_field)
     # The scorer checks every entry (qsl_idx within the dataset, hex ids of `dtype`) and names the log.
     scores = score(bench, entries, frame, tokenizer, dtype=dtype, log_name=str(log_path),
                    code_runner=runner(results_dir=Path(out_dir) / "code_outputs" if out_dir else None))
