@@ -16,8 +16,7 @@ from .prepare_dataset import tokenizer_dir
 class AuditedRun(MeasuringStage):
     # (the check is `check_log`: `verify` is every stage's --verify parameter)
     test = ""  # "TEST07" / "TEST09"
-    # accuracy.reference_scores and dataset.format: whose thresholds (uses_mlperf_gates)
-    reads = ("loadgen", "harness", "accuracy.reference_scores", "dataset.format")
+    reads = ("loadgen", "harness")
 
     def code(self):
         return super().code() + ("harness.mlperf.compliance",)
@@ -25,6 +24,10 @@ class AuditedRun(MeasuringStage):
     def check_log(self, out_dir: Path, entries: list[dict], samples, ds) -> dict:
         """The verdict; for `own_references()`, with the thresholds from `reference_log`."""
         raise NotImplementedError
+
+    def key_inputs(self):
+        # whose thresholds (accuracy.reference_scores, dataset.format): only the choice enters the key
+        return {**super().key_inputs(), "thresholds": "own references" if self.own_references() else "mlperf"}
 
     def own_references(self) -> bool:
         from harness.config.rules import uses_mlperf_gates

@@ -16,9 +16,14 @@ from .check_accuracy import SCORER_MODULES
 class RunTest07(AuditedRun):
     stage = "RunTest07"
     test = "TEST07"
-    # the code runner's settings; no gate enters TEST07 (a stand-in's threshold takes accuracy.target)
-    reads = AuditedRun.reads + ("accuracy.code_workers", "accuracy.code_timeout_s", "accuracy.allow_code_network",
-                                "accuracy.target")  # the target: a stand-in's own threshold
+    # the code runner's settings only: the gates do not enter TEST07 (a stand-in's target does: key_inputs)
+    reads = ("loadgen", "harness", "accuracy.code_workers", "accuracy.code_timeout_s", "accuracy.allow_code_network")
+
+    def key_inputs(self):
+        out = super().key_inputs()
+        if self.own_references():  # the own threshold is accuracy.target x the references' exact_match
+            out["own_threshold_target"] = self.params.accuracy.target
+        return out
 
     def code(self):
         from harness.codehash import package_modules

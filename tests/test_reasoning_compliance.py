@@ -174,3 +174,17 @@ def test_gpt_oss_tokens_per_sample_has_an_upper_limit_only():
     assert check({"exact_match": 83.0, "tokens_per_sample": 10.0}, "gpt-oss-120b")["passed"]
     assert not check({"exact_match": 83.0, "tokens_per_sample": 11000.0}, "gpt-oss-120b")["passed"]
     assert not check({"exact_match": 83.0, "tokens_per_sample": 3000.0}, "deepseek-r1")["passed"]  # below 0.9 x 3886.2
+
+
+def test_whose_thresholds_enter_the_compliance_keys():
+    """A stand-in's TEST07/TEST09 are keyed on its own thresholds (TEST07: and the target they scale);
+    judged by MLPerf's gates, on MLPerf's, and the target does not enter TEST07."""
+    from tasks import RunTest07, RunTest09
+
+    own = dict(params_file="params/standins/gpt-oss-120b.yaml")
+    mlperf = dict(own, overrides="accuracy.reference_scores=mlperf,accuracy.target=0.99")
+    assert RunTest07(**own).key_inputs()["own_threshold_target"] == 0.9
+    assert RunTest09(**own).key_inputs()["thresholds"] == "own references"
+    for cls in (RunTest07, RunTest09):
+        assert cls(**mlperf).key_inputs()["thresholds"] == "mlperf" and "own_threshold_target" not in cls(**mlperf).key_inputs()
+    assert RunTest07(**own).key != RunTest07(**mlperf).key
