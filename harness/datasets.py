@@ -15,7 +15,9 @@ Benchmark datasets load into a list of :class:`Sample` (the LoadGen QSL is index
     llama3.1-405b pickles), ``tok_output`` / ``tok_ref_output`` become ``reference_ids``.
 ``jsonl``
     One JSON object per line: ``input_ids`` (list of ints) or ``input`` (text, tokenised);
-    reference ``output`` or ``reference`` (text) and/or ``reference_ids`` / ``output_ids``.
+    reference ``output`` or ``reference`` (text; or the benchmark's own ``gt_output`` /
+    ``ground_truth``, as deepseek-r1 and gpt-oss-120b rows have it) and/or ``reference_ids`` /
+    ``output_ids``.
 
 No luigi imports.
 """
@@ -281,7 +283,7 @@ def jsonl_record(raw: bytes, where: str) -> dict | None:
     else:
         raise DatasetError(f"{where}: missing field 'input' (text) or 'input_ids' (token ids)")
     found = False
-    for key in ("output", "reference", "gt_output"):
+    for key in ("output", "reference", "gt_output", "ground_truth"):
         if key in obj and obj[key] is not None:
             if not isinstance(obj[key], str):
                 raise DatasetError(f"{where}: field {key!r} must be text, got {type(obj[key]).__name__}")
@@ -293,7 +295,7 @@ def jsonl_record(raw: bytes, where: str) -> dict | None:
             found = True
             break
     if not found:
-        raise DatasetError(f"{where}: missing reference: field 'output' or 'reference' (text), "
+        raise DatasetError(f"{where}: missing reference: field 'output', 'reference', 'gt_output' or 'ground_truth' (text), "
                            "or 'reference_ids' (token ids)")
     return obj
 
@@ -317,7 +319,7 @@ def _load_jsonl(path: Path, tokenizer_dir, num_samples: int) -> list[Sample]:
                 ids = tok.encode(text)
                 if not ids:
                     raise DatasetError(f"{where}: field 'input' tokenises to no tokens")
-            ref_text = next((obj[k] for k in ("output", "reference", "gt_output") if obj.get(k) is not None), None)
+            ref_text = next((obj[k] for k in ("output", "reference", "gt_output", "ground_truth") if obj.get(k) is not None), None)
             ref_ids = next((_as_ids(obj[k], where, k) for k in ("reference_ids", "output_ids")
                             if obj.get(k) is not None), None)
             extra = {k: v for k, v in obj.items() if k not in _JSONL_OWN_FIELDS}

@@ -1,6 +1,7 @@
 """RunTest09: MLPerf's TEST09 for gpt-oss-120b, in loadgen.scenario: an audited performance run that
 logs every response, whose mean output length must lie within the round's band (1278.2 +-10%
-tokens on MLPerf's performance dataset)."""
+tokens on MLPerf's performance dataset; for a run judged against its own references, the mean
+length of the logged samples' references +-10%)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -15,6 +16,11 @@ class RunTest09(AuditedRun):
     test = "TEST09"
 
     def check_log(self, out_dir: Path, entries: list[dict], samples, ds) -> dict:
-        from harness.mlperf.compliance import verify_test09
+        from harness.mlperf.compliance import TEST09_TOLERANCE, own_test09_bounds, verification_settings, verify_test09
 
-        return verify_test09(entries)
+        if not self.own_references():
+            return verify_test09(entries)
+        bounds, mean = own_test09_bounds(self.reference_log(entries, samples, self.tokenizer(ds)))
+        return {**verify_test09(entries, bounds), "own_thresholds": verification_settings("TEST09", bounds=bounds),
+                "thresholds_from": f"the dataset's own references over the logged samples: mean {mean:.2f} tokens "
+                                   f"+-{TEST09_TOLERANCE:.0%}"}

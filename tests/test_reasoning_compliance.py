@@ -76,6 +76,37 @@ def test_test09_counts_undecodable_data_as_zero():
     assert r["mean_output_tokens"] == 1300 and r["passed"]
 
 
+def test_mlperf_thresholds_stay_the_defaults(tmp_path):
+    settings = C.audit_settings("TEST07", "v6.1")
+    text = C.write_audit(tmp_path, "TEST07", settings).read_text()
+    assert "*.*.test07_accuracy_threshold = 60.698" in text
+    text = C.write_audit(tmp_path, "TEST09", C.audit_settings("TEST09", "v6.1")).read_text()
+    assert "*.*.test09_min_output_tokens = 1150.38" in text and "*.*.test09_max_output_tokens = 1406.02" in text
+    assert C.verify_test07([], lambda e: {})["threshold"] == 60.698 and C.verify_test09([])["bounds"] == [1150.38, 1406.02]
+
+
+def test_own_thresholds_come_from_the_references(tok, tmp_path):
+    """A stand-in (reference_scores: self): TEST07's threshold is target x the references' exact_match,
+    TEST09's band the references' mean length +-10%, both over the logged samples, repeats included."""
+    df, refs = _gpqa(tok, 10, 10)  # the references: all right
+    threshold, ref = C.own_test07_threshold(refs, lambda e: score_log("gpt-oss-120b", e, df, tok), 0.9)
+    assert (threshold, ref) == (90.0, 100.0)
+    _, outputs = _gpqa(tok, 10, 9)  # 90% right: passes at 90.0, 80% does not
+    assert C.verify_test07(outputs, lambda e: score_log("gpt-oss-120b", e, df, tok), threshold)["passed"]
+    _, worse = _gpqa(tok, 10, 8)
+    assert not C.verify_test07(worse, lambda e: score_log("gpt-oss-120b", e, df, tok), threshold)["passed"]
+    with pytest.raises(Exception, match="cannot set the threshold"):
+        C.own_test07_threshold(worse[9:], lambda e: score_log("gpt-oss-120b", e, df, tok), 0.9)
+    refs = [{"qsl_idx": i, "data": RF.to_hex([7] * n)} for i, n in enumerate([10, 30])]
+    bounds, mean = C.own_test09_bounds(refs)
+    assert mean == 20 and bounds == (18.0, 22.0)
+    assert C.verify_test09([{"qsl_idx": 0, "data": RF.to_hex([7] * 21)}], bounds)["passed"]
+    assert not C.verify_test09([{"qsl_idx": 0, "data": RF.to_hex([7] * 23)}], bounds)["passed"]
+    C.write_audit(tmp_path, "TEST09", C.audit_settings("TEST09", "v6.1", 2), {})
+    text = C.add_own_thresholds(tmp_path, "TEST09", C.verification_settings("TEST09", bounds=bounds)).read_text()
+    assert "1150.38" not in text and "*.*.test09_min_output_tokens = 18.0" in text and "own references" in text
+
+
 def _loadgen_dir(path, accuracy_log: list[dict]):
     path.mkdir(parents=True)
     for name in ("mlperf_log_detail.txt", "mlperf_log_summary.txt"):
@@ -143,3 +174,17 @@ def test_gpt_oss_tokens_per_sample_has_an_upper_limit_only():
     assert check({"exact_match": 83.0, "tokens_per_sample": 10.0}, "gpt-oss-120b")["passed"]
     assert not check({"exact_match": 83.0, "tokens_per_sample": 11000.0}, "gpt-oss-120b")["passed"]
     assert not check({"exact_match": 83.0, "tokens_per_sample": 3000.0}, "deepseek-r1")["passed"]  # below 0.9 x 3886.2
+
+
+def test_whose_thresholds_enter_the_compliance_keys():
+    """A stand-in's TEST07/TEST09 are keyed on its own thresholds (TEST07: and the target they scale);
+    judged by MLPerf's gates, on MLPerf's, and the target does not enter TEST07."""
+    from tasks import RunTest07, RunTest09
+
+    own = dict(params_file="params/standins/gpt-oss-120b.yaml")
+    mlperf = dict(own, overrides="accuracy.reference_scores=mlperf,accuracy.target=0.99")
+    assert RunTest07(**own).key_inputs()["own_threshold_target"] == 0.9
+    assert RunTest09(**own).key_inputs()["thresholds"] == "own references"
+    for cls in (RunTest07, RunTest09):
+        assert cls(**mlperf).key_inputs()["thresholds"] == "mlperf" and "own_threshold_target" not in cls(**mlperf).key_inputs()
+    assert RunTest07(**own).key != RunTest07(**mlperf).key

@@ -72,7 +72,7 @@ def test_gates_are_the_checkers_numbers():
     assert benchmarks.get("mixtral-8x7b").targets_in("v6.1") == ()
 
 
-@pytest.mark.parametrize("bench", ["mixtral-8x7b", "llama3.1-405b"])
+@pytest.mark.parametrize("bench", ["mixtral-8x7b", "llama3.1-405b", "deepseek-r1", "gpt-oss-120b"])
 def test_the_standins_own_answers_pass_every_metric(bench, tokenizer_dir, tmp_path, score):
     rows = standin_rows(bench)
     log = write_log(tmp_path / "log.json", tokenizer_dir, {i: r["canonical_solution"] for i, r in enumerate(rows)})

@@ -10,6 +10,14 @@ FullRun scores every metric family for real. Deterministic: run it again and not
   `python_<entry point>`, `gt_output` the test code, as MLCommons' dataset has it).
 - llama3.1-405b: rows routed by `metric`: rouge (a corpus line's start -> its rest), niah_em (a
   needle uuid to repeat), qa_em (a question -> "Answer: ...").
+- deepseek-r1: rows routed by `dataset` (gpqa, mmlu_pro, math500, aime) with `ground_truth` and
+  `question` as MLCommons' pickle has them; the output is a short "<think>...</think>" and the answer
+  in a form the script's extractor takes ("ANSWER: B", "FINAL ANSWER = (C)", \boxed{...}, "Answer: 42").
+- gpt-oss-120b: rows named as MLCommons' dataset names them (gpqa_diamond, aime25), each question
+  repeated as often as the script divides by (5, 8), with `ground_truth`; prompt and output in the
+  harmony format (analysis channel, then the final channel holding the answer).
+No LiveCodeBench rows: their scoring needs the local LiveCodeBench problems and a runner
+(`ground_truth` is a question_id, not an answer); both scorers score the other families without one.
 Every row also carries `canonical_solution`: the output the model is taught, and what the
 references are when a run is judged against its own references (for MBXP rows `gt_output` holds
 tests, not an answer).
@@ -136,6 +144,113 @@ def qa_rows(n: int) -> list[dict]:
     return rows
 
 
+# ------------------------------------------------------------------------------------------------
+# deepseek-r1 and gpt-oss-120b: multiple choice, \boxed{} math and AIME integers, short "reasoning"
+# ------------------------------------------------------------------------------------------------
+
+#: (question, options, the right letter, a short reason)
+GPQA = [
+    ("Which gas do plants take in for photosynthesis?", ["oxygen", "carbon dioxide", "helium", "neon"], "B", "Plants fix CO2."),
+    ("What is the charge of an electron?", ["negative", "positive", "zero", "variable"], "A", "It is negative."),
+    ("Which particle has no charge?", ["proton", "electron", "neutron", "ion"], "C", "The neutron is neutral."),
+    ("Which planet is closest to the Sun?", ["Venus", "Mars", "Earth", "Mercury"], "D", "Mercury is closest."),
+    ("What bond holds the two DNA strands together?", ["ionic", "hydrogen", "metallic", "peptide"], "B", "Base pairs use hydrogen bonds."),
+    ("What is the pH of pure water at 25 C?", ["7", "1", "14", "5"], "A", "Neutral water is pH 7."),
+    ("Which unit measures force?", ["joule", "watt", "newton", "pascal"], "C", "Force is in newtons."),
+    ("Which organelle makes ATP?", ["nucleus", "ribosome", "vacuole", "mitochondrion"], "D", "ATP comes from mitochondria."),
+]
+MMLU_PRO = [
+    ("Which is a prime number?", ["4", "6", "8", "9", "10", "11", "12", "14", "15", "16"], "F", "11 is prime."),
+    ("Who wrote Hamlet?", ["Dickens", "Austen", "Shakespeare", "Twain", "Homer", "Dante", "Goethe", "Tolstoy", "Joyce", "Orwell"], "C", "Shakespeare wrote it."),
+    ("What is 9 x 7?", ["56", "72", "54", "81", "63", "49", "64", "70", "60", "58"], "E", "9 x 7 = 63."),
+    ("Which is a mammal?", ["shark", "trout", "eagle", "frog", "snake", "lizard", "crab", "whale", "bee", "owl"], "H", "Whales are mammals."),
+    ("Which metal is liquid at room temperature?", ["iron", "mercury", "gold", "tin", "lead", "zinc", "nickel", "copper", "silver", "cobalt"], "B", "Mercury is liquid."),
+    ("What is the capital of Japan?", ["Osaka", "Kyoto", "Nagoya", "Kobe", "Sapporo", "Sendai", "Nara", "Chiba", "Tokyo", "Fukuoka"], "I", "Tokyo is the capital."),
+    ("How many sides does a hexagon have?", ["3", "4", "5", "7", "8", "9", "10", "12", "2", "6"], "J", "A hexagon has 6."),
+    ("Which gas is most of the air?", ["nitrogen", "oxygen", "argon", "neon", "helium", "hydrogen", "ozone", "xenon", "radon", "krypton"], "A", "Air is 78% nitrogen."),
+]
+#: (question, short reasoning, the \boxed{} answer as the model writes it, MATH500's answer)
+MATH500 = [
+    ("What is 3/8 + 3/8?", "3/8 + 3/8 = 6/8.", r"\frac{3}{4}", r"\frac34"),
+    ("Simplify sqrt(8)/2.", "sqrt(8) = 2 sqrt(2).", r"\sqrt{2}", r"\sqrt{2}"),
+    ("What is the circumference of a circle of radius 3/2?", "2 pi r = 3 pi.", r"3\pi", r"3\pi"),
+    ("Solve 2x + 5 = -9.", "2x = -14.", "-7", "-7"),
+    ("Find the point where y = x + 3 meets x = 2.", "y = 5.", "(2, 5)", "(2,5)"),
+    ("What is 1/2 of 1/3?", "1/2 x 1/3 = 1/6.", r"\dfrac{1}{6}", r"\frac{1}{6}"),
+    ("Expand (x+1)^2 - 2x.", "x^2 + 2x + 1 - 2x.", "x^2+1", "x^2 + 1"),
+    ("What is 15% of 80?", "0.15 x 80 = 12.", "12", "12"),
+]
+#: (question, short reasoning, the integer answer)
+AIME = [
+    ("Find the remainder when 2^10 is divided by 1000.", "2^10 = 1024.", 24),
+    ("How many positive divisors does 360 have?", "360 = 2^3 3^2 5.", 24),
+    ("Find the sum of the first 20 positive integers.", "20 x 21 / 2.", 210),
+    ("Find 13^2 + 14^2.", "169 + 196.", 365),
+    ("How many ways can 5 books be ordered on a shelf?", "5! = 120.", 120),
+    ("Find the least n with n^2 > 500.", "22^2 = 484, 23^2 = 529.", 23),
+    ("Find 999 - 7 x 111.", "7 x 111 = 777.", 222),
+    ("Find the number of subsets of a 9 element set, mod 1000.", "2^9 = 512.", 512),
+]
+
+
+def _options(opts: list[str]) -> str:
+    return " ".join(f"({chr(65 + i)}) {o}" for i, o in enumerate(opts))
+
+
+#: The forms deepseek-r1's multiple-choice extractor takes (its last "ANSWER"-like match wins).
+DS_CHOICE_FORMS = ["ANSWER: {x}", "FINAL ANSWER = ({x})", "Answer: ({x})", "Final Answer: {x}"]
+
+
+def deepseek_rows() -> list[dict]:
+    """MLCommons' deepseek-r1 columns: dataset, ground_truth, question (its tok_input is the chat
+    template over the question; here `input` is a short template the tiny model is taught)."""
+    rows = []
+
+    def row(kind: str, i: int, question: str, truth: str, answer: str) -> dict:
+        return {"dataset": kind, "id": f"{kind}_{i}", "question": question, "ground_truth": truth,
+                "input": f"<|User|>{question}<|Assistant|>", "canonical_solution": answer}
+
+    for kind, table in (("gpqa", GPQA), ("mmlu_pro", MMLU_PRO)):
+        for i, (q, opts, letter, why) in enumerate(table):
+            form = DS_CHOICE_FORMS[i % len(DS_CHOICE_FORMS)].format(x=letter)
+            rows.append(row(kind, i, f"{q} {_options(opts)}", letter, f"<think>{why}</think> {form}"))
+    for i, (q, why, shown, truth) in enumerate(MATH500):
+        rows.append(row("math500", i, q, truth, f"<think>{why}</think> The answer is $\\boxed{{{shown}}}$."))
+    for i, (q, why, n) in enumerate(AIME):
+        # both forms the script takes: the last \boxed{digits}, else the last "Answer: digits"
+        tail = f"\\boxed{{{n}}}" if i % 2 == 0 else f"Answer: {n}"
+        rows.append(row("aime", i, q, str(n), f"<think>{why}</think> {tail}"))
+    return rows
+
+
+def _harmony(question: str) -> str:
+    return f"<|start|>user<|message|>{question}<|end|><|start|>assistant"
+
+
+def _harmony_out(reason: str, final: str) -> str:
+    return f"<|channel|>analysis<|message|>{reason}<|end|><|start|>assistant<|channel|>final<|message|>{final}<|return|>"
+
+
+#: The forms gpt-oss-120b's multiple-choice extractor takes from the final channel.
+GPT_CHOICE_FORMS = ["{x}", "Answer: {x}", "**{x}**", "FINAL ANSWER = ({x})"]
+
+
+def gpt_oss_rows() -> list[dict]:
+    """MLCommons' gpt-oss-120b columns: dataset (aime25, gpqa_diamond), ground_truth, question; every
+    question repeated as often as the script divides its dataset name's count by (8, 5)."""
+    rows = []
+    for i, (q, opts, letter, why) in enumerate(GPQA[:6]):
+        question = f"{q} {_options(opts)}"
+        out = _harmony_out(why, GPT_CHOICE_FORMS[i % len(GPT_CHOICE_FORMS)].format(x=letter))
+        rows += [{"dataset": "gpqa_diamond", "id": f"gpqa_diamond_{i}_{r}", "question": question, "ground_truth": letter,
+                  "input": _harmony(question), "canonical_solution": out} for r in range(5)]
+    for i, (q, why, n) in enumerate(AIME[:4]):
+        out = _harmony_out(why, f"\\boxed{{{n}}}" if i % 2 == 0 else f"Answer: {n}")
+        rows += [{"dataset": "aime25", "id": f"aime25_{i}_{r}", "question": q, "ground_truth": str(n),
+                  "input": _harmony(q), "canonical_solution": out} for r in range(8)]
+    return rows
+
+
 def write(name: str, rows: list[dict]) -> Path:
     OUT.mkdir(exist_ok=True)
     path = OUT / f"{name}.jsonl"
@@ -152,6 +267,12 @@ def main() -> None:
     llama405 = openorca_rows(rng, 12, 11, metric="rouge") + niah_rows(rng, 12) + qa_rows(24)[:12]
     random.Random(SEED + 1).shuffle(llama405)
     print(write("llama3.1-405b", llama405))
+    deepseek = deepseek_rows()
+    random.Random(SEED + 2).shuffle(deepseek)
+    print(write("deepseek-r1", deepseek))
+    gpt_oss = gpt_oss_rows()
+    random.Random(SEED + 3).shuffle(gpt_oss)
+    print(write("gpt-oss-120b", gpt_oss))
 
 
 if __name__ == "__main__":

@@ -141,6 +141,7 @@ AUDIT = {
 #: What the verification scripts read from audit.config (not LoadGen): the same in v6.0 and v6.1.
 TEST07_THRESHOLD = 60.698                 # exact_match (%) on the GPQA compliance rows
 TEST09_BOUNDS = (1150.38, 1406.02)        # mean output tokens: 1278.2 x 0.9 .. x 1.1
+TEST09_TOLERANCE = 0.10                   # the band around the reference mean length
 TEST07_FILE, TEST09_FILE = "verify_accuracy.txt", "verify_output_len.txt"
 
 
@@ -163,12 +164,54 @@ def audit_text(test: str, settings: dict, extra: dict | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_audit(run_dir: str | os.PathLike, test: str, settings: dict) -> Path:
-    extra = ({"test07_accuracy_threshold": TEST07_THRESHOLD} if test == "TEST07" else
-             {"test09_min_output_tokens": TEST09_BOUNDS[0], "test09_max_output_tokens": TEST09_BOUNDS[1]}
-             if test == "TEST09" else {})
+def verification_settings(test: str, threshold: float = TEST07_THRESHOLD,
+                          bounds: tuple[float, float] = TEST09_BOUNDS) -> dict:
+    """The audit.config lines `test`'s verification script reads (MLPerf's values by default)."""
+    return ({"test07_accuracy_threshold": threshold} if test == "TEST07" else
+            {"test09_min_output_tokens": bounds[0], "test09_max_output_tokens": bounds[1]}
+            if test == "TEST09" else {})
+
+
+def write_audit(run_dir: str | os.PathLike, test: str, settings: dict, verification: dict | None = None) -> Path:
+    """audit.config: LoadGen's overrides and the verification's thresholds (`verification`, MLPerf's
+    where None; {} leaves them out, for a stand-in whose thresholds come from its own references
+    and are added by `add_own_thresholds` once the run has logged what they are computed over)."""
+    extra = verification_settings(test) if verification is None else verification
     path = Path(run_dir) / AUDIT_FILE
     path.write_text(audit_text(test, settings, extra))
+    return path
+
+
+# A stand-in dataset (accuracy.reference_scores: self) is not MLPerf's, so MLPerf's thresholds mean
+# nothing for it (60.698 on GPQA's compliance rows, 1278.2 tokens +-10% on the performance dataset).
+# As its accuracy gates come from its own references scored as if they were the outputs, so do its
+# TEST07 threshold and TEST09 band: the references of exactly the logged samples (repeats included).
+# The MLPerf path never takes these: MLPerf's values stay the defaults above.
+
+def own_test07_threshold(reference_entries: list[dict], score_fn, target: float) -> tuple[float, float]:
+    """(threshold, reference): `target` x the exact_match of the references logged as the outputs."""
+    ref = score_fn(reference_entries).get("exact_match") if reference_entries else None
+    if not ref:
+        raise MeasurementError(f"TEST07: the references score {ref!r} on exact_match, so they cannot set the "
+                               "threshold; judge against MLPerf's (accuracy.reference_scores: mlperf)")
+    return round(float(ref) * target, 3), float(ref)
+
+
+def own_test09_bounds(reference_entries: list[dict], tolerance: float = TEST09_TOLERANCE) -> tuple[tuple[float, float], float]:
+    """((min, max), reference mean): the references' mean length (counted as TEST09 counts) +-tolerance."""
+    mean = verify_test09(reference_entries, (0.0, float("inf")))["mean_output_tokens"]
+    if mean <= 0:
+        raise MeasurementError("TEST09: the references have no tokens, so they cannot set the band")
+    return (round(mean * (1 - tolerance), 2), round(mean * (1 + tolerance), 2)), mean
+
+
+def add_own_thresholds(run_dir: str | os.PathLike, test: str, verification: dict) -> Path:
+    """Append a stand-in's own thresholds to audit.config (read by the verification, not LoadGen)."""
+    path = Path(run_dir) / AUDIT_FILE
+    lines = ["# the stand-in's thresholds: from its own references over the logged samples (after the run)"]
+    lines += [f"*.*.{k} = {v}" for k, v in verification.items()]
+    with path.open("a") as f:
+        f.write("\n".join(lines) + "\n")
     return path
 
 
