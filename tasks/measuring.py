@@ -50,6 +50,13 @@ class MeasuringStage(StageTask):
     def code(self):
         return SUT_CODE + CORE_CODE[self.protocol]
 
+    def run(self):
+        from . import slurm_serve
+
+        if slurm_serve.measures_inside(self):  # the servers' allocation: LoadGen runs on their node
+            return slurm_serve.measure(self)
+        return super().run()
+
     def evidence(self, dest):
         """A failed measurement keeps the tail of every server's log beside its own logs."""
         servers = self.upstream()["servers"]
