@@ -150,6 +150,8 @@ def _wait_published(task: "LaunchServers", job: SlurmJob) -> dict:
                 and (allocation_of(task.servers()) or ("",))[0] == job.job_id:
             return info
         if state and state not in ("PENDING", "RUNNING", "CONFIGURING"):
+            info = _settled(job.job_id)
+            state = info.get("JobState", state)
             job._flush(lambda line: log.info("  [job %s] %s", job.job_id, line))
             raise JobError(ended_error(job.job_id, state, info, job.log)
                            or f"Slurm job {job.job_id} ended before its servers were published; log: {job.log}")
@@ -219,8 +221,7 @@ def measure(task: "StageTask") -> None:
         raise
     wall = round(time.monotonic() - t0, 3)
     if rc != 0 or task.manifest() is None:
-        lines = job_lines(job_id)
-        info = lines[0] if lines else {}
+        info = _settled(job_id)
         state = info.get("JobState", "")
         why = (ended_error(job_id, state, info, log_path) if state and state != "RUNNING" else None) \
             or f"srun in Slurm allocation {job_id} exited {rc}; log: {log_path}"
@@ -232,6 +233,20 @@ def measure(task: "StageTask") -> None:
                                         "wall_seconds": wall})
     log.info("%s %s: measured in Slurm allocation %s on %s in %.1fs", task.stage, key16, job_id, node or "?", wall)
     lifecycle.note_done(task.task_id)
+
+
+def _settled(job_id: str) -> dict:
+    """The job's fields once a cancel or an end has settled (COMPLETING waited out; a RUNNING state
+    asked again a moment later, as scancel reaches the controller before the step's end reaches us)."""
+    deadline = time.monotonic() + 30
+    while True:
+        lines = job_lines(job_id)
+        info = lines[0] if lines else {}
+        state = info.get("JobState", "")
+        if state not in ("COMPLETING", "CONFIGURING") and not (state == "RUNNING" and time.monotonic() < deadline - 27) \
+                or time.monotonic() > deadline:
+            return info
+        time.sleep(0.5)
 
 
 def _stop_step(proc: subprocess.Popen) -> None:
