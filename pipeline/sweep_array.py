@@ -50,8 +50,7 @@ def run_array(sweep: "Sweep") -> None:
     jobs_dir.mkdir(parents=True, exist_ok=True)
     points_file = jobs_dir / f"Sweep-{key16}.points.json"
     points_file.write_text(json.dumps([
-        {"params_file": str(params_path(p.params_file).resolve()), "overrides": p.overrides,
-         "label": p.point_label, "key": p.key} for p in points], indent=2))
+        {"args": _cli_args(p), "label": p.point_label, "key": p.key} for p in points], indent=2))
     k = min(s.max_parallel, n)
     env = {"PYTHONPATH": str(REPO_ROOT), "PERFDAG_ARTIFACTS": str(sweep.store.root), IN_POINT: "1",
            runlog.ENV: "",  # each task is a run of its own
@@ -139,6 +138,18 @@ def _wait(sweep, job: SlurmJob, points, poll_s: float) -> dict[int, dict]:
         time.sleep(poll_s)
 
 
+def _cli_args(point) -> list[str]:
+    """The point's FullRun on the command line: every parameter that shapes its keys (params file,
+    overrides, a Nightly's date, rerun_from), so the task computes the keys the worker computed."""
+    args = []
+    for name, value in point.to_str_params(only_significant=True).items():
+        if name == "params_file":
+            value = str(params_path(value).resolve())
+        if value not in ("", None):
+            args += [f"--{name.replace('_', '-')}", value]
+    return args
+
+
 def point_main(points_file: str) -> int:
     """Inside array task i: point i's FullRun (the luigi CLI, local scheduler, a run of its own), then
     the servers it launched stay up while other tasks still lease them."""
@@ -151,8 +162,7 @@ def point_main(points_file: str) -> int:
           f"on {socket.gethostname()}", flush=True)
     env = {k: v for k, v in os.environ.items() if k != runlog.ENV}
     rc = subprocess.call([sys.executable, "-m", "luigi", "--module", "pipeline", "FullRun", "--local-scheduler",
-                          "--params-file", point["params_file"], "--overrides", point["overrides"]],
-                         cwd=REPO_ROOT, env=env)
+                          *point["args"]], cwd=REPO_ROOT, env=env)
     _wait_for_other_holders()
     print(f"perfdag: sweep point {point['label']}: FullRun exited {rc}", flush=True)
     return rc

@@ -401,6 +401,21 @@ def test_each_way_a_job_ends_is_a_stage_error_naming_job_log_and_fix():
     assert "signal 9" in ended_error("7", "FAILED", {"ExitCode": "0:9"}, log)
 
 
+def test_an_array_task_runs_the_fullrun_the_worker_computed(tmp_path):
+    """A Nightly's sweep: the date enters measuring keys, so the task's command line carries it."""
+    from pipeline import FullRun
+    from pipeline.sweep_array import _cli_args
+
+    point = FullRun(params_file="params/default.yaml", overrides=f"{FAST},{SLURM}", nightly_date="2026-11-25",
+                    as_point=True, point_label="1/4 base")
+    args = _cli_args(point)
+    assert args[args.index("--nightly-date") + 1] == "2026-11-25"
+    assert args[args.index("--params-file") + 1] == str(REPO / "params" / "default.yaml")
+    assert "--as-point" not in args and "--point-label" not in args  # not in any key
+    again = FullRun(**{a[2:].replace("-", "_"): v for a, v in zip(args[::2], args[1::2])})
+    assert again.key == point.key
+
+
 def test_params_refuse_what_slurm_would_misread():
     from harness.config import ParamsError, resolve
 
