@@ -236,15 +236,15 @@ def measure(task: "StageTask") -> None:
 
 
 def _settled(job_id: str) -> dict:
-    """The job's fields once a cancel or an end has settled (COMPLETING waited out; a RUNNING state
-    asked again a moment later, as scancel reaches the controller before the step's end reaches us)."""
-    deadline = time.monotonic() + 30
+    """The job's fields once a cancel or an end has settled: COMPLETING is waited out (up to 30 s),
+    and RUNNING is asked again for up to 3 s (a step can end before the controller records why)."""
+    t0 = time.monotonic()
     while True:
         lines = job_lines(job_id)
         info = lines[0] if lines else {}
         state = info.get("JobState", "")
-        if state not in ("COMPLETING", "CONFIGURING") and not (state == "RUNNING" and time.monotonic() < deadline - 27) \
-                or time.monotonic() > deadline:
+        waiting = state in ("COMPLETING", "CONFIGURING") or (state == "RUNNING" and time.monotonic() - t0 < 3)
+        if not waiting or time.monotonic() - t0 > 30:
             return info
         time.sleep(0.5)
 
