@@ -100,6 +100,11 @@ class Sweep(StageTask):  # not in STAGES: it takes a sweep file, not one params 
                                                  ", ".join(f"{k}={fmt(v)}" for k, v in p.items()) or "base"))
                 for i, p in enumerate(self.points)}
 
+    def requires(self):
+        from .sweep_array import fans_out
+
+        return {} if fans_out(self) else self.upstream()  # slurm: the points run as a job array, in run()
+
     def _note(self) -> None:
         doc = json.loads((self.artifact_dir / "sweep.json").read_text())
         rows = doc["rows"]
@@ -126,6 +131,13 @@ class Sweep(StageTask):  # not in STAGES: it takes a sweep file, not one params 
         return {"points": len(rows), "plots": plots}
 
     def run(self):
+        from .sweep_array import fans_out, run_array
+
+        if fans_out(self):
+            from tasks import lifecycle
+
+            lifecycle.setup(self.verbose, root=self)
+            run_array(self)  # every point's FullRun, one array task each; then the table below
         super().run()
         self._note()
         # Its points' servers, whichever worker launched them (under luigid that may be another).

@@ -13,11 +13,11 @@ import os
 from pathlib import Path
 
 from harness.backends import backend_for
-from harness.errors import ArtifactError
+from harness.errors import ArtifactError, PerfdagError
 from harness.serving.launcher import servers_live, stop_recorded
 from harness.serving.registry import ServerRegistry, run_holder
 
-from . import runlog
+from . import runlog, slurm_exec, slurm_serve
 from .base import StageTask, host_resource, log, register
 from .fill_triton_repo import FillTritonRepo
 
@@ -58,11 +58,23 @@ class LaunchServers(StageTask):
         return json.loads(f.read_text())["servers"] if f.is_file() else []
 
     def usable(self, manifest: dict) -> bool:
+        if slurm_serve.allocation_of(self.servers()) and not slurm_exec.runs_here(self):
+            try:  # in an allocation: RUNNING, and the servers answer a probe made on their node
+                return slurm_serve.live(self)
+            except PerfdagError:  # no Slurm commands here: not usable from this host
+                return False
         # Patience: a server busy with another run's measurement answers late, and is not dead.
         return servers_live(self.servers(), patience_s=30.0)
 
     def hold(self, manifest: dict) -> None:
+        if slurm_exec.runs_here(self):  # the holder job: the lease is the worker's run's, taken there
+            return
         self.registry.lease(self.key[:16], run_holder(runlog.current_run_id()))
+
+    def run(self):
+        if slurm_serve.serving(self):  # slurm.serve: the servers live in an allocation of their own
+            return slurm_serve.launch(self)
+        return super().run()
 
     def reuse_now(self, manifest: dict) -> bool:
         with self.store.lock(self.stage, self.key):  # decided together with launches and stops
@@ -104,8 +116,10 @@ class LaunchServers(StageTask):
         self.registry.stop(self.key[:16])
         repo = self.upstream()["repo"]
         layout = self.verified_repo(repo)
+        marks = slurm_serve.job_marks(self)  # inside a Slurm job: the node (and the allocation)
         servers = backend_for(self.params).launch(
             self.repo_rel, layout, out_dir, self.params, root=self.store.root,
-            on_spawn=lambda rec: self.registry.record(self.key[:16], rec), log=log.info)
+            on_spawn=lambda rec: self.registry.record(self.key[:16], {**rec, **marks}), log=log.info)
+        servers = [{**rec, **marks} for rec in servers]
         (out_dir / SERVERS_FILE).write_text(json.dumps({"servers": servers}, indent=2))
         return {"servers": servers}

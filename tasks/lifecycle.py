@@ -225,7 +225,10 @@ def release_servers(keys16: list[str] | None = None, *, keep: bool, why: str, gr
                 if keep:
                     registry.keep(key16)
                 elif not others and not registry.kept(key16):
+                    alloc = registry.allocation(key16)
                     stopped += registry.stop(key16, grace_s)
+                    if alloc and not quiet:
+                        log.info("servers %s: ended their Slurm allocation %s (%s)", key16, alloc.get("job_id"), why)
                 elif others:
                     log.info("servers %s stay up: run(s) %s still use them", key16,
                              ", ".join(h["run_id"] for h in others))

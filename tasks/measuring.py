@@ -51,6 +51,13 @@ class MeasuringStage(StageTask):
     def code(self):
         return SUT_CODE + CORE_CODE[self.protocol]
 
+    def run(self):
+        from . import slurm_serve
+
+        if slurm_serve.measures_inside(self):  # the servers' allocation: LoadGen runs on their node
+            return slurm_serve.measure(self)
+        return super().run()
+
     def build_with_retries(self, out_dir):
         """A server that crashes mid-measurement (tritonserver 2.51 on CPU segfaults now and then under
         load) is relaunched and the measurement started over from nothing, harness.server_relaunches
@@ -58,7 +65,11 @@ class MeasuringStage(StageTask):
         from harness.errors import MeasurementError
         from harness.serving.launcher import gone_servers
 
+        from . import slurm_serve
+
         servers = self.upstream()["servers"]
+        if slurm_serve.serving(self):  # a step inside the servers' allocation: a rerun gets a new one
+            return self.build(out_dir)
         for attempt in range(1, self.params.harness.server_relaunches + 2):
             try:
                 return self.build(out_dir)

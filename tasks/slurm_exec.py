@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from .base import StageTask
 
 IN_JOB = "PERFDAG_SLURM_STAGE"  # set inside a job to the "<Stage>/<key>" it builds: that one runs here
+IN_POINT = "PERFDAG_SLURM_POINT"  # set in a Sweep's array task: the whole point runs on that node, no jobs
 PASS_ENV = (*ENV_FLAGS, "PERFDAG_VERBOSE", "PERFDAG_VERIFY")  # shape params or checks; Slurm may not export all
 _active: dict[str, SlurmJob] = {}
 # What the job runs (not `-m tasks.slurm_exec`: importing tasks imports this module first).
@@ -35,22 +36,37 @@ _ENTRY = "import sys; from tasks.slurm_exec import main; sys.exit(main(sys.argv[
 
 def submits(task: "StageTask") -> bool:
     s = task.params.slurm
-    return s is not None and task.stage in s.stages and os.environ.get(IN_JOB) != f"{task.stage}/{task.key}"
+    return (s is not None and task.stage in s.stages and not os.environ.get(IN_POINT)
+            and not runs_here(task))
 
 
-def job_spec(task: "StageTask") -> JobSpec:
+def runs_here(task: "StageTask") -> bool:
+    """This process is the job (or step) submitted for this very stage."""
+    return os.environ.get(IN_JOB) == f"{task.stage}/{task.key}"
+
+
+def job_env(task: "StageTask") -> dict[str, str]:
+    """What a job or step running `task` needs from here (Slurm may not export all of it)."""
+    return {"PYTHONPATH": str(REPO_ROOT), "PERFDAG_ARTIFACTS": str(task.store.root),
+            runlog.ENV: runlog.current_run_id(), IN_JOB: f"{task.stage}/{task.key}",
+            **{k: os.environ[k] for k in PASS_ENV if k in os.environ}}
+
+
+def job_command(task: "StageTask") -> list[str]:
+    """The interpreter running `main(<Stage>, <params>)` from this checkout."""
+    params = task.to_str_params()
+    params["params_file"] = str(params_path(task.params_file).resolve())  # the job's cwd is the checkout
+    python = "python3" if task.params.slurm.container_image else sys.executable  # in a container: the image's
+    return [python, "-c", _ENTRY, task.stage, json.dumps(params, sort_keys=True)]
+
+
+def job_spec(task: "StageTask", *, name: str = "", gpus: int | None = None) -> JobSpec:
     s = task.params.slurm
     root, key16 = task.store.root, task.key[:16]
     jobs_dir = root / "runs" / runlog.current_run_id() / "slurm"
-    params = task.to_str_params()
-    params["params_file"] = str(params_path(task.params_file).resolve())  # the job's cwd is the checkout
-    python = "python3" if s.container_image else sys.executable  # in a container: the image's
-    env = {"PYTHONPATH": str(REPO_ROOT), "PERFDAG_ARTIFACTS": str(root), runlog.ENV: runlog.current_run_id(),
-           IN_JOB: f"{task.stage}/{task.key}", **{k: os.environ[k] for k in PASS_ENV if k in os.environ}}
-    return JobSpec(name=f"perfdag-{task.stage}-{key16}", log=jobs_dir / f"{task.stage}-{key16}-%j.log",
-                   command=[python, "-c", _ENTRY, task.stage, json.dumps(params, sort_keys=True)],
-                   workdir=REPO_ROOT, env=env, partition=s.partition, account=s.account,
-                   gpus=s.gpus_for(task.stage), cpus=s.cpus, mem=s.mem,
+    return JobSpec(name=name or f"perfdag-{task.stage}-{key16}", log=jobs_dir / f"{task.stage}-{key16}-%j.log",
+                   command=job_command(task), workdir=REPO_ROOT, env=job_env(task), partition=s.partition,
+                   account=s.account, gpus=s.gpus_for(task.stage) if gpus is None else gpus, cpus=s.cpus, mem=s.mem,
                    time_limit=str(s.time_limit_min) if s.time_limit_min else "", extra_args=tuple(s.extra_args),
                    container_image=s.container_image,
                    container_mounts=(f"{root}:{root}", f"{REPO_ROOT}:{REPO_ROOT}", *s.container_mounts))
@@ -111,7 +127,7 @@ def _cancel_leftovers() -> None:
 
 
 def main(argv: list[str]) -> int:
-    """Inside the job: run the one stage, locally."""
+    """Inside the job (or a step of the serving allocation): run the one stage, locally."""
     from .base import STAGES
 
     stage, params = argv[0], json.loads(argv[1])
@@ -123,10 +139,28 @@ def main(argv: list[str]) -> int:
               f"{task.key}: the checkout or the environment differs between the submit host and the node",
               file=sys.stderr)
         return 2
-    task.run()
+    try:
+        task.run()
+        if stage == "LaunchServers":  # the allocation: keep the servers until it is cancelled
+            from .slurm_serve import hold_allocation
+            hold_allocation(task)
+    except BaseException as e:  # noqa: BLE001  the worker reads the log; leases are the worker's, not ours
+        from harness.errors import PerfdagError
+
+        if isinstance(e, PerfdagError):
+            print(f"perfdag: {stage} {task.key[:16]} failed: {e}", file=sys.stderr)
+        else:
+            import traceback
+            traceback.print_exc()
+        _leave(1)
     # Published. Leave now: the run's exit-time handlers (tasks/lifecycle.py) would turn a verdict
-    # that other stages of this run noted in run.json into this job's exit code, failing a job that built.
+    # that other stages of this run noted in run.json into this job's exit code, failing a job that
+    # built, and would release the worker's leases on its servers.
+    _leave(0)
+
+
+def _leave(code: int):
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    os._exit(code)

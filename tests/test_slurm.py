@@ -17,7 +17,7 @@ from conftest import FAST, REPO, luigi_cmd, run_luigi, run_records
 
 SCRIPT = REPO / "scripts" / "slurm-local.sh"
 BUILD_STAGES = {"PrepareModel", "Quantize", "BuildEngine", "FillTritonRepo", "PrepareDataset", "CheckAccuracy"}
-SLURM = "slurm.poll_s=0.5"
+SLURM = "slurm.poll_s=0.5,slurm.mem=3G"  # servers, their Python stubs and LoadGen share one allocation
 # Short LoadGen runs on the FAST model: these tests are about where stages run, not the numbers.
 SHORT = ",dataset.num_samples=24,loadgen.min_duration_ms=800,loadgen.min_query_count=16," \
         "loadgen.offline_expected_qps=800,accuracy.target=0.05"
@@ -105,7 +105,12 @@ def assert_nothing_left(root: Path, timeout: float = 30) -> None:
     assert not left, f"processes left behind: {left}"
 
 
-def jobs(root: Path) -> list[dict]:
+def jobs(root: Path, kind: str | None = None) -> list[dict]:
+    """Slurm jobs the runs on `root` recorded; kind None: build jobs ('allocation', 'step', 'array task'...)."""
+    return [j for run in run_records(root) for j in run.get("slurm_jobs", []) if j.get("kind") == kind]
+
+
+def all_jobs(root: Path) -> list[dict]:
     return [j for run in run_records(root) for j in run.get("slurm_jobs", [])]
 
 
@@ -115,6 +120,7 @@ class Worker:
     def __init__(self, root: Path, task: str, overrides: str, env: dict | None = None):
         self.root, self.out = root, root.parent / f"{task}-{time.monotonic_ns()}.out"
         root.mkdir(parents=True, exist_ok=True)
+        self.before = {j.get("log") for j in all_jobs(root)}  # earlier runs' jobs on this root are not this one's
         self.proc = subprocess.Popen(luigi_cmd(task, "--overrides", overrides), cwd=REPO,
                                      env={**os.environ, "PERFDAG_ARTIFACTS": str(root), **(env or {})},
                                      stdout=open(self.out, "w"), stderr=subprocess.STDOUT, start_new_session=True)
@@ -126,8 +132,8 @@ class Worker:
         """The run record's job whose log shows `needle`."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            for j in jobs(self.root):
-                if Path(j["log"]).exists() and needle in Path(j["log"]).read_text(errors="replace"):
+            for j in all_jobs(self.root):
+                if j.get("log") and j["log"] not in self.before and Path(j["log"]).exists() and needle in Path(j["log"]).read_text(errors="replace"):
                     return j
             assert self.proc.poll() is None, f"worker exited early:\n{self.text()[-3000:]}"
             time.sleep(0.5)
@@ -157,7 +163,7 @@ def fullrun(cluster, tmp_path_factory):
 def test_fullrun_builds_its_build_stages_as_slurm_jobs(fullrun):
     root, proc = fullrun
     by_stage = {j["stage"]: j for j in jobs(root)}
-    assert set(by_stage) == BUILD_STAGES  # serving and measuring stay in the worker
+    assert set(by_stage) == BUILD_STAGES  # serving and measuring run in the allocation (below)
     assert all(j["state"] == "COMPLETED" for j in by_stage.values()), by_stage
     assert len({j["job_id"] for j in by_stage.values()}) == len(BUILD_STAGES)
     (run,) = run_records(root)
@@ -170,6 +176,32 @@ def test_fullrun_builds_its_build_stages_as_slurm_jobs(fullrun):
         assert manifest["key"] == j["key"]
         assert not list((root / stage).glob(".tmp-*"))
     assert (root / "FullRun").is_dir()
+
+
+def test_fullrun_serves_and_measures_in_one_allocation_that_ends_with_the_run(fullrun):
+    """LaunchServers holds an allocation; RunLoadgen and RunAccuracy run as steps of it (srun --overlap);
+    the servers' records name the node and the job; FullRun's end scancels it, nothing is left."""
+    root, proc = fullrun
+    (alloc,) = jobs(root, "allocation")
+    job_id = alloc["job_id"]
+    assert alloc["stage"] == "LaunchServers" and alloc["state"] == "RUNNING" and alloc["node"] == socket.gethostname()
+    (servers_json,) = root.glob("LaunchServers/*/servers.json")
+    records = json.loads(servers_json.read_text())["servers"]
+    assert records and all(r["slurm_job"] == job_id and r["node"] == socket.gethostname() for r in records)
+    steps = {j["stage"]: j for j in jobs(root, "step")}
+    assert set(steps) == {"RunLoadgen", "RunAccuracy"}
+    for stage, step in steps.items():
+        assert step["job_id"] == f"{job_id}/{stage}" and step["state"] == "COMPLETED", step
+        assert f"{stage} " in Path(step["log"]).read_text()  # the step's own output, on the node
+        assert f"{stage} {step['key'][:16]}: measuring inside Slurm allocation {job_id} on " in proc.stderr
+    assert f"Slurm allocation {job_id} submitted" in proc.stderr
+    assert f"ended their Slurm allocation {job_id}" in proc.stderr
+    assert job_state(job_id) == "CANCELLED"  # by FullRun's release, not by its time limit
+    (run,) = run_records(root)
+    assert {v["stage"]: v["status"] for v in run["stages"].values()}["LaunchServers"] == "built"
+    assert not list((root / ".servers").glob("*/procs/*.json"))
+    assert not list((root / ".servers").glob("*/slurm.json"))
+    assert_nothing_left(root)
 
 
 def test_a_gpu_request_reaches_the_job_environment(fullrun):
@@ -189,22 +221,35 @@ def test_where_a_stage_ran_does_not_change_its_key(fullrun):
     assert "slurm_jobs" not in last
 
 
-def test_a_4_point_sweep_builds_each_shared_stage_once_as_one_job(cluster, tmp_path):
-    """Points differ only in LoadGen settings: one job per build stage, one server, four measurements."""
+def test_a_4_point_sweep_runs_as_a_throttled_job_array_building_each_shared_stage_once(cluster, tmp_path):
+    """Points differ only in LoadGen settings: one array task per point, at most 2 at once; across the
+    tasks' runs every build stage is built once and reused by the others; four measurements."""
     root = tmp_path / "artifacts"
     sweep = tmp_path / "sweep.yaml"
     sweep.write_text(f"name: slurm_points\nbase: {REPO / 'params' / 'default.yaml'}\n"
-                     f"overrides: \"{FAST}{SHORT},{SLURM}\"\n"
+                     f"overrides: \"{FAST}{SHORT},{SLURM},slurm.max_parallel=2\"\n"
                      "grid:\n  loadgen.min_duration_ms: [600, 800]\n  loadgen.offline_expected_qps: [150, 200]\n")
     t0 = time.monotonic()
     proc = run_luigi("Sweep", "--sweep", str(sweep), artifacts=root, check=False)
-    print(f"4-point Sweep through Slurm: {time.monotonic() - t0:.1f} s")
+    print(f"4-point Sweep as a Slurm job array: {time.monotonic() - t0:.1f} s")
     assert proc.returncode in (0, 10, 11, 12), f"Sweep failed ({proc.returncode}):\n{proc.stderr[-6000:]}"
-    assert sorted(j["stage"] for j in jobs(root)) == sorted(BUILD_STAGES)  # each shared stage: one job
-    (run,) = run_records(root)
-    built = [v["stage"] for v in run["stages"].values() if v["status"] == "built"]
-    assert {s: built.count(s) for s in BUILD_STAGES | {"LaunchServers"}} == dict.fromkeys(BUILD_STAGES | {"LaunchServers"}, 1)
-    assert built.count("RunLoadgen") == 4
+    (script,) = root.glob("runs/*/slurm/Sweep-*.sbatch")
+    assert "#SBATCH --array=0-3%2\n" in script.read_text()
+    tasks = jobs(root, "array task")
+    array_id = tasks[0]["job_id"].split("_")[0]
+    assert sorted(t["job_id"] for t in tasks) == [f"{array_id}_{i}" for i in range(4)]
+    assert all(t["exit_code"] in ("0", "10", "11", "12") for t in tasks), tasks
+    assert f"job array {array_id} (--array=0-3%2)" in proc.stderr
+    for i in range(4):
+        assert f"job {array_id}_{i} RUNNING" in proc.stderr and f"[point {i + 1}] perfdag" in proc.stderr
+    assert not jobs(root)  # inside a task the point runs on its node: no nested jobs
+    runs = run_records(root)
+    assert len(runs) == 5  # the worker's (the Sweep) and one per point
+    statuses = [(v["stage"], v["status"]) for run in runs for v in run["stages"].values()]
+    for stage in BUILD_STAGES - {"CheckAccuracy"}:  # CheckAccuracy: one per distinct accuracy run
+        assert statuses.count((stage, "built")) == 1, (stage, statuses)
+    assert statuses.count(("RunLoadgen", "built")) == 4 and statuses.count(("FullRun", "built")) == 4
+    assert statuses.count(("CheckAccuracy", "built")) == 1 and statuses.count(("RunAccuracy", "built")) == 1
     assert len(json.loads(next(root.glob("Sweep/*/sweep.json")).read_text())["rows"]) == 4
     assert_nothing_left(root)
 
@@ -236,6 +281,45 @@ def test_scancel_mid_stage_fails_clearly_publishes_nothing_and_a_rerun_resubmits
     assert again["job_id"] != job["job_id"] and again["state"] == "COMPLETED", again
     assert len(list(root.glob("PrepareModel/*/manifest.json"))) == 1
     assert not list(root.glob("PrepareModel/.tmp-*"))  # the killed build's temp dir was cleared
+    assert_nothing_left(root)
+
+
+def test_scancel_of_the_allocation_mid_measurement_names_the_job_and_a_rerun_succeeds(fullrun):
+    """On the FullRun's root (builds reused): a new measurement held before publishing; scancel of its
+    allocation fails it naming the job, leaves nothing; the rerun gets a new allocation and measures."""
+    root, _ = fullrun
+    # A RunLoadgen not measured yet; fewer samples (see README: tritonserver's crash under load in a 1-CPU allocation)
+    overrides = f"{FAST}{SHORT},{SLURM},loadgen.min_query_count=17,loadgen.offline_expected_qps=200"
+    held = Worker(root, "RunLoadgen", overrides, env={"PERFDAG_FAULT_SLEEP": "RunLoadgen:300"})
+    step = held.wait_job_log("fault hook: holding")
+    job_id = step["job_id"].split("/")[0]
+    assert step["kind"] == "step" and step["stage"] == "RunLoadgen"
+    subprocess.run(["scancel", job_id], check=True, timeout=30)
+    rc = held.finish()
+    out = held.text()
+    assert rc != 0
+    assert f"measuring in the servers' allocation failed: Slurm job {job_id} on " in out, out[-3000:]
+    assert "was cancelled" in out and step["log"] in out
+    assert not list(root.glob(f"RunLoadgen/{step['key'][:16]}/manifest.json"))
+    assert_nothing_left(root)
+
+    proc = run_luigi("RunLoadgen", "--overrides", overrides, artifacts=root, check=False)
+    assert proc.returncode in (0, 10), proc.stderr[-3000:]
+    again = jobs(root, "allocation")[-1]
+    assert again["job_id"] != job_id and job_state(again["job_id"]) == "CANCELLED"
+    assert (root / "RunLoadgen" / step["key"][:16] / "manifest.json").is_file()
+    assert_nothing_left(root)
+
+
+def test_sigterm_of_the_worker_mid_measurement_cancels_the_allocation(fullrun):
+    root, _ = fullrun
+    held = Worker(root, "RunLoadgen", f"{FAST}{SHORT},{SLURM},loadgen.min_query_count=18,loadgen.offline_expected_qps=200",
+                  env={"PERFDAG_FAULT_SLEEP": "RunLoadgen:300"})
+    step = held.wait_job_log("fault hook: holding")
+    job_id = step["job_id"].split("/")[0]
+    held.proc.send_signal(signal.SIGTERM)
+    assert held.finish(60) == 130
+    assert job_state(job_id) == "CANCELLED"
     assert_nothing_left(root)
 
 
@@ -282,15 +366,20 @@ def test_the_job_script_carries_every_setting_and_the_container():
                    env={"PERFDAG_ARTIFACTS": "/shared/perfdag"}, partition="gpu", account="mlperf", gpus=8,
                    cpus=16, mem="64G", time_limit="120", extra_args=("--exclusive",),
                    container_image="nvcr.io#nvidia/tritonserver:25.01-trtllm-python-py3",
-                   container_mounts=("/shared:/shared", "/src/perfdag:/src/perfdag"))
+                   container_mounts=("/shared:/shared", "/src/perfdag:/src/perfdag"), array="0-7%3")
     text = render_script(spec)
     for opt in ("--partition=gpu", "--account=mlperf", "--gpus=8", "--cpus-per-task=16", "--mem=64G",
-                "--time=120", "--exclusive", "--output=/shared/runs/r/slurm/BuildEngine-%j.log"):
+                "--time=120", "--array=0-7%3", "--exclusive", "--output=/shared/runs/r/slurm/BuildEngine-%j.log"):
         assert f"#SBATCH {opt}\n" in text
     assert "export PERFDAG_ARTIFACTS=/shared/perfdag\n" in text
     assert ("exec srun --ntasks=1 '--container-image=nvcr.io#nvidia/tritonserver:25.01-trtllm-python-py3' "
             "--container-mounts=/shared:/shared,/src/perfdag:/src/perfdag --container-workdir=/src/perfdag "
             "python3 -c 'print('\"'\"'hi there'\"'\"')'\n") in text
+    from harness.slurm import srun_argv
+
+    assert srun_argv("41", ["python3", "-c", "x"], name="perfdag-RunLoadgen-ab") == [
+        "srun", "--jobid=41", "--overlap", "--nodes=1", "--ntasks=1", "--kill-on-bad-exit=1",
+        "--job-name=perfdag-RunLoadgen-ab", "python3", "-c", "x"]
     bare = render_script(JobSpec(name="x", log=Path("/a root/l"), command=["python3"], workdir=Path("/w")))
     assert "srun" not in bare and "--gpus" not in bare and "--partition" not in bare
     assert '#SBATCH --output="/a root/l"\n' in bare  # sbatch's own quoting, not the shell's
@@ -310,6 +399,21 @@ def test_each_way_a_job_ends_is_a_stage_error_naming_job_log_and_fix():
         assert text.startswith(f"Slurm job 7 on gpu07 {what}") and f"log: {log}" in text, text
     assert "raise slurm.time_limit_min" in ended_error("7", "TIMEOUT", {}, log)
     assert "signal 9" in ended_error("7", "FAILED", {"ExitCode": "0:9"}, log)
+
+
+def test_an_array_task_runs_the_fullrun_the_worker_computed(tmp_path):
+    """A Nightly's sweep: the date enters measuring keys, so the task's command line carries it."""
+    from pipeline import FullRun
+    from pipeline.sweep_array import _cli_args
+
+    point = FullRun(params_file="params/default.yaml", overrides=f"{FAST},{SLURM}", nightly_date="2026-11-25",
+                    as_point=True, point_label="1/4 base")
+    args = _cli_args(point)
+    assert args[args.index("--nightly-date") + 1] == "2026-11-25"
+    assert args[args.index("--params-file") + 1] == str(REPO / "params" / "default.yaml")
+    assert "--as-point" not in args and "--point-label" not in args  # not in any key
+    again = FullRun(**{a[2:].replace("-", "_"): v for a, v in zip(args[::2], args[1::2])})
+    assert again.key == point.key
 
 
 def test_params_refuse_what_slurm_would_misread():

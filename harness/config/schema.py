@@ -328,8 +328,9 @@ class SubmissionSection(Section):
 
 
 # Stages whose build may run as a Slurm job: they write one artifact and keep nothing running.
-# LaunchServers and the measuring stages need servers that outlive a job (not done yet).
+# LaunchServers and the measuring stages run in one allocation instead (slurm.serve).
 SLURM_STAGES = ("PrepareModel", "Quantize", "BuildEngine", "FillTritonRepo", "PrepareDataset", "CheckAccuracy")
+GPU_STAGES = (*SLURM_STAGES, "LaunchServers")  # gpus_per_stage: LaunchServers sizes the serving allocation
 
 
 class SlurmSection(Section):
@@ -351,13 +352,21 @@ class SlurmSection(Section):
     container_image: str = ""
     container_mounts: list[str] = []  # more mounts, "src:dst"
     poll_s: float = Field(2.0, gt=0, le=600)  # how often squeue/scontrol are asked
+    # LaunchServers holds an allocation (a job that keeps the servers) and the measuring stages of
+    # the point run in it (srun --overlap); false: both run in the luigi worker's process.
+    serve: bool = True
+    # A Sweep submits its points as one job array, each task a point's whole FullRun on its node;
+    # at most max_parallel tasks run at once (--array=0-N%max_parallel). false: points run from the worker.
+    array: bool = True
+    max_parallel: int = Field(4, ge=1, le=10_000)
 
     @field_validator("gpus_per_stage")
     @classmethod
     def _known_stages(cls, v: dict[str, int]) -> dict[str, int]:
-        bad = [k for k in v if k not in SLURM_STAGES]
+        bad = [k for k in v if k not in GPU_STAGES]
         if bad:
-            raise ValueError(f"gpus_per_stage names {bad}; stages that run as jobs are {', '.join(SLURM_STAGES)}")
+            raise ValueError(f"gpus_per_stage names {bad}; stages that run as jobs or hold an allocation are "
+                             f"{', '.join(GPU_STAGES)}")
         if any(n < 0 for n in v.values()):
             raise ValueError("gpus_per_stage: counts must be >= 0")
         return v

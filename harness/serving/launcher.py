@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import socket
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -172,9 +173,15 @@ def url_of(rec: dict) -> str:
     return f"{rec['host']}:{rec.get('port', rec.get('grpc_port'))}"
 
 
+def on_this_host(rec: dict) -> bool:
+    """A server launched inside a Slurm job records its node; one on another node is not ours to
+    signal or probe by pid (its allocation owns it: ending the allocation stops it)."""
+    return not rec.get("node") or rec["node"] == socket.gethostname()
+
+
 def is_ours(rec: dict) -> bool:
-    """The recorded pid still is the process we started (not a recycled pid)."""
-    return not rec.get("external") and is_same_process(rec.get("pid"), rec.get("create_time"))
+    """The recorded pid still is the process we started (not a recycled pid), on this host."""
+    return not rec.get("external") and on_this_host(rec) and is_same_process(rec.get("pid"), rec.get("create_time"))
 
 
 def gone_servers(records: Sequence[dict], artifact_dir: Path) -> list[str]:
@@ -205,7 +212,7 @@ def stop_recorded(records: Sequence[dict], timeout: float = 30.0) -> list[int]:
     stubs), and removes their shared memory; returns the pids stopped."""
     stopped = []
     for rec in records:
-        if rec.get("external"):
+        if rec.get("external") or not on_this_host(rec):
             continue
         if is_ours(rec):
             terminate(int(rec["pid"]), timeout)
@@ -221,7 +228,7 @@ def kill_leftovers(rec: dict) -> list[int]:
     import psutil
 
     prefix = rec.get("shm_prefix")
-    if not prefix:
+    if not prefix or not on_this_host(rec):
         return []
     gone = []
     for p in psutil.process_iter(["pid", "cmdline"]):
@@ -237,7 +244,7 @@ def kill_leftovers(rec: dict) -> list[int]:
 def remove_shm(rec: dict) -> list[str]:
     """Removes the /dev/shm regions of a server that is gone (its Python backend leaves them on a kill)."""
     prefix = rec.get("shm_prefix")
-    if not prefix or is_ours(rec):
+    if not prefix or not on_this_host(rec) or is_ours(rec):
         return []
     return remove_shm_files(shm_regions(prefix))
 

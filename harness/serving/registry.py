@@ -3,6 +3,7 @@
     <root>/.servers/<key16>/procs/<pid>-<start>.json   one per process, written the moment it exists
     <root>/.servers/<key16>/leases/<run id>.json       one per run measuring against these servers
     <root>/.servers/<key16>/keep                       a run asked to keep them (--keep-servers)
+    <root>/.servers/<key16>/slurm.json                 the Slurm allocation the servers live in (slurm.serve)
 
 A record lives outside any artifact's temp dir, so the next run, `servers stop --all` and gc find a
 server even when its launching run was killed before publishing. A lease names the run (its
@@ -20,7 +21,7 @@ import socket
 import time
 from pathlib import Path
 
-from .launcher import is_ours, remove_shm, stop_recorded
+from .launcher import is_ours, on_this_host, remove_shm, stop_recorded
 from .processes import is_same_process, start_time
 
 DIR = ".servers"
@@ -75,9 +76,36 @@ class ServerRegistry:
     def keys(self) -> list[str]:
         return sorted(p.name for p in self.root.glob("*") if p.is_dir())
 
+    # --- the Slurm allocation holding the servers (tasks/slurm_serve.py) ------------------------
+    def record_allocation(self, key16: str, doc: dict) -> None:
+        """Written the moment the allocation's job exists, so a killed run's allocation is still found."""
+        _write(self._dir(key16) / "slurm.json", doc)
+
+    def allocation(self, key16: str) -> dict | None:
+        return _read(self._dir(key16) / "slurm.json")
+
+    def end_allocation(self, key16: str) -> str | None:
+        """scancels the recorded allocation (its servers go with it) and waits until its processes
+        are gone; returns its job id. Inside that allocation (its own job) nothing is cancelled."""
+        doc = self.allocation(key16)
+        if not doc:
+            return None
+        job_id = str(doc.get("job_id", ""))
+        if job_id and job_id != os.environ.get("SLURM_JOB_ID"):
+            from ..slurm import cancel, wait_ended
+
+            cancel(job_id)
+            wait_ended(job_id, timeout=120)
+        with contextlib.suppress(OSError):
+            (self._dir(key16) / "slurm.json").unlink()
+        return job_id
+
     def stop(self, key16: str, timeout: float = 30.0) -> list[int]:
-        """Stops every recorded process of `key16` that is still ours, removes the shared memory
-        of those that are gone, and forgets them; returns the pids stopped."""
+        """Ends the servers' allocation (where they run in one), stops every recorded process of
+        `key16` that is still ours, removes the shared memory of those that are gone, and forgets
+        them; returns the pids stopped."""
+        if self.allocation(key16) and self.allocation(key16).get("job_id") != os.environ.get("SLURM_JOB_ID"):
+            self.end_allocation(key16)
         stopped = []
         for rec in self.records(key16):
             stopped += stop_recorded([rec], timeout)
@@ -92,7 +120,7 @@ class ServerRegistry:
         """Forgets records of processes that are gone (after removing their shared memory)."""
         n = 0
         for rec in self.records(key16):
-            if not is_ours(rec):
+            if on_this_host(rec) and not is_ours(rec):  # another node's: its allocation knows
                 remove_shm(rec)
                 with contextlib.suppress(OSError):
                     Path(rec["_file"]).unlink()
@@ -104,6 +132,8 @@ class ServerRegistry:
     def _tidy(self, key16: str) -> None:
         d = self._dir(key16)
         for sub in ("procs", "leases", ""):
+            if not sub and (d / "slurm.json").is_file():
+                continue
             with contextlib.suppress(OSError):
                 (d / sub).rmdir() if sub else d.rmdir()
 

@@ -58,6 +58,7 @@ class JobSpec:
     extra_args: tuple[str, ...] = ()
     container_image: str = ""
     container_mounts: tuple[str, ...] = ()
+    array: str = ""                # e.g. "0-3%2": a job array, at most 2 tasks at once
 
 
 def sbatch_options(spec: JobSpec) -> list[str]:
@@ -68,6 +69,7 @@ def sbatch_options(spec: JobSpec) -> list[str]:
     opts += [f"--gpus={spec.gpus}"] if spec.gpus else []
     opts += [f"--mem={spec.mem}"] if spec.mem else []
     opts += [f"--time={spec.time_limit}"] if spec.time_limit else []
+    opts += [f"--array={spec.array}"] if spec.array else []
     return opts + list(spec.extra_args)
 
 
@@ -81,7 +83,7 @@ def render_script(spec: JobSpec) -> str:
     """The batch script. With a container image the command runs under pyxis/enroot's
     `srun --container-image`, with the artifacts root and the checkout mounted at the same paths."""
     lines = ["#!/bin/bash", *(f"#SBATCH {_directive(o)}" for o in sbatch_options(spec)),
-             "# written by perfdag (harness/slurm/jobs.py); runs one stage's build",
+             "# written by perfdag (harness/slurm/jobs.py)",
              "set -eo pipefail",
              'echo "perfdag: job $SLURM_JOB_ID on $(hostname): CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-unset}"']
     lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(spec.env.items())]
@@ -209,5 +211,54 @@ class SlurmJob:
 
     def cancel(self) -> bool:
         """scancel; True when Slurm accepted it. Safe to call on an ended job."""
-        return _slurm(["scancel", self.job_id], timeout=30).returncode == 0
+        return cancel(self.job_id)
+
+
+def cancel(job_id: str) -> bool:
+    """scancel a job (an array: all its tasks); True when Slurm accepted it."""
+    try:
+        return _slurm(["scancel", str(job_id)], timeout=30).returncode == 0
+    except (subprocess.TimeoutExpired, PerfdagError):
+        return False
+
+
+def job_lines(job_id: str) -> list[dict[str, str]]:
+    """`scontrol show job -o <id>`: one dict per record (an array: one per task, and one for the
+    tasks still pending as a range); [] once Slurm has forgotten the job or did not answer."""
+    try:
+        out = _slurm(["scontrol", "show", "job", "-o", str(job_id)])
+    except subprocess.TimeoutExpired:
+        return []
+    if out.returncode != 0:
+        return []
+    return [parse_scontrol(line) for line in out.stdout.splitlines() if line.strip()]
+
+
+def job_state(job_id: str) -> str:
+    """The job's state ('' when unknown), e.g. RUNNING, PENDING, CANCELLED."""
+    lines = job_lines(job_id)
+    return lines[0].get("JobState", "") if lines else ""
+
+
+def wait_ended(job_id: str, timeout: float = 60.0) -> str:
+    """Waits until the job is no longer PENDING/RUNNING/COMPLETING (its processes are gone); its last state."""
+    deadline = time.monotonic() + timeout
+    while True:
+        state = job_state(job_id)
+        if state not in ("PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED") \
+                or time.monotonic() > deadline:
+            return state
+        time.sleep(0.5)
+
+
+def srun_argv(job_id: str, command: list[str], *, name: str = "", container_image: str = "",
+              container_mounts: tuple[str, ...] = (), workdir: str = "") -> list[str]:
+    """A step inside a running allocation that shares its resources (the holder step keeps them all)."""
+    argv = ["srun", f"--jobid={job_id}", "--overlap", "--nodes=1", "--ntasks=1", "--kill-on-bad-exit=1"]
+    argv += [f"--job-name={name}"] if name else []
+    if container_image:
+        argv += [f"--container-image={container_image}"]
+        argv += [f"--container-mounts={','.join(container_mounts)}"] if container_mounts else []
+        argv += [f"--container-workdir={workdir}"] if workdir else []
+    return argv + list(command)
 
