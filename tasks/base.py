@@ -42,8 +42,7 @@ def load_params(params_file: str, overrides: str) -> Params:
     return _PARAMS_MEMO[memo_key]
 
 
-# Settings that decide how a stage copes with a failure, not what it makes: in no key.
-UNKEYED = ("harness.server_relaunches",)
+UNKEYED = ("harness.server_relaunches",)  # how a stage copes with a failure, not what it makes
 
 
 def select(params: Params, reads: tuple[str, ...]) -> dict[str, Any]:
@@ -314,8 +313,7 @@ class StageTask(luigi.Task):
             log.warning("%s %s: cleaning up after the failed build: %s", self.stage, self.key[:16], e)
 
     def build_with_retries(self, out_dir: Path) -> dict:
-        """The build, tried again where a stage knows a failure is worth it (measuring stages: a server
-        that crashed mid-run is relaunched once)."""
+        """The build; measuring stages try again after relaunching a server that crashed mid-run."""
         return self.build(out_dir)
 
     def evidence(self, dest: Path) -> None:
@@ -339,8 +337,7 @@ class StageTask(luigi.Task):
 
 
 def keep_attempt(task: StageTask, out_dir: Path, suffix: str = "") -> Path | None:
-    """Moves a failed attempt's files to runs/<id>/failed/<Stage>-<key16><suffix>/ (with the servers'
-    log tails) and leaves `out_dir` empty; returns where they went (None: they could not be kept)."""
+    """Moves a failed attempt's files (and server log tails) to runs/<id>/failed/<Stage>-<key16><suffix>/."""
     import shutil
 
     dest = runlog.run_file(task.store.root).parent / "failed" / f"{task.stage}-{task.key[:16]}{suffix}"
