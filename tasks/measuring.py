@@ -68,8 +68,8 @@ class MeasuringStage(StageTask):
         from . import slurm_serve
 
         servers = self.upstream()["servers"]
-        if slurm_serve.serving(self):  # a step inside the servers' allocation: a rerun gets a new one
-            return self.build(out_dir)
+        if slurm_serve.allocation_of(servers.servers()):  # a step inside the servers' allocation: the
+            return self.build(out_dir)                    # worker relaunches them in a new one (slurm_serve)
         for attempt in range(1, self.params.harness.server_relaunches + 2):
             try:
                 return self.build(out_dir)

@@ -186,11 +186,48 @@ def measures_inside(task: "StageTask") -> bool:
 
 def measure(task: "StageTask") -> None:
     """The worker's side of a measuring stage: its build runs as a step of the servers' allocation
-    (srun --overlap), so LoadGen runs on the node the servers run on; the step's output is streamed."""
+    (srun --overlap), so LoadGen runs on the node the servers run on; the step's output is streamed.
+    A server that crashed mid-measurement (its allocation still RUNNING) is relaunched the way a local
+    one is, harness.server_relaunches times at most, except that here the old allocation is ended and
+    a new one holds the relaunched servers: the step cannot relaunch them itself, since whatever it
+    starts dies with the step, and it cannot cancel the allocation it runs in."""
     from . import lifecycle
     from .base import log
 
     lifecycle.setup(task.verbose, root=task)
+    servers = task.upstream()["servers"]
+    relaunches = task.params.harness.server_relaunches
+    for attempt in range(1, relaunches + 2):
+        try:
+            return _measure_step(task)
+        except JobError as exc:
+            job_id = (allocation_of(servers.servers()) or ("?",))[0]
+            if attempt > relaunches or not _servers_crashed(servers):
+                raise
+            log.warning("%s %s: the servers in Slurm allocation %s stopped answering mid-measurement; ending "
+                        "that allocation, relaunching them in a new one and measuring again from the start "
+                        "(%d of harness.server_relaunches=%d)", task.stage, task.key[:16], job_id, attempt,
+                        relaunches)
+            runlog.record_relaunch(task.store.root, {"stage": task.stage, "key": task.key, "servers": [job_id],
+                                                     "error": str(exc).splitlines()[0][:500], "kept": None})
+            servers.relaunch()  # slurm_serve.launch: the stale allocation is scancelled, a new one submitted
+    raise AssertionError("unreachable")
+
+
+def _servers_crashed(servers: "LaunchServers") -> bool:
+    """The allocation is still RUNNING but its servers do not answer: they crashed (a cancelled,
+    timed-out or failed allocation is an error to report, not a crash to relaunch)."""
+    alloc = allocation_of(servers.servers())
+    if alloc is None:
+        return False
+    lines = job_lines(alloc[0])
+    return bool(lines) and lines[0].get("JobState") == "RUNNING" and not live(servers, patience_s=10.0)
+
+
+def _measure_step(task: "StageTask") -> None:
+    from . import lifecycle
+    from .base import log
+
     job_id, node = allocation_of(task.upstream()["servers"].servers())
     key16, t0 = task.key[:16], time.monotonic()
     s = task.params.slurm

@@ -311,6 +311,35 @@ def test_scancel_of_the_allocation_mid_measurement_names_the_job_and_a_rerun_suc
     assert_nothing_left(root)
 
 
+def test_a_server_crash_mid_measurement_is_relaunched_in_a_new_allocation(fullrun):
+    """tritonserver killed while a step measures it: the step cannot relaunch it (what it starts dies
+    with the step), so the worker ends that allocation, relaunches the servers in a new one and
+    measures again; nothing is left holding the node (a stale allocation would starve later jobs)."""
+    root, _ = fullrun
+    overrides = f"{FAST}{SHORT},{SLURM},loadgen.min_query_count=19,loadgen.min_duration_ms=4000"
+    held = Worker(root, "RunLoadgen", overrides)
+    step = held.wait_job_log("RunLoadgen ")  # the step is building: LoadGen is starting or running
+    job_id = step["job_id"].split("/")[0]
+    killed = []
+    for f in root.glob("LaunchServers/*/servers.json"):
+        for rec in json.loads(f.read_text())["servers"]:
+            if str(rec.get("slurm_job")) == job_id:
+                os.kill(rec["pid"], signal.SIGKILL)
+                killed.append(rec["pid"])
+    assert killed, "no server recorded in the step's allocation"
+    rc = held.finish()
+    out = held.text()
+    assert rc in (0, 10), out[-3000:]
+    assert f"the servers in Slurm allocation {job_id} stopped answering mid-measurement" in out, out[-3000:]
+    assert job_state(job_id) == "CANCELLED"
+    again = jobs(root, "allocation")[-1]
+    assert again["job_id"] != job_id and job_state(again["job_id"]) == "CANCELLED"  # ended with the run
+    assert (root / "RunLoadgen" / step["key"][:16] / "manifest.json").is_file()
+    relaunched = [r for r in run_records(root) if r.get("server_relaunches")]
+    assert relaunched and relaunched[-1]["server_relaunches"][0]["servers"] == [job_id], relaunched
+    assert_nothing_left(root)
+
+
 def test_sigterm_of_the_worker_mid_measurement_cancels_the_allocation(fullrun):
     root, _ = fullrun
     held = Worker(root, "RunLoadgen", f"{FAST}{SHORT},{SLURM},loadgen.min_query_count=18,loadgen.offline_expected_qps=200",
