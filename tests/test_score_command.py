@@ -76,8 +76,11 @@ def test_gates_are_the_checkers_numbers():
 def test_the_standins_own_answers_pass_every_metric(bench, tokenizer_dir, tmp_path, score):
     rows = standin_rows(bench)
     log = write_log(tmp_path / "log.json", tokenizer_dir, {i: r["canonical_solution"] for i, r in enumerate(rows)})
+    lcb = []  # deepseek-r1's LiveCodeBench rows are graded against the shipped problems copy
+    if bench == "deepseek-r1":
+        lcb = ["--livecodebench-problems", str(standin_path("livecodebench-problems"))]
     proc = score("--benchmark", bench, "--log", str(log), "--dataset", str(standin_path(bench)),
-                 "--tokenizer", str(tokenizer_dir), "--gates", "self", "--json", "--out", str(tmp_path / "out"))
+                 "--tokenizer", str(tokenizer_dir), "--gates", "self", "--json", "--out", str(tmp_path / "out"), *lcb)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     doc = json.loads(proc.stdout)
     assert doc["passed"] and not doc["check"]["missing"]
@@ -88,6 +91,9 @@ def test_the_standins_own_answers_pass_every_metric(bench, tokenizer_dir, tmp_pa
         assert (tmp_path / "out" / "code_outputs" / "mbxp_results.json").is_file()
     else:
         assert doc["scores"]["exact_match"] == 100.0
+    if lcb:  # the programs really ran, in the sandbox, and every one passed
+        res = json.loads((tmp_path / "out" / "code_outputs" / "livecodebench_results.json").read_text())
+        assert res["programs"] == 3 and res["passed"] == res["programs"], res
 
 
 def test_a_subset_left_unscored_fails_naming_the_metric(tokenizer_dir, tmp_path, score):

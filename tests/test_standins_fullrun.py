@@ -2,7 +2,8 @@
 a real tritonserver, measured and accuracy-logged by real LoadGen, scored by the benchmark's MLCommons
 scorer (mixtral: ROUGE on OpenOrca rows, GSM8K exact match, MBXP pass@1 run in the sandbox; 405b:
 rougeL and exact_match; deepseek-r1 and gpt-oss-120b: exact_match over multiple choice, \\boxed{} math
-and AIME integers, tokens_per_sample), VALID and PASS. The reasoning stand-ins also run their
+AIME integers, deepseek-r1's LiveCodeBench programs run in the sandbox against the shipped problems
+copy, tokens_per_sample), VALID and PASS. The reasoning stand-ins also run their
 benchmark's compliance tests in a Submission (deepseek-r1: TEST06; gpt-oss-120b: TEST07 and TEST09,
 their thresholds from the stand-in's own references) and pass them."""
 from __future__ import annotations
@@ -39,13 +40,18 @@ def test_standin_fullrun_scores_every_metric_and_passes(bench, metrics, tmp_path
     if bench == "mixtral-8x7b":  # the generated code really ran, in the sandbox, and is kept
         res = json.loads((acc_dir / "code_outputs" / "mbxp_results.json").read_text())
         assert res["scored"] == 12 and res["passed"] >= 1 and not res["not_scored_languages"]
-    if bench in ("deepseek-r1", "gpt-oss-120b"):  # every family scored, none missing for want of code rows
+    if bench in ("deepseek-r1", "gpt-oss-120b"):  # every family scored, none missing for want of a runner
         detail = json.loads((acc_dir / "accuracy_detail.json").read_text())["_detail"]
-        assert detail["code_programs"] == 0 and "exact_match_missing" not in detail
-        if bench == "deepseek-r1":
-            assert {f for f, n in detail["rows"].items() if n} == {"gpqa", "mmlu_pro", "math500", "aime"}
+        assert "exact_match_missing" not in detail, detail
+        if bench == "deepseek-r1":  # its LiveCodeBench programs really ran, in the sandbox, and are kept
+            assert detail["code_programs"] == 3, detail
+            lcb = json.loads((acc_dir / "code_outputs" / "livecodebench_results.json").read_text())
+            assert lcb["programs"] == 3 and lcb["passed"] >= 1 and not lcb["not_scored"], lcb
+            assert ({f for f, n in detail["rows"].items() if n}
+                    == {"gpqa", "mmlu_pro", "math500", "aime", "livecodebench"})
             assert all(v > 0 for v in detail["per_subset"].values()), detail["per_subset"]
         else:
+            assert detail["code_programs"] == 0
             assert {k: v["repeats"] for k, v in detail["per_dataset"].items()} == {"aime25": 8, "gpqa_diamond": 5}
         _compliance_passes(bench, params, root, tmp_path)
     assert tritonservers_under(root) == []

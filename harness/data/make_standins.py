@@ -10,23 +10,30 @@ FullRun scores every metric family for real. Deterministic: run it again and not
   `python_<entry point>`, `gt_output` the test code, as MLCommons' dataset has it).
 - llama3.1-405b: rows routed by `metric`: rouge (a corpus line's start -> its rest), niah_em (a
   needle uuid to repeat), qa_em (a question -> "Answer: ...").
-- deepseek-r1: rows routed by `dataset` (gpqa, mmlu_pro, math500, aime) with `ground_truth` and
+- deepseek-r1: rows routed by `dataset` (gpqa, mmlu_pro, math500, aime, livecodebench) with `ground_truth` and
   `question` as MLCommons' pickle has them; the output is a short "<think>...</think>" and the answer
   in a form the script's extractor takes ("ANSWER: B", "FINAL ANSWER = (C)", \boxed{...}, "Answer: 42").
 - gpt-oss-120b: rows named as MLCommons' dataset names them (gpqa_diamond, aime25), each question
   repeated as often as the script divides by (5, 8), with `ground_truth`; prompt and output in the
-  harmony format (analysis channel, then the final channel holding the answer).
-No LiveCodeBench rows: their scoring needs the local LiveCodeBench problems and a runner
-(`ground_truth` is a question_id, not an answer); both scorers score the other families without one.
+  harmony format (analysis channel, then the final channel holding the answer). No livecodebench_v6
+  rows: with them the retrained tiny model ran one GPQA question on to max_new_tokens in TEST09's
+  performance run, 0.9 tokens below the band's edge (README, "Every metric family on CPU").
+- LiveCodeBench (deepseek-r1): rows whose `ground_truth` is a question_id of
+  `livecodebench-problems.jsonl`, a local problems copy in LiveCodeBench's own columns (stdin and
+  call-based problems; one with its private tests in upstream's compressed form), written here too.
+  The taught output is a short program in a ```python block, run in the sandbox against every test.
 Every row also carries `canonical_solution`: the output the model is taught, and what the
 references are when a run is judged against its own references (for MBXP rows `gt_output` holds
 tests, not an answer).
 """
 from __future__ import annotations
 
+import base64
 import json
+import pickle
 import random
 import uuid
+import zlib
 from pathlib import Path
 
 from ..corpus import corpus_lines
@@ -220,7 +227,47 @@ def deepseek_rows() -> list[dict]:
         # both forms the script takes: the last \boxed{digits}, else the last "Answer: digits"
         tail = f"\\boxed{{{n}}}" if i % 2 == 0 else f"Answer: {n}"
         rows.append(row("aime", i, q, str(n), f"<think>{why}</think> {tail}"))
+    for qid, question, program, _, _ in LCB:
+        rows.append(row("livecodebench", len(rows), question, qid, f"<think>Write it.</think> {_code(program)}"))
     return rows
+
+
+#: Small LiveCodeBench-like problems: (question_id, question, program, tests, func_name or None).
+#: A test is (input, expected output): stdin text for stdin problems, one JSON value per line of
+#: arguments for call-based ones (LiveCodeBench's own test shapes).
+LCB = [
+    ("lcb_add", "Read two integers a and b on one line and print a + b.",
+     "a, b = map(int, input().split())\nprint(a + b)",
+     [("2 3\n", "5\n"), ("-4 10\n", "6\n"), ("100 250\n", "350\n")], None),
+    ("lcb_rev", "Read a word and print it reversed.",
+     "print(input()[::-1])",
+     [("hello\n", "olleh\n"), ("abc\n", "cba\n"), ("x\n", "x\n")], None),
+    ("lcb_maxof", "Complete Solution.maxOf(nums): return the largest number in nums.",
+     "class Solution:\n    def maxOf(self, nums):\n        return max(nums)",
+     [("[3, 9, 2]", "9"), ("[-5, -2]", "-2"), ("[7]", "7")], "maxOf"),
+]
+
+
+def _compressed(tests: list[dict]) -> str:
+    """Upstream's form of private tests: base64(zlib(pickle(the tests as a JSON string)))."""
+    return base64.b64encode(zlib.compress(pickle.dumps(json.dumps(tests)))).decode()
+
+
+def livecodebench_problems() -> list[dict]:
+    """The local problems copy the LiveCodeBench rows are graded against (one test public, the rest
+    private; lcb_rev's private tests compressed as upstream ships them)."""
+    out = []
+    for qid, question, _, tests, func in LCB:
+        kind = "functional" if func else "stdin"
+        cases = [{"input": i, "output": o, "testtype": kind} for i, o in tests]
+        private = _compressed(cases[1:]) if qid == "lcb_rev" else json.dumps(cases[1:])
+        out.append({"question_id": qid, "question_content": question, "public_test_cases": json.dumps(cases[:1]),
+                    "private_test_cases": private, "metadata": json.dumps({"func_name": func} if func else {})})
+    return out
+
+
+def _code(program: str) -> str:
+    return f"```python\n{program}\n```"
 
 
 def _harmony(question: str) -> str:
@@ -273,6 +320,7 @@ def main() -> None:
     gpt_oss = gpt_oss_rows()
     random.Random(SEED + 3).shuffle(gpt_oss)
     print(write("gpt-oss-120b", gpt_oss))
+    print(write("livecodebench-problems", livecodebench_problems()))
 
 
 if __name__ == "__main__":
