@@ -189,3 +189,19 @@ def test_deepseek_reads_ground_truth_where_there_is_no_gt_output(built, tok):
     _same(score_log("deepseek-r1", RF.without_code(df, log), renamed, tok), GOLDEN["deepseek-r1/no-code"]["metrics"])
     both = renamed.assign(gt_output="Z")  # gt_output wins: every answer is now wrong
     assert score_log("deepseek-r1", RF.without_code(df, log), both, tok)["exact_match"] == 0.0
+
+
+def test_the_shipped_standins_are_what_make_standins_writes_and_scale_to_mlperf_size(tmp_path):
+    """The shipped files hold exactly the rows make_standins writes (deterministic), and --full-size repeats a
+    stand-in to its benchmark's MLPerf dataset size with ids kept unique."""
+    from harness.corpus import STANDINS
+    from harness.data import make_standins
+
+    for name, rows in (("deepseek-r1", make_standins.deepseek_rows()),
+                       ("livecodebench-problems", make_standins.livecodebench_problems())):
+        shipped = (STANDINS / f"{name}.jsonl").read_text(encoding="utf-8").splitlines()
+        assert sorted(shipped) == sorted(json.dumps(r, sort_keys=True) for r in rows)
+    out = make_standins.full_size("deepseek-r1", tmp_path / "big.jsonl")
+    big = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert len(big) == benchmarks.get("deepseek-r1").dataset_size == 4388
+    assert len({r["id"] for r in big}) == len(big) and big[35]["ground_truth"] == big[0]["ground_truth"]

@@ -3,6 +3,7 @@ benchmarks' own formats whose answers the tiny model is taught (`model.tiny.teac
 FullRun scores every metric family for real. Deterministic: run it again and nothing changes.
 
     python -m harness.data.make_standins
+    python -m harness.data.make_standins --full-size deepseek-r1 OUT.jsonl   # repeated to MLPerf's size
 
 - mixtral-8x7b: rows routed by `dataset`: OpenOrca (a corpus line's start -> its rest, ROUGE),
   GSM8K (a word problem -> reasoning and "The answer is N", exact match of the number; commas,
@@ -305,7 +306,24 @@ def write(name: str, rows: list[dict]) -> Path:
     return path
 
 
+def full_size(benchmark: str, out: Path) -> Path:
+    """The stand-in's rows repeated, in order, up to the size of the benchmark's MLPerf dataset (what
+    MLCommons' checker wants an accuracy run to cover); each copy's `id` gets a `#<pass>` suffix."""
+    from ..mlperf import benchmarks
+
+    rows = [json.loads(line) for line in (OUT / f"{benchmark}.jsonl").read_text(encoding="utf-8").splitlines()]
+    size = benchmarks.get(benchmark).dataset_size
+    big = [{**rows[i % len(rows)], "id": f"{rows[i % len(rows)]['id']}#{i // len(rows)}"} for i in range(size)]
+    out.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in big), encoding="utf-8")
+    return out
+
+
 def main() -> None:
+    import sys
+
+    if sys.argv[1:2] == ["--full-size"]:  # python -m harness.data.make_standins --full-size BENCHMARK OUT
+        print(full_size(sys.argv[2], Path(sys.argv[3])))
+        return
     rng = random.Random(SEED)
     mixtral = openorca_rows(rng, 16, 3, dataset="OpenOrca") + gsm8k_rows(rng, 16) + mbxp_rows()
     # MLPerf's mixtral rows are interleaved, not grouped; a stable shuffle keeps this deterministic.
