@@ -37,7 +37,7 @@ import uuid
 import zlib
 from pathlib import Path
 
-from ..corpus import corpus_lines
+from ..corpus import corpus_lines, standin_rows
 
 OUT = Path(__file__).with_name("standins")
 SEED = 20261125
@@ -299,11 +299,14 @@ def gpt_oss_rows() -> list[dict]:
     return rows
 
 
-def write(name: str, rows: list[dict]) -> Path:
-    OUT.mkdir(exist_ok=True)
-    path = OUT / f"{name}.jsonl"
+def _write_jsonl(path: Path, rows: list[dict]) -> Path:
     path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows), encoding="utf-8")
     return path
+
+
+def write(name: str, rows: list[dict]) -> Path:
+    OUT.mkdir(exist_ok=True)
+    return _write_jsonl(OUT / f"{name}.jsonl", rows)
 
 
 def full_size(benchmark: str, out: Path) -> Path:
@@ -311,11 +314,13 @@ def full_size(benchmark: str, out: Path) -> Path:
     MLCommons' checker wants an accuracy run to cover); each copy's `id` gets a `#<pass>` suffix."""
     from ..mlperf import benchmarks
 
-    rows = [json.loads(line) for line in (OUT / f"{benchmark}.jsonl").read_text(encoding="utf-8").splitlines()]
+    rows = standin_rows(benchmark)
     size = benchmarks.get(benchmark).dataset_size
-    big = [{**rows[i % len(rows)], "id": f"{rows[i % len(rows)]['id']}#{i // len(rows)}"} for i in range(size)]
-    out.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in big), encoding="utf-8")
-    return out
+    big = []
+    for i in range(size):
+        row = rows[i % len(rows)]
+        big.append({**row, "id": f"{row['id']}#{i // len(rows)}"})
+    return _write_jsonl(out, big)
 
 
 def main() -> None:
