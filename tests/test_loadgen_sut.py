@@ -239,9 +239,10 @@ def _ports(n: int = 3) -> list[int]:
     return P.free_ports(n)
 
 
-def _start_server(root: Path, models: dict[str, dict[str, str]], backend_dir: Path) -> CS.TritonServer:
-    cfgs = {name: render_torch_model_config(name, decoupled=True, max_batch_size=64, engine_dir="unused",
-                                            extra_parameters=params)
+def _start_server(root: Path, models: dict[str, dict[str, str]], backend_dir: Path,
+                  not_decoupled: tuple[str, ...] = ()) -> CS.TritonServer:
+    cfgs = {name: render_torch_model_config(name, decoupled=name not in not_decoupled, max_batch_size=64,
+                                            engine_dir="unused", extra_parameters=params)
             for name, params in models.items()}
     repo = write_model_repo(root / "repo", cfgs, ECHO_PY.read_text())
     grpc, http, metrics = _ports()
@@ -266,7 +267,8 @@ def echo_server(tmp_path_factory, backend_dir):
         "echo": {"error_token_id": str(ERROR_TOKEN)},
         "echo_slow": {"token_delay_ms": "2"},
         "echo_chunks": {"token_delay_ms": "2", "tokens_per_response": "4"},  # a stream interval of 4
-    }, backend_dir)
+        "echo_plain": {"error_token_id": str(ERROR_TOKEN)},  # not decoupled: one response per request
+    }, backend_dir, not_decoupled=("echo_plain",))
     try:
         yield h
     finally:
@@ -383,6 +385,32 @@ def test_interactive_accuracy_log_decodes_to_expected_tokens(echo_server, tmp_pa
     assert len(want[5]) == 0 and len(want[3]) == 1 and len(want[1]) == MAX_NEW
     entries = json.loads((tmp_path / "mlperf_log_accuracy.json").read_text())
     assert {e["qsl_idx"]: e["token_count"] for e in entries} == {i: len(t) for i, t in want.items()}
+
+
+def test_a_model_that_is_not_decoupled_gets_one_unary_call_per_request(echo_server, tmp_path):
+    # Hundreds of non-decoupled requests on one ModelStreamInfer stream crash tritonserver 2.51 now
+    # and then; unary ModelInfer calls carry them instead (decoupled models keep their stream).
+    samples = [Sample(index=i, input_ids=[10 + i, 40 + i % 7, 30]) for i in range(300)]
+    r = run_loadgen([echo_server.grpc_url], "echo_plain", samples,
+                    {"offline_expected_qps": 1000, "min_query_count": 300, "performance_sample_count": 300},
+                    tmp_path / "acc", scenario="Offline", mode="AccuracyOnly", frontends=1, clients_per_frontend=2,
+                    warmup_queries=2, max_new_tokens=MAX_NEW, request_timeout_s=30, progress=False)
+    assert r["harness"]["methods"]["rpc"] == "ModelInfer"
+    got = parse_accuracy_log(tmp_path / "acc" / "mlperf_log_accuracy.json")
+    assert got == {s.index: echo_tokens(s.input_ids, MAX_NEW) for s in samples}
+    streamed = run_loadgen([echo_server.grpc_url], "echo", samples[:8], {"min_query_count": 8},
+                           tmp_path / "stream", scenario="Offline", frontends=1, clients_per_frontend=1,
+                           warmup_queries=0, max_new_tokens=4, request_timeout_s=30, progress=False)
+    assert streamed["harness"]["methods"]["rpc"] == "ModelStreamInfer"
+    # a failed unary call ends the run naming the server and the model, as on a stream
+    bad = [s.input_ids for s in samples[:16]]
+    bad[5] = [1, ERROR_TOKEN, 2]
+    with pytest.raises(LoadgenError) as ei:
+        run_loadgen([echo_server.grpc_url], "echo_plain", bad, {"min_query_count": 16}, tmp_path / "bad",
+                    scenario="Offline", frontends=1, clients_per_frontend=1, warmup_queries=0, max_new_tokens=4,
+                    request_timeout_s=30, progress=False)
+    assert "'echo_plain'" in str(ei.value) and f"error_token_id {ERROR_TOKEN}" in str(ei.value)
+    assert not _lg_children()
 
 
 def test_request_error_ends_run_naming_server(echo_server, tmp_path):

@@ -42,11 +42,13 @@ from .usage import Usage
 
 
 def _methods(clients: dict) -> dict:
-    """How prompts went out and output tokens came back, as the clients settled it."""
+    """How prompts went out and output tokens came back, as the clients settled it (and, for gRPC,
+    which RPC carried them)."""
     out = {}
-    for key in ("prompt", "output_tokens"):
+    for key in ("prompt", "output_tokens", "rpc"):
         seen = sorted({str(c.get(key)) for c in clients.values() if c.get(key)})
-        out[key] = seen[0] if len(seen) == 1 else (seen or None)
+        if seen or key != "rpc":
+            out[key] = seen[0] if len(seen) == 1 else (seen or None)
     return out
 
 

@@ -1,5 +1,9 @@
-"""The Triton gRPC core: one channel + one bidirectional ModelStreamInfer stream per client, all
-clients of a frontend on its one asyncio loop (grpc.aio).
+"""The Triton gRPC core: one channel per client, all clients of a frontend on its one asyncio loop
+(grpc.aio). A decoupled model is driven over one bidirectional ModelStreamInfer stream per client; a
+non-decoupled one (one response per request) with one unary ModelInfer call per request, as
+tritonclient's async_infer does: tritonserver 2.51 (the one in nvidia-pytriton) crashes now and then
+(SIGSEGV, a request released by the backend while the stream handler still uses it) when hundreds
+of non-decoupled requests share one stream.
 
 Responses are read as raw protobufs: tokens are `output_ids`' raw int32 bytes cut to
 `sequence_length`, so a streamed response costs a protobuf parse and a few slices, not a
@@ -21,6 +25,7 @@ from .base import Core
 
 MAX_MESSAGE = 2**31 - 1
 STREAM_METHOD = "/inference.GRPCInferenceService/ModelStreamInfer"
+UNARY_METHOD = "/inference.GRPCInferenceService/ModelInfer"
 _I32 = struct.Struct("<i")
 
 
@@ -32,6 +37,8 @@ class TritonGrpcCore(Core):
         self.pending: dict[str, list] = {}
         self.decoupled = True
         self.call = None
+        self.unary = None
+        self.calls: set = set()   # unary calls in flight (a task nobody references may be collected)
         self.channel = None
         self.slots = None
         self.blobs: dict[int, bytes] = {}
@@ -51,7 +58,8 @@ class TritonGrpcCore(Core):
         self.decoupled = bool(policy.get("decoupled", False))
         self.streaming = bool(self.cfg["streaming"] and self.decoupled)  # a non-decoupled model never streams
         self.info = {"streaming": self.streaming, "decoupled": self.decoupled,
-                     "prompt": "token_ids", "output_tokens": "server"}
+                     "prompt": "token_ids", "output_tokens": "server",
+                     "rpc": "ModelStreamInfer" if self.decoupled else "ModelInfer"}
         self.template = self._template()
         self.fl = FrontendLoop.get()
         self.fl.run(self._open(), timeout=60)
@@ -84,10 +92,14 @@ class TritonGrpcCore(Core):
                                                                     ("grpc.max_receive_message_length", MAX_MESSAGE)])
         # requests go as bytes: a sample's encoded request is made once, and the id appended (protobuf
         # merges concatenated messages, the last id wins)
-        self.call = self.channel.stream_stream(STREAM_METHOD, request_serializer=None,
-                                               response_deserializer=service_pb2.ModelStreamInferResponse.FromString)()
         self.wake = asyncio.Event()
         self.writer = asyncio.ensure_future(self._guard(self._write()))
+        if not self.decoupled:
+            self.unary = self.channel.unary_unary(UNARY_METHOD, request_serializer=None,
+                                                  response_deserializer=service_pb2.ModelInferResponse.FromString)
+            return
+        self.call = self.channel.stream_stream(STREAM_METHOD, request_serializer=None,
+                                               response_deserializer=service_pb2.ModelStreamInferResponse.FromString)()
         self.reader = asyncio.ensure_future(self._guard(self._read()))
 
     # --- sending ---------------------------------------------------------------------------
@@ -121,6 +133,12 @@ class TritonGrpcCore(Core):
                 qid, sample = item
                 rid = qid if isinstance(qid, str) else str(qid)
                 self.pending[rid] = [qid, 0, [], 0]   # qid, t_first, kept token bytes, n_tokens
+                if self.unary is not None:
+                    task = asyncio.ensure_future(self._guard(self._infer(qid, self._request(rid, sample))))
+                    self.calls.add(task)
+                    task.add_done_callback(self.calls.discard)
+                    self.sent += 1
+                    continue
                 try:
                     await self.call.write(self._request(rid, sample))
                 except Exception as exc:  # the stream is no longer usable (server gone)
@@ -130,6 +148,17 @@ class TritonGrpcCore(Core):
                 self.sent += 1
 
     # --- receiving -------------------------------------------------------------------------
+    async def _infer(self, qid, request: bytes) -> None:
+        import grpc
+
+        try:
+            resp = await self.unary(request)  # no deadline, as on a stream: the driver watches for stalls
+        except grpc.aio.AioRpcError as exc:
+            if not self.closing:
+                self.fail(f"{exc.code().name}: {exc.details()}", None if isinstance(qid, str) else qid)
+            return
+        self._on_response(resp, time.monotonic_ns())
+
     async def _read(self) -> None:
         import grpc
 
@@ -201,19 +230,23 @@ class TritonGrpcCore(Core):
     # --- closing ---------------------------------------------------------------------------
     def close(self) -> None:
         self.closing = True
-        if self.call is None:
+        if self.channel is None:
             return
         with contextlib.suppress(Exception):
             self.fl.run(self._close(), timeout=15)
 
     async def _close(self) -> None:
         self.writer.cancel()
-        if self.failed or self.pending:
+        if self.unary is not None:
+            for task in list(self.calls):  # only after a failure: a finished run has none left
+                task.cancel()
+        elif self.failed or self.pending:
             self.call.cancel()
         else:
             with contextlib.suppress(Exception):
                 await self.call.done_writing()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.reader, 10)
-        self.reader.cancel()
+        if self.call is not None:
+            self.reader.cancel()
         await self.channel.close()
