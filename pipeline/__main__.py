@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     sb.add_argument("--out", default="", metavar="DIR", help="also copy the tree here (a new directory)")
     sb.add_argument("--checker", default="", metavar="CHECKOUT",
                     help="an mlcommons/inference checkout: run its submission checker on the tree")
-    sb.add_argument("--checker-version", default="", help="the round to check (default: the installed LoadGen's)")
+    sb.add_argument("--checker-version", default="", help="the round to check (default: the params' loadgen.round)")
     sb.add_argument("--checker-python", default="", help="the Python that runs the checker (needs PyYAML)")
     sb.add_argument("--keep-servers", action="store_true", help="leave the servers running afterwards")
     sb.add_argument("--verbose", action="store_true", help="show third-party warnings and chatter")

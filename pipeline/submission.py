@@ -291,7 +291,9 @@ def command(args) -> int:
         return 0
     from harness.loadgen.results import read_mllog
 
-    version = args.checker_version
+    # The round the runs were made for: its seeds are in the logs (loadgen.round sets them), and the
+    # checker compares them with its own round's.
+    version = args.checker_version or task.params.loadgen.round
     if not version:
         some = next(tree.rglob("performance/run_1/mlperf_log_detail.txt"))
         version = mlperf_checker.checker_version_for(str(read_mllog(some).get("loadgen_version", "")).split()[0])
