@@ -40,7 +40,9 @@ def test_fullrun_through_transformers_serve_is_valid_accurate_and_leaves_nothing
     assert acc["passed"] and acc["scores"]["rougeL"] >= 99.0
     assert servers_under(root) == []
 
-    server = SHORT + ",loadgen.scenario=Server,loadgen.server_target_qps=30,loadgen.min_query_count=500"
+    # 15 queries/s: half what transformers serve sustained here within the 2 s TTFT limit, so a busy
+    # 2-core machine still measures a VALID run (at 30/s a loaded one measured TTFT p99 3.2 s)
+    server = SHORT + ",loadgen.scenario=Server,loadgen.server_target_qps=15,loadgen.min_query_count=500"
     proc = run_luigi("FullRun", "--params-file", OPENAI, "--overrides", server, artifacts=root)
     assert "result     VALID" in proc.stdout and "accuracy   PASS" in proc.stdout
     report = json.loads(max(root.glob("FullRun/*/report.json"), key=lambda f: f.stat().st_mtime).read_text())
