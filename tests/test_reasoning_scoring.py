@@ -193,7 +193,7 @@ def test_deepseek_reads_ground_truth_where_there_is_no_gt_output(built, tok):
 
 def test_the_shipped_standins_are_what_make_standins_writes_and_scale_to_mlperf_size(tmp_path):
     """The shipped files hold exactly the rows make_standins writes (deterministic), and --full-size repeats a
-    stand-in to its benchmark's MLPerf dataset size with ids kept unique."""
+    stand-in to its benchmark's MLPerf dataset size, rows unchanged (an MBXP id names its entry point)."""
     from harness.corpus import STANDINS
     from harness.data import make_standins
 
@@ -204,4 +204,8 @@ def test_the_shipped_standins_are_what_make_standins_writes_and_scale_to_mlperf_
     out = make_standins.full_size("deepseek-r1", tmp_path / "big.jsonl")
     big = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
     assert len(big) == benchmarks.get("deepseek-r1").dataset_size == 4388
-    assert len({r["id"] for r in big}) == len(big) and big[35]["ground_truth"] == big[0]["ground_truth"]
+    assert big[35] == big[0] and big[-1] == big[(4388 - 1) % 35]
+    mixtral = make_standins.full_size("mixtral-8x7b", tmp_path / "mixtral.jsonl")
+    rows = [json.loads(line) for line in mixtral.read_text(encoding="utf-8").splitlines()]
+    mbxp_ids = {r["id"] for r in make_standins.standin_rows("mixtral-8x7b") if r["dataset"] == "MBXP"}
+    assert len(rows) == 15000 and mbxp_ids and {r["id"] for r in rows if r["dataset"] == "MBXP"} == mbxp_ids
