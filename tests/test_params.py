@@ -127,3 +127,19 @@ def test_default_params_file_is_valid_yaml_with_all_sections():
     doc = yaml.safe_load(DEFAULT.read_text())
     assert set(doc) <= {"model", "quantize", "build", "runtime", "triton", "harness", "loadgen", "dataset", "accuracy"}
     resolve(DEFAULT, "", env={})
+
+
+@pytest.mark.parametrize("name", ["llama3.1-8b", "llama3.1-405b", "mixtral-8x7b", "deepseek-r1", "gpt-oss-120b"])
+def test_the_submission_params_ask_for_what_the_checker_requires(name, tmp_path):
+    """params/submission/<family>.yaml: an open entry for its own benchmark in a round that has it, 600 s,
+    the benchmark's dataset size (a stand-in repeated to it), all of it as performance samples."""
+    from harness.data import make_standins
+    from harness.mlperf import benchmarks
+
+    over = "" if name == "llama3.1-8b" else f"dataset.path={make_standins.full_size(name, tmp_path / 'full.jsonl')}"
+    p = resolve(REPO / "params" / "submission" / f"{name}.yaml", over)
+    b = benchmarks.get(name)
+    assert p.loadgen.mlperf_model == p.submission.maps_to == name and p.submission.division == "open"
+    assert p.loadgen.round in b.targets and p.loadgen.min_duration_ms >= 600_000
+    assert p.dataset.num_samples == b.dataset_size and p.loadgen.performance_sample_count == 0  # 0: all
+    assert p.accuracy.num_samples == (b.accuracy_sample_count or 0)
