@@ -289,14 +289,9 @@ def command(args) -> int:
         print(f"  copied to   {tree}")
     if not args.checker:
         return 0
-    from harness.loadgen.results import read_mllog
-
-    # The round the runs were made for: its seeds are in the logs (loadgen.round sets them), and the
+    # The round the runs were made for (loadgen.round, always set): its seeds are in the logs, and the
     # checker compares them with its own round's.
     version = args.checker_version or task.params.loadgen.round
-    if not version:
-        some = next(tree.rglob("performance/run_1/mlperf_log_detail.txt"))
-        version = mlperf_checker.checker_version_for(str(read_mllog(some).get("loadgen_version", "")).split()[0])
     out = runlog.run_file(artifacts_root()).parent / "checker"
     out.mkdir(parents=True, exist_ok=True)
     verdict = mlperf_checker.run_checker(args.checker, tree, version, out / "summary.csv",

@@ -4,9 +4,10 @@ its code never enters perfdag) on a results tree, and reads its verdict.
     cd <checkout>/tools/submission && python -m submission_checker.main --input <tree> --version vX.Y --csv F
 
 Why the version matters: the checker compares the RNG seeds in the performance logs with the
-seeds of the round it checks, and LoadGen embeds one round's seeds (6.0.16 and later: v6.1; 6.0.0
-to 6.0.15: v6.0), so the round follows the LoadGen that made the logs. The checker's argparse
-default is an older round: perfdag always passes --version. No luigi.
+seeds of the round it checks. LoadGen embeds one round's seeds (6.0.16 and later: v6.1; 6.0.0 to
+6.0.15: v6.0), but perfdag sets the seeds of `loadgen.round` explicitly, so `pipeline submission`
+checks that round. The checker's argparse default is an older round: perfdag always passes
+--version. No luigi.
 """
 from __future__ import annotations
 
