@@ -17,6 +17,41 @@ REPO = Path(__file__).resolve().parent.parent
 FAST = "model.tiny.train_steps=20,quantize.calib_size=4"
 
 
+# pytest-xdist (addopts: -n 2): each worker runs whole modules, one after another, so a module's
+# and the session's built roots are built once per worker, not once per test. The modules below run
+# sandboxed programs, and test_sandbox checks that no process of the sandbox's uid range is left,
+# which another worker's live sandbox would fail: they run as one group, on one worker.
+SANDBOX_GROUP = {"test_sandbox", "test_livecodebench", "test_mlperf_scoring", "test_reasoning_scoring",
+                 "test_score_command", "test_standins_fullrun"}
+# The groups that take minutes (on 2 cores: the sandbox group ~18 min with the stand-in FullRuns,
+# test_faults ~11, test_slurm ~6), started first so that no worker is left with one at the end.
+LONGEST_FIRST = ["sandbox", "test_faults", "test_slurm", "test_concurrency_sweep", "test_fullrun",
+                 "test_operate", "test_openai_fullrun", "test_submission", "test_trust_artifacts"]
+
+
+def test_group(module_path: str) -> str:
+    stem = Path(module_path.split("::", 1)[0]).stem
+    return "sandbox" if stem in SANDBOX_GROUP else stem
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {g: i for i, g in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(test_group(item.nodeid), len(rank)))  # stable: modules stay whole
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByGroup(LoadScopeScheduling):
+        """xdist's loadscope (in collection order), with the scope being the group above."""
+        def _split_scope(self, nodeid: str) -> str:
+            return test_group(nodeid)
+
+    config.option.loadscopereorder = False  # keep LONGEST_FIRST, not xdist's order by test count
+    return ByGroup(config, log)
+
+
 def luigi_cmd(task: str, *args: str) -> list[str]:
     return [sys.executable, "-m", "luigi", "--module", "pipeline", task, "--local-scheduler", *args]
 
