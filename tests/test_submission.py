@@ -17,7 +17,6 @@ from conftest import REPO, copied_root, SHORT, run_records, statuses, tritonserv
 
 from harness.mlperf.compliance import audit_config_text, verification_text, verify
 from harness.errors import InputError
-from harness.mlperf.checker import checker_version_for
 from harness.mlperf.submission import accuracy_text, truncate_accuracy_log
 from harness.system_desc import REQUIRED, machine_facts, system_description
 
@@ -193,9 +192,3 @@ def test_system_description_lists_every_problem_and_takes_the_yaml_over_the_mach
             "host_network_card_count": "1", "host_processor_model_name": "My CPU"}
     desc = system_description(facts, user, division="open", submitter="X", system_name="s")
     assert desc["host_processor_model_name"] == "My CPU" and desc["accelerators_per_node"] == facts["accelerators_per_node"]
-
-
-def test_checker_round_follows_loadgen():
-    assert checker_version_for("6.0.17") == "v6.1" and checker_version_for("6.0.15") == "v6.0"
-    with pytest.raises(InputError):
-        checker_version_for("4.1.0")

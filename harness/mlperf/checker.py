@@ -24,20 +24,6 @@ CHECKER_DIR = Path("tools") / "submission"
 MODULE = "submission_checker.main"
 
 
-def checker_version_for(loadgen_version: str) -> str:
-    """The checker round whose seeds the installed LoadGen uses."""
-    m = re.match(r"(\d+)\.(\d+)\.(\d+)", loadgen_version or "")
-    if not m:
-        raise InputError(f"cannot tell the checker round from LoadGen version {loadgen_version!r}; "
-                         "pass --checker-version (v6.1, v6.0, v5.1)")
-    major, minor, patch = map(int, m.groups())
-    if (major, minor) == (6, 0):
-        return "v6.1" if patch >= 16 else "v6.0"
-    if (major, minor) in ((5, 1), (5, 0)):
-        return f"v{major}.{minor}"
-    raise InputError(f"no known checker round for LoadGen {loadgen_version}; pass --checker-version")
-
-
 def checkout_commit(checkout: Path) -> str | None:
     return git_output(checkout, "rev-parse", "HEAD")
 
