@@ -17,6 +17,14 @@ REPO = Path(__file__).resolve().parent.parent
 FAST = "model.tiny.train_steps=20,quantize.calib_size=4"
 
 
+# Each xdist worker's processes (luigi, tritonserver's torch) get their share of the CPUs: torch
+# sizes its OpenMP pool from all of them, and two workers' pools spinning against each other made
+# training a stand-in take 515 s instead of 48.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1 and "OMP_NUM_THREADS" not in os.environ:
+    from harness.cpus import available_cpus
+    os.environ["OMP_NUM_THREADS"] = str(max(1, available_cpus() // _WORKERS))
+
 # pytest-xdist (addopts: -n 2): each worker runs whole modules, one after another, so a module's
 # and the session's built roots are built once per worker, not once per test. The modules below run
 # sandboxed programs, and test_sandbox checks that no process of the sandbox's uid range is left,
