@@ -38,7 +38,8 @@ configure() {
   # Fake GPUs: slurmd drops a GPU whose File= does not exist; a character device is enough.
   for i in 0 1; do [ -c "$DIR/dev/fakegpu$i" ] || mknod "$DIR/dev/fakegpu$i" c 1 3; done
   local cpus mem
-  cpus=$(nproc)
+  # nproc counts OMP_NUM_THREADS as the CPUs it may use: the node gets the CPUs the machine has.
+  cpus=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
   mem=$(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 / 2 ))  # half the host's memory, MB
   cat >"$CONF" <<CONF
 ClusterName=perfdag-local
