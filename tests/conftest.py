@@ -37,14 +37,16 @@ LONGEST_FIRST = ["sandbox", "test_faults", "test_slurm", "test_concurrency_sweep
                  "test_operate", "test_openai_fullrun", "test_submission", "test_trust_artifacts"]
 
 
-def test_group(module_path: str) -> str:
-    stem = Path(module_path.split("::", 1)[0]).stem
+def group_of(nodeid: str) -> str:
+    """The xdist group of a test: its module's name, or 'sandbox' (not named test_*: pytest would collect it
+    where a module imports it)."""
+    stem = Path(nodeid.split("::", 1)[0]).stem
     return "sandbox" if stem in SANDBOX_GROUP else stem
 
 
 def pytest_collection_modifyitems(config, items):
     rank = {g: i for i, g in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(test_group(item.nodeid), len(rank)))  # stable: modules stay whole
+    items.sort(key=lambda item: rank.get(group_of(item.nodeid), len(rank)))  # stable: modules stay whole
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -54,7 +56,7 @@ def pytest_xdist_make_scheduler(config, log):
     class ByGroup(LoadScopeScheduling):
         """xdist's loadscope (in collection order), with the scope being the group above."""
         def _split_scope(self, nodeid: str) -> str:
-            return test_group(nodeid)
+            return group_of(nodeid)
 
     config.option.loadscopereorder = False  # keep LONGEST_FIRST, not xdist's order by test count
     return ByGroup(config, log)
