@@ -18,7 +18,7 @@ its error text lands in the JSON, which is rewritten after every part:
 
     python bench/gpu_cuda.py [--device cuda|cpu] [--quick] [--out DIR] [--budget-s 270]
 
-Writes DIR/gpu_cuda.json and prints a short table last. Over 400 lines as one file on purpose: it is
+Writes DIR/gpu_cuda.json and prints a short table last. It is one file over 400 lines on purpose: it is
 the single script carried to a machine for one call, and its parts share one runner and one record.
 """
 from __future__ import annotations
