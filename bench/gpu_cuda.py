@@ -81,18 +81,30 @@ def versions(device: str) -> dict:
 
 def compile_modelopt_extensions(skip: bool) -> dict:
     """modelopt fake-quantizes on CUDA with extensions it compiles (nvcc) on first use, falling back
-    to plain torch ops when that fails. Compile them up front so their cost is timed apart."""
+    to plain torch ops when that fails. Compile them up front, each in its own thread, so their cost
+    is timed apart and a failure's compiler message is kept."""
     from modelopt.torch.quantization import extensions as ext
 
     out = {}
-    for name, get in (("cuda_ext", ext.get_cuda_ext), ("cuda_ext_fp8", ext.get_cuda_ext_fp8)):
-        if skip:  # --no-modelopt-ext: modelopt then takes its torch fallback (as if nvcc failed)
+
+    def one(name, get):
+        if skip:  # --no-modelopt-ext: modelopt takes its torch fallback, as after a failed compile
             get.extension = None
             out[name] = {"compiled": False, "skipped": True}
-            continue
+            return
         t = time.monotonic()
-        mod = get(raise_if_failed=False)
-        out[name] = {"compiled": mod is not None, "seconds": round(time.monotonic() - t, 1)}
+        try:
+            get(raise_if_failed=True)
+            out[name] = {"compiled": True, "seconds": round(time.monotonic() - t, 1)}
+        except Exception as e:  # noqa: BLE001 - as modelopt does on failure: the fallback, once
+            get.extension = None
+            out[name] = {"compiled": False, "seconds": round(time.monotonic() - t, 1), "error": _err(e)}
+    threads = [threading.Thread(target=one, args=item) for item in
+               (("cuda_ext", ext.get_cuda_ext), ("cuda_ext_fp8", ext.get_cuda_ext_fp8))]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
     return out
 
 
