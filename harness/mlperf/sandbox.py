@@ -253,6 +253,12 @@ def _run_session(job: Job, level: str, uid: int | None, base: Path, work: str, s
             proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                     stderr=init_err, pass_fds=(report_w, *sum(stdio, []), *files.values()),
                                     start_new_session=True, **as_uid)
+    except OSError as exc:  # e.g. a bwrap the leased uid may not run
+        os.close(report_r)
+        return RunResult("error", None, "", "", time.monotonic() - started, f"cannot start the sandbox: {exc}")
+    except BaseException:
+        os.close(report_r)
+        raise
     finally:
         os.close(report_w)
     backstop = sum(s.timeout_s for s in job.steps) + SETUP_SLACK_S

