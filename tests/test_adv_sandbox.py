@@ -31,7 +31,7 @@ root_only = pytest.mark.skipif(os.geteuid() != 0, reason="leased uids exist only
 
 def py(source: str, timeout_s: float = 10, **kw) -> sandbox.RunResult:
     res = sandbox.run_program(source, "python", timeout_s=timeout_s, **kw)
-    assert res.status in ("passed", "failed", "timeout"), res
+    assert res.status in ("passed", "failed", "timeout", "killed"), res
     return res
 
 
@@ -224,6 +224,16 @@ def test_tmp_and_shm_are_private_to_each_job_and_capped():
                  "t.f_blocks * t.f_frsize]))")
     assert out[:2] == [False, False]
     assert out[2] == out[3] == sandbox.Limits().disk_bytes
+
+
+def test_the_number_of_files_in_the_private_dirs_is_capped():
+    """Creating files without end in /tmp or /dev/shm (kernel memory the size cap does not count) gets
+    the job killed soon after Limits.inodes; a job under the cap runs."""
+    for where in ("/tmp", "/dev/shm"):
+        res = py(f"import os\nn = 0\nwhile True:\n    os.mkdir(f'{where}/d{{n}}'); n += 1\n", timeout_s=20)
+        assert res.status == "killed" and "files in /tmp and /dev/shm" in res.detail and res.wall_s < 5, res
+    res = py("import os\nfor n in range(2000):\n    open(f'/tmp/f{n}', 'w').close()\nprint('made')")
+    assert res.status == "passed" and "made" in res.stdout
 
 
 # -- namespaces, processes, privileges ---------------------------------------------------------------

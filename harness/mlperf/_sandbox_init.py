@@ -13,7 +13,8 @@ to the job's leased uid for each program).
              no_new_privs, cwd = the private dir, execve
 
 Report lines, on the report fd: `setup-error <message>`, `exit <step> <returncode>` (negative:
-killed by that signal) and `timeout <step>`. When init exits the kernel kills whatever is left.
+killed by that signal), `timeout <step>` and `limit <step> inodes` (too many files in the private
+/tmp and /dev/shm, which bwrap cannot cap: the driver counts them every 50 ms). When init exits the kernel kills whatever is left.
 """
 import ctypes
 import json
@@ -21,8 +22,10 @@ import os
 import resource
 import signal
 import sys
+import time
 
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 1, 4, 38
+TICK_S = 0.05  # how often the wall clock and the private dirs' file counts are looked at
 LIMITS = {"cpu_s": resource.RLIMIT_CPU, "memory_bytes": resource.RLIMIT_AS,
           "file_bytes": resource.RLIMIT_FSIZE, "nproc": resource.RLIMIT_NPROC,
           "nofile": resource.RLIMIT_NOFILE}
@@ -68,8 +71,13 @@ class Expired(Exception):
     pass
 
 
-def on_alarm(signum, frame):
-    raise Expired
+def files_in(paths):
+    """Inodes in use on the private tmpfs: bwrap cannot cap their number (no nr_inodes), the driver does."""
+    used = 0
+    for p in paths:
+        st = os.statvfs(p)
+        used += st.f_files - st.f_ffree
+    return used
 
 
 def run_step(cfg, step, index):
@@ -77,17 +85,33 @@ def run_step(cfg, step, index):
     child = os.fork()
     if child == 0:
         start_program(cfg, step, index)
-    signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, step["timeout_s"])
+    deadline = time.monotonic() + step["timeout_s"]
+    state = {"running": True, "why": "timeout"}
+    paths, allowed = cfg["inode_paths"], cfg["limits"]["inodes"] + files_in(cfg["inode_paths"])
+
+    def on_tick(signum, frame):
+        if not state["running"]:
+            return
+        if time.monotonic() >= deadline:
+            raise Expired
+        if paths and files_in(paths) > allowed:
+            state["why"] = "inodes"
+            raise Expired
+
+    signal.signal(signal.SIGALRM, on_tick)
+    signal.setitimer(signal.ITIMER_REAL, min(TICK_S, step["timeout_s"]), TICK_S)
     try:
         while True:  # as init, reap orphans too until the program itself is gone
             pid, status = os.waitpid(-1, 0)
             if pid == child:
+                state["running"] = False
                 break
     except Expired:
+        state["running"] = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
         os.kill(child, signal.SIGKILL)  # enough where there is no PID namespace to empty
         kill_all_but_me()
-        report(cfg, f"timeout {index}")
+        report(cfg, f"timeout {index}" if state["why"] == "timeout" else f"limit {index} inodes")
         return False
     signal.setitimer(signal.ITIMER_REAL, 0)
     kill_all_but_me()  # nothing a step started outlives it

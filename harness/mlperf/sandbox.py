@@ -64,6 +64,7 @@ class Limits:
     nproc: int = 64                     # processes and threads of the job
     nofile: int = 256
     disk_bytes: int = 256 << 20         # size of the private dir, and of /dev/shm (each a tmpfs)
+    inodes: int = 4096                  # files and dirs the job may create there (both together)
 
 
 @dataclass(frozen=True)
@@ -242,9 +243,9 @@ def _run_session(job: Job, level: str, uid: int | None, base: Path, work: str, s
     env = {"PATH": SANDBOX_PATH, "HOME": work, "TMPDIR": work, "LANG": "C.UTF-8", **job.env}
     report_r, report_w = os.pipe()
     cfg = {"workdir": work, "steps": steps, "env": env, "stdio": stdio, "report_fd": report_w,
-           "uid": uid if level == "none" else None,
+           "uid": uid if level == "none" else None, "inode_paths": [] if level == "none" else [WORKDIR, "/dev/shm"],
            "limits": {"memory_bytes": lim.memory_bytes, "file_bytes": lim.file_bytes,
-                      "nproc": lim.nproc, "nofile": lim.nofile}}
+                      "nproc": lim.nproc, "nofile": lim.nofile, "inodes": lim.inodes}}
     as_uid = {"user": uid, "group": uid, "extra_groups": []} if uid is not None and level != "none" else {}
     started = time.monotonic()
     try:
@@ -282,7 +283,7 @@ def _result(lines: list[str], job: Job, base: Path, wall: float, rc: int) -> Run
     init_err = _tail(base / "init.err").strip()
     if setup:
         return RunResult("error", None, "", init_err, wall, f"sandbox setup: {setup[0]}")
-    steps = [ln.split() for ln in lines if ln.startswith(("exit ", "timeout "))]
+    steps = [ln.split() for ln in lines if ln.startswith(("exit ", "timeout ", "limit "))]
     if not steps:
         if rc > 0:  # bwrap (or the driver) failed before the first step: the sandbox's fault
             first = next((ln for ln in init_err.splitlines() if ln.strip()), f"exit status {rc}")
@@ -297,6 +298,9 @@ def _result(lines: list[str], job: Job, base: Path, wall: float, rc: int) -> Run
     if kind == "timeout":
         return RunResult("timeout", None, out, err, wall,
                          f"wall-clock timeout after {step.timeout_s:g} s: killed", index)
+    if kind == "limit":
+        return RunResult("killed", None, out, err, wall,
+                         f"killed: more than {job.limits.inodes} files in /tmp and /dev/shm", index)
     rc = int(steps[-1][2])
     if rc in step.ok_returncodes:
         if last:
