@@ -24,12 +24,15 @@ def load_key(path: str | os.PathLike) -> bytes:
     p = Path(path).expanduser()
     try:
         key = p.read_bytes().strip()
+        mode = p.stat().st_mode
     except OSError as e:
         raise InputError(f"signing key file {p}: {e.strerror or e}; set PERFDAG_SIGNING_KEY_FILE "
                          "(or [perfdag] signing_key_file in luigi.cfg) to a readable file") from None
+    if mode & 0o077:  # a key that others can read lets them sign forgeries
+        raise InputError(f"signing key file {p}: mode {mode & 0o777:03o}, open to other users; run `chmod 600 {p}`")
     if len(key) < 16:
         raise InputError(f"signing key file {p}: {len(key)} bytes; use at least 16 random bytes "
-                         "(e.g. `head -c 32 /dev/urandom | base64 > key`)")
+                         "(e.g. `(umask 077; head -c 32 /dev/urandom | base64 > key)`)")
     return key
 
 

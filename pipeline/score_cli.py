@@ -37,7 +37,8 @@ def add_parser(sub) -> None:
     sc.add_argument("--livecodebench-timeout", type=float, default=60.0,
                     help="seconds per LiveCodeBench test (MLCommons: 60)")
     sc.add_argument("--allow-code-network", action="store_true",
-                    help="run generated code even where no network namespace can be made")
+                    help="where the kernel refuses the sandbox's namespaces, run generated code with weaker "
+                         "isolation (the host's network; as root, no namespaces) instead of refusing")
     sc.add_argument("--out", default="", metavar="DIR", help="write accuracy.json and per-row detail here")
     sc.add_argument("--json", action="store_true", help="print the whole result as JSON")
 

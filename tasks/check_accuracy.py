@@ -12,7 +12,8 @@ from .run_accuracy import RunAccuracy
 #: What the scorers import: every module shapes the scores (harness/mlperf/scoring/ and the sandbox).
 SCORER_MODULES = ("harness.mlperf.accuracy", "harness.mlperf.evaluate", "harness.mlperf.benchmarks",
                   "harness.mlperf.scoring", "harness.mlperf.mbxp", "harness.mlperf.livecodebench",
-                  "harness.mlperf.livecodebench_runner", "harness.mlperf.sandbox")
+                  "harness.mlperf.livecodebench_runner", "harness.mlperf.livecodebench_judge", "harness.mlperf.sandbox",
+                  "harness.mlperf.sandbox_view", "harness.mlperf.sandbox_uids")
 
 
 def livecodebench_key(task) -> dict:

@@ -29,7 +29,7 @@ if _WORKERS > 1 and "OMP_NUM_THREADS" not in os.environ:
 # and the session's built roots are built once per worker, not once per test. The modules below run
 # sandboxed programs, and test_sandbox checks that no process of the sandbox's uid range is left,
 # which another worker's live sandbox would fail: they run as one group, on one worker.
-SANDBOX_GROUP = {"test_sandbox", "test_livecodebench", "test_mlperf_scoring", "test_reasoning_scoring",
+SANDBOX_GROUP = {"test_sandbox", "test_adv_sandbox", "test_livecodebench", "test_mlperf_scoring", "test_reasoning_scoring",
                  "test_score_command", "test_standins_fullrun"}
 # The groups that take minutes (on 2 cores: the sandbox group ~18 min with the stand-in FullRuns,
 # test_faults ~11, test_slurm ~6), started first so that no worker is left with one at the end.

@@ -109,7 +109,7 @@ def test_hostile_programs_fail(problems, tmp_path):
     _, probs = problems
     secret = tmp_path / "answers.txt"  # what a program would like to read: the expected output
     secret.write_text("[1, 2, 3]")
-    secret.chmod(0o600)
+    secret.chmod(0o644)  # readable by anyone: the sandbox does not mount it at all
     cases = [
         f"class Solution:\n    def app(self, xs, y):\n        return json.loads(open({str(secret)!r}).read())",
         # the tests never reach the program's directory: nothing there to read
@@ -122,7 +122,7 @@ def test_hostile_programs_fail(problems, tmp_path):
                            results_dir=tmp_path)
     recs = json.loads((tmp_path / lcb.RESULTS_FILE).read_text())["per_program"]
     assert out == [False] * 4, recs
-    assert "PermissionError" in recs[0]["detail"]["error"]
+    assert "FileNotFoundError" in recs[0]["detail"]["error"]
     assert recs[1]["error"] == "wrong_answer" and "runner.py" in recs[1]["detail"]["output"]
     assert recs[2]["error"] == "global_timeout" and recs[2]["verdicts"] == ["global_timeout"] * 2
     assert recs[3]["error"] == "crashed"

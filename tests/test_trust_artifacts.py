@@ -206,6 +206,7 @@ def test_gc_never_follows_links(tmp_path, built_fast):
 def key_env(tmp_path) -> dict:
     key = tmp_path / "signing.key"
     key.write_text(hashlib.sha256(os.urandom(32)).hexdigest())
+    key.chmod(0o600)
     return {"PERFDAG_SIGNING_KEY_FILE": str(key)}
 
 
@@ -301,6 +302,7 @@ def measured(built_fast, tmp_path_factory) -> tuple[Path, dict, int]:
     """(root, signing env, exit code): a FullRun on the FAST model under a signing key, done once."""
     d = tmp_path_factory.mktemp("measured")
     (d / "signing.key").write_text(hashlib.sha256(os.urandom(32)).hexdigest())
+    (d / "signing.key").chmod(0o600)
     env = {"PERFDAG_SIGNING_KEY_FILE": str(d / "signing.key")}
     root = d / "root"
     shutil.copytree(built_fast, root, ignore=shutil.ignore_patterns("runs"))

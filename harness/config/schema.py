@@ -287,9 +287,9 @@ class AccuracySection(Section):
     reference_scores: Annotated[Literal["auto", "mlperf", "self"], BeforeValidator(_reference_scores_moved)] = "auto"
     tokens_per_sample_tolerance: float = Field(0.10, ge=0, le=1)
     num_samples: int = Field(0, ge=0)  # 0: the whole dataset
-    # Model-generated code (MBXP) runs in a sandbox (harness/mlperf/sandbox.py): this many at once,
-    # each killed after code_timeout_s. Without a network namespace it is refused unless
-    # allow_code_network says the programs may run with this host's network.
+    # Model-generated code (MBXP, LiveCodeBench) runs in a bubblewrap sandbox (harness/mlperf/SANDBOX.md):
+    # this many at once, each killed after code_timeout_s. Where the kernel refuses its namespaces it is
+    # refused unless allow_code_network allows a weaker mode (the host's network; as root, no namespaces).
     code_workers: int = Field(2, ge=1, le=64)
     code_timeout_s: float = Field(20.0, gt=0, le=600)  # MLCommons' MBXP checker: 20 s
     allow_code_network: bool = False

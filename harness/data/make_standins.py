@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import pickle
 import random
 import uuid
@@ -299,14 +300,21 @@ def gpt_oss_rows() -> list[dict]:
     return rows
 
 
-def _write_jsonl(path: Path, rows: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows), encoding="utf-8")
+def _write_jsonl(path: Path, rows: list[dict], private: bool = False) -> Path:
+    text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows)
+    if not private:
+        path.write_text(text, encoding="utf-8")
+        return path
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # also when it existed with another mode
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
     return path
 
 
-def write(name: str, rows: list[dict]) -> Path:
+def write(name: str, rows: list[dict], private: bool = False) -> Path:
     OUT.mkdir(exist_ok=True)
-    return _write_jsonl(OUT / f"{name}.jsonl", rows)
+    return _write_jsonl(OUT / f"{name}.jsonl", rows, private)
 
 
 def full_size(benchmark: str, out: Path) -> Path:
@@ -340,7 +348,7 @@ def main() -> None:
     gpt_oss = gpt_oss_rows()
     random.Random(SEED + 3).shuffle(gpt_oss)
     print(write("gpt-oss-120b", gpt_oss))
-    print(write("livecodebench-problems", livecodebench_problems()))
+    print(write("livecodebench-problems", livecodebench_problems(), private=True))  # the answers: 0600
 
 
 if __name__ == "__main__":

@@ -4,12 +4,17 @@ How MLCommons grades a program, step by step: harness/mlperf/livecodebench_runne
 the same inside the sandbox.
 
 Here the same steps run in a Python runner inside the sandbox (harness/mlperf/sandbox.py), one
-job per program: the tests go in on stdin (never as a file the program could read), the verdict
-comes back on a line that carries a per-job nonce. perfdag's code, LiveCodeBench's facts.
+job per program: only the program and the tests' inputs go in (on stdin), what each test produced
+comes back on lines that carry a per-job nonce, and livecodebench_judge.py compares it with the
+expected outputs in perfdag's process: the answers never reach the program, and the sandbox mounts
+neither the problems copy nor anything else of the host's but the system's read-only directories.
+perfdag's code, LiveCodeBench's facts.
 
 Deliberate deviations: the sandbox's limits (4 GiB address space, 64 processes, no network, a
-read-only file system but for a 256 MiB private dir) where LiveCodeBench has none; programs run on
-perfdag's interpreter (or the system's python3: numpy etc. may be absent); a problems file that
+file system of its own, read-only but for a 256 MiB private /tmp) where LiveCodeBench has none;
+programs run on perfdag's base interpreter (never its venv) or, where the sandbox's uid cannot run
+that one, the system's python3: the standard library and what that interpreter has installed; a
+value of a type the judge does not rebuild compares unequal (livecodebench_judge.py); a problems file that
 LiveCodeBench would grade anyway (no tests at all, a call-based test that is not JSON, a test type
 that contradicts func_name) is refused with the problem named; a question_id the log needs that the
 local copy lacks stops the scoring (MLCommons scores it False) so a wrong or partial copy cannot
@@ -39,7 +44,8 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from ..errors import InputError
-from . import sandbox
+from . import livecodebench_judge as judge, sandbox
+from .livecodebench_judge import TRUNCATE
 from .livecodebench_runner import PRELUDE, RUNNER  # the sandbox side
 
 MLCOMMONS_TIMEOUT_S = 60.0  # eval_accuracy.py: timeout=60 (per test, lcb_runner's SIGALRM)
@@ -49,10 +55,7 @@ FIELD = "accuracy.livecodebench_problems"
 FLAG = "--livecodebench-problems"
 STARTUP_SLACK_S = 5.0     # interpreter start and reading the tests, before LiveCodeBench's own budget
 MAX_PRIVATE_BYTES = 1 << 30  # a decompressed private-tests string larger than this is refused
-TRUNCATE = 300            # characters of output / input / expected kept per failure (truncatefn)
 RESULTS_FILE = "livecodebench_results.json"
-VERDICT = {1: "passed", 0: "wrong_answer", -2: "wrong_answer", -3: "timeout", -4: "runtime_error",
-           -1: "global_timeout"}
 
 
 class ProblemsError(InputError):
@@ -297,44 +300,26 @@ def needed_ids(benchmark: str, rows: Iterable[dict]) -> list[str]:
 # -- running -----------------------------------------------------------------------------------------
 
 def build_job(problem: Problem, code: str, timeout_s: float, nonce: str) -> sandbox.Job | str:
+    """The sandbox job: the runner and, on its stdin, the program and the tests' inputs only."""
     py = sandbox.python_interpreter()
     if py is None:
-        return "python: no python3 that an unprivileged uid can run; set PERFDAG_SANDBOX_PYTHON"
+        return "python: no python3 that the sandbox's uid can run; set PERFDAG_SANDBOX_PYTHON"
     payload = {"code": code, "fn_name": problem.func_name, "timeout": timeout_s, "prelude": PRELUDE,
-               "inputs": [t.input for t in problem.tests], "outputs": [t.output for t in problem.tests]}
+               "inputs": [t.input for t in problem.tests]}
     # check_correctness's global budget: (timeout + 1) x tests + 5 s
     budget = (timeout_s + 1) * len(problem.tests) + 5 + STARTUP_SLACK_S
     step = sandbox.Step([py, "-I", "runner.py"], budget, stdin=nonce + "\n" + json.dumps(payload))
-    return sandbox.Job([step], {"runner.py": RUNNER}, [py], "python")
+    limits = sandbox.Limits()
+    return sandbox.Job([step], {"runner.py": RUNNER}, [py], "python", limits, stdout_chars=limits.file_bytes)
 
 
 def _outcome(problem: Problem, res: sandbox.RunResult, nonce: str) -> dict:
-    n = len(problem.tests)
-    said = [ln[len(nonce) + 1:] for ln in res.stdout.splitlines() if ln.startswith(nonce + " ")]
-    if res.status == "passed" and said:
-        got = json.loads(said[-1])
-        passed, last, meta = int(got["passed"]), got["last"], got["meta"]
-        verdicts = ["passed"] * passed
-        if last is not None:
-            verdicts.append(VERDICT.get(last, "runtime_error"))
-            if last == -1:  # the grading process ended: LiveCodeBench counts every test -1
-                verdicts = ["crashed"] * n
-        verdicts += ["not_run"] * (n - len(verdicts))
-        ok = last is None and passed == n
-        kind = None if ok else ("crashed" if last == -1 else verdicts[passed] if passed < n else "runtime_error")
-        if kind == "runtime_error" and str(meta.get("error_message", "")).startswith("Error during testing"):
-            kind = "error_during_testing"  # does not compile, no such function, an exception at load
-        return {"passed": ok, "error": kind, "error_code": last, "verdicts": verdicts, "detail": meta}
-    # no verdict: the sandbox's wall clock, a signal, or the program ended the process itself
-    if res.status == "timeout":
-        kind, why = "global_timeout", res.detail
-    elif res.status == "not_scored":
-        kind, why = "not_scored", res.detail
-    else:
-        kind = "crashed"
-        why = f"{res.detail or res.status}: {(res.stderr.strip() or res.stdout.strip())[-TRUNCATE:]}".strip(": ")
-    return {"passed": False, "error": kind, "error_code": -1, "verdicts": [kind] * n,
-            "detail": {"error_message": why}}
+    if res.status == "not_scored":
+        return {"passed": False, "error": "not_scored", "error_code": -1, "verdicts": ["not_scored"] * len(problem.tests),
+                "detail": {"error_message": res.detail}}
+    # stdout is the runner's report stream: what the program printed is in it, not why it ended
+    why = f"{res.detail or res.status}: {res.stderr.strip()[-TRUNCATE:]}".strip(": ")
+    return judge.verdict(problem, res.stdout, nonce, res.status, res.detail if res.status == "timeout" else why)
 
 
 def run_programs(question_ids: Sequence[str], codes: Sequence[str], *, problems: dict[str, Problem],
@@ -371,8 +356,16 @@ def run_programs(question_ids: Sequence[str], codes: Sequence[str], *, problems:
                "pass@1": 100.0 * passed / len(records) if records else None,
                "timeout_s_per_test": float(timeout_s),
                "not_scored": sum(r["error"] == "not_scored" for r in records), "per_program": records}
-        (out / RESULTS_FILE).write_text(json.dumps(doc, indent=1, default=str))
+        _write_private(out / RESULTS_FILE, json.dumps(doc, indent=1, default=str))
     return [bool(r["passed"]) for r in records]
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Written 0600: the results quote the expected outputs of the failing tests."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
 
 
 def code_runner(benchmark: str, needed: Iterable[str], path, *, workers: int = 2,

@@ -22,12 +22,14 @@ MLCommons' Dockerfile.eval installs (with `npx tsc` replaced by `tsc`):
   there is no MBXP row at all.
 
 Deliberate deviations: programs run in the sandbox (address space 4 GiB, 64 processes, files
-64 MiB, a 256 MiB private dir, no network: MLCommons has no such limits); Python programs run
-on an interpreter the unprivileged uid can execute (perfdag's, else the system python3, so
-third-party modules such as numpy may be absent); and a row whose toolchain is missing here is
-"not_scored" and counted as not passed, so `mbxp` is then a lower bound and `complete` is False.
+64 MiB, a 256 MiB private /tmp, 4096 files, no network, a file system of its own: MLCommons has no
+such limits; sandbox.py); Python programs run on perfdag's base interpreter (never its venv), or
+the system's python3 where the sandbox's uid cannot run that one, so third-party modules such as
+numpy may be absent; and a row whose toolchain is missing here is "not_scored" and counted as not
+passed, so `mbxp` is then a lower bound and `complete` is False. The test code is part of the
+program, as mxeval runs it (solution + test + check(...)): MBXP has no hidden answers to keep out.
 
-Scored on this machine when its toolchains are present: python (always: perfdag's own or the
+Scored on this machine when its toolchains are present: python (always: perfdag's base or the
 system's python3), cpp (g++), javascript (node, plus the `lodash` module that MBXP's JavaScript
 tests require, found via NODE_PATH / PERFDAG_SANDBOX_NODE_PATH), typescript (tsc and node), php,
 ruby. Where one is missing its rows are "not_scored" and named in `not_scored_languages`.
@@ -57,7 +59,7 @@ MXEVAL_STEPS = {
     "ruby": ("x.rb", [(["ruby", "x.rb"], False, (0,))]),
 }
 
-# Runs in the sandbox as the unprivileged uid (a copy is written into the private dir).
+# Runs in the sandbox (a copy is written into its private dir).
 # It reproduces mxeval's check_correctness: the same guard, swallowed IO and SIGALRM timer.
 # Its verdict line carries a nonce read from stdin, so a program that merely exits 0 or prints
 # "passed" does not pass (a program written to hunt for the nonce could: pass@1 is not a defence).
@@ -150,7 +152,7 @@ def build_job(language: str, solution: str, test: str, entry_point: str, timeout
     if language == "python":
         py = sandbox.python_interpreter()
         if py is None:
-            return ("python: no python3 that an unprivileged uid can run; "
+            return ("python: no python3 that the sandbox's uid can run; "
                     "set PERFDAG_SANDBOX_PYTHON")
         program = solution + "\n" + test + "\n" + f"check({entry_point})"
         step = sandbox.Step([py, "-I", "runner.py", repr(timeout_s)],

@@ -1,24 +1,23 @@
 """Run untrusted, model-generated programs, never in perfdag's own process. No luigi imports.
 
-Each job (one or more steps, e.g. compile then run) gets one session of `_sandbox_init.py`
-(run as root in a new session):
-- a private directory (cwd, HOME, TMPDIR): a size-capped tmpfs that vanishes with the job's own
-  mount namespace, where every other mount is read-only; the job runs under an unprivileged
-  uid/gid leased to it alone (so a write outside its directory fails twice over: EROFS, EACCES);
-- no network: its own network namespace (only a downed loopback); where the kernel refuses one,
-  `SandboxUnavailable` unless the caller passes `allow_network=True`;
-- rlimits on CPU time, address space, file size, open files and processes. RLIMIT_NPROC is not
-  enforced for root, hence the unprivileged uid, leased per job so that one job's fork bomb
-  cannot starve another job; on top, a PID namespace whose init exits when the program does,
-  which makes the kernel kill everything the program left behind;
-- a wall-clock timeout per step, after which the namespace's init kills every process in it;
-  perfdag backs it up by SIGKILLing the session, then any process still owned by the leased uid
-  (the fallback where no PID namespace exists).
+Each job (one or more steps, e.g. compile then run) gets one bubblewrap sandbox (what it sees and
+which namespaces: sandbox_view.py) whose init is `_sandbox_init.py`, the driver that runs the steps:
+- a private dir (cwd, HOME, TMPDIR: /tmp) and /dev/shm, size-capped tmpfs that vanish with the job;
+  /usr and the toolchains read-only; nothing else of the host mounted;
+- no network (a network namespace with only its own loopback), no new user namespaces, no
+  capabilities, its own PID namespace whose init (the driver) it cannot signal or ptrace;
+- rlimits on CPU time, address space, file size, open files and processes (per job: counted in the
+  job's own user namespace; as root the job runs under a uid leased to it alone, sandbox_uids.py,
+  since root is exempt from the process limit);
+- a wall-clock timeout per step, after which the init kills every process in the namespace; the
+  job ends with its init, which makes the kernel kill anything left. perfdag backs it up by
+  SIGKILLing bwrap's session, then (as root) any process still owned by the leased uid.
 
-Not root: where the kernel grants unprivileged user namespaces, the job keeps perfdag's uid
-inside a user namespace of its own (its execve as a non-root uid drops the namespace's
-capabilities, so it cannot undo the read-only mounts; RLIMIT_NPROC holds for a non-root uid);
-otherwise `SandboxUnavailable`.
+bwrap is tried once per process with /bin/true. Where the kernel refuses (no unprivileged user
+namespaces, a seccomp filter, no network namespace...) `SandboxUnavailable` names the cause, unless
+the caller passes `allow_network=True` (the params' accuracy.allow_code_network): then a weaker mode
+runs, the first that works of: the same sandbox sharing the host's network; as root only, no
+namespaces at all (the leased uid, rlimits and timeouts; the host's files and network in view).
 
 `run_program` runs one program, `run_many` runs jobs on N worker threads, each driving its own
 subprocesses. A language whose toolchain is missing gives status "not_scored", never "passed".
@@ -27,14 +26,11 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import fcntl
 import json
 import os
-import pwd
 import secrets
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import tempfile
@@ -43,19 +39,21 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import sandbox_uids
+from .sandbox_view import (SANDBOX_PATH, WORKDIR, SandboxSettingError, SandboxUnavailable,  # noqa: F401
+                           bwrap_argv, bwrap_binary, extra_mounts, find_tool, node_path,
+                           python_interpreter, world_executable)
+
 INIT = Path(__file__).with_name("_sandbox_init.py")
-SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
-TAIL = 4000  # characters of stdout/stderr kept per result
-UID_BASE = int(os.environ.get("PERFDAG_SANDBOX_UID_BASE", "1500000000"))
-UID_SLOTS = 4096
+TAIL = 4000  # characters of stdout/stderr kept per result (unless a job asks for more)
 SETUP_SLACK_S = 10.0  # namespaces and mounts, before the steps' own timeouts count
-# the integrator may name its params knob here
-ALLOW_NETWORK_HINT = ("to run generated code with the host's network anyway, pass "
-                      "allow_network=True")
-
-
-class SandboxUnavailable(RuntimeError):
-    """The sandbox cannot give the isolation asked for on this machine."""
+ALLOW_FIELD = "accuracy.allow_code_network"
+ALLOW_HINT = (f"or set {ALLOW_FIELD}: true (python -m pipeline score: --allow-code-network; in code: "
+              "allow_network=True) to run it with weaker isolation")
+#: Isolation levels, strongest first; all but the first only where the caller allows them.
+LEVELS = ("full", "shared-net", "none")
+WEAKER = {"shared-net": "the sandbox, sharing the host's network",
+          "none": "no namespaces: the host's files and network in view, a leased uid and rlimits"}
 
 
 @dataclass(frozen=True)
@@ -63,9 +61,10 @@ class Limits:
     cpu_s: float | None = None          # None: the step's timeout + 1 s
     memory_bytes: int = 4 << 30         # address space
     file_bytes: int = 64 << 20          # largest file the program may write
-    nproc: int = 64                     # processes and threads of the job's uid
+    nproc: int = 64                     # processes and threads of the job
     nofile: int = 256
-    disk_bytes: int = 256 << 20         # size of the private dir (a tmpfs)
+    disk_bytes: int = 256 << 20         # size of the private dir, and of /dev/shm (each a tmpfs)
+    inodes: int = 4096                  # files and dirs the job may create there (both together)
 
 
 @dataclass(frozen=True)
@@ -84,6 +83,7 @@ class Job:
     language: str = ""
     limits: Limits = field(default_factory=Limits)
     env: dict[str, str] = field(default_factory=dict)
+    stdout_chars: int = TAIL                             # how much of the last step's stdout to keep
 
 
 @dataclass
@@ -98,38 +98,6 @@ class RunResult:
 
 
 # -- toolchains ------------------------------------------------------------------------------------
-
-def world_executable(path: str) -> bool:
-    """True when an unprivileged uid can run `path` (every directory on the way searchable)."""
-    real = Path(os.path.realpath(path))
-    try:
-        if not real.stat().st_mode & stat.S_IXOTH:
-            return False
-        return all(p.stat().st_mode & stat.S_IXOTH for p in real.parents)
-    except OSError:
-        return False
-
-
-def find_tool(name: str) -> str | None:
-    """The tool as the sandboxed uid will find it on SANDBOX_PATH, or None."""
-    found = shutil.which(name, path=SANDBOX_PATH)
-    return found if found and world_executable(found) else None
-
-
-def python_interpreter() -> str | None:
-    """perfdag's interpreter when the sandboxed uid can run it, else the system's python3."""
-    chosen = os.environ.get("PERFDAG_SANDBOX_PYTHON")
-    if chosen:
-        return chosen if world_executable(chosen) else None
-    return sys.executable if world_executable(sys.executable) else find_tool("python3")
-
-
-def node_path() -> str:
-    """Where node looks for modules (MBXP's JavaScript tests need lodash)."""
-    dirs = os.environ.get("PERFDAG_SANDBOX_NODE_PATH", "").split(":")
-    dirs += ["/usr/local/lib/node_modules", "/usr/lib/node_modules"]
-    return ":".join(d for d in dirs if d and os.path.isdir(d))
-
 
 def _source(file: str, *steps: list[str]) -> tuple[str, list[list[str]]]:
     return file, list(steps)
@@ -158,159 +126,142 @@ def resolve_tool(word: str) -> str | None:
     return find_tool(word)
 
 
-# -- isolation probe and uid leases ----------------------------------------------------------------
+# -- isolation probe -------------------------------------------------------------------------------
 
 _probe_lock = threading.Lock()
-_probe: dict | None = None
+_probe: dict[str, str] = {}  # level -> "" (works) or why not
+
+
+def _level_works(level: str) -> str:
+    """'' when jobs run at `level` here, else why not (tried once per process with /bin/true)."""
+    with _probe_lock:
+        if level not in _probe:
+            if level == "none" and os.geteuid() != 0:
+                _probe[level] = "runs programs under a leased uid, which needs root"
+            else:
+                true = find_tool("true") or "/bin/true"
+                res = _run_at(Job([Step([true], 10)], tools=[true]), level)
+                _probe[level] = "" if res.status == "passed" else (res.detail or res.status)
+        return _probe[level]
 
 
 def capabilities() -> dict:
-    """Which namespaces this machine grants, tried once per process with /bin/true."""
-    global _probe
-    with _probe_lock:
-        if _probe is None:
-            root = os.geteuid() == 0
-            _probe = {"root": root, "user": not root, "why": ""}
-            for flag in ("net", "mount", "pid"):
-                flags = {"net": False, "mount": False, "pid": False, "user": not root, flag: True}
-                res = _launch(Job([Step(["/bin/true"], 10)]), flags, None)
-                _probe[flag] = res.status == "passed"
-                if not _probe[flag]:
-                    _probe["why"] += f"{flag} namespace: {res.detail}; "
-        return _probe
+    """What this machine grants: the bwrap used and, per level tried, '' or why it fails."""
+    why = _level_works("full")
+    return {"bwrap": bwrap_binary(), "full": why == "", "why": why, "levels": dict(_probe)}
 
 
-def _isolation(allow_network: bool) -> dict:
-    caps = capabilities()
-    if not caps["root"] and not (caps["pid"] and caps["mount"]):
-        # without root there is no uid to drop to: a user namespace must do the isolating
-        raise SandboxUnavailable(f"sandbox: not root and no unprivileged user namespaces here "
-                                 f"({caps['why']}); run perfdag as root")
-    if not caps["net"] and not allow_network:
-        raise SandboxUnavailable(f"sandbox: no network namespace on this machine ({caps['why']}); "
-                                 f"refusing to run generated code with network access; "
-                                 f"{ALLOW_NETWORK_HINT}")
-    return {"net": caps["net"], "mount": caps["mount"], "pid": caps["pid"], "user": caps["user"]}
-
-
-def _state_dir() -> Path:
-    d = Path(tempfile.gettempdir()) / "perfdag-sandbox-uids"
-    d.mkdir(mode=0o700, exist_ok=True)
-    return d
-
-
-def _uid_in_use(uid: int) -> bool:
-    try:
-        pwd.getpwuid(uid)
-        return True  # a real account: never borrow it
-    except KeyError:
-        return bool(processes_of_uid(uid))
-
-
-@contextlib.contextmanager
-def uid_lease():
-    """A uid (used as gid too) that no other job, here or in another perfdag, holds meanwhile."""
-    state = _state_dir()
-    for slot in range(UID_SLOTS):
-        uid = UID_BASE + slot
-        fd = os.open(state / f"{uid}.lock", os.O_CREAT | os.O_RDWR, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            continue
-        if _uid_in_use(uid):
-            os.close(fd)
-            continue
-        try:
-            yield uid
-        finally:
-            kill_uid(uid)
-            os.close(fd)
-        return
-    raise SandboxUnavailable(f"sandbox: all {UID_SLOTS} uids from {UID_BASE} are in use; set "
-                             f"PERFDAG_SANDBOX_UID_BASE to a free range")
-
-
-def processes_of_uid(uid: int) -> list[int]:
-    """Pids whose real, effective or saved uid is `uid`."""
-    pids = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/status") as f:
-                for line in f:
-                    if line.startswith("Uid:"):
-                        if str(uid) in line.split()[1:4]:
-                            pids.append(int(entry.name))
-                        break
-        except OSError:
-            pass
-    return pids
-
-
-def kill_uid(uid: int, patience_s: float = 5.0) -> None:
-    """SIGKILL every process of `uid` until none is left."""
-    deadline = time.monotonic() + patience_s
-    while pids := processes_of_uid(uid):
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"sandbox: processes of uid {uid} survive SIGKILL: {pids}")
-        time.sleep(0.02)
+def isolation(allow_network: bool) -> str:
+    """The level jobs run at: 'full', or a weaker one where allowed; else SandboxUnavailable."""
+    why = _level_works("full")
+    if not why:
+        return "full"
+    if allow_network:
+        for level in LEVELS[1:]:
+            if not _level_works(level):
+                return level
+        tried = "; ".join(f"{lv}: {_probe[lv]}" for lv in LEVELS)
+        raise SandboxUnavailable(f"sandbox: no isolation level works here ({tried})")
+    raise SandboxUnavailable(f"sandbox: bwrap cannot isolate generated code here ({why}); refusing to run it; "
+                             "allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, "
+                             f"user.max_user_namespaces > 0, no seccomp filter denying them) {ALLOW_HINT}")
 
 
 # -- running ---------------------------------------------------------------------------------------
 
-def _tail(path: Path) -> str:
+def _tail(path: Path, chars: int = TAIL) -> str:
     if not path.exists():
         return ""
     with open(path, "rb") as f:
         f.seek(0, os.SEEK_END)
-        f.seek(max(0, f.tell() - TAIL))
+        f.seek(max(0, f.tell() - chars))
         return f.read().decode("utf-8", "replace")
 
 
-def _launch(job: Job, flags: dict, uid: int | None) -> RunResult:
-    """Run the job's steps one after another in one sandbox session and one private dir."""
-    base = Path(tempfile.mkdtemp(prefix="perfdag-sandbox-"))
+def _run_at(job: Job, level: str) -> RunResult:
+    """Run the job at `level`: as root under a leased uid, else under perfdag's own."""
+    if os.geteuid() != 0:
+        return _launch(job, level, None)
+    with sandbox_uids.uid_lease() as uid:
+        return _launch(job, level, uid)
+
+
+def _launch(job: Job, level: str, uid: int | None) -> RunResult:
+    """Run the job's steps one after another in one sandbox and one private dir."""
+    base = Path(tempfile.mkdtemp(prefix="perfdag-sandbox-"))  # 0700: perfdag's side only
+    opened: list[int] = []
+
+    def fd(path: Path, flags: int) -> int:
+        opened.append(os.open(path, flags | os.O_CLOEXEC, 0o600))
+        return opened[-1]
+
     try:
-        base.chmod(0o711)  # the job's uid may pass through to its dir, not look around
         (base / "in").mkdir(mode=0o700)
         for name, text in job.files.items():
             (base / "in" / name).write_text(text)
-        work = base / "work"
-        work.mkdir(mode=0o700)
-        if uid is not None:
-            os.chown(work, uid, uid)
         for i, step in enumerate(job.steps):
             (base / f"stdin.{i}").write_text(step.stdin)
-        return _run_session(job, flags, uid, base, work)
+        write = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+        stdio = [[fd(base / f"stdin.{i}", os.O_RDONLY), fd(base / f"stdout.{i}", write),
+                  fd(base / f"stderr.{i}", write)] for i in range(len(job.steps))]
+        if level == "none":
+            work = base / "work"
+            shutil.copytree(base / "in", work)
+            if uid is not None:
+                for p in (work, *work.iterdir()):
+                    os.chown(p, uid, uid)
+            base.chmod(0o711)  # the leased uid may pass through to its dir, not look around
+            return _run_session(job, level, uid, base, str(work), stdio, {})
+        files = {name: fd(base / "in" / name, os.O_RDONLY) for name in job.files}
+        return _run_session(job, level, uid, base, WORKDIR, stdio, files)
     finally:
+        for f in opened:
+            os.close(f)
         if uid is not None:
-            kill_uid(uid)
+            sandbox_uids.kill_uid(uid)
         shutil.rmtree(base, ignore_errors=True)
 
 
-def _run_session(job: Job, flags: dict, uid: int | None, base: Path, work: Path) -> RunResult:
+def _command(job: Job, level: str, cfg: dict, files: dict[str, int]) -> list[str]:
+    if level == "none":  # the driver on the host, as root, dropping to the leased uid per program
+        return [sys.executable, "-I", "-S", str(INIT), json.dumps(cfg)]
+    py = python_interpreter()
+    if py is None:
+        raise SandboxUnavailable("sandbox: no python3 that the sandbox's uid can run for its driver; "
+                                 "set PERFDAG_SANDBOX_PYTHON")
+    tools = [resolve_tool(s.argv[0]) or s.argv[0] for s in job.steps] + [py]
+    argv = bwrap_argv(bwrap_binary(), share_net=level == "shared-net", disk_bytes=job.limits.disk_bytes,
+                      files=files, mounts=extra_mounts(tools, job.env.get("NODE_PATH", "")))
+    return argv + ["--", py, "-I", "-S", "-c", INIT.read_text(), json.dumps(cfg)]
+
+
+def _run_session(job: Job, level: str, uid: int | None, base: Path, work: str, stdio: list[list[int]],
+                 files: dict[str, int]) -> RunResult:
     lim = job.limits
     steps = [{"argv": s.argv, "timeout_s": s.timeout_s, "ok_returncodes": list(s.ok_returncodes),
               "cpu_s": max(1, int((lim.cpu_s or s.timeout_s + 1) + 0.999))} for s in job.steps]
-    env = {"PATH": SANDBOX_PATH, "HOME": str(work), "TMPDIR": str(work), "LANG": "C.UTF-8",
-           **job.env}
+    env = {"PATH": SANDBOX_PATH, "HOME": work, "TMPDIR": work, "LANG": "C.UTF-8", **job.env}
     report_r, report_w = os.pipe()
-    cfg = {"base": str(base), "workdir": str(work), "steps": steps, "env": env, "uid": uid,
-           "flags": flags, "report_fd": report_w, "parent_pid": os.getpid(),
+    cfg = {"workdir": work, "steps": steps, "env": env, "stdio": stdio, "report_fd": report_w,
+           "uid": uid if level == "none" else None, "inode_paths": [] if level == "none" else [WORKDIR, "/dev/shm"],
            "limits": {"memory_bytes": lim.memory_bytes, "file_bytes": lim.file_bytes,
-                      "nproc": lim.nproc, "nofile": lim.nofile, "disk_bytes": lim.disk_bytes}}
+                      "nproc": lim.nproc, "nofile": lim.nofile, "inodes": lim.inodes}}
+    as_uid = {"user": uid, "group": uid, "extra_groups": []} if uid is not None and level != "none" else {}
     started = time.monotonic()
-    with open(base / "init.err", "wb") as init_err:
-        proc = subprocess.Popen([sys.executable, "-I", "-S", str(INIT), json.dumps(cfg)],
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=init_err, pass_fds=(report_w,), start_new_session=True)
-    os.close(report_w)
+    try:
+        command = _command(job, level, cfg, files)
+        with open(base / "init.err", "wb") as init_err:
+            proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=init_err, pass_fds=(report_w, *sum(stdio, []), *files.values()),
+                                    start_new_session=True, **as_uid)
+    except OSError as exc:  # e.g. a bwrap the leased uid may not run
+        os.close(report_r)
+        return RunResult("error", None, "", "", time.monotonic() - started, f"cannot start the sandbox: {exc}")
+    except BaseException:
+        os.close(report_r)
+        raise
+    finally:
+        os.close(report_w)
     backstop = sum(s.timeout_s for s in job.steps) + SETUP_SLACK_S
     try:
         proc.wait(timeout=backstop)
@@ -324,27 +275,35 @@ def _run_session(job: Job, flags: dict, uid: int | None, base: Path, work: Path)
     wall = time.monotonic() - started
     with os.fdopen(report_r, "rb") as f:
         lines = f.read().decode("utf-8", "replace").splitlines()
-    return _result(lines, job, base, wall)
+    return _result(lines, job, base, wall, proc.returncode)
 
 
-def _result(lines: list[str], job: Job, base: Path, wall: float) -> RunResult:
+def _result(lines: list[str], job: Job, base: Path, wall: float, rc: int) -> RunResult:
     setup = [ln[len("setup-error "):] for ln in lines if ln.startswith("setup-error ")]
+    init_err = _tail(base / "init.err").strip()
     if setup:
-        return RunResult("error", None, "", _tail(base / "init.err"), wall,
-                         f"sandbox setup: {setup[0]}")
-    steps = [ln.split() for ln in lines if ln.startswith(("exit ", "timeout "))]
+        return RunResult("error", None, "", init_err, wall, f"sandbox setup: {setup[0]}")
+    steps = [ln.split() for ln in lines if ln.startswith(("exit ", "timeout ", "limit "))]
     if not steps:
-        return RunResult("timeout", None, "", _tail(base / "init.err"), wall,
+        if rc > 0:  # bwrap (or the driver) failed before the first step: the sandbox's fault
+            first = next((ln for ln in init_err.splitlines() if ln.strip()), f"exit status {rc}")
+            return RunResult("error", None, "", init_err, wall, first.strip())
+        return RunResult("timeout", None, "", init_err, wall,
                          "sandbox session killed before its first step ended")
     kind, index = steps[-1][0], int(steps[-1][1])
     step = job.steps[index]
-    out, err = _tail(base / f"stdout.{index}"), _tail(base / f"stderr.{index}")
+    last = index == len(job.steps) - 1
+    out = _tail(base / f"stdout.{index}", job.stdout_chars if last else TAIL)
+    err = _tail(base / f"stderr.{index}")
     if kind == "timeout":
         return RunResult("timeout", None, out, err, wall,
                          f"wall-clock timeout after {step.timeout_s:g} s: killed", index)
+    if kind == "limit":
+        return RunResult("killed", None, out, err, wall,
+                         f"killed: more than {job.limits.inodes} files in /tmp and /dev/shm", index)
     rc = int(steps[-1][2])
     if rc in step.ok_returncodes:
-        if index == len(job.steps) - 1:
+        if last:
             return RunResult("passed", rc, out, err, wall, "", index)
         return RunResult("timeout", rc, out, err, wall, "sandbox session killed between steps",
                          index)
@@ -364,13 +323,8 @@ def run_job(job: Job, *, allow_network: bool = False) -> RunResult:
     if missing:
         return RunResult("not_scored", None, "", "", 0.0,
                          f"{job.language or 'program'}: toolchain missing: {', '.join(missing)} "
-                         f"not found on {SANDBOX_PATH} (or not executable by other users)")
-    flags = _isolation(allow_network)
-    if flags["user"]:  # not root: the job keeps perfdag's uid, inside its own user namespace
-        res = _launch(job, flags, None)
-    else:
-        with uid_lease() as uid:
-            res = _launch(job, flags, uid)
+                         f"not found on {SANDBOX_PATH} (or not executable by the sandbox's uid)")
+    res = _run_at(job, isolation(allow_network))
     if res.status == "error":  # the sandbox's fault, not the program's: never score it
         raise SandboxUnavailable(f"{res.detail}\n{res.stderr}".strip())
     return res
@@ -406,7 +360,7 @@ def run_many(jobs: list[Job], workers: int = 2, *, allow_network: bool = False) 
     """Run jobs on `workers` threads, each job in its own sandbox; results in the jobs' order."""
     if workers < 1:
         raise ValueError(f"sandbox: workers must be >= 1, got {workers}")
-    _isolation(allow_network)  # refuse before starting anything
+    isolation(allow_network)  # refuse before starting anything
     with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
         return list(pool.map(lambda j: run_job(j, allow_network=allow_network), jobs))
 
