@@ -2,13 +2,12 @@
 
 PyYAML implements YAML 1.1, whose implicit types hide mistakes: `10:00` is the sexagesimal 600,
 `yes`/`no`/`on`/`off` are booleans, `017` is octal 15, `2024-01-01` a date, and `1e-3` (no dot) a
-string. Here plain scalars resolve as YAML 1.2's core schema says (what the YAML 1.2 spec, ruamel
-and Go's yaml.v3 do): null, true/false, decimal, `0o` octal and `0x` hex integers, floats with an
-optional exponent; anything else is a string, which a number field then refuses by name. PyYAML
-keeps the last of two equal keys without a word: refused here. Aliases (`*name`, `<<: *name`) are
-refused: nested ones expand exponentially (an "alias bomb" of a few lines is gigabytes), and
-`extends:` and a sweep's `overrides:` already share values between files. Errors name the file,
-line and fix.
+string. Here plain scalars resolve as the YAML 1.2 core schema says (ruamel.yaml's default too):
+null, true/false, decimal, `0o` octal and `0x` hex integers, floats with an optional exponent;
+anything else is a string, which a number field then refuses by name. PyYAML keeps the last of two
+equal keys without a word: refused here. Aliases (`*name`, `<<: *name`) are refused: nested ones
+expand exponentially (an "alias bomb" of a few lines is gigabytes), and `extends:` and a sweep's
+`overrides:` already share values between files. Errors name the file, line and fix.
 """
 from __future__ import annotations
 
