@@ -27,10 +27,11 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from .errors import InputError
 from .corpus import corpus_lines
+from .files import not_regular, open_regular
 
 FORMATS = ("builtin", "mlperf_pickle", "jsonl")
 #: Word counts of builtin prompts cycle through this range (line i gets 6 + i % 5 words).
@@ -64,14 +65,16 @@ class Sample:
 # --------------------------------------------------------------------------------------
 
 def load_dataset(fmt: str, path: str | os.PathLike | None, tokenizer_dir: str | os.PathLike | None,
-                 num_samples: int, max_input_len: int | None = None, sha256: str | None = None) -> list[Sample]:
+                 num_samples: int, max_input_len: int | None = None, sha256: str | None = None,
+                 max_line_bytes: int | None = None) -> list[Sample]:
     """Load the first ``num_samples`` samples of a dataset (see the module docstring).
 
     ``tokenizer_dir`` is needed for ``builtin`` and for text inputs; prompts longer than
     ``max_input_len`` keep their first ``max_input_len`` tokens (as calibration does; the
     cut is recorded in ``Sample.meta["truncated_from"]``).  Raises :class:`DatasetError`
-    naming the file, the row/line and the field for malformed input, and when the dataset
-    holds fewer than ``num_samples`` samples.
+    naming the file, the row/line and the field for malformed input, when the dataset
+    holds fewer than ``num_samples`` samples, when a jsonl line is longer than ``max_line_bytes``
+    and when the samples would not fit in the memory this host has available.
     """
     if fmt not in FORMATS:
         raise DatasetError(f"unknown dataset format {fmt!r}; expected one of {', '.join(FORMATS)}")
@@ -88,12 +91,14 @@ def load_dataset(fmt: str, path: str | os.PathLike | None, tokenizer_dir: str | 
         if path is None:
             raise DatasetError(f"dataset format {fmt} needs a path")
         path = Path(path).expanduser()
+        if kind := not_regular(path):
+            raise DatasetError(f"dataset file {path}: is {kind}, not a regular file; give the dataset file")
         if not path.is_file():
             raise DatasetError(f"dataset file {path} does not exist")
         if fmt == "mlperf_pickle":
             samples = _load_mlperf_pickle(path, tokenizer_dir, num_samples, sha256)
         else:
-            samples = _load_jsonl(path, tokenizer_dir, num_samples)
+            samples = _load_jsonl(path, tokenizer_dir, num_samples, max_line_bytes)
     if max_input_len is not None:
         cap = int(max_input_len)
         for s in samples:
@@ -259,6 +264,29 @@ def _present(value) -> bool:
 _JSONL_OWN_FIELDS = frozenset({"input_ids", "input", "output", "reference", "reference_ids", "output_ids"})
 
 
+def jsonl_lines(f, where: str, max_line_bytes: int | None) -> Iterator[tuple[int, bytes]]:
+    """(line number, bytes) of an open jsonl file; no line is read whole when it is longer than
+    ``max_line_bytes`` (dataset.max_line_bytes): DatasetError names it after reading that much."""
+    lineno = 0
+    while raw := (f.readline(max_line_bytes + 1) if max_line_bytes else f.readline()):
+        lineno += 1
+        if max_line_bytes and len(raw) > max_line_bytes and not raw.endswith(b"\n"):
+            raise DatasetError(f"{where} line {lineno}: longer than dataset.max_line_bytes={max_line_bytes} bytes; "
+                               "is it the dataset file? (raise dataset.max_line_bytes for samples that long)")
+        yield lineno, raw
+
+
+#: Memory a loaded sample takes per byte of its jsonl line, at most: a token id written as ~6 bytes
+#: of JSON is a Python int in a list (~36 bytes); text tokenised at ~4 bytes a token likewise.
+MEMORY_PER_LINE_BYTE = 10
+
+
+def _available_memory() -> int:
+    import psutil
+
+    return int(psutil.virtual_memory().available)
+
+
 def jsonl_record(raw: bytes, where: str) -> dict | None:
     """One JSONL line checked (UTF-8, a JSON object, an input, a reference), None when blank.
     Also what validation runs on a dataset's first lines before any stage."""
@@ -273,6 +301,8 @@ def jsonl_record(raw: bytes, where: str) -> dict | None:
         obj = json.loads(line)
     except json.JSONDecodeError as exc:
         raise DatasetError(f"{where}: invalid JSON: {exc.msg} (column {exc.colno})") from None
+    except RecursionError:
+        raise DatasetError(f"{where}: JSON nested too deeply to read; a sample is an object of flat fields") from None
     if not isinstance(obj, dict):
         raise DatasetError(f"{where}: expected a JSON object, got {type(obj).__name__}")
     if "input_ids" in obj:
@@ -300,13 +330,22 @@ def jsonl_record(raw: bytes, where: str) -> dict | None:
     return obj
 
 
-def _load_jsonl(path: Path, tokenizer_dir, num_samples: int) -> list[Sample]:
+def _load_jsonl(path: Path, tokenizer_dir, num_samples: int, max_line_bytes: int | None = None) -> list[Sample]:
     tok = _LazyTokenizer(tokenizer_dir, f"jsonl {path}: text field 'input'")
     out: list[Sample] = []
-    with open(path, "rb") as f:  # decoded per line, so a bad byte is reported with its line
-        for lineno, raw in enumerate(f, start=1):
+    # Refused before reading beyond what fits, not killed by the kernel (or aborted by a native
+    # library failing to allocate) halfway: a clear error the run records.
+    available, used = _available_memory(), 0
+    with open_regular(path, "dataset file") as f:  # decoded per line, so a bad byte is reported with its line
+        for lineno, raw in jsonl_lines(f, f"jsonl {path}", max_line_bytes):
             if len(out) >= num_samples:
                 break
+            used += len(raw)
+            if used * MEMORY_PER_LINE_BYTE > available:
+                raise DatasetError(
+                    f"jsonl {path}: its first {lineno} lines hold {used} bytes; as samples in memory they need "
+                    f"about {used * MEMORY_PER_LINE_BYTE / 2**20:.1f} MiB, more than the {available / 2**20:.1f} MiB "
+                    "available; lower dataset.num_samples or free memory")
             where = f"jsonl {path} line {lineno}"
             obj = jsonl_record(raw, where)
             if obj is None:

@@ -13,17 +13,20 @@ import os
 from pathlib import Path
 
 from .errors import InputError
+from .files import read_regular
 from .hashing import canonical_json
 
 FIELD = "signature"
 ALGORITHM = "hmac-sha256"
+KEY_MAX_BYTES = 4096  # a key is tens of bytes; more is the wrong file
 
 
 def load_key(path: str | os.PathLike) -> bytes:
     """The key file's bytes (surrounding whitespace dropped); a clear error if it is unusable."""
     p = Path(path).expanduser()
-    try:
-        key = p.read_bytes().strip()
+    try:  # a FIFO would block, /dev/zero never ends: a regular file of at most KEY_MAX_BYTES only
+        key = read_regular(p, "signing key file", KEY_MAX_BYTES,
+                           "a key is tens of random bytes; is this the key file?").strip()
         mode = p.stat().st_mode
     except OSError as e:
         raise InputError(f"signing key file {p}: {e.strerror or e}; set PERFDAG_SIGNING_KEY_FILE "

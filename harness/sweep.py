@@ -12,7 +12,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .errors import InputError
@@ -50,7 +49,7 @@ def load_sweep(path: str | Path) -> tuple[SweepFile, Path]:
     """The validated sweep and its base params file resolved relative to the sweep file (its points
     are checked by `duplicate_points` and by resolving each)."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise SweepError(f"--sweep: {path} not found")
     from pydantic import ValidationError
 
@@ -58,7 +57,7 @@ def load_sweep(path: str | Path) -> tuple[SweepFile, Path]:
     from .errors import InputError
 
     try:
-        doc = yamlio.load_file(path)
+        doc = yamlio.load_file(path, "--sweep: sweep file")  # a FIFO, a device or a huge file: refused by name
         sweep = SweepFile.model_validate(doc or {})
     except InputError as e:
         raise SweepError(str(e)) from None
@@ -73,8 +72,11 @@ def load_sweep(path: str | Path) -> tuple[SweepFile, Path]:
 
 
 def _value(v: Any) -> str:
-    """A value as --overrides spells it (YAML flow style, so lists keep their commas)."""
-    return yaml.safe_dump(v, default_flow_style=True).strip().removesuffix("...").strip()
+    """A value as --overrides spells it (YAML flow style, so lists keep their commas; a string that
+    would read back as something else, such as '10:00' or '1e3', quoted)."""
+    from .config import yamlio
+
+    return yamlio.dumps(v, default_flow_style=True).strip().removesuffix("...").strip()
 
 
 def points(sweep: SweepFile) -> list[dict[str, Any]]:

@@ -143,10 +143,10 @@ def load_user_yaml(path: str | os.PathLike | None) -> tuple[dict[str, Any], dict
     from .config import yamlio
 
     p = Path(path)
-    if not p.is_file():
+    if not p.exists():
         raise InputError(f"--system: {p} not found; write a YAML with at least "
                          + ", ".join(f"{k}: {v}" for k, v in USER_FIELDS.items()))
-    doc = yamlio.load_file(p) or {}
+    doc = yamlio.load_file(p, "--system: system file") or {}  # a FIFO, a device or a huge file: refused by name
     if not isinstance(doc, dict):
         raise InputError(f"--system: {p} must be a mapping of systems/<system>.json fields")
     meas = doc.pop("measurements", None) or {}

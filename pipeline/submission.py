@@ -124,12 +124,12 @@ class Submission(StageTask):  # not in STAGES: one tree over several scenarios
                            "accuracy_why": acc.get("why"), "accuracy_samples": acc.get("samples"),
                            "test06_passed": None if t06 is None else t06["passed"],
                            **{f"{k.lower()}_passed": v["passed"] for k, v in audited.items()}}
-        import yaml
+        from harness.config import yamlio  # reads back the same in perfdag (YAML 1.2) and in YAML 1.1
 
         files = assemble(out_dir / "tree", division=sub.division, submitter=sub.submitter, system=sub.system,
                          benchmark=sub.benchmark, maps_to=sub.maps_to, system_desc=desc, measurements=meas,
                          runs=runs, src_readme=_src_readme(self, sub),
-                         params_yaml=yaml.safe_dump(p.model_dump(mode="json"), sort_keys=False))
+                         params_yaml=yamlio.dumps(p.model_dump(mode="json"), sort_keys=False))
         doc = {"division": sub.division, "submitter": sub.submitter, "system": sub.system,
                "benchmark": sub.benchmark, "maps_to": sub.maps_to, "scenarios": verdicts, "files": files}
         (out_dir / "submission.json").write_text(json.dumps(doc, indent=2) + "\n")

@@ -20,6 +20,9 @@ CONF=$ETC/slurm.conf
 HOST=$(hostname -s)
 
 die() { echo "slurm-local: $*" >&2; exit 3; }
+# The daemons are the cluster's, not perfdag's: none inherits perfdag's variables (a user's exported
+# PERFDAG_ARTIFACTS would make them look like perfdag processes left behind).
+daemon() { env $(compgen -e | sed -n 's/^PERFDAG_.*/-u &/p') "$@"; }
 alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
 install() {
@@ -97,12 +100,12 @@ start() {
   stop >/dev/null 2>&1 || true  # a half-started cluster: start clean
   configure
   [ -r /etc/munge/munge.key ] || die "no /etc/munge/munge.key (the munge package makes it); reinstall munge"
-  munged --force --socket="$DIR/munge/munge.socket" --pid-file="$RUN/munged.pid" \
+  daemon munged --force --socket="$DIR/munge/munge.socket" --pid-file="$RUN/munged.pid" \
     --log-file="$LOG/munged.log" --seed-file="$DIR/munge/seed" --key-file=/etc/munge/munge.key \
     || die "munged did not start; see $LOG/munged.log"
   export SLURM_CONF=$CONF
-  slurmctld -f "$CONF" || die "slurmctld did not start; see $LOG/slurmctld.log"
-  slurmd -f "$CONF" || die "slurmd did not start; see $LOG/slurmd.log"
+  daemon slurmctld -f "$CONF" || die "slurmctld did not start; see $LOG/slurmctld.log"
+  daemon slurmd -f "$CONF" || die "slurmd did not start; see $LOG/slurmd.log"
   local i
   for i in $(seq 1 60); do
     if sinfo -h -o %t 2>/dev/null | grep -qx idle; then

@@ -42,7 +42,8 @@ def load_params(params_file: str, overrides: str) -> Params:
     return _PARAMS_MEMO[memo_key]
 
 
-UNKEYED = ("harness.server_relaunches",)  # how a stage copes with a failure, not what it makes
+# How a stage copes with a failure or bounds its input, not what it makes.
+UNKEYED = ("harness.server_relaunches", "dataset.max_line_bytes")
 
 
 def select(params: Params, reads: tuple[str, ...]) -> dict[str, Any]:

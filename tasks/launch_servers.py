@@ -27,7 +27,11 @@ SERVERS_FILE = "servers.json"
 @register
 class LaunchServers(StageTask):
     stage = "LaunchServers"  # not self-contained: its servers run on the repository
-    reads = ("triton.bind", "triton.grpc_ports", "triton.endpoints", "triton.binary")
+
+    @property
+    def reads(self):  # the backend's own server section: which servers are launched, or measured
+        return backend_for(self.params).launch_reads(self.params)
+
     # What a launch publishes is runtime state (pids, ports, logs the servers keep writing), not
     # content: measurements made against an earlier launch of the same key stay valid.
     volatile = ("logs", SERVERS_FILE)

@@ -60,7 +60,8 @@ class PrepareDataset(StageTask):
         p, d = self.params, self.params.dataset
         up = self.upstream()["model"]
         model_dir = checkpoint_dir(up.artifact_dir, up.manifest())
-        samples = load_dataset(d.format, d.path, model_dir, d.num_samples, p.build.max_input_len, sha256=d.sha256)
+        samples = load_dataset(d.format, d.path, model_dir, d.num_samples, p.build.max_input_len, sha256=d.sha256,
+                               max_line_bytes=d.max_line_bytes)
         tok = AutoTokenizer.from_pretrained(str(model_dir))
         source = "the dataset's reference outputs"
         if self.greedy_references:

@@ -48,6 +48,7 @@ NOT_SHAPING = {
     "harness.serving.pbtxt": "what it renders (config.pbtxt) is keyed as executed",
     "harness.backends.torch.repo": "what it renders (config.pbtxt) is keyed as executed",
     "harness.cpus": "how many torch threads run; unkeyed like the core count it replaces",
+    "harness.files": "opens a file or refuses it (not a regular file, too big); what is read is the caller's",
 }
 KEYED_AS_EXECUTED = ("harness.backends.trtllm.",)  # the trtllm renderers: their commands are the key
 

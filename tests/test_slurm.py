@@ -458,15 +458,29 @@ def test_params_refuse_what_slurm_would_misread():
 
 # --- last: the module leaves nothing -----------------------------------------------------------------
 
-def test_zz_squeue_is_empty_and_no_perfdag_process_is_left(cluster):
-    """Workers and jobs of this module carry its SLURM_CONF and an artifacts root in their environment."""
+def test_the_clusters_daemons_do_not_inherit_perfdags_variables(cluster):
+    """scripts/slurm-local.sh starts munged, slurmctld and slurmd without the PERFDAG_* variables of
+    whoever started it (this module starts it with PERFDAG_SLURM_PORT set)."""
+    pids = [int(f.read_text()) for f in (Path(cluster).parent.parent / "run").glob("*.pid")]
+    assert len(pids) == 3, pids
+    for pid in pids:
+        assert not [k for k in psutil.Process(pid).environ() if k.startswith("PERFDAG_")], pid
+
+
+def test_zz_squeue_is_empty_and_no_perfdag_process_is_left(cluster, tmp_path_factory):
+    """No job is left, and no process of this module's runs: a perfdag process carries this cluster's
+    SLURM_CONF and an artifacts root under this session's temporary directory. The cluster's own
+    daemons are not perfdag's, also for a user who exports PERFDAG_ARTIFACTS."""
     assert squeue() == []
+    base = str(tmp_path_factory.getbasetemp()) + os.sep
+    daemons = {int(f.read_text()) for f in (Path(cluster).parent.parent / "run").glob("*.pid")}
     left = []
     for p in psutil.process_iter(["pid", "cmdline"]):
         try:
             env = p.environ()
         except psutil.Error:
             continue
-        if p.pid != os.getpid() and env.get("SLURM_CONF") == cluster and "PERFDAG_ARTIFACTS" in env:
+        if p.pid not in daemons | {os.getpid()} and env.get("SLURM_CONF") == cluster \
+                and env.get("PERFDAG_ARTIFACTS", "").startswith(base):
             left.append((p.pid, " ".join(p.info["cmdline"] or [])[:200]))
     assert not left, left

@@ -66,9 +66,13 @@ def test_an_alias_in_a_sweep_file_is_refused(tmp_path):
 
 
 def test_a_10mb_string_is_refused_and_not_printed(tmp_path):
+    """A 10 MB params file is refused by its size before it is parsed (yamlio.MAX_YAML_BYTES); a
+    100 kB string in a smaller one by the field's length; neither is printed."""
     f = tmp_path / "big.yaml"
     f.write_text(f"extends: {DEFAULT}\nmodel:\n  name: '{'x' * 10_000_000}'\n")
-    refused(status(tmp_path / "a", "--params-file", str(f)), tmp_path / "a", "model.name", "10000000 characters")
+    refused(status(tmp_path / "a", "--params-file", str(f)), tmp_path / "a", "big.yaml", "more than the 1048576")
+    f.write_text(f"extends: {DEFAULT}\nmodel:\n  name: '{'x' * 100_000}'\n")
+    refused(status(tmp_path / "a", "--params-file", str(f)), tmp_path / "a", "model.name", "100000 characters")
 
 
 def test_a_10mb_bad_value_of_the_wrong_type_is_not_printed(tmp_path):

@@ -90,6 +90,11 @@ class Backend:
         raise NotImplementedError
 
     # --- LaunchServers ----------------------------------------------------------------------
+    def launch_reads(self, params) -> tuple[str, ...]:
+        """The fields of its server section that say which servers run or are measured: keyed even when
+        nothing is launched (external endpoints, where `launch_executed` is empty)."""
+        return ("triton.bind", "triton.grpc_ports", "triton.endpoints", "triton.binary")
+
     def serving_tools(self, params) -> dict[str, str]:
         return {}
 

@@ -9,7 +9,8 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-from ..errors import shorten
+from ..errors import InputError, shorten
+from ..files import open_regular
 
 CONFIG_MAX_BYTES = 4 << 20         # a config.json is a few KiB; a bigger one is not a config
 HEAD_BYTES = 1 << 20               # how much of a big file (tokenizer.json, a dataset) is looked at
@@ -78,8 +79,11 @@ def _json_file(path: Path, field: str, out: list[str], required: bool = False) -
 
 def _head(path: Path, field: str, out: list[str]) -> bytes | None:
     try:
-        with open(path, "rb") as f:
+        with open_regular(path, field) as f:  # a FIFO would block here
             data = f.read(HEAD_BYTES)
+    except InputError as e:
+        out.append(str(e))
+        return None
     except OSError as e:
         out.append(f"{field}: {path}: cannot be read ({e.strerror}); check its permissions")
         return None
@@ -101,24 +105,23 @@ def _utf8(data: bytes, path: Path, field: str, out: list[str], partial: bool = F
         return None
 
 
-def dataset_problems(fmt: str, path: str | None) -> list[str]:
-    """A JSONL dataset's first lines: UTF-8, one JSON object per line, an input and a reference."""
+def dataset_problems(fmt: str, path: str | None, max_line_bytes: int | None = None) -> list[str]:
+    """A JSONL dataset's first lines: UTF-8, one JSON object per line, an input and a reference, no
+    line longer than `max_line_bytes` (read no further than that)."""
     if fmt != "jsonl" or not path:
         return []
-    from ..datasets import DatasetError, jsonl_record
+    from ..datasets import jsonl_lines, jsonl_record
 
     p = Path(path).expanduser()
     out: list[str] = []
     try:
-        with open(p, "rb") as f:
-            for lineno, raw in enumerate(f, start=1):
+        with open_regular(p, "dataset file") as f:
+            for lineno, raw in jsonl_lines(f, f"jsonl {p}", max_line_bytes):
                 if lineno > JSONL_HEAD_LINES:
                     break
-                try:
-                    jsonl_record(raw, f"jsonl {p} line {lineno}")
-                except DatasetError as e:
-                    out.append(f"dataset.path: {e}")
-                    break
+                jsonl_record(raw, f"jsonl {p} line {lineno}")
+    except InputError as e:  # DatasetError, or not a regular file
+        out.append(f"dataset.path: {e}")
     except OSError as e:
         out.append(f"dataset.path: {p}: cannot be read ({e.strerror}); check its permissions")
     return out
@@ -139,7 +142,7 @@ def livecodebench_problems(p) -> list[str]:
     try:
         path = Path(d.path).expanduser()
         st = path.stat()
-        rows = _scorer_rows(d.format, str(path.resolve()), st.st_size, st.st_mtime_ns, d.num_samples)
+        rows = _scorer_rows(d.format, str(path.resolve()), st.st_size, st.st_mtime_ns, d.num_samples, d.max_line_bytes)
     except Exception:  # noqa: BLE001 - an unreadable dataset is dataset_problems' (and the stage's) to report
         return []
     try:
@@ -150,14 +153,17 @@ def livecodebench_problems(p) -> list[str]:
 
 
 @lru_cache(maxsize=4)
-def _scorer_rows(fmt: str, path: str, size: int, mtime_ns: int, num_samples: int) -> list[dict]:
+def _scorer_rows(fmt: str, path: str, size: int, mtime_ns: int, num_samples: int,
+                 max_line_bytes: int | None = None) -> list[dict]:
     """The first num_samples rows' `dataset`, `gt_output` and `ground_truth` (what names a LiveCodeBench
     problem); memoised by the file's (path, size, mtime_ns): params are resolved once per stage."""
     keys = ("dataset", "gt_output", "ground_truth")
     if fmt == "jsonl":
+        from ..datasets import jsonl_lines
+
         rows = []
-        with open(path, "rb") as f:
-            for raw in f:
+        with open_regular(path, "dataset file") as f:
+            for _, raw in jsonl_lines(f, f"jsonl {path}", max_line_bytes):
                 if len(rows) >= num_samples:
                     break
                 if raw.strip():

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from ..errors import InputError, shorten
 from . import yamlio
+from .names import non_ascii_problem
 from .rules import cross_field_problems
 from .schema import SECTIONS, Params
 
@@ -40,7 +41,8 @@ class ParamsError(InputError):
 
 
 def parse_scalar(text: str) -> Any:
-    """A YAML scalar ('16' -> 16, 'true' -> True, '[1,2]' -> [1, 2]), so CLI values type like the file."""
+    """A YAML 1.2 value ('16' -> 16, 'true' -> True, '[1,2]' -> [1, 2], '10:00' -> '10:00'), so CLI values
+    type like the file."""
     try:
         return yamlio.loads(text) if text.strip() else ""
     except yaml.YAMLError:
@@ -48,18 +50,34 @@ def parse_scalar(text: str) -> Any:
 
 
 def parse_env_flags(name: str, text: str) -> tuple[dict[str, Any], list[str]]:
-    """`k:v,k:v` -> dict; problems name the variable and the broken item."""
+    """`k:v,k:v` -> dict; problems name the variable and the broken item. A value is a number or a
+    boolean only when the whole of it is one (`64`, `0.9`, `true`): `1:2` stays the text '1:2', which a
+    number field then refuses, never the YAML 1.1 sexagesimal 62."""
     flags, problems = {}, []
-    for item in filter(None, (s.strip() for s in text.split(","))):
-        key, sep, value = item.partition(":")
-        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key.strip()):
+    for item, key, sep, value in _flag_items(text):
+        if sep and (why := non_ascii_problem(key, _flag_names(ENV_FLAGS[name]))):
+            problems.append(f"{name}: key {key!r} {why}")
+            continue
+        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
             problems.append(f"{name}: item {item!r} is not key:value (expected e.g. 'max_batch_size:64,use_fp8_context_fmha:enable')")
             continue
-        flags[key.strip()] = parse_scalar(value.strip())
+        flags[key] = yamlio.scalar(value)
     return flags, problems
 
 
-_OVERRIDE_SPLIT = re.compile(r",(?=\s*[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+\s*=)")
+def _flag_items(text: str):
+    """(item, key, ':', value) of each `k:v` item, stripped; sep '' where the item has no colon."""
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        key, sep, value = item.partition(":")
+        yield item, key.strip(), sep, value.strip()
+
+
+def _flag_names(section: str) -> list[str]:
+    return [*Params.model_fields[section].annotation.model_fields, *FLAG_ALIASES]
+
+
+# Names may start with any letter here, so a look-alike key still splits off and is named as one.
+_OVERRIDE_SPLIT = re.compile(r",(?=\s*[^\W\d]\w*(?:\.[^\W\d]\w*)+\s*=)")
 
 
 def parse_overrides(text: str) -> tuple[list[tuple[list[str], Any]], list[str]]:
@@ -70,11 +88,17 @@ def parse_overrides(text: str) -> tuple[list[tuple[list[str], Any]], list[str]]:
     for item in _OVERRIDE_SPLIT.split(text.strip()):
         path, sep, value = item.strip().partition("=")
         parts = path.strip().split(".")
+        if sep and not path.isascii():  # a look-alike letter, a full-width one, a zero-width space
+            i = next(i for i, p in enumerate(parts) if not p.isascii())
+            odd, known = parts[i].strip(), SECTIONS if i == 0 else _known_keys(tuple(p.strip() for p in parts[:i]))
+            problems.append(f"--overrides: {odd!r} in {item.strip()!r} {non_ascii_problem(odd, known)}")
+            continue
         if not sep or len(parts) < 2 or not all(re.fullmatch(r"[A-Za-z_]\w*", p) for p in parts):
             problems.append(f"--overrides: {item.strip()!r} is not section.key=value (e.g. 'build.max_batch_size=64')")
             continue
         if parts[0] not in SECTIONS:
-            problems.append(f"--overrides: unknown section {parts[0]!r} in {item.strip()!r}; sections are {', '.join(SECTIONS)}")
+            problems.append(f"--overrides: unknown section {parts[0]!r} in {item.strip()!r}; sections are "
+                            f"{', '.join(SECTIONS)}")
             continue
         out.append((parts, parse_scalar(value.strip())))
     return out, problems
@@ -101,12 +125,11 @@ def load_params_file(path: Path, problems: list[str], _chain: tuple[Path, ...] =
     if path.is_dir():
         problems.append(f"params file {str(path)!r} is a directory{where}; pass --params-file with a YAML file")
         return {}
-    if not path.is_file():
-        what = "is not a regular file" if path.exists() else "not found"
-        problems.append(f"params file {str(path)!r} {what}{where}; pass --params-file with an existing YAML file")
+    if not path.exists():
+        problems.append(f"params file {str(path)!r} not found{where}; pass --params-file with an existing YAML file")
         return {}
-    try:
-        doc = yamlio.load_file(path)
+    try:  # a FIFO, a device or a file over yamlio.MAX_YAML_BYTES is refused by name, never read
+        doc = yamlio.load_file(path, f"params file{where}")
     except InputError as e:
         problems.append(str(e))
         return {}
@@ -140,11 +163,11 @@ def _set_path(doc: dict, parts: list[str], value: Any) -> None:
     node[parts[-1]] = value
 
 
-def _promote_flags(doc: dict) -> None:
+def _promote_flags(doc: dict, origins: dict[str, str]) -> None:
     """Flag-dict keys that name a typed field of their section (or its alias) set that field.
 
     So TRTLLM_BUILD_FLAGS=max_batch_size:64 means the same as build.max_batch_size=64; the rest
-    stay as backend-specific flags.
+    stay as backend-specific flags. `origins` (dotted path -> where the value came from) follows.
     """
     for section in ENV_FLAGS.values():
         sec = doc.get(section)
@@ -155,6 +178,10 @@ def _promote_flags(doc: dict) -> None:
             name = FLAG_ALIASES.get(key, key)
             if name in fields and name != "flags":
                 sec[name] = sec["flags"].pop(key)
+                if f"{section}.flags.{key}" in origins:
+                    origins[f"{section}.{name}"] = origins.pop(f"{section}.flags.{key}")
+                else:
+                    origins.pop(f"{section}.{name}", None)
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -183,7 +210,7 @@ def control_character_problems(doc: Any, path: str = "") -> list[str]:
     return out
 
 
-def _pydantic_problems(err: ValidationError) -> list[str]:
+def _pydantic_problems(err: ValidationError, origins: dict[str, str]) -> list[str]:
     out = []
     for e in err.errors():
         loc = ".".join(str(p) for p in e["loc"])
@@ -191,11 +218,27 @@ def _pydantic_problems(err: ValidationError) -> list[str]:
         if e["type"] == "extra_forbidden":
             known = _known_keys(e["loc"][:-1])
             what = "section" if len(e["loc"]) == 1 else "key"
-            msg = f"unknown {what}; allowed: {', '.join(known)}"
+            odd = non_ascii_problem(str(e["loc"][-1]), known)
+            msg = f"unknown {what}; " + (f"it {odd}" if odd else f"allowed: {', '.join(known)}")
         elif e["type"] != "missing" and not isinstance(e.get("input"), dict):
-            msg = f"{msg} (got {shorten(e.get('input'))})"
-        out.append(f"{loc or '<document>'}: {msg}")
+            msg = f"{msg} (got {shorten(e.get('input'))}{_yaml11_hint(e)})"
+        out.append(f"{origins[loc]} sets {loc}: {msg}" if loc in origins else f"{loc or '<document>'}: {msg}")
     return out
+
+
+def _yaml11_hint(e: dict) -> str:
+    """For a string refused by a number or boolean field that YAML 1.1 would have typed ('10:00', 'yes')."""
+    value = e.get("input")
+    if not isinstance(value, str) or not e["type"].startswith(("int_", "float_", "bool_")) or len(value) > 100:
+        return ""
+    try:
+        old = yaml.safe_load(value)
+    except yaml.YAMLError:
+        return ""
+    if isinstance(old, str) or not isinstance(old, (bool, int, float)):
+        return ""
+    want = "true or false" if e["type"].startswith("bool_") else "a plain number"
+    return f", text in YAML 1.2 where YAML 1.1 read {old!r}; write {want}"
 
 
 def _known_keys(loc: tuple) -> list[str]:
@@ -214,6 +257,7 @@ def resolve(params_file: str | os.PathLike | None = None, overrides: str = "",
     env = os.environ if env is None else env
     problems: list[str] = []
     doc: dict = {}
+    origins: dict[str, str] = {}  # dotted path -> the environment variable item that set it
     if params_file:
         doc = load_params_file(Path(params_file), problems)
 
@@ -224,19 +268,22 @@ def resolve(params_file: str | os.PathLike | None = None, overrides: str = "",
             sec = doc.setdefault(section, {}) if isinstance(doc.get(section, {}), dict) else None
             if sec is not None:
                 sec["flags"] = {**(sec.get("flags") or {}), **flags}
+                origins.update({f"{section}.flags.{k}": f"{var} item {k}:{v}" for _, k, _, v in _flag_items(env[var])
+                                if k in flags})
 
-    _promote_flags(doc)  # before overrides, so an override beats an env flag naming the same field
+    _promote_flags(doc, origins)  # before overrides, so an override beats an env flag naming the same field
 
     parsed, errs = parse_overrides(overrides)
     problems += errs
     for parts, value in parsed:
         _set_path(doc, parts, value)
-    _promote_flags(doc)
+        origins.pop(".".join(parts), None)
+    _promote_flags(doc, origins)
     problems += control_character_problems(doc)
     try:
         params = Params.model_validate(doc)
     except ValidationError as e:
-        raise ParamsError(problems + _pydantic_problems(e)) from None
+        raise ParamsError(problems + _pydantic_problems(e, origins)) from None
     problems += cross_field_problems(params)
     if problems:
         raise ParamsError(problems)

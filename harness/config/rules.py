@@ -46,7 +46,7 @@ def cross_field_problems(p: Params) -> list[str]:
     from .inputs import checkpoint_problems, dataset_problems, livecodebench_problems  # input files, before any stage
 
     out += checkpoint_problems(p.model.checkpoint)
-    out += dataset_problems(p.dataset.format, p.dataset.path)
+    out += dataset_problems(p.dataset.format, p.dataset.path, p.dataset.max_line_bytes)
     if not any(x.startswith("dataset.") for x in out):
         out += livecodebench_problems(p)
 

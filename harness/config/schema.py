@@ -10,6 +10,8 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
+from ..files import not_regular
+
 FlagValue = Union[bool, int, float, str]
 
 # Quantization formats modelopt runs on CPU (fake quant) vs those that need a GPU.
@@ -245,6 +247,10 @@ class DatasetSection(Section):
     # A pickle runs whatever code it holds when loaded: name its sha256, or say you trust it.
     sha256: Optional[str] = Field(None, pattern=r"^[0-9a-fA-F]{64}$")
     allow_pickle: bool = False
+    # A jsonl line longer than this is refused (validation reads the first lines, the stage every line):
+    # the longest MLPerf sample (a 128k-token prompt as text and token ids, with its reference) is under
+    # 2 MiB, and one gigabyte-long line made tokenizers abort the process. Enters no key.
+    max_line_bytes: int = Field(16 << 20, ge=1024, le=1 << 31)
 
     @model_validator(mode="after")
     def _path_matches_format(self):
@@ -253,6 +259,8 @@ class DatasetSection(Section):
                 raise ValueError("path is only used with format mlperf_pickle or jsonl")
         elif self.path is None:
             raise ValueError(f"format {self.format} needs dataset.path")
+        elif kind := not_regular(Path(self.path).expanduser()):  # a FIFO would block the stage, a device never end
+            raise ValueError(f"dataset.path {self.path!r} is {kind}, not a regular file; give the dataset file")
         elif not Path(self.path).expanduser().is_file():
             raise ValueError(f"dataset.path {self.path!r} is not a file")
         if self.format == "mlperf_pickle" and not self.sha256 and not self.allow_pickle:
@@ -344,7 +352,7 @@ class SlurmSection(Section):
     gpus_per_stage: dict[str, int] = {}  # e.g. {BuildEngine: 1}: wins over gpus for that stage
     cpus: int = Field(1, ge=1, le=1024)  # --cpus-per-task
     mem: str = Field("", pattern=r"^(\d+[KMGT]?)?$")  # --mem, e.g. 16G; empty: the partition's default
-    # --time in minutes (a number: YAML reads 2:00:00 as 7200); 0: the partition's default.
+    # --time in minutes (a number: 2:00:00 is text in YAML 1.2, refused here); 0: the partition's default.
     time_limit_min: int = Field(0, ge=0, le=525_600)
     extra_args: list[str] = []  # more sbatch options, e.g. ["--constraint=h100", "--exclusive"]
     # pyxis/enroot: the stage runs in this image (srun --container-image), with the artifacts root

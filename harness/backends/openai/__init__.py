@@ -138,6 +138,9 @@ class OpenAIBackend(Backend):
                 "decoupled": decoupled, "model": engine_rel, "server": p.openai.server}
 
     # --- LaunchServers ----------------------------------------------------------------------
+    def launch_reads(self, p):  # its own section, never triton.*: another endpoint is another server
+        return ("openai.bind", "openai.ports", "openai.endpoints", "openai.binary")
+
     def serving_tools(self, p):
         return versions(SERVER_PACKAGE[p.openai.server], "httpx")
 
