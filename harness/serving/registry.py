@@ -10,6 +10,11 @@ server even when its launching run was killed before publishing. A lease names t
 process id and start time): a lease whose process is gone no longer counts. Servers that are not
 kept are stopped by the last lease holder to leave. Callers decide under the LaunchServers key's
 lock, so two runs never both launch, and no run stops servers another run is using.
+
+Everything here is read back as untrusted input (records.py): a malformed record, or one reached
+through a link out of `.servers`, is reported and never acted on; a recorded process is stopped
+only when it carries its launch token; an allocation is cancelled only when Slurm says it is this
+key's perfdag-serve job of this user.
 """
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ import socket
 import time
 from pathlib import Path
 
+from . import records as untrusted
 from .launcher import is_ours, on_this_host, remove_shm, stop_recorded
 from .processes import is_same_process, start_time
 
@@ -33,13 +39,6 @@ def _write(path: Path, doc: dict) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(doc, indent=2, default=str))
     os.replace(tmp, path)
-
-
-def _read(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
 
 
 def run_holder(run_id: str) -> dict:
@@ -64,17 +63,18 @@ class ServerRegistry:
                {**rec, "key16": key16})
 
     def records(self, key16: str | None = None) -> list[dict]:
-        keys = [key16] if key16 else sorted(p.name for p in self.root.glob("*") if p.is_dir())
+        """The checked process records (of one key, or all); `_file` is where each was read."""
+        keys = [key16] if key16 else self.keys()
         out = []
         for k in keys:
             for f in sorted((self._dir(k) / "procs").glob("*.json")):
-                rec = _read(f)
+                rec = untrusted.read(untrusted.ServerRecord, f, inside=self.root)
                 if rec is not None:
                     out.append({**rec, "key16": k, "_file": str(f)})
         return out
 
     def keys(self) -> list[str]:
-        return sorted(p.name for p in self.root.glob("*") if p.is_dir())
+        return sorted(p.name for p in self.root.glob("*") if p.is_dir() and not p.is_symlink())
 
     # --- the Slurm allocation holding the servers (tasks/slurm_serve.py) ------------------------
     def record_allocation(self, key16: str, doc: dict) -> None:
@@ -82,20 +82,33 @@ class ServerRegistry:
         _write(self._dir(key16) / "slurm.json", doc)
 
     def allocation(self, key16: str) -> dict | None:
-        return _read(self._dir(key16) / "slurm.json")
+        return untrusted.read(untrusted.AllocationRecord, self._dir(key16) / "slurm.json", inside=self.root)
 
     def end_allocation(self, key16: str) -> str | None:
         """scancels the recorded allocation (its servers go with it) and waits until its processes
-        are gone; returns its job id. Inside that allocation (its own job) nothing is cancelled."""
+        are gone; returns its job id. Inside that allocation (its own job) nothing is cancelled, nor
+        is a job Slurm does not name perfdag-serve-<key16> of this user (a forged record)."""
         doc = self.allocation(key16)
         if not doc:
             return None
-        job_id = str(doc.get("job_id", ""))
-        if job_id and job_id != os.environ.get("SLURM_JOB_ID"):
-            from ..slurm import cancel, wait_ended
+        job_id = doc["job_id"]
+        if job_id != os.environ.get("SLURM_JOB_ID"):
+            from ..errors import PerfdagError
+            from ..slurm import cancel, job_lines, wait_ended
 
-            cancel(job_id)
-            wait_ended(job_id, timeout=120)
+            try:
+                lines = job_lines(job_id)  # [] once Slurm has forgotten the job: nothing left to cancel
+            except PerfdagError as e:  # no Slurm commands on this host
+                untrusted.ignored(self._dir(key16) / "slurm.json", f"allocation {job_id} not cancelled: {e}")
+                return None
+            if lines and not _serves(lines[0], key16):
+                untrusted.ignored(self._dir(key16) / "slurm.json",
+                                  f"Slurm job {job_id} is {lines[0].get('JobName')!r} of {lines[0].get('UserId')}, "
+                                  f"not perfdag-serve-{key16} of this user: not cancelled")
+                return None
+            if lines:
+                cancel(job_id)
+                wait_ended(job_id, timeout=120)
         with contextlib.suppress(OSError):
             (self._dir(key16) / "slurm.json").unlink()
         return job_id
@@ -104,7 +117,8 @@ class ServerRegistry:
         """Ends the servers' allocation (where they run in one), stops every recorded process of
         `key16` that is still ours, removes the shared memory of those that are gone, and forgets
         them; returns the pids stopped."""
-        if self.allocation(key16) and self.allocation(key16).get("job_id") != os.environ.get("SLURM_JOB_ID"):
+        alloc = self.allocation(key16)
+        if alloc and alloc["job_id"] != os.environ.get("SLURM_JOB_ID"):
             self.end_allocation(key16)
         stopped = []
         for rec in self.records(key16):
@@ -145,8 +159,10 @@ class ServerRegistry:
         """Live lease holders (a lease whose run is gone is removed)."""
         out = []
         for f in sorted((self._dir(key16) / "leases").glob("*.json")):
-            h = _read(f)
-            if h and is_same_process(h.get("pid"), h.get("create_time")):
+            h = untrusted.read(untrusted.LeaseRecord, f, inside=self.root)
+            if h is None:  # malformed (reported) or gone: no holder, and the file is left as it is
+                continue
+            if is_same_process(h["pid"], h.get("create_time")):
                 out.append(h)
             else:
                 with contextlib.suppress(OSError):
@@ -170,3 +186,9 @@ class ServerRegistry:
 
     def kept(self, key16: str) -> bool:
         return (self._dir(key16) / "keep").is_file()
+
+
+def _serves(job: dict, key16: str) -> bool:
+    """Slurm's record of a job (scontrol show job) is this key's server allocation, of this user."""
+    uid = job.get("UserId", "")
+    return job.get("JobName") == f"perfdag-serve-{key16}" and (not uid or uid.endswith(f"({os.getuid()})"))
