@@ -14,7 +14,7 @@ from pathlib import Path
 
 from harness.backends import backend_for
 from harness.errors import ArtifactError, PerfdagError
-from harness.serving import records as untrusted
+from harness.serving.records import read_servers
 from harness.serving.launcher import servers_live, stop_recorded
 from harness.serving.registry import ServerRegistry, run_holder
 
@@ -60,7 +60,7 @@ class LaunchServers(StageTask):
 
     def servers(self) -> list[dict]:
         """The published server records, checked (untrusted input: [] when malformed, which is reported)."""
-        return untrusted.read_servers(self.artifact_dir / SERVERS_FILE, inside=self.artifact_dir) or []
+        return read_servers(self.artifact_dir / SERVERS_FILE, inside=self.artifact_dir) or []
 
     def usable(self, manifest: dict) -> bool:
         if slurm_serve.allocation_of(self.servers()) and not slurm_exec.runs_here(self):
