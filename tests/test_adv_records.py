@@ -101,6 +101,40 @@ def assert_clean(proc: subprocess.CompletedProcess) -> None:
     assert "Traceback" not in proc.stdout + proc.stderr, proc.stderr
 
 
+# --- what perfdag writes, it reads back ------------------------------------------------------------
+
+def _specs(tmp: Path):
+    from harness.backends.trtllm.launch import ServerPorts, server_command
+    from harness.backends.trtllm.layout import ServerPlan
+    from harness.serving.launcher import LaunchSpec
+    from harness.serving.tritonserver import cpu_spec
+
+    yield cpu_spec(0, tmp, ["tensorrt_llm"], (1, 2, 3), bind="127.0.0.1", backend_dir=tmp, env={})
+    yield LaunchSpec(index=0, argv=["serve"], host="127.0.0.1", ports={"serve": 5}, models=("",),
+                     env={"OMP_NUM_THREADS": "2"}, protocol="openai-http", mode="transformers", repo=str(tmp))
+    plan = ServerPlan(index=1, gpus=(0, 1), ranks=((0, 1),), models=("tensorrt_llm",), mode="leader", world_size=2)
+    yield server_command(plan, str(tmp), ServerPorts(1, 2, 3))
+
+
+def test_every_record_perfdag_writes_passes_its_own_schema(tmp_path):
+    """A record written for a real spawned process, by each backend's kind of launch (torch tritonserver,
+    an OpenAI server serving its one unnamed model, a trtllm MPI leader), parses back unchanged: a
+    genuine server is never refused, so never left running."""
+    from harness.serving import records
+    from harness.serving.launcher import record_of
+
+    for spec in _specs(tmp_path):
+        proc = spawn(["sleep", "30"], tmp_path / "logs" / "server_0.log")
+        try:
+            rec = json.loads(json.dumps({**record_of(spec, proc, tmp_path), "node": "n", "slurm_job": "12"}))
+            with records.collected() as said:
+                assert records.parse(records.ServerRecord, rec, "test") == rec, said
+            assert rec["token"] == proc.token and rec["pid"] == proc.pid
+        finally:
+            proc.proc.kill()
+            proc.proc.wait()
+
+
 # --- signals: only perfdag's own processes ------------------------------------------------------
 
 def test_a_forged_record_naming_a_strangers_pid_and_start_time_never_gets_it_signalled(tmp_path, strangers):

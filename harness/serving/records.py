@@ -16,7 +16,7 @@ import os
 import re
 import stat
 from pathlib import Path, PurePosixPath
-from typing import Annotated, Iterator, Literal, TypeVar
+from typing import Annotated, Any, Iterator, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -71,7 +71,7 @@ class ServerRecord(StrictRecord):
     http_port: Port | None = None
     metrics_port: Port | None = None
     protocol: Literal["triton-grpc", "openai-http"] = "triton-grpc"
-    models: list[Text] = Field(max_length=1024)
+    models: list[Annotated[str, Field(max_length=4096)]] = Field(max_length=1024)  # '' = the server's one model
     pid: Annotated[int, Field(gt=0)] | None = None
     create_time: Time | None = None
     token: Annotated[str, _matching(TOKEN, "a launch token (32 hex digits)")] | None = None
@@ -79,11 +79,12 @@ class ServerRecord(StrictRecord):
     log: Annotated[str, AfterValidator(_inside)] | None = None
     node: Text | None = None
     slurm_job: JobId | None = None
-    mode: str | None = None
-    repo: str | None = None
-    cmd: list[str] | None = None
-    env: dict[str, str] | None = None
-    key16: str | None = None
+    # What was run, kept for people: never acted on, so any JSON is accepted.
+    mode: Any = None
+    repo: Any = None
+    cmd: Any = None
+    env: Any = None
+    key16: Any = None
 
     @model_validator(mode="after")
     def _has_a_port(self):
