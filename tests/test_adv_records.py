@@ -357,6 +357,26 @@ def test_gc_deletes_nothing_through_a_link_out_of_the_root(tmp_path):
     assert any(str(root / "runs" / "bad" / "run.json") in line for line in ignored_lines(out.stdout))
 
 
+def test_registry_files_behind_a_link_out_of_the_root_are_neither_read_nor_removed(tmp_path, strangers):
+    """`.servers/<key16>` made a link to a directory outside the root: `servers stop` reads no record
+    there (one line says so), signals nothing it names and removes none of its files."""
+    root = tmp_path / "artifacts"
+    outside = tmp_path / "victim"
+    (outside / "procs").mkdir(parents=True)
+    victim = strangers("sleep", "600")
+    (outside / "procs" / "x.json").write_text(json.dumps(record(victim.pid, created(victim))))
+    (outside / "keep").write_text("mine")
+    (outside / "slurm.json").write_text(json.dumps({"job_id": "7"}))
+    (root / ".servers").mkdir(parents=True)
+    (root / ".servers" / KEY).symlink_to(outside)
+    forge_published(root, KEY, [record(dead_pid(), time.time())])  # so that `stop --all` visits KEY
+    out = cli(root, "servers", "stop", "--all")
+    assert_clean(out)
+    assert victim.poll() is None
+    assert sorted(p.name for p in outside.rglob("*")) == ["keep", "procs", "slurm.json", "x.json"]
+    assert any("x.json" in line and "outside" in line for line in ignored_lines(out.stderr)), out.stderr
+
+
 def test_a_records_log_path_stays_inside_its_artifact(tmp_path):
     """A record's log is read (for a crash's evidence) only inside its artifact: not through '..', an
     absolute path, or a link leading out."""

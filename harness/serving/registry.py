@@ -51,7 +51,8 @@ def run_holder(run_id: str) -> dict:
 
 class ServerRegistry:
     def __init__(self, root: str | os.PathLike):
-        self.root = Path(root) / DIR
+        self.base = Path(root)  # the artifacts root: what is read or removed here really lies under it
+        self.root = self.base / DIR
 
     def _dir(self, key16: str) -> Path:
         return self.root / _SAFE.sub("_", key16)
@@ -68,7 +69,7 @@ class ServerRegistry:
         out = []
         for k in keys:
             for f in sorted((self._dir(k) / "procs").glob("*.json")):
-                rec = untrusted.read(untrusted.ServerRecord, f, inside=self.root)
+                rec = untrusted.read(untrusted.ServerRecord, f, inside=self.base)
                 if rec is not None:
                     out.append({**rec, "key16": k, "_file": str(f)})
         return out
@@ -82,7 +83,7 @@ class ServerRegistry:
         _write(self._dir(key16) / "slurm.json", doc)
 
     def allocation(self, key16: str) -> dict | None:
-        return untrusted.read(untrusted.AllocationRecord, self._dir(key16) / "slurm.json", inside=self.root)
+        return untrusted.read(untrusted.AllocationRecord, self._dir(key16) / "slurm.json", inside=self.base)
 
     def end_allocation(self, key16: str) -> str | None:
         """scancels the recorded allocation (its servers go with it) and waits until its processes
@@ -109,8 +110,7 @@ class ServerRegistry:
             if lines:
                 cancel(job_id)
                 wait_ended(job_id, timeout=120)
-        with contextlib.suppress(OSError):
-            (self._dir(key16) / "slurm.json").unlink()
+        self._unlink(self._dir(key16) / "slurm.json")
         return job_id
 
     def stop(self, key16: str, timeout: float = 30.0) -> list[int]:
@@ -123,10 +123,8 @@ class ServerRegistry:
         stopped = []
         for rec in self.records(key16):
             stopped += stop_recorded([rec], timeout)
-            with contextlib.suppress(OSError):
-                Path(rec["_file"]).unlink()
-        with contextlib.suppress(OSError):
-            (self._dir(key16) / "keep").unlink()
+            self._unlink(Path(rec["_file"]))
+        self._unlink(self._dir(key16) / "keep")
         self._tidy(key16)
         return stopped
 
@@ -136,12 +134,19 @@ class ServerRegistry:
         for rec in self.records(key16):
             if on_this_host(rec) and not is_ours(rec):  # another node's: its allocation knows
                 remove_shm(rec)
-                with contextlib.suppress(OSError):
-                    Path(rec["_file"]).unlink()
-                    n += 1
+                n += self._unlink(Path(rec["_file"]))
         for k in [key16] if key16 else self.keys():
             self._tidy(k)
         return n
+
+    def _unlink(self, path: Path) -> bool:
+        """Removes one of the registry's files, never one a link leads to outside the root."""
+        with contextlib.suppress(OSError, RuntimeError):
+            real, base = path.parent.resolve(), self.base.resolve()
+            if real == base or base in real.parents:
+                path.unlink()
+                return True
+        return False
 
     def _tidy(self, key16: str) -> None:
         d = self._dir(key16)
@@ -159,20 +164,18 @@ class ServerRegistry:
         """Live lease holders (a lease whose run is gone is removed)."""
         out = []
         for f in sorted((self._dir(key16) / "leases").glob("*.json")):
-            h = untrusted.read(untrusted.LeaseRecord, f, inside=self.root)
+            h = untrusted.read(untrusted.LeaseRecord, f, inside=self.base)
             if h is None:  # malformed (reported) or gone: no holder, and the file is left as it is
                 continue
             if is_same_process(h["pid"], h.get("create_time")):
                 out.append(h)
             else:
-                with contextlib.suppress(OSError):
-                    f.unlink()
+                self._unlink(f)
         return out
 
     def release(self, key16: str, run_id: str) -> list[dict]:
         """Drops `run_id`'s lease; returns the live holders left."""
-        with contextlib.suppress(OSError):
-            (self._dir(key16) / "leases" / f"{_SAFE.sub('_', run_id)}.json").unlink()
+        self._unlink(self._dir(key16) / "leases" / f"{_SAFE.sub('_', run_id)}.json")
         return self.holders(key16)
 
     def leased_by(self, run_id: str) -> list[str]:
