@@ -102,7 +102,7 @@ class ServerRegistry:
             except PerfdagError as e:  # no Slurm commands on this host
                 untrusted.ignored(self._dir(key16) / "slurm.json", f"allocation {job_id} not cancelled: {e}")
                 return None
-            if lines and not _serves(lines[0], key16):
+            if lines and not serves_key(lines[0], key16):
                 untrusted.ignored(self._dir(key16) / "slurm.json",
                                   f"Slurm job {job_id} is {lines[0].get('JobName')!r} of {lines[0].get('UserId')}, "
                                   f"not perfdag-serve-{key16} of this user: not cancelled")
@@ -191,7 +191,7 @@ class ServerRegistry:
         return (self._dir(key16) / "keep").is_file()
 
 
-def _serves(job: dict, key16: str) -> bool:
+def serves_key(job: dict, key16: str) -> bool:
     """Slurm's record of a job (scontrol show job) is this key's server allocation, of this user."""
     uid = job.get("UserId", "")
     return job.get("JobName") == f"perfdag-serve-{key16}" and (not uid or uid.endswith(f"({os.getuid()})"))
