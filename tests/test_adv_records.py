@@ -277,12 +277,14 @@ def test_malformed_records_are_reported_and_never_acted_on(tmp_path, strangers):
 
     reads = {("servers", "list"): files + [published], ("servers", "stop", "--all"): files + [published, slurm_json],
              ("gc", "--keep-days", "30", "--delete"): files}
+    forge_proc(root, "new\nline.json", "[]")  # a name that would break the one line
     for args, read in reads.items():
         out = cli(root, *args)
         assert_clean(out)
         said = ignored_lines(out.stdout + out.stderr)
         for f in read:
             assert len([line for line in said if f"{f}:" in line]) == 1, (args, f, said)
+        assert len([line for line in said if "new\\nline.json" in line]) == 1, said
         assert victim.poll() is None
     assert stat.S_ISFIFO(os.lstat(procs / "fifo.json").st_mode) and outside.is_file() and slurm_json.is_file()
 

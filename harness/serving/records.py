@@ -118,7 +118,7 @@ _sinks: list[list[str]] = []
 def ignored(source, why: str) -> None:
     """Reports a record perfdag will not act on: once per process, one line naming the file (to the
     innermost `collected()` list, else as a warning of the 'perfdag' logger)."""
-    line = f"ignoring {source}: {why}"
+    line = "".join(c if c.isprintable() else repr(c)[1:-1] for c in f"ignoring {source}: {why}")  # one line
     if len(line) > MAX_LINE:
         line = line[:MAX_LINE] + "..."
     if line in _reported:
@@ -159,7 +159,10 @@ def _read_json(path: Path, inside: Path | None):
     """The JSON document in `path`: a regular file (no link, FIFO or device), at most MAX_BYTES, and,
     with `inside`, really under that directory. FileNotFoundError when it is gone (no report)."""
     if inside is not None:
-        real, base = path.resolve(), Path(inside).resolve()
+        try:
+            real, base = path.resolve(), Path(inside).resolve()
+        except (OSError, RuntimeError) as e:
+            raise _Unreadable(str(e)) from None
         if real != base and base not in real.parents:
             raise _Unreadable(f"it lies outside {inside} (a link leads out)")
     try:
