@@ -12,15 +12,14 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import re
-import stat
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Iterator, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ..errors import MAX_LINE
+from ..errors import MAX_LINE, InputError
+from ..files import read_regular
 from .processes import TOKEN
 from .tritonserver import is_shm_prefix
 
@@ -156,8 +155,9 @@ class _Unreadable(Exception):
 
 
 def _read_json(path: Path, inside: Path | None):
-    """The JSON document in `path`: a regular file (no link, FIFO or device), at most MAX_BYTES, and,
-    with `inside`, really under that directory. FileNotFoundError when it is gone (no report)."""
+    """The JSON document in `path`: a regular file that is no link (harness.files: no FIFO or device,
+    at most MAX_BYTES read) and, with `inside`, really under that directory. FileNotFoundError when it
+    is gone (no report)."""
     if inside is not None:
         try:
             real, base = path.resolve(), Path(inside).resolve()
@@ -165,26 +165,18 @@ def _read_json(path: Path, inside: Path | None):
             raise _Unreadable(str(e)) from None
         if real != base and base not in real.parents:
             raise _Unreadable(f"it lies outside {inside} (a link leads out)")
+    if path.is_symlink():
+        raise _Unreadable("a symbolic link, not a record")
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+        data = read_regular(path, "record", MAX_BYTES, "a record is a few KiB")
+    except InputError as e:
+        raise _Unreadable(str(e).removeprefix(f"record {path}: ")) from None
     except FileNotFoundError:
         raise
     except OSError as e:
-        raise _Unreadable("a symbolic link, not a record" if os.path.islink(path) else e.strerror or str(e)) from None
+        raise _Unreadable(e.strerror or str(e)) from None
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise _Unreadable("not a regular file")
-        if st.st_size > MAX_BYTES:
-            raise _Unreadable(f"{st.st_size} bytes: more than a record holds")
-        chunks, size = [], 0
-        while size <= MAX_BYTES and (chunk := os.read(fd, 1 << 16)):
-            chunks.append(chunk)
-            size += len(chunk)
-    finally:
-        os.close(fd)
-    try:
-        return json.loads(b"".join(chunks))
+        return json.loads(data)
     except (ValueError, RecursionError) as e:
         raise _Unreadable(f"not JSON ({e})") from None
 
