@@ -10,7 +10,8 @@ What stays:
   is complete without luigi touching its upstream, so a run that only reuses the report would
   otherwise leave the engine behind it unreferenced.
 What goes: every other published artifact (Sweep included), and `.tmp-*` / `.trash-*` dirs whose
-key lock is free (a dead builder's leftovers). Never touched: runs/ (small history, only
+key lock is free (a dead builder's leftovers); of killed runs, their servers, the records of dead
+servers, the shared memory nobody maps and the LoadGen driver's semaphores. Never touched: runs/ (small history, only
 reported; a failed stage's kept files, runs/<id>/failed/*, age out after --keep-days), Nightly/
 (history), lock files, `.backends`, `.hashcache`.
 
@@ -18,6 +19,11 @@ Deleting takes the key's lock non-blocking (held: skipped), checks the artifact 
 replaced or referenced by a run since the plan, renames it out of the stage directory (so no
 reader ever sees a half-deleted artifact that still has its manifest), releases the lock and
 removes the renamed tree.
+
+What the root holds is untrusted input: run and server records are parsed with strict schemas (a
+malformed one is reported and acted on in no way), nothing reached through a link out of the root
+is listed or deleted, and servers are stopped only when they prove to be perfdag's (their launch
+token, harness/serving/processes.py).
 
 One module over 400 lines: planning, deleting and reporting share one Plan, and the argument
 that gc never deletes what is in use reads best in one place.
@@ -35,8 +41,11 @@ from pathlib import Path
 from typing import Any
 
 from filelock import FileLock, Timeout
+from pydantic import Field
 
+from harness.loadgen import semaphores
 from harness.serving import launcher
+from harness.serving import records as untrusted
 from harness.serving.cleanup import orphan_servers, orphan_shm
 from harness.serving.launcher import is_ours
 from harness.serving.tritonserver import remove_shm_files
@@ -184,11 +193,11 @@ def servers_in_use(records: list[dict]) -> bool:
 
 
 def _server_records(entry_dir: Path, manifest: dict) -> list[dict]:
-    f = entry_dir / SERVERS_FILE
-    try:
-        return list(json.loads(f.read_text()).get("servers") or [])
-    except (OSError, json.JSONDecodeError, AttributeError):
-        return list(manifest.get("servers") or [])
+    """The artifact's server records, checked (servers.json, else the manifest's copy); [] when malformed."""
+    recs = untrusted.read_servers(entry_dir / SERVERS_FILE, inside=entry_dir)
+    if recs is None and manifest.get("servers") is not None and not (entry_dir / SERVERS_FILE).exists():
+        recs = untrusted.servers_of(manifest["servers"], entry_dir / MANIFEST)
+    return recs or []
 
 
 def _manifest_stamp(m: dict) -> tuple:
@@ -204,6 +213,27 @@ def _read_manifest(d: Path) -> dict | None:
 
 
 # --- runs -------------------------------------------------------------------------------------
+class _StageRef(untrusted.StrictRecord):
+    stage: untrusted.Text
+    key: untrusted.Text
+
+
+class RunRecord(untrusted.StrictRecord):
+    """What gc reads of runs/<id>/run.json (tasks/runlog.py writes it)."""
+    run_id: untrusted.RunId | None = None
+    started_at: str | None = None
+    updated_at: str | None = None
+    stages: dict[str, _StageRef] = Field(default_factory=dict)
+
+
+def _confined(path: Path, root: Path) -> bool:
+    """`path` (under the resolved `root`) reaches its target through no link."""
+    try:
+        return path.resolve() == root / path.relative_to(root)
+    except (OSError, ValueError, RuntimeError):
+        return False
+
+
 def read_runs(root: Path, warnings: list[str] | None = None, seen: dict[str, int] | None = None) -> list[dict]:
     """[{run_id, updated (datetime), ids: {"Stage/key16"}, file, mtime_ns}] for every readable run.json;
     with `seen` ({file: mtime_ns} of an earlier read), only the run records written since."""
@@ -214,19 +244,16 @@ def read_runs(root: Path, warnings: list[str] | None = None, seen: dict[str, int
             if seen is not None and seen.get(str(f)) == st.st_mtime_ns:
                 continue
             mtime = st.st_mtime
-            doc = json.loads(f.read_text())
-        except (OSError, json.JSONDecodeError) as e:
+        except OSError as e:
             if warnings is not None:
                 warnings.append(f"unreadable run record {f}: {e}")
             continue
+        doc = untrusted.read(RunRecord, f, inside=root)
+        if doc is None:  # gone meanwhile, or malformed (reported)
+            continue
         updated = (_parse_time(doc.get("updated_at")) or _parse_time(doc.get("started_at"))
                    or datetime.fromtimestamp(mtime, timezone.utc))
-        ids = set()
-        for name, ent in (doc.get("stages") or {}).items():
-            if isinstance(ent, dict) and ent.get("stage") and isinstance(ent.get("key"), str):
-                ids.add(f"{ent['stage']}/{ent['key'][:16]}")
-            else:
-                ids.add(name)
+        ids = {f"{ent['stage']}/{ent['key'][:16]}" for ent in (doc.get("stages") or {}).values()}
         out.append({"run_id": doc.get("run_id") or f.parent.name, "updated": updated, "ids": ids,
                     "file": str(f), "mtime_ns": st.st_mtime_ns})
     return out
@@ -241,7 +268,13 @@ def _stage_dirs(root: Path) -> list[Path]:
 
 
 def plan(root: Path, keep_days: float = 14, now: datetime | None = None) -> Plan:
-    root = Path(root).resolve()
+    with untrusted.collected() as ignored:
+        p = _plan(Path(root).resolve(), keep_days, now)
+    p.warnings += ignored
+    return p
+
+
+def _plan(root: Path, keep_days: float, now: datetime | None) -> Plan:
     now = now or datetime.now(timezone.utc)
     cutoff = now - timedelta(days=keep_days)
     warnings: list[str] = []
@@ -339,7 +372,10 @@ def plan(root: Path, keep_days: float = 14, now: datetime | None = None) -> Plan
 
     # Leftovers of an interrupted gc.
     trash = root / TRASH
-    if trash.is_dir():
+    if trash.is_symlink() or (trash.exists() and not trash.is_dir()):
+        warnings.append(f"{trash} is a link or not a directory: gc lists nothing in it and deletes nothing "
+                        "until it is removed")
+    elif trash.is_dir():
         for d in sorted(trash.iterdir()):
             entries.append(Entry(id=f"{TRASH}/{d.name}", stage=TRASH, key16="", path=str(d), kind="leftover",
                                  size_bytes=dir_size(d) if d.is_dir() else 0, why="leftover of an interrupted gc"))
@@ -350,7 +386,7 @@ def plan(root: Path, keep_days: float = 14, now: datetime | None = None) -> Plan
             mtime = datetime.fromtimestamp(d.stat().st_mtime, timezone.utc)
         except OSError:
             continue
-        if d.is_dir() and not d.is_symlink() and mtime < cutoff and not run_is_live(d.parent.parent.name):
+        if d.is_dir() and _confined(d, root) and mtime < cutoff and not run_is_live(d.parent.parent.name):
             entries.append(Entry(id=str(d.relative_to(root)), stage=RUNS, key16="", path=str(d), kind="failed",
                                  size_bytes=dir_size(d), why=f"a failed stage's files, kept since {mtime:%Y-%m-%d}"))
 
@@ -361,7 +397,7 @@ def plan(root: Path, keep_days: float = 14, now: datetime | None = None) -> Plan
     servers = {"orphans": [{"key16": r["key16"], "pid": r["pid"]} for r in
                            orphan_servers(root, lambda k: not lock_held(root, "LaunchServers", k))],
                "dead_records": [r["_file"] for r in registry.records() if not r.get("external") and not is_ours(r)],
-               "orphan_shm": orphan_shm()}
+               "orphan_shm": orphan_shm(), "orphan_semaphores": semaphores.orphans()}
     return Plan(root, keep_days, now, cutoff, entries, runs_info, {"nights": len(nights)}, skipped, warnings,
                 {r["file"]: r["mtime_ns"] for r in runs}, servers)
 
@@ -393,6 +429,7 @@ def _clean_servers(p: Plan) -> None:
             lock.release()
     done["records"] = registry.sweep_dead()
     done["shm"] = len(remove_shm_files(orphan_shm()))
+    done["semaphores"] = len(semaphores.remove(p.servers.get("orphan_semaphores", [])))
     p.servers["done"] = done
 
 
@@ -437,6 +474,8 @@ def execute(p: Plan) -> None:
                     e.status = "skipped: a run referenced it since the plan"
                     continue
             trash.mkdir(exist_ok=True)
+            if trash.is_symlink() or not trash.is_dir():
+                raise OSError(f"{trash} is a link or not a directory; remove it")
             dest = trash / f"{e.stage}-{path.name}-{os.getpid()}"
             os.replace(path, dest)  # one rename: the published artifact is gone at once
         except OSError as err:
@@ -503,12 +542,13 @@ def render(p: Plan, deleted: bool, verbose: bool = False) -> str:
     lines.append(f"Nightly/: {p.nightly['nights']} night(s) kept (gc never deletes Nightly history)")
     lines += [f"left alone: {s['id']}: {s['why']}" for s in p.skipped]
     sv = p.servers or {}
-    if sv.get("orphans") or sv.get("dead_records") or sv.get("orphan_shm"):
+    if sv.get("orphans") or sv.get("dead_records") or sv.get("orphan_shm") or sv.get("orphan_semaphores"):
         verb = "stopped/removed" if deleted else "would stop/remove"
         lines.append(f"servers: {verb} {len(sv.get('orphans', []))} server(s) of launches that never published "
                      f"(pids {', '.join(str(o['pid']) for o in sv.get('orphans', [])) or '-'}), "
                      f"{len(sv.get('dead_records', []))} record(s) of dead servers, "
-                     f"{len(sv.get('orphan_shm', []))} shared-memory region(s) nobody maps")
+                     f"{len(sv.get('orphan_shm', []))} shared-memory region(s) nobody maps, "
+                     f"{len(sv.get('orphan_semaphores', []))} semaphore(s) of killed LoadGen drivers")
     lines += [f"warning: {w}" for w in p.warnings]
     return "\n".join(lines)
 

@@ -2,12 +2,13 @@
 
 Records come from the server registry (written the moment a process exists, so servers of a
 killed launch are listed too) and from published LaunchServers artifacts (external endpoints,
-and records of older perfdag versions).
+and records of older perfdag versions). Both are untrusted input (harness/serving/records.py): a
+malformed record is reported on stderr, one line naming its file, and acted on in no way; a
+process is stopped only when it carries the launch token its record names.
 """
 from __future__ import annotations
 
-import json
-
+from harness.serving import records as untrusted
 from harness.serving.launcher import is_ours, servers_live, stop_recorded
 from harness.serving.registry import ServerRegistry
 from harness.store import ArtifactStore
@@ -18,10 +19,9 @@ def published(store: ArtifactStore) -> list[tuple[str, list[dict]]]:
     """(key16, server records) of every published LaunchServers artifact."""
     out = []
     for f in sorted((store.root / "LaunchServers").glob("*/servers.json")):
-        try:
-            out.append((f.parent.name, json.loads(f.read_text())["servers"]))
-        except (OSError, json.JSONDecodeError, KeyError):
-            continue
+        recs = untrusted.read_servers(f, inside=store.root / "LaunchServers")
+        if recs is not None:
+            out.append((f.parent.name, recs))
     return out
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from harness.backends import backend_for
 from harness.errors import ArtifactError, PerfdagError
+from harness.serving.records import read_servers
 from harness.serving.launcher import servers_live, stop_recorded
 from harness.serving.registry import ServerRegistry, run_holder
 
@@ -58,8 +59,8 @@ class LaunchServers(StageTask):
         return ServerRegistry(self.store.root)
 
     def servers(self) -> list[dict]:
-        f = self.artifact_dir / SERVERS_FILE
-        return json.loads(f.read_text())["servers"] if f.is_file() else []
+        """The published server records, checked (untrusted input: [] when malformed, which is reported)."""
+        return read_servers(self.artifact_dir / SERVERS_FILE, inside=self.artifact_dir) or []
 
     def usable(self, manifest: dict) -> bool:
         if slurm_serve.allocation_of(self.servers()) and not slurm_exec.runs_here(self):

@@ -95,10 +95,12 @@ class MeasuringStage(StageTask):
 
     def evidence(self, dest):
         """A failed measurement keeps the tail of every server's log beside its own logs."""
+        from harness.serving.records import log_file
+
         servers = self.upstream()["servers"]
         for i, rec in enumerate(servers.servers()):
-            src = servers.artifact_dir / rec.get("log", "")
-            if rec.get("log") and src.is_file():
+            src = log_file(rec, servers.artifact_dir)  # a record may name any path: only one inside the artifact
+            if src is not None:
                 with open(src, "rb") as f:
                     f.seek(max(0, src.stat().st_size - 64 * 1024))  # the tail: what the server said last
                     (dest / f"server{i}-{src.name}.tail").write_bytes(f.read())

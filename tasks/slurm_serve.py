@@ -19,6 +19,7 @@ import subprocess
 import time
 from typing import TYPE_CHECKING
 
+from harness.serving.registry import serves_key
 from harness.slurm import JobError, SlurmJob, ended_error, job_lines, srun_argv, submit
 
 from . import runlog
@@ -67,8 +68,8 @@ def live(task: "LaunchServers", patience_s: float = 30.0) -> bool:
         return False
     job_id, _ = alloc
     lines = job_lines(job_id)
-    if not lines or lines[0].get("JobState") != "RUNNING":
-        return False
+    if not lines or lines[0].get("JobState") != "RUNNING" or not serves_key(lines[0], task.key[:16]):
+        return False  # (a servers.json naming another job is no allocation of these servers: nothing runs in it)
     import sys
 
     argv = srun_argv(job_id, [sys.executable, "-c", _PROBE, json.dumps(task.servers()), str(patience_s)],

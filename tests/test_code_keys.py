@@ -44,6 +44,8 @@ NOT_SHAPING = {
     "harness.serving.processes": "process plumbing: how processes start and die, not what they compute",
     "harness.serving.ports": "", "harness.serving.launcher": "", "harness.serving.registry": "",
     "harness.serving.cleanup": "", "harness.serving.endpoints": "", "harness.serving.triton_client": "",
+    "harness.serving.records": "checks what is read back of servers, never what a stage computes",
+    "harness.loadgen.semaphores": "names the driver's semaphores so they can be cleaned up; no results",
     "harness.serving.tritonserver": "what it renders (argv, env) is keyed as executed",
     "harness.serving.pbtxt": "what it renders (config.pbtxt) is keyed as executed",
     "harness.backends.torch.repo": "what it renders (config.pbtxt) is keyed as executed",

@@ -159,13 +159,16 @@ def test_in_use_survives_with_its_upstream(tmp_path, monkeypatch):
                     servers=[{"external": True, "host": "10.0.0.7", "grpc_port": 8001, "models": ["m"]}])
     dead = artifact(root, "LaunchServers", "dead", {"repo": artifact(root, "FillTritonRepo", "dead-repo")},
                     servers=[{"external": True, "host": "10.0.0.8", "grpc_port": 8001, "models": ["m"]}])
-    # A tritonserver process we started that runs but is not ready (yet): still in use.
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    # A server process perfdag started (spawn gives it its launch token) that runs but is not ready (yet): in use.
+    from harness.serving.processes import spawn
+
+    started_server = spawn([sys.executable, "-c", "import time; time.sleep(60)"], tmp_path / "server.log")
+    proc = started_server.proc
     try:
         import psutil
         starting = artifact(root, "LaunchServers", "starting", servers=[
             {"pid": proc.pid, "create_time": psutil.Process(proc.pid).create_time(), "host": "127.0.0.1",
-             "grpc_port": 1, "models": ["m"]}])
+             "grpc_port": 1, "models": ["m"], "token": started_server.token}])
         monkeypatch.setattr(harness.serving.launcher, "servers_live",
                             lambda records, timeout_s=2.0: all(r.get("host") == "10.0.0.7" for r in records))
         # A run whose process still runs counts whatever its age: this test process, started before "now".

@@ -37,6 +37,7 @@ from .frontend import frontend_main
 from .progress import Progress
 from .messages import Alive, Done, Failed, First, Issue, Quit, Ready, Stopped
 from .results import client_usage, json_default, measured_stats, write_requests_csv
+from .semaphores import name_semaphores_as_perfdag
 from .settings import SettingsError, build_test_settings
 from .usage import Usage
 
@@ -282,6 +283,7 @@ class _Driver(Progress):
 
         cfg = self.cfg
         ctx = mp.get_context("spawn")
+        name_semaphores_as_perfdag()  # so that whoever outlives a killed driver can find them (semaphores.py)
         # One pipe per frontend, written in the frontend's loop thread: no feeder thread to wake
         # (and contend for its GIL) per message batch, and no lock shared between processes that a
         # frontend exiting mid-write could leave held.

@@ -30,6 +30,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from ..errors import MeasurementError
+from . import semaphores
 from .cores.base import Prompts
 from .results import json_default, merge_measured, parse_summary, read_requests_csv
 from .settings import MODES, SCENARIOS, SETTINGS_KEYS
@@ -310,6 +311,15 @@ def _run_driver(cfg: dict, cfg_path: Path, out: Path, progress) -> dict:
     cmd = [sys.executable, "-m", "harness.loadgen.driver", "--driver", str(cfg_path), str(os.getpid())]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log_f, stdin=subprocess.DEVNULL, env=env,
                             cwd=str(out), start_new_session=True)
+    try:
+        return _follow_driver(proc, prog, log_f, log_path, out)
+    finally:  # every way out: the driver is gone by now, and a killed one cannot remove its semaphores
+        if proc.poll() is not None:
+            semaphores.remove_left_by(proc.pid)
+
+
+def _follow_driver(proc: subprocess.Popen, prog: "_Progress", log_f, log_path: Path, out: Path) -> dict:
+    """Reads the driver's events until it is done or failed; the driver's group is gone on return."""
     events: "queue.Queue[dict | None]" = queue.Queue()
 
     def reader():

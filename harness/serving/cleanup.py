@@ -7,14 +7,16 @@ the registry's records instead (ServerRegistry.stop / sweep_dead).
 from __future__ import annotations
 
 import contextlib
-import glob
 import os
+import re
 import time
 from pathlib import Path
 
 from .launcher import is_ours
 from .registry import ServerRegistry
-from .tritonserver import SHM_PREFIX
+from .tritonserver import SHM_PREFIX, mapped_shm, own_shm_files
+
+_REGION = re.compile(rf"{SHM_PREFIX}[A-Za-z0-9_]")  # a region of a prefix of perfdag's shape
 
 
 def orphan_servers(root: str | os.PathLike, lock_free) -> list[dict]:
@@ -33,32 +35,15 @@ def orphan_servers(root: str | os.PathLike, lock_free) -> list[dict]:
     return out
 
 
-def mapped_shm() -> set[str]:
-    """/dev/shm files some process maps or holds open (Linux /proc; our own processes are enough)."""
-    out: set[str] = set()
-    for maps in glob.glob("/proc/[0-9]*/maps"):
-        with contextlib.suppress(OSError):
-            with open(maps) as f:
-                for line in f:
-                    i = line.find("/dev/shm/")
-                    if i >= 0:
-                        out.add(line[i:].strip().removesuffix(" (deleted)"))
-    for fd in glob.glob("/proc/[0-9]*/fd/*"):
-        with contextlib.suppress(OSError):
-            target = os.readlink(fd)
-            if target.startswith("/dev/shm/"):
-                out.add(target)
-    return out
-
-
 def orphan_shm(min_age_s: float = 60.0) -> list[str]:
-    """perfdag's Python-backend regions that no process maps or holds (a killed server's), older
-    than `min_age_s` so a server that is starting is never touched."""
+    """perfdag's Python-backend regions (this user's files named perfdag<letters, digits, _>...)
+    that no process maps or holds (a killed server's), older than `min_age_s` so a server that is
+    starting is never touched."""
     live = mapped_shm()
     now = time.time()
     out = []
-    for path in glob.glob(f"/dev/shm/{SHM_PREFIX}*"):
+    for path in own_shm_files(SHM_PREFIX):
         with contextlib.suppress(OSError):
-            if path not in live and now - os.stat(path).st_mtime > min_age_s:
+            if _REGION.match(os.path.basename(path)) and path not in live and now - os.stat(path).st_mtime > min_age_s:
                 out.append(path)
     return sorted(out)

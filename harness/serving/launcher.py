@@ -2,7 +2,10 @@
 
 A backend renders `LaunchSpec`s (pure functions, tested on CPU); this module runs them. A launch
 that fails or is interrupted (Ctrl-C, SIGTERM) stops every process it started before raising.
-Records (servers.json) carry pid + process start time, so a recycled pid is never signalled.
+Records (servers.json) carry pid, process start time and the launch token spawn put in the
+server's environment: a process is signalled only when it still carries that token (a recycled
+pid, or a stranger's pid in a forged record, never is). Records read back from the root are
+parsed first (records.py); the functions here take those checked records.
 """
 from __future__ import annotations
 
@@ -15,16 +18,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
+from . import records
 from .ports import port_in_use
 from .processes import (
     Process,
     ServerError,
+    is_own_process,
     is_same_process,
+    processes_with_token,
     spawn,
     start_time,
     terminate,
 )
-from .tritonserver import remove_shm_files, shm_regions
+from .tritonserver import mapped_shm, remove_shm_files, shm_regions
 
 
 @dataclass(frozen=True)
@@ -115,6 +121,7 @@ def record_of(spec: LaunchSpec, proc: Process, out_dir: Path, names: dict[str, s
             "protocol": spec.protocol, "models": list(spec.models), "mode": spec.mode,
             "repo": normalise(spec.repo, names), "log": str(proc.log_path.relative_to(out_dir)),
             "cmd": normalise(proc.argv, names), "env": normalise(spec.env, names), "shm_prefix": spec.shm_prefix,
+            "token": proc.token,
             **({"grpc_port": spec.ports["serve"]} if spec.protocol == "triton-grpc" else {})}
 
 
@@ -180,22 +187,24 @@ def on_this_host(rec: dict) -> bool:
 
 
 def is_ours(rec: dict) -> bool:
-    """The recorded pid still is the process we started (not a recycled pid), on this host."""
-    return not rec.get("external") and on_this_host(rec) and is_same_process(rec.get("pid"), rec.get("create_time"))
+    """The recorded pid still is the process we started, on this host: same start time, and its
+    environment carries the record's launch token (a recycled pid or a stranger's does not)."""
+    return not rec.get("external") and on_this_host(rec) \
+        and is_own_process(rec.get("pid"), rec.get("create_time"), rec.get("token"))
 
 
-def gone_servers(records: Sequence[dict], artifact_dir: Path) -> list[str]:
+def gone_servers(recs: Sequence[dict], artifact_dir: Path) -> list[str]:
     """One line per server perfdag launched whose process is gone, with how it ended where its log
     says so (tritonserver prints "Signal (11) received." when it crashes)."""
     import re
 
     out = []
-    for i, rec in enumerate(records):
+    for i, rec in enumerate(recs):
         if rec.get("external") or is_ours(rec):
             continue
         how = "is gone"
-        log_file = artifact_dir / str(rec.get("log", ""))
-        if rec.get("log") and log_file.is_file():
+        log_file = records.log_file(rec, artifact_dir)
+        if log_file is not None:
             with open(log_file, "rb") as f:
                 f.seek(max(0, log_file.stat().st_size - 64 * 1024))
                 tail = f.read().decode("utf-8", "replace")
@@ -207,46 +216,53 @@ def gone_servers(records: Sequence[dict], artifact_dir: Path) -> list[str]:
     return out
 
 
-def stop_recorded(records: Sequence[dict], timeout: float = 30.0) -> list[int]:
+def stop_recorded(recs: Sequence[dict], timeout: float = 30.0) -> list[int]:
     """Stops every recorded server that is still ours, and what is left of those that died (backend
-    stubs), and removes their shared memory; returns the pids stopped."""
+    stubs, by their launch token), and removes their shared memory nobody maps; returns the pids
+    stopped. A live process that lacks the record's token is not ours: left alone, and said so."""
     stopped = []
-    for rec in records:
+    for rec in recs:
         if rec.get("external") or not on_this_host(rec):
             continue
         if is_ours(rec):
             terminate(int(rec["pid"]), timeout)
             stopped.append(int(rec["pid"]))
         else:
+            if is_same_process(rec.get("pid"), rec.get("create_time")):
+                records.ignored(rec.get("_file", "a server record"),
+                                f"pid {rec.get('pid')} is not a process perfdag started (its environment lacks the "
+                                "record's launch token): left alone")
             stopped += kill_leftovers(rec)
         remove_shm(rec)
     return stopped
 
 
 def kill_leftovers(rec: dict) -> list[int]:
-    """Processes a dead server left (its Python-backend stubs), known by its unique shm prefix."""
+    """Processes a dead server left (its Python-backend stubs, MPI ranks): those whose environment
+    carries its launch token, which they inherited. Never chosen by anything else a record says."""
     import psutil
 
-    prefix = rec.get("shm_prefix")
-    if not prefix or not on_this_host(rec):
+    if not on_this_host(rec):
         return []
     gone = []
-    for p in psutil.process_iter(["pid", "cmdline"]):
-        try:
-            if any(prefix in a for a in p.info["cmdline"] or ()):
-                p.kill()
-                gone.append(p.pid)
-        except psutil.Error:
-            continue
+    for pid in processes_with_token(rec.get("token")):
+        with contextlib.suppress(psutil.Error):
+            psutil.Process(pid).kill()
+            gone.append(pid)
     return gone
 
 
 def remove_shm(rec: dict) -> list[str]:
-    """Removes the /dev/shm regions of a server that is gone (its Python backend leaves them on a kill)."""
+    """Removes the /dev/shm regions of a server that is gone (its Python backend leaves them on a
+    kill): this user's files named by its prefix (of perfdag's shape) that no process maps."""
     prefix = rec.get("shm_prefix")
     if not prefix or not on_this_host(rec) or is_ours(rec):
         return []
-    return remove_shm_files(shm_regions(prefix))
+    regions = shm_regions(prefix)
+    if regions:
+        live = mapped_shm()
+        regions = [r for r in regions if r not in live]
+    return remove_shm_files(regions)
 
 
 def servers_live(records: Sequence[dict], timeout_s: float = 2.0, patience_s: float = 0.0) -> bool:

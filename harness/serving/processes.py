@@ -1,6 +1,10 @@
 """Processes perfdag starts: spawn with a log, recognise them later, stop them and their group.
 
-A process is identified by (pid, start time), so a recycled pid is never signalled. Servers run
+A process is perfdag's own when it carries the random token `spawn` put in its environment
+(PERFDAG_LAUNCH_TOKEN, read back from /proc/<pid>/environ) and has the recorded pid and start
+time: a record read back from the root may name any pid, so the record alone proves nothing, and
+a process whose environment cannot be read is not ours. Helpers a server starts (backend stubs,
+MPI ranks) inherit the token, so what is left of a dead server is found by it too. Servers run
 in their own session (they outlive the launching run and are shared across runs); helpers that
 must not outlive their parent get PR_SET_PDEATHSIG.
 """
@@ -8,6 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
+import secrets
 import signal
 import subprocess
 import sys
@@ -23,6 +29,10 @@ class ServerError(ServingError):
     """A server failed to start, is not ready, or died; the message carries its log's error lines."""
 
 
+TOKEN_ENV = "PERFDAG_LAUNCH_TOKEN"
+TOKEN = re.compile(r"[0-9a-f]{32}")  # secrets.token_hex(16): what a record's token must look like
+
+
 @dataclass
 class Process:
     """A child we spawned, with the log its output goes to (from byte `log_offset` on)."""
@@ -32,6 +42,7 @@ class Process:
     log_path: Path
     log_offset: int = 0
     env: dict[str, str] = field(default_factory=dict)  # what was set on top of the inherited environment
+    token: str = ""  # TOKEN_ENV in its environment: how it is known as ours later
 
     @property
     def pid(self) -> int:
@@ -51,12 +62,14 @@ def spawn(argv: Sequence[str], log_path: str | os.PathLike, *, env: Mapping[str,
     `shown` when given: e.g. with machine paths replaced by names).
 
     `env` replaces the inherited environment, `env_overlay` is set on top. `new_session` makes it
-    a process-group leader, so stopping its group stops its helpers (stubs, MPI ranks) too.
+    a process-group leader, so stopping its group stops its helpers (stubs, MPI ranks) too. Its
+    environment gets a fresh token (TOKEN_ENV), its children inherit it.
     """
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     overlay = dict(env_overlay or {})
-    full_env = {**(dict(os.environ) if env is None else dict(env)), **overlay}
+    token = secrets.token_hex(16)
+    full_env = {**(dict(os.environ) if env is None else dict(env)), **overlay, TOKEN_ENV: token}
     argv = [str(a) for a in argv]
     with open(log_path, "ab", buffering=0) as log:
         offset = log.tell()
@@ -70,7 +83,7 @@ def spawn(argv: Sequence[str], log_path: str | os.PathLike, *, env: Mapping[str,
                                     preexec_fn=pdeathsig_preexec() if die_with_parent else None)
         except OSError as exc:
             raise ServerError(f"cannot start {argv[0]}: {exc}") from None
-    return Process(proc=proc, argv=argv, log_path=log_path, log_offset=offset, env=overlay)
+    return Process(proc=proc, argv=argv, log_path=log_path, log_offset=offset, env=overlay, token=token)
 
 
 def pdeathsig_preexec(sig: int = signal.SIGTERM):
@@ -110,16 +123,47 @@ def start_time(pid: int) -> float | None:
         if p.status() == psutil.STATUS_ZOMBIE:
             return None
         return p.create_time()
-    except psutil.Error:
+    except (psutil.Error, ValueError, OverflowError):
         return None
 
 
 def is_same_process(pid: int | None, create_time: float | None) -> bool:
-    """`pid` still is the process that started at `create_time` (not a recycled pid)."""
-    if not pid or create_time is None:
+    """`pid` still is the process that started at `create_time` (not a recycled pid). Anything but
+    a positive int and a number (what a forged record may hold) is no process."""
+    if type(pid) is not int or pid <= 0 or type(create_time) not in (int, float):
         return False
-    started = start_time(int(pid))
+    started = start_time(pid)
     return started is not None and abs(started - float(create_time)) < 1.0
+
+
+def carries_token(pid: int, token: str | None) -> bool:
+    """The process' environment holds TOKEN_ENV=`token` (False when it cannot be read: not ours)."""
+    import psutil
+
+    if not isinstance(token, str) or not TOKEN.fullmatch(token):
+        return False
+    try:
+        return psutil.Process(pid).environ().get(TOKEN_ENV) == token
+    except (psutil.Error, OSError, ValueError):
+        return False
+
+
+def is_own_process(pid: int | None, create_time: float | None, token: str | None) -> bool:
+    """`pid` is the process perfdag spawned with `token` at `create_time`: safe to signal."""
+    return is_same_process(pid, create_time) and carries_token(pid, token)
+
+
+def processes_with_token(token: str | None) -> list[int]:
+    """Live processes whose environment holds TOKEN_ENV=`token` (a dead server's stubs), this one excepted."""
+    import psutil
+
+    if not isinstance(token, str) or not TOKEN.fullmatch(token):
+        return []
+    out = []
+    for p in psutil.process_iter(["environ"]):
+        if p.pid != os.getpid() and (p.info.get("environ") or {}).get(TOKEN_ENV) == token:
+            out.append(p.pid)
+    return out
 
 
 def terminate(pid: int, timeout: float = 30.0, proc: subprocess.Popen | None = None) -> int | None:

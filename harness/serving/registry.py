@@ -10,6 +10,11 @@ server even when its launching run was killed before publishing. A lease names t
 process id and start time): a lease whose process is gone no longer counts. Servers that are not
 kept are stopped by the last lease holder to leave. Callers decide under the LaunchServers key's
 lock, so two runs never both launch, and no run stops servers another run is using.
+
+Everything here is read back as untrusted input (records.py): a malformed record, or one reached
+through a link out of `.servers`, is reported and never acted on; a recorded process is stopped
+only when it carries its launch token; an allocation is cancelled only when Slurm says it is this
+key's perfdag-serve job of this user.
 """
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ import socket
 import time
 from pathlib import Path
 
+from . import records as untrusted
 from .launcher import is_ours, on_this_host, remove_shm, stop_recorded
 from .processes import is_same_process, start_time
 
@@ -35,13 +41,6 @@ def _write(path: Path, doc: dict) -> None:
     os.replace(tmp, path)
 
 
-def _read(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-
-
 def run_holder(run_id: str) -> dict:
     """A lease holder for the run `run_id` ('<time>-<pid>'): the run's main process, whichever
     worker process asks."""
@@ -52,7 +51,8 @@ def run_holder(run_id: str) -> dict:
 
 class ServerRegistry:
     def __init__(self, root: str | os.PathLike):
-        self.root = Path(root) / DIR
+        self.base = Path(root)  # the artifacts root: what is read or removed here really lies under it
+        self.root = self.base / DIR
 
     def _dir(self, key16: str) -> Path:
         return self.root / _SAFE.sub("_", key16)
@@ -64,17 +64,18 @@ class ServerRegistry:
                {**rec, "key16": key16})
 
     def records(self, key16: str | None = None) -> list[dict]:
-        keys = [key16] if key16 else sorted(p.name for p in self.root.glob("*") if p.is_dir())
+        """The checked process records (of one key, or all); `_file` is where each was read."""
+        keys = [key16] if key16 else self.keys()
         out = []
         for k in keys:
             for f in sorted((self._dir(k) / "procs").glob("*.json")):
-                rec = _read(f)
+                rec = untrusted.read(untrusted.ServerRecord, f, inside=self.base)
                 if rec is not None:
                     out.append({**rec, "key16": k, "_file": str(f)})
         return out
 
     def keys(self) -> list[str]:
-        return sorted(p.name for p in self.root.glob("*") if p.is_dir())
+        return sorted(p.name for p in self.root.glob("*") if p.is_dir() and not p.is_symlink())
 
     # --- the Slurm allocation holding the servers (tasks/slurm_serve.py) ------------------------
     def record_allocation(self, key16: str, doc: dict) -> None:
@@ -82,37 +83,48 @@ class ServerRegistry:
         _write(self._dir(key16) / "slurm.json", doc)
 
     def allocation(self, key16: str) -> dict | None:
-        return _read(self._dir(key16) / "slurm.json")
+        return untrusted.read(untrusted.AllocationRecord, self._dir(key16) / "slurm.json", inside=self.base)
 
     def end_allocation(self, key16: str) -> str | None:
         """scancels the recorded allocation (its servers go with it) and waits until its processes
-        are gone; returns its job id. Inside that allocation (its own job) nothing is cancelled."""
+        are gone; returns its job id. Inside that allocation (its own job) nothing is cancelled, nor
+        is a job Slurm does not name perfdag-serve-<key16> of this user (a forged record)."""
         doc = self.allocation(key16)
         if not doc:
             return None
-        job_id = str(doc.get("job_id", ""))
-        if job_id and job_id != os.environ.get("SLURM_JOB_ID"):
-            from ..slurm import cancel, wait_ended
+        job_id = doc["job_id"]
+        if job_id != os.environ.get("SLURM_JOB_ID"):
+            from ..errors import PerfdagError
+            from ..slurm import cancel, job_lines, wait_ended
 
-            cancel(job_id)
-            wait_ended(job_id, timeout=120)
-        with contextlib.suppress(OSError):
-            (self._dir(key16) / "slurm.json").unlink()
+            try:
+                lines = job_lines(job_id)  # [] once Slurm has forgotten the job: nothing left to cancel
+            except PerfdagError as e:  # no Slurm commands on this host
+                untrusted.ignored(self._dir(key16) / "slurm.json", f"allocation {job_id} not cancelled: {e}")
+                return None
+            if lines and not serves_key(lines[0], key16):
+                untrusted.ignored(self._dir(key16) / "slurm.json",
+                                  f"Slurm job {job_id} is {lines[0].get('JobName')!r} of {lines[0].get('UserId')}, "
+                                  f"not perfdag-serve-{key16} of this user: not cancelled")
+                return None
+            if lines:
+                cancel(job_id)
+                wait_ended(job_id, timeout=120)
+        self._unlink(self._dir(key16) / "slurm.json")
         return job_id
 
     def stop(self, key16: str, timeout: float = 30.0) -> list[int]:
         """Ends the servers' allocation (where they run in one), stops every recorded process of
         `key16` that is still ours, removes the shared memory of those that are gone, and forgets
         them; returns the pids stopped."""
-        if self.allocation(key16) and self.allocation(key16).get("job_id") != os.environ.get("SLURM_JOB_ID"):
+        alloc = self.allocation(key16)
+        if alloc and alloc["job_id"] != os.environ.get("SLURM_JOB_ID"):
             self.end_allocation(key16)
         stopped = []
         for rec in self.records(key16):
             stopped += stop_recorded([rec], timeout)
-            with contextlib.suppress(OSError):
-                Path(rec["_file"]).unlink()
-        with contextlib.suppress(OSError):
-            (self._dir(key16) / "keep").unlink()
+            self._unlink(Path(rec["_file"]))
+        self._unlink(self._dir(key16) / "keep")
         self._tidy(key16)
         return stopped
 
@@ -122,12 +134,19 @@ class ServerRegistry:
         for rec in self.records(key16):
             if on_this_host(rec) and not is_ours(rec):  # another node's: its allocation knows
                 remove_shm(rec)
-                with contextlib.suppress(OSError):
-                    Path(rec["_file"]).unlink()
-                    n += 1
+                n += self._unlink(Path(rec["_file"]))
         for k in [key16] if key16 else self.keys():
             self._tidy(k)
         return n
+
+    def _unlink(self, path: Path) -> bool:
+        """Removes one of the registry's files, never one a link leads to outside the root."""
+        with contextlib.suppress(OSError, RuntimeError):
+            real, base = path.parent.resolve(), self.base.resolve()
+            if real == base or base in real.parents:
+                path.unlink()
+                return True
+        return False
 
     def _tidy(self, key16: str) -> None:
         d = self._dir(key16)
@@ -145,18 +164,18 @@ class ServerRegistry:
         """Live lease holders (a lease whose run is gone is removed)."""
         out = []
         for f in sorted((self._dir(key16) / "leases").glob("*.json")):
-            h = _read(f)
-            if h and is_same_process(h.get("pid"), h.get("create_time")):
+            h = untrusted.read(untrusted.LeaseRecord, f, inside=self.base)
+            if h is None:  # malformed (reported) or gone: no holder, and the file is left as it is
+                continue
+            if is_same_process(h["pid"], h.get("create_time")):
                 out.append(h)
             else:
-                with contextlib.suppress(OSError):
-                    f.unlink()
+                self._unlink(f)
         return out
 
     def release(self, key16: str, run_id: str) -> list[dict]:
         """Drops `run_id`'s lease; returns the live holders left."""
-        with contextlib.suppress(OSError):
-            (self._dir(key16) / "leases" / f"{_SAFE.sub('_', run_id)}.json").unlink()
+        self._unlink(self._dir(key16) / "leases" / f"{_SAFE.sub('_', run_id)}.json")
         return self.holders(key16)
 
     def leased_by(self, run_id: str) -> list[str]:
@@ -170,3 +189,9 @@ class ServerRegistry:
 
     def kept(self, key16: str) -> bool:
         return (self._dir(key16) / "keep").is_file()
+
+
+def serves_key(job: dict, key16: str) -> bool:
+    """Slurm's record of a job (scontrol show job) is this key's server allocation, of this user."""
+    uid = job.get("UserId", "")
+    return job.get("JobName") == f"perfdag-serve-{key16}" and (not uid or uid.endswith(f"({os.getuid()})"))
