@@ -138,6 +138,34 @@ def test_a_result_from_before_the_rule_valid_with_errors_is_invalid():
     assert not is_valid({"valid": "INVALID", "loadgen_errors": {"count": 0}})
 
 
+def test_every_error_the_checker_counts_is_counted_and_nothing_else(tmp_path):
+    """An error is what the checker counts: any MLLOG entry whose metadata says is_error, whatever its key
+    or JSON spacing (a config error, an uncommitted-changes error); an error_* key marked not an error,
+    a warning, or a broken line is not one. Without a detail log the summary's count stands."""
+    def entry(key, value, is_error, compact=False):
+        obj = {"key": key, "value": value, "metadata": {"is_error": is_error, "is_warning": not is_error}}
+        return ":::MLLOG " + json.dumps(obj, separators=(",", ":") if compact else None)
+
+    (tmp_path / "mlperf_log_detail.txt").write_text("\n".join([
+        entry("error_invalid_config", "Multiple conf files are used.", True),
+        entry("error_uncommitted_loadgen_changes", "Loadgen built with uncommitted changes!", True, compact=True),
+        entry("error_runtime", "not really", False), entry("warning_generic_message", "w", False),
+        ':::MLLOG {"key": "error_runtime", "metadata": {"is_error": true',  # cut short: not JSON
+        entry("result_validity", "VALID", False), entry("num_errors", 2, False)]) + "\n")
+    (tmp_path / "mlperf_log_summary.txt").write_text("Result is : VALID\n")
+    from harness.loadgen.results import parse_summary
+
+    r = parse_summary(tmp_path)
+    assert r["loadgen_errors"]["count"] == 2 and r["valid"] == "INVALID" and r["loadgen_valid"] == "VALID"
+    assert r["loadgen_errors"]["first"] == ["error_invalid_config: Multiple conf files are used.",
+                                            "error_uncommitted_loadgen_changes: Loadgen built with uncommitted changes!"]
+    (tmp_path / "mlperf_log_detail.txt").unlink()
+    (tmp_path / "mlperf_log_summary.txt").write_text("Result is : VALID\n3 ERRORS encountered. See detailed log.\n")
+    r = parse_summary(tmp_path)
+    assert r["valid"] == "INVALID" and r["loadgen_errors"]["count"] == 3
+    assert r["invalid_reason"] == "LoadGen logged 3 error(s): see mlperf_log_detail.txt"
+
+
 # --- a model that stops at once ----------------------------------------------------------------------------------
 
 def test_a_model_that_stops_at_once_logs_no_loadgen_error_over_grpc(echo, tmp_path):

@@ -26,6 +26,7 @@ from pathlib import Path
 FIRST_ERRORS = 5
 #: LoadGen's words for a completion of fewer than 2 tokens (use_token_latencies: TPOT divides by n - 1).
 TOKEN_COUNT_ERRORS = ("n_tokens argument missing", "Number of tokens need to be greater than 1")
+_MAYBE_ERROR = re.compile(r'"is_error"\s*:\s*true')
 
 
 def read_errors(detail_log: Path, summary: str = "") -> dict:
@@ -37,7 +38,7 @@ def read_errors(detail_log: Path, summary: str = "") -> dict:
     if detail_log.is_file():
         with open(detail_log, errors="replace") as f:
             for raw in f:
-                if '"is_error": true' not in raw:  # cheap pre-filter; the JSON decides
+                if not _MAYBE_ERROR.search(raw):  # cheap pre-filter; the JSON decides
                     continue
                 i = raw.find(":::MLLOG")
                 try:
