@@ -6,12 +6,20 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError
+from .loadgen.verdict import error_count, is_valid
 from .sweep import fmt
 
-#: (label, path into report.json, higher is better; None: no direction)
+def _perf(fn):
+    """A value computed from report.json's performance part (None where it has none)."""
+    return lambda doc: fn(doc["performance"]) if isinstance(doc.get("performance"), dict) else None
+
+
+#: (label, path into report.json or a function of it, higher is better; None: no direction)
 METRICS = [
     ("scenario", ("performance", "scenario"), None),
-    ("result", ("performance", "valid"), None),
+    ("result", _perf(is_valid), None),
+    ("LoadGen errors", _perf(error_count), False),
+    ("server relaunches", _perf(lambda p: len(p["relaunches"]) if "relaunches" in p else None), False),
     ("tokens/s", ("performance", "tokens_per_second"), True),
     ("samples/s", ("performance", "samples_per_second"), True),
     *[(f"TTFT {q} ms", ("performance", "ttft_ms", q), False) for q in ("p50", "p90", "p99")],
@@ -23,7 +31,9 @@ METRICS = [
 ]
 
 
-def _get(doc: Any, path: tuple) -> Any:
+def _get(doc: Any, path) -> Any:
+    if callable(path):
+        return path(doc) if isinstance(doc, dict) else None
     for p in path:
         if not isinstance(doc, dict):
             return None

@@ -2,10 +2,11 @@
 
 A scenario is judged by different numbers: Offline by throughput; Server and Interactive by TTFT
 and TPOT p99 against their limits (throughput there is fixed by the target QPS, so it is shown,
-never judged); every scenario by validity and accuracy. A night may measure each point several
-times (`--repeats`): the medians are compared, and a change counts only when the two nights'
-ranges (min..max over the repeats) do not overlap *and* the medians differ by more than the
-metric's floor. One repeat has no spread, so only the floor decides; the floors are the noise an
+never judged); every scenario by validity, accuracy and server crashes (a server relaunched
+mid-measurement: the run is measured again and whole, but the crash is news). A night may measure
+each point several times (`--repeats`): the medians are compared, and a change counts only when
+the two nights' ranges (min..max over the repeats) do not overlap *and* the medians differ by more
+than the metric's floor. One repeat has no spread, so only the floor decides; the floors are the noise an
 engineer accepts, the spread is the noise that was measured.
 """
 from __future__ import annotations
@@ -72,7 +73,11 @@ def summarize(rows: list[dict], varied: list[str]) -> dict[str, dict]:
         first = rs[0]
         s = {"point": json.loads(pid), "scenario": first.get("scenario"), "repeats": len(rs),
              "valid": sum(bool(r.get("valid")) for r in rs), "accuracy_passed": sum(bool(r.get("accuracy_passed")) for r in rs),
-             "invalid_reasons": sorted({r["invalid_reason"] for r in rs if r.get("invalid_reason")}), "metrics": {}}
+             "invalid_reasons": sorted({r["invalid_reason"] for r in rs if r.get("invalid_reason")}),
+             # repeats measured without a server crash (a crashed server is relaunched and measured again)
+             "relaunch_free": sum(not r.get("relaunches") for r in rs),
+             "relaunches": sum(r.get("relaunches") or 0 for r in rs),
+             "relaunch_whys": sorted({r["relaunch_why"] for r in rs if r.get("relaunch_why")}), "metrics": {}}
         for m in metrics():
             s["metrics"][m.key] = _spread([r.get(m.key) for r in rs])
             if m.limit:
@@ -132,10 +137,16 @@ def compare(rows: list[dict], prev_rows: list[dict], varied: list[str],
             reasons.append(f"run is INVALID in {n - s['valid']} of {n} repeat(s)" + (f": {why}" if why else ""))
         if s["accuracy_passed"] < n:
             reasons.append(f"accuracy failed in {n - s['accuracy_passed']} of {n} repeat(s)")
+        if s["relaunch_free"] < n:  # a flag like the two above: a crash is news whatever the night before did
+            why = "; ".join(s["relaunch_whys"])
+            reasons.append(f"a server crashed mid-measurement and was relaunched in {n - s['relaunch_free']} of {n} "
+                           f"repeat(s), {s['relaunches']} relaunch(es)" + (f": {why}" if why else ""))
         points.append({"point": s["point"], "scenario": s["scenario"], "repeats": n, "checks": checks,
                        "valid": f"{s['valid']}/{n}", "accuracy_passed": f"{s['accuracy_passed']}/{n}",
+                       "relaunch_free": f"{s['relaunch_free']}/{n}", "relaunches": s["relaunches"],
                        "previous": {"valid": f"{before['valid']}/{before['repeats']}",
-                                    "accuracy_passed": f"{before['accuracy_passed']}/{before['repeats']}"} if before else None,
+                                    "accuracy_passed": f"{before['accuracy_passed']}/{before['repeats']}",
+                                    "relaunch_free": f"{before['relaunch_free']}/{before['repeats']}"} if before else None,
                        "reasons": reasons})
     return points
 
@@ -173,7 +184,10 @@ def render_markdown(doc: dict) -> str:
             verdict = f"**{c['verdict']}**" if c["verdict"] == "regression" else c["verdict"]
             lines.append(f"| {c['label']} | {_value(c['previous'])} | {_value(c['now'])} | {delta} | {head} | {verdict} |")
         prev = p["previous"] or {}
-        for key, label in (("valid", "VALID runs"), ("accuracy_passed", "accuracy PASS")):
+        for key, label in (("valid", "VALID runs"), ("accuracy_passed", "accuracy PASS"),
+                           ("relaunch_free", "runs without a server relaunch")):
+            if key not in p:  # a nightly.json written before relaunches were counted
+                continue
             ok = p[key].split("/")[0] == p[key].split("/")[1]
             lines.append(f"| {label} | {prev.get(key, '-')} | {p[key]} | - | - | {'ok' if ok else '**regression**'} |")
     return "\n".join(lines) + "\n"

@@ -2,7 +2,11 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
+
+from .loadgen.verdict import invalid_reason, is_valid, relaunch_lines
 
 PCTS = ("p50", "p90", "p99")
 
@@ -18,9 +22,13 @@ def build_report(stage_keys: dict[str, str], perf: dict, accuracy: dict, model_n
         "model": model_name,
         "stages": stage_keys,
         "performance": {
-            # LoadGen reports "VALID" / "INVALID"; the report keeps a boolean.
-            "scenario": perf["scenario"], "valid": perf["valid"] in (True, "VALID"),
-            "invalid_reason": perf.get("invalid_reason"),
+            # The run's verdict (harness/loadgen/verdict.py: LoadGen's, failed by any LoadGen error) as a
+            # boolean; LoadGen's own word and its errors beside it.
+            "scenario": perf["scenario"], "valid": is_valid(perf), "invalid_reason": invalid_reason(perf),
+            "loadgen_valid": perf.get("loadgen_valid", perf.get("valid")),
+            "loadgen_errors": perf.get("loadgen_errors") or {"count": perf.get("num_errors") or 0, "first": []},
+            # servers that crashed mid-measurement and were relaunched (tasks/measuring.py)
+            "relaunches": perf.get("relaunches") or [], "measured_attempt": perf.get("measured_attempt"),
             "samples_per_second": perf["samples_per_s"], "tokens_per_second": perf["tokens_per_s"],
             "ttft_ms": _pcts(perf.get("ttft_ms")), "tpot_ms": _pcts(perf.get("tpot_ms")),
             "latency_ms": _pcts(perf.get("latency_ms")), "early_stopping": perf.get("early_stopping"),
@@ -62,13 +70,28 @@ def _fmt(v, spec=".1f") -> str:
     return "-" if v is None else format(v, spec)
 
 
+def _errors(p: dict) -> tuple[int, list[str]]:
+    """LoadGen's error count and its first error lines, each distinct line once with its count."""
+    e = p.get("loadgen_errors") or {}
+    kinds = e.get("kinds") or {}
+    lines = [f"{k} (x{n})" for k, n in kinds.items()] if kinds else list(e.get("first") or [])
+    return int(e.get("count") or 0), lines
+
+
 def render_markdown(report: dict, plots: list[str]) -> str:
     p, a = report["performance"], report["accuracy"]
+    n_err, first = _errors(p)
     lines = [f"# perfdag report: {report['model']}", "",
              f"**{p['scenario']}**: {'VALID' if p['valid'] else 'INVALID'}"
              + (f" ({p['invalid_reason']})" if p.get("invalid_reason") else "")
-             + f"; accuracy **{'PASS' if a['passed'] else 'FAIL'}**", "",
-             "| metric | value |", "|---|---|",
+             + f"; accuracy **{'PASS' if a['passed'] else 'FAIL'}**", ""]
+    if n_err:
+        lines += [f"> **LoadGen logged {n_err} error(s)** (mlperf_log_detail.txt), so the run is INVALID whatever "
+                  f"LoadGen's own verdict ({p.get('loadgen_valid') or '-'}); the first:", ">"]
+        lines += [f"> - `{x}`" for x in first] + [""]
+    for line in relaunch_lines(p):
+        lines += [f"> **Server relaunched mid-measurement**: {line}", ""]
+    lines += ["| metric | value |", "|---|---|",
              f"| samples/s | {_fmt(p['samples_per_second'], '.2f')} |",
              f"| tokens/s | {_fmt(p['tokens_per_second'], '.1f')} |",
              f"| in flight: limit / peak | {_fmt(p.get('max_in_flight'), 'd')} / {_fmt(p.get('peak_in_flight'), 'd')} |"]
@@ -103,12 +126,27 @@ def plot(requests: list[dict], out_dir: Path, title: str, performance: dict | No
     return plot_all(requests, out_dir, title, performance or {})
 
 
-def summary_text(report: dict, report_dir: Path) -> str:
+def color_wanted(stream=None) -> bool:
+    """Red for what went wrong, on a terminal only (and never under NO_COLOR)."""
+    stream = stream or sys.stdout
+    return "NO_COLOR" not in os.environ and hasattr(stream, "isatty") and stream.isatty()
+
+
+def _red(text: str, color: bool) -> str:
+    return f"\033[31m{text}\033[0m" if color else text
+
+
+def summary_text(report: dict, report_dir: Path, color: bool = False) -> str:
     p, a = report["performance"], report["accuracy"]
+    n_err, first = _errors(p)
+    verdict = "VALID" if p["valid"] else _red("INVALID", color)
     return "\n".join([
         "",
         f"perfdag FullRun: {report['model']}, {p['scenario']}",
-        f"  result     {'VALID' if p['valid'] else 'INVALID'}" + (f" ({p['invalid_reason']})" if p.get("invalid_reason") else ""),
+        f"  result     {verdict}" + (f" ({p['invalid_reason']})" if p.get("invalid_reason") else ""),
+        *([_red(f"  ERRORS     LoadGen logged {n_err} error(s) (LoadGen's own verdict: {p.get('loadgen_valid') or '-'});"
+                " the first:", color)] + [f"               {x}" for x in first] if n_err else []),
+        *[_red(f"  RELAUNCH   {line}", color) for line in relaunch_lines(p)],
         f"  throughput {_fmt(p['samples_per_second'], '.2f')} samples/s, {_fmt(p['tokens_per_second'], '.1f')} tokens/s",
         f"  in flight  limit {_fmt(p.get('max_in_flight'), 'd')}, peak {_fmt(p.get('peak_in_flight'), 'd')}",
         *([f"  WARNING    client-bound: {p['client_bound_reason']}"] if p.get("client_bound") else []),

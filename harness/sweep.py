@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .errors import InputError
+from .loadgen.verdict import error_count, invalid_reason, is_valid
 
 
 class SweepError(InputError):
@@ -127,9 +128,12 @@ def row(point: dict[str, Any], report: dict, resolved: dict[str, Any] | None = N
     p, a = report["performance"], report["accuracy"]
     return {**point, **(resolved or {}), "scenario": p["scenario"],
             "tokens_per_s": p["tokens_per_second"], "samples_per_s": p["samples_per_second"],
-            "ttft_p99_ms": p["ttft_ms"]["p99"], "tpot_p99_ms": p["tpot_ms"]["p99"], "valid": p["valid"],
+            "ttft_p99_ms": p["ttft_ms"]["p99"], "tpot_p99_ms": p["tpot_ms"]["p99"], "valid": is_valid(p),
             "ttft_limit_ms": p.get("ttft_limit_ms"), "tpot_limit_ms": p.get("tpot_limit_ms"),
-            "invalid_reason": p.get("invalid_reason"), "accuracy_passed": a["passed"],
+            "invalid_reason": invalid_reason(p), "loadgen_errors": error_count(p),
+            "relaunches": len(p.get("relaunches") or ()),
+            "relaunch_why": "; ".join(r.get("why") or "" for r in p.get("relaunches") or ()) or None,
+            "accuracy_passed": a["passed"],
             "fullrun_key": report["stages"]["FullRun"][:16]}
 
 
@@ -181,7 +185,8 @@ def fmt(v: Any) -> str:
 
 def table(varied: list[str], rows: list[dict]) -> tuple[list[str], list[list[str]], list[str]]:
     """(header, cells, notes): the varied parameters ('-' where one does not apply to the row's
-    scenario), then what was measured; an INVALID row's reason goes to a numbered note."""
+    scenario), then what was measured; an INVALID row's reason and a server relaunch go to numbered
+    notes."""
     streaming = any(r.get("scenario") in STREAMING for r in rows)
     metrics = [("tokens/s", "tokens_per_s"), ("samples/s", "samples_per_s")]
     metrics += [("TTFT p99 ms", "ttft_p99_ms"), ("TPOT p99 ms", "tpot_p99_ms")] if streaming else []
@@ -193,6 +198,9 @@ def table(varied: list[str], rows: list[dict]) -> tuple[list[str], list[list[str
         result = "VALID" if r.get("valid") else "INVALID"
         if not r.get("valid") and r.get("invalid_reason"):
             notes.append(r["invalid_reason"])
+            result += f" [{len(notes)}]"
+        if r.get("relaunches"):  # a whole measurement on relaunched servers: valid, and worth knowing
+            notes.append(f"server relaunched {r['relaunches']} time(s) mid-measurement: {r.get('relaunch_why') or '?'}")
             result += f" [{len(notes)}]"
         cells.append(([fmt(r.get("scenario"))] if scenario_varied else [])
                      + [fmt(r.get(k)) if applies(k, r) else "-" for k in params]

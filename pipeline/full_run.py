@@ -10,6 +10,7 @@ from pathlib import Path
 
 import luigi
 
+from harness.loadgen.verdict import is_valid
 from tasks import CheckAccuracy, LaunchServers, RunLoadgen
 from tasks.base import STAGE_ORDER, StageTask, log, register
 from tasks.lifecycle import note_result, release_servers
@@ -32,7 +33,7 @@ class FullRun(StageTask):
         return {"performance": self.clone(RunLoadgen), "accuracy": self.clone(CheckAccuracy)}
 
     def code(self):  # the report, its plots and stats, and the request log they read
-        return ("harness.report", "harness.plots", "harness.loadgen.results")
+        return ("harness.report", "harness.plots", "harness.loadgen.results", "harness.loadgen.verdict")
 
     def stage_keys(self) -> dict[str, str]:
         keys, todo = {}, [self]
@@ -78,9 +79,9 @@ class FullRun(StageTask):
         """The report's summary, and why these settings could not be submitted (a VALID 20 s run is
         VALID to LoadGen, not to MLPerf's checker)."""
         from harness.mlperf.readiness import submission_warnings
-        from harness.report import summary_text
+        from harness.report import color_wanted, summary_text
 
-        text = summary_text(r, self.artifact_dir)
+        text = summary_text(r, self.artifact_dir, color=color_wanted())
         warnings = submission_warnings(self.params)
         if warnings:
             text = text.rstrip("\n") + "\n  not submittable:\n" + "".join(f"    - {w}\n" for w in warnings)
@@ -98,7 +99,7 @@ class FullRun(StageTask):
         latency = (f", TTFT p99 {fmt(p['ttft_ms']['p99'])} ms, TPOT p99 {fmt(p['tpot_ms']['p99'])} ms"
                    if p["ttft_ms"].get("p99") is not None else "")
         log.info("sweep point %s (%s): %s, %s tokens/s%s, accuracy %s", self.point_label or self.key[:16], how,
-                 "VALID" if p["valid"] else "INVALID", fmt(p["tokens_per_second"]), latency,
+                 "VALID" if is_valid(p) else "INVALID", fmt(p["tokens_per_second"]), latency,
                  "PASS" if a["passed"] else "FAIL")
 
     def _note(self, persist: bool) -> None:
@@ -106,7 +107,7 @@ class FullRun(StageTask):
             self._point_progress("cached")
             return
         r = self.report()
-        note_result(self.task_id, valid=r["performance"]["valid"], accuracy=r["accuracy"]["passed"],
+        note_result(self.task_id, valid=is_valid(r["performance"]), accuracy=r["accuracy"]["passed"],
                     summary=self.summary(r), persist=persist)
 
     def is_done(self) -> bool:
@@ -122,6 +123,6 @@ class FullRun(StageTask):
             return
         r = self.report()
         print(self.summary(r), flush=True)  # now, above the server release line
-        note_result(self.task_id, valid=r["performance"]["valid"], accuracy=r["accuracy"]["passed"])
+        note_result(self.task_id, valid=is_valid(r["performance"]), accuracy=r["accuracy"]["passed"])
         release_servers([self.clone(LaunchServers).key[:16]], keep=self.keep_servers,
                         why="FullRun done; --keep-servers keeps them")

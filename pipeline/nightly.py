@@ -98,7 +98,8 @@ class Nightly(luigi.Task):
         regressions = [{"point": p["point"], "reasons": p["reasons"]} for p in points if p["reasons"]]
         doc = {"date": self.date.isoformat(), "sweep": self.sweep, "compared_with": prev["date"] if prev else None,
                "repeats": max(1, self.repeats), "floors": floors, "max_drop": self.max_drop,
-               "regressions": regressions, "points": points, "rows": rows, "varied": varied}
+               "regressions": regressions, "relaunches": sum(p.get("relaunches") or 0 for p in points),
+               "points": points, "rows": rows, "varied": varied}
         out = self.night_dir(self.date.isoformat())
         out.mkdir(parents=True, exist_ok=True)
         (out / "nightly.md").write_text(nightly.render_markdown(doc))
@@ -122,6 +123,8 @@ class Nightly(luigi.Task):
                       doc["compared_with"] or "nothing (first night)", lines)
         md = self.night_dir(doc["date"]) / "nightly.md"
         verdict = f"{len(regressions)} regression(s)" if regressions else "no regressions"
+        if doc.get("relaunches"):  # also among the regressions' reasons (harness/nightly.py)
+            verdict += f", {doc['relaunches']} server relaunch(es) after a crash"
         summary = (f"\nperfdag Nightly {doc['date']} vs {doc['compared_with'] or 'nothing (first night)'}: "
                    f"{verdict}\n  report     {md}\n")
         note_result(self.task_id, regression=bool(regressions), summary=summary, persist=not quiet)

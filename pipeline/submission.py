@@ -20,6 +20,7 @@ import luigi
 from harness.config import ParamsError
 from harness.config.schema import SCENARIOS
 from harness.errors import InputError, PerfdagError
+from harness.loadgen.verdict import error_count, invalid_reason, is_valid
 from tasks import CheckAccuracy, LaunchServers, RunAccuracy, RunLoadgen, RunTest06, RunTest07, RunTest09
 from tasks.base import StageTask, log
 from tasks.lifecycle import note_result, release_servers
@@ -76,7 +77,7 @@ class Submission(StageTask):  # not in STAGES: one tree over several scenarios
                 "perfdag_commit": _git(["rev-parse", "HEAD"])}
 
     def code(self):
-        return ("harness.mlperf.submission", "harness.system_desc")
+        return ("harness.mlperf.submission", "harness.system_desc", "harness.loadgen.verdict")
 
     def scenario_tasks(self, scenario: str) -> dict[str, StageTask]:
         from harness.mlperf.submission import compliance_tests, needs_test06
@@ -119,7 +120,8 @@ class Submission(StageTask):  # not in STAGES: one tree over several scenarios
                                      compliance={k.upper(): t[k].artifact_dir for k in ("test07", "test09") if k in t},
                                      extra={"required": tuple(m for m in acc.get("required", ())
                                                               if m in acc["scores"]) or None}))
-            verdicts[s] = {"valid": perf.get("valid") == "VALID", "invalid_reason": perf.get("invalid_reason"),
+            verdicts[s] = {"valid": is_valid(perf), "invalid_reason": invalid_reason(perf),
+                           "loadgen_errors": error_count(perf), "relaunches": len(perf.get("relaunches") or ()),
                            "tokens_per_s": perf.get("tokens_per_s"), "accuracy_passed": acc["passed"],
                            "accuracy_why": acc.get("why"), "accuracy_samples": acc.get("samples"),
                            "test06_passed": None if t06 is None else t06["passed"],
@@ -161,6 +163,7 @@ class Submission(StageTask):  # not in STAGES: one tree over several scenarios
             t06 += "".join(f"  {k[:6].upper()} {'PASS' if v[k] else 'FAIL'}" for k in ("test07_passed", "test09_passed")
                            if v.get(k) is not None)
             why = f" ({v['invalid_reason']})" if v.get("invalid_reason") else ""
+            why += f" [server relaunched {v['relaunches']} time(s) mid-measurement]" if v.get("relaunches") else ""
             tps = "-" if v["tokens_per_s"] is None else f"{v['tokens_per_s']:.1f}"
             lines.append(f"  {s:<11} {'VALID' if v['valid'] else 'INVALID'}{why}  {tps} tokens/s  accuracy "
                          f"{'PASS' if v['accuracy_passed'] else 'FAIL'} ({v['accuracy_samples']} samples){t06}")

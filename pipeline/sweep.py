@@ -90,7 +90,7 @@ class Sweep(StageTask):  # not in STAGES: it takes a sweep file, not one params 
         return {"sweep": self.definition.model_dump(mode="json")}
 
     def code(self):
-        return ("harness.sweep",)  # the tables and plots
+        return ("harness.sweep", "harness.loadgen.verdict")  # the tables and plots, the verdict in its rows
 
     def upstream(self):
         n = len(self.points)

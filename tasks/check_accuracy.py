@@ -45,12 +45,13 @@ class CheckAccuracy(StageTask):
     def code(self):
         from harness.codehash import package_modules
 
-        return package_modules(SCORER_MODULES)
+        return package_modules(SCORER_MODULES) + ("harness.loadgen.verdict",)
 
     def build(self, out_dir: Path) -> dict:
         from transformers import AutoTokenizer
 
         from harness.config.rules import uses_mlperf_gates
+        from harness.loadgen.verdict import errors_reason, read_errors
         from harness.mlperf.evaluate import evaluate
 
         p, up = self.params, self.upstream()
@@ -58,6 +59,8 @@ class CheckAccuracy(StageTask):
         samples = read_samples(up["dataset"].artifact_dir, ds)
         tok = AutoTokenizer.from_pretrained(str(tokenizer_dir(up["dataset"].artifact_dir, ds)))
         a = p.accuracy
+        # MLCommons' checker fails an accuracy log whose run logged LoadGen errors (verdict.py), whatever it scores
+        errors = read_errors(up["log"].artifact_dir / "mlperf_log_detail.txt")
         doc = evaluate(up["log"].artifact_dir / "mlperf_log_accuracy.json", samples, tok,
                        benchmark=p.loadgen.mlperf_model, round_=p.loadgen.round, target=a.target,
                        tolerance=a.tokens_per_sample_tolerance,
@@ -66,7 +69,8 @@ class CheckAccuracy(StageTask):
                        allow_network=a.allow_code_network, out_dir=out_dir,
                        reference_source=ds.get("reference_source"),
                        livecodebench_problems=a.livecodebench_problems,
-                       livecodebench_timeout_s=a.livecodebench_timeout_s)
+                       livecodebench_timeout_s=a.livecodebench_timeout_s,
+                       log_problems=[errors_reason(errors) + " in the accuracy run"] if errors["count"] else [])
         shown = "  ".join(f"{k} {v:.4g}" for k, v in doc["scores"].items() if k in doc["required"])
         log.info("CheckAccuracy: %s (%s; target %.3f)%s", "PASS" if doc["passed"] else "FAIL", shown,
                  doc["target"], "" if doc["passed"] else f": {doc['why']}")

@@ -16,6 +16,7 @@ SUT_CODE = ("harness.measure", "harness.loadgen", "harness.loadgen.runner", "har
             "harness.loadgen.messages", "harness.loadgen.cores", "harness.loadgen.cores.base",
             "harness.loadgen.openai_api", "harness.loadgen.usage", "harness.loadgen.progress",
             "harness.loadgen.cores.aioloop",
+            "harness.loadgen.verdict",  # result.json's verdict (LoadGen errors) and its relaunch record
             ) + package_modules(("harness.mlperf.benchmarks",))  # latency limits, LoadGen names: user.conf
 CORE_CODE = {"triton-grpc": ("harness.loadgen.cores.triton_grpc", "harness.serving.contract"),
              "openai-http": ("harness.loadgen.cores.openai_http", "harness.serving.sse", "harness.serving.openai_client")}
@@ -61,8 +62,12 @@ class MeasuringStage(StageTask):
     def build_with_retries(self, out_dir):
         """A server that crashes mid-measurement (tritonserver 2.51 on CPU segfaults now and then under
         load) is relaunched and the measurement started over from nothing, harness.server_relaunches
-        times at most; the crashed attempt's files are kept and run.json records the relaunch."""
+        times at most; the crashed attempt's files are kept, and run.json and the result (result.json
+        and the stage's output: `relaunches`, `measured_attempt`) record each relaunch."""
+        from datetime import datetime, timezone
+
         from harness.errors import MeasurementError
+        from harness.loadgen.verdict import record_relaunches, relaunch_entry
         from harness.serving.launcher import gone_servers
 
         from . import slurm_serve
@@ -70,9 +75,10 @@ class MeasuringStage(StageTask):
         servers = self.upstream()["servers"]
         if slurm_serve.allocation_of(servers.servers()):  # a step inside the servers' allocation: the
             return self.build(out_dir)                    # worker relaunches them in a new one (slurm_serve)
+        relaunches: list[dict] = []
         for attempt in range(1, self.params.harness.server_relaunches + 2):
             try:
-                return self.build(out_dir)
+                doc = self.build(out_dir)
             except MeasurementError as exc:
                 gone = gone_servers(servers.servers(), servers.artifact_dir)
                 if not gone:
@@ -82,15 +88,20 @@ class MeasuringStage(StageTask):
                                 f"harness.server_relaunches={self.params.harness.server_relaunches}); a rerun "
                                 "relaunches it",)
                     raise
+                at = datetime.now(timezone.utc).isoformat(timespec="seconds")
                 kept = keep_attempt(self, out_dir, f"-crash{attempt}")
                 log.warning("%s %s: %s mid-measurement; relaunching it and measuring again from the start "
                             "(%d of harness.server_relaunches=%d; the crashed attempt's files: %s)",
                             self.stage, self.key[:16], "; ".join(gone), attempt,
                             self.params.harness.server_relaunches, kept)
+                error = str(exc).splitlines()[0][:500]
                 runlog.record_relaunch(self.store.root, {"stage": self.stage, "key": self.key, "servers": gone,
-                                                         "error": str(exc).splitlines()[0][:500],
-                                                         "kept": str(kept) if kept else None})
+                                                         "error": error, "kept": str(kept) if kept else None})
+                relaunches.append(relaunch_entry(at, attempt, gone, error, str(kept) if kept else None))
                 servers.relaunch()
+                continue
+            record_relaunches(out_dir, doc, relaunches, attempt)
+            return doc
         raise AssertionError("unreachable")
 
     def evidence(self, dest):

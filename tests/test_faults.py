@@ -217,26 +217,7 @@ def test_a_server_killed_mid_run_fails_the_run_clearly_and_the_rerun_relaunches(
     assert_no_orphans(root)
 
 
-def test_a_server_crashing_mid_measurement_is_relaunched_and_measured_again(root):
-    # Relaunches to spare: tritonserver 2.51 on CPU may also crash for real on a loaded machine.
-    run = Run(root, "FullRun", "--overrides", FAULT + ",loadgen.min_duration_ms=6000,harness.server_relaunches=4")
-    run.wait_building("RunLoadgen")
-    (victim,) = tritonservers_under(root)
-    time.sleep(2)
-    os.kill(victim, signal.SIGSEGV)  # tritonserver's handler logs "Signal (11) received." as in a real crash
-    rc = run.finish()
-    assert rc in VERDICT, run.text[-3000:]
-    assert f"server 0 (pid {victim}) crashed (SIGSEGV" in run.text and "measuring again from the start" in run.text
-    record = run_records(root)[-1]
-    relaunch = record["server_relaunches"][0]  # the one we caused (any later one: a real crash)
-    assert relaunch["stage"] == "RunLoadgen" and str(victim) in relaunch["servers"][0] and "failed" not in record
-    kept = Path(relaunch["kept"])  # the crashed attempt's files, beside the run's record
-    assert (kept / "harness.log").is_file() and list(kept.glob("server0-*.tail"))
-    assert not tritonservers_under(root)  # FullRun stopped the relaunched server too
-    (measured,) = [json.loads(f.read_text()) for f in root.glob("RunLoadgen/*/manifest.json")]
-    assert measured["result"]["valid"] == "VALID"  # a whole run on the relaunched server
-    assert statuses(record)["LaunchServers"] == "built" and statuses(record)["RunAccuracy"] == "built"
-    assert_no_orphans(root)
+# A server crashing mid-measurement, relaunched, measured again and recorded: tests/test_adv_results.py.
 
 
 # --- concurrent runs sharing servers --------------------------------------------------------------

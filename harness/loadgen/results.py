@@ -11,6 +11,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .verdict import errors_reason, read_errors, run_validity
+
 
 def read_mllog(path: Path) -> dict[str, Any]:
     values: dict[str, Any] = {}
@@ -51,10 +53,11 @@ def parse_summary(out_dir: str | os.PathLike) -> dict:
     """Parse LoadGen's ``mlperf_log_detail.txt`` (falling back to ``mlperf_log_summary.txt``)
     in ``out_dir`` into ``result.json``'s LoadGen part.
 
-    Keys: scenario, mode, valid ("VALID"/"INVALID"/None in accuracy runs), invalid_reason,
-    samples_per_s, tokens_per_s, latency_ms / ttft_ms / tpot_ms ({p50, p90, p95, p97, p99,
-    p99_9, mean}; ttft/tpot None where LoadGen measured none), early_stopping ({met, ttft,
-    tpot}), min_duration_met, min_queries_met, perf_constraints_met, query_count,
+    Keys: scenario, mode, valid ("VALID"/"INVALID"/None in accuracy runs; INVALID wherever LoadGen
+    logged an error, verdict.py), loadgen_valid (LoadGen's own "Result is"), invalid_reason(s),
+    loadgen_errors ({count, first, kinds}), samples_per_s, tokens_per_s, latency_ms / ttft_ms /
+    tpot_ms ({p50, p90, p95, p97, p99, p99_9, mean}; ttft/tpot None where LoadGen measured none),
+    early_stopping ({met, ttft, tpot}), min_duration_met, min_queries_met, perf_constraints_met, query_count,
     target_qps, ttft_constraint_ms, tpot_constraint_ms, num_errors, warnings, loadgen_version.
     """
     out = Path(out_dir)
@@ -76,6 +79,10 @@ def parse_summary(out_dir: str | os.PathLike) -> dict:
     if valid is None:
         m = _summary_field(summ, "Result is")
         valid = m or None
+    errors = read_errors(out / "mlperf_log_detail.txt", summ)
+    reasons = invalid_reasons(d, scenario)
+    if errors["count"]:  # first: LoadGen's own verdict may well say VALID
+        reasons.insert(0, errors_reason(errors))
     latency = _percentiles_ms(d, "result_{p}_percentile_latency_ns") or {}
     if d.get("result_mean_latency_ns") is not None:
         latency["mean"] = _ns_to_ms(d["result_mean_latency_ns"])
@@ -94,9 +101,11 @@ def parse_summary(out_dir: str | os.PathLike) -> dict:
     result = {
         "scenario": scenario,
         "mode": mode,
-        "valid": valid,
-        "invalid_reason": "; ".join(invalid_reasons(d, scenario)) or None,
-        "invalid_reasons": invalid_reasons(d, scenario),
+        "valid": run_validity(valid, errors),
+        "loadgen_valid": valid,
+        "invalid_reason": "; ".join(reasons) or None,
+        "invalid_reasons": reasons,
+        "loadgen_errors": errors,
         "samples_per_s": _float(sps),
         "tokens_per_s": _float(tps),
         "latency_ms": latency or None,

@@ -121,9 +121,10 @@ def evaluate(log_path: str | os.PathLike, samples: Sequence, tokenizer, *, bench
              code_workers: int = 2, code_timeout_s: float = 20.0, allow_network: bool = False,
              out_dir: str | os.PathLike | None = None, reference_source: str | None = None,
              livecodebench_problems: str | os.PathLike | None = None, livecodebench_timeout_s: float | None = None,
-             problems_field: str | None = None) -> dict:
+             problems_field: str | None = None, log_problems: Sequence[str] = ()) -> dict:
     """Score `log_path` with the benchmark's scorer, judge it, and (with `out_dir`) write
-    accuracy.json and the scorer's per-row detail. Returns the accuracy document."""
+    accuracy.json and the scorer's per-row detail. Returns the accuracy document. `log_problems`:
+    why the log fails whatever it scores (LoadGen errors in its run), first among the reasons."""
     bench = benchmarks.get(benchmark)
     entries = read_log_entries(log_path)
     frame = samples_frame(samples, bench)
@@ -166,10 +167,10 @@ def evaluate(log_path: str | os.PathLike, samples: Sequence, tokenizer, *, bench
                 gates[k] = {"min": float("nan"), "max": None, "reference": float("nan")}
         source = f"{reference_source or 'the references'}, scored against themselves by {bench.name}'s scorer"
     verdict = check_gates(metrics_only(scores), gates)
-    reasons = failure_reasons(verdict) if not verdict["passed"] else []
+    reasons = [*log_problems, *(failure_reasons(verdict) if not verdict["passed"] else [])]
     doc = {"benchmark": bench.name, "round": round_, "scores": metrics_only(scores), "reference_scores": refs,
            "reference_source": source, "target": target, "tokens_per_sample_tolerance": tolerance,
-           "samples": len({int(e["qsl_idx"]) for e in entries}), "passed": bool(verdict["passed"]),
+           "samples": len({int(e["qsl_idx"]) for e in entries}), "passed": bool(verdict["passed"]) and not log_problems,
            "why": "; ".join(reasons) or None, "check": verdict,
            "required": [m.name for m in bench.metrics]}
     if out_dir is not None:

@@ -1,7 +1,7 @@
 """A zero-cost OpenAI-compatible server: what a client core and the harness cost, measured alone.
 
     python -m harness.serving.echo_openai --port 8000 [--token-delay-ms 0] [--token-ids]
-                                          [--tokens-per-chunk 1] [--cache]
+                                          [--tokens-per-chunk 1] [--cache] [--eos-id N]
 
 `GET /health` answers 200; `POST /v1/completions` streams `max_tokens` events (SSE over chunked
 HTTP/1.1, keep-alive), one token each: token k of a prompt p is (p[k % len(p)] + 1) % 32000 (the
@@ -10,7 +10,8 @@ echo Triton model's rule), as `token_ids` when asked (`return_token_ids` / `deto
 `data: [DONE]`. For benches and tests of the HTTP path only; no model behind it.
 `--tokens-per-chunk k` puts k tokens in each event (a server with a stream interval);
 `--cache` answers a repeated request with its encoded stream written at once, so the server
-costs almost nothing per token and the client is what limits (client-bound tests).
+costs almost nothing per token and the client is what limits (client-bound tests). `--eos-id N`
+stops a completion at its first token N, which `token_ids` include and the text leaves out (vLLM).
 """
 from __future__ import annotations
 
@@ -19,9 +20,18 @@ import asyncio
 import json
 
 
-def echo_tokens(prompt, n: int) -> list[int]:
+def echo_tokens(prompt, n: int, eos_id: int | None = None) -> list[int]:
+    """The tokens answered; with `eos_id`, up to and including the first end token (vLLM returns it in
+    `token_ids` and stops; the text leaves it out)."""
     ids = [int(x) for x in prompt] if isinstance(prompt, list) else [ord(c) for c in str(prompt)] or [0]
-    return [(ids[k % len(ids)] + 1) % 32000 for k in range(int(n))]
+    out = [(ids[k % len(ids)] + 1) % 32000 for k in range(int(n))]
+    if eos_id is not None and eos_id in out:
+        out = out[:out.index(eos_id) + 1]
+    return out
+
+
+def _text(toks: list[int], eos_id: int | None) -> str:
+    return "".join(f" t{t}" for t in toks if t != eos_id)
 
 
 async def _read_request(reader) -> tuple[str, str, bytes] | None:
@@ -45,10 +55,11 @@ def _head(status: str, extra: str) -> bytes:
 
 
 async def _complete(writer, body: dict, args) -> None:
-    toks = echo_tokens(body.get("prompt", ""), body.get("max_tokens", 16))
+    toks = echo_tokens(body.get("prompt", ""), body.get("max_tokens", 16), args.eos_id)
     ids = args.token_ids or body.get("return_token_ids") or body.get("detokenize") is False
+    finish = "stop" if args.eos_id is not None and toks and toks[-1] == args.eos_id else "length"
     if not body.get("stream"):
-        doc = {"choices": [{"index": 0, "text": "".join(f" t{t}" for t in toks), "finish_reason": "length",
+        doc = {"choices": [{"index": 0, "text": _text(toks, args.eos_id), "finish_reason": finish,
                             **({"token_ids": toks} if ids else {})}],
                "usage": {"completion_tokens": len(toks)}}
         payload = json.dumps(doc).encode()
@@ -66,12 +77,12 @@ async def _complete(writer, body: dict, args) -> None:
         if args.token_delay_ms:
             await asyncio.sleep(args.token_delay_ms * (len(toks[i:i + k])) / 1000)
         part = toks[i:i + k]
-        choice = {"index": 0, "text": "".join(f" t{t}" for t in part), **({"token_ids": part} if ids else {})}
+        choice = {"index": 0, "text": _text(part, args.eos_id), **({"token_ids": part} if ids else {})}
         parts.append(_chunk(json.dumps({"choices": [choice]})))
         writer.write(parts[-1])
         if i // k % 8 == 7:
             await writer.drain()
-    end = {"choices": [{"index": 0, "text": "", "finish_reason": "length"}], "usage": {"completion_tokens": len(toks)}}
+    end = {"choices": [{"index": 0, "text": "", "finish_reason": finish}], "usage": {"completion_tokens": len(toks)}}
     tail = _chunk(json.dumps(end)) + _chunk("[DONE]") + b"0\r\n\r\n"
     writer.write(tail)
     if key is not None:
@@ -111,6 +122,7 @@ def main() -> None:
     ap.add_argument("--token-ids", action="store_true", help="always return token_ids")
     ap.add_argument("--tokens-per-chunk", type=int, default=1, help="tokens per SSE event")
     ap.add_argument("--cache", action="store_true", help="repeat a repeated request's encoded stream at once")
+    ap.add_argument("--eos-id", type=int, default=None, help="stop at this token, included in token_ids (as vLLM)")
     args = ap.parse_args()
 
     async def run():
