@@ -101,6 +101,9 @@ class StageTask(luigi.Task):
     # (a Triton repository names its engine, servers run on a repository, a score is of a log) and is
     # missing while one is gone; the next run rebuilds the chain from there.
     self_contained: ClassVar[bool] = False
+    # A published artifact whose own files are corrupt is moved aside as evidence before it is rebuilt;
+    # one that is runtime state (LaunchServers: live servers' records) is replaced as usual.
+    moves_aside: ClassVar[bool] = True
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -217,16 +220,38 @@ class StageTask(luigi.Task):
             out += [w for w in why if w not in out]
         return out
 
+    def own_problems(self, manifest: dict, full: bool = False) -> list[str]:
+        """How this artifact's own files (and what it serves from outside the root, see PrepareModel)
+        differ from what was published, each prefixed with the artifact (empty: intact)."""
+        return [f"{self.stage} {self.key[:16]}: {p}" for p in
+                self.store.problems(self.stage, self.key, manifest, full=full)]
+
+    def lineage(self) -> dict[str, tuple["StageTask", dict]]:
+        """{"<Stage>/<key16>": (task, manifest)} of the published artifacts this one's content rests on:
+        its upstreams, and theirs wherever one uses its upstream's files at run time (a measurement
+        rests on its servers, their repository and the engine they serve)."""
+        out: dict[str, tuple[StageTask, dict]] = {}
+        for up in self.upstream().values():
+            um = up.manifest()
+            if um is None:  # gone: missing_upstream decides whether that matters
+                continue
+            out[f"{up.stage}/{up.key[:16]}"] = (up, um)
+            if not up.stands_alone(um):
+                out.update(up.lineage())
+        return out
+
     def trust_problems(self, manifest: dict, fresh: bool = False) -> list[str]:
         """Why this published artifact must not be reused (empty: it is what was published, and so is
-        everything it was made from that it still relies on). Files: size and mtime, re-hashed when
-        moved or under --verify; a self-contained artifact answers for its own files only.
-        Memoised per process; `fresh` looks again (an upstream may have been rebuilt since)."""
+        everything it was made from that it still relies on). Files: size, mtime, ctime and inode,
+        re-hashed when moved or under --verify; a self-contained artifact answers for its own files
+        only. Every artifact its content rests on (`lineage`) must hold the content it was made from:
+        an engine rebuilt with other bytes invalidates what was measured on the old one, even once its
+        repository has been refilled. Memoised per process; `fresh` looks again (an upstream may have
+        been rebuilt since)."""
         memo = (self.stage, self.key, manifest.get("finished_at"), self.full_verify)
         if memo in _TRUST_MEMO and not fresh:
             return _TRUST_MEMO[memo]
-        out = [f"{self.stage} {self.key[:16]}: {p}" for p in
-               self.store.problems(self.stage, self.key, manifest, full=self.full_verify)]
+        out = self.own_problems(manifest, full=self.full_verify)
         recorded = manifest.get("upstream_content") or {}
         built_then = manifest.get("upstream_built") or {}
         alone = self.stands_alone(manifest)
@@ -238,8 +263,37 @@ class StageTask(luigi.Task):
                 out += [p for p in up.trust_problems(um, fresh) if p not in out]
             if recorded.get(name) and um.get("content_digest") != recorded[name]:
                 out.append(_other_content(up, um, self, built_then.get(name)))
+        made_from = manifest.get("made_from")
+        if isinstance(made_from, dict) and made_from:
+            for ident, (up, um) in self.lineage().items():
+                then = made_from.get(ident)
+                if isinstance(then, dict) and um.get("content_digest") != then.get("content_digest"):
+                    why = _other_content(up, um, self, then.get("finished_at"))
+                    out += [why] if why not in out else []
         _TRUST_MEMO[memo] = out
         return out
+
+    def move_aside(self, manifest: dict, problems: list[str]) -> Path | None:
+        """Under the key's lock: a published artifact whose own files are not what was published moves
+        to runs/<id>/corrupt/<Stage>-<key16>/ (evidence; `gc` ages it out), so it is rebuilt, not reused
+        and not deleted. None when it was rebuilt meanwhile, or is runtime state (`moves_aside`)."""
+        if not self.moves_aside:
+            return None
+        dest = runlog.run_file(self.store.root).parent / "corrupt" / f"{self.stage}-{self.key[:16]}"
+        try:
+            where = self.store.move_aside(self.stage, self.key, dest, manifest.get("finished_at"))
+        except OSError as e:  # e.g. runs/ on another filesystem: the build replaces it as before
+            log.warning("%s %s: could not move the corrupt artifact aside: %s", self.stage, self.key[:16], e)
+            return None
+        if where is not None:
+            try:  # says why beside the evidence (and dates it: gc ages it out from now)
+                (where / "corrupt.txt").write_text("\n".join(problems) + "\n")
+            except OSError:
+                pass
+            runlog.record_corrupt(self.store.root, self.stage, self.key, problems, str(where))
+            log.warning("%s %s: not what was published, moved aside to %s; it will be rebuilt:\n  %s",
+                        self.stage, self.key[:16], where, "\n  ".join(problems))
+        return where
 
     # --- luigi -----------------------------------------------------------------------
     def requires(self):
@@ -284,8 +338,10 @@ class StageTask(luigi.Task):
         for name, up in self.upstream().items():
             um = up.manifest() or {}
             upstream_content[name], upstream_built[name] = um.get("content_digest"), um.get("finished_at")
+        made_from = {ident: {"content_digest": um.get("content_digest"), "finished_at": um.get("finished_at")}
+                     for ident, (_, um) in self.lineage().items()}
         base = {**self.key_doc, "schema_version": self.schema_version, "upstream_content": upstream_content,
-                "upstream_built": upstream_built,
+                "upstream_built": upstream_built, "made_from": made_from,
                 "run_id": runlog.current_run_id(), "resolved_params": self.params.model_dump(mode="json")}
 
         def reusable(m: dict) -> bool:
@@ -296,7 +352,9 @@ class StageTask(luigi.Task):
                 return False
             problems = self.trust_problems(m, fresh=True)
             if problems:
-                _warn_once(self, problems)
+                own = self.own_problems(m, full=self.full_verify)
+                if not (own and self.move_aside(m, own)):
+                    _warn_once(self, problems)
                 return False
             return self.usable(m)
 
