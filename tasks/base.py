@@ -25,7 +25,7 @@ from harness.errors import InputError
 from harness.hashing import stage_key
 from harness.store import ArtifactStore
 
-from . import lifecycle, runlog, slurm_exec
+from . import lifecycle, runlog, slurm_exec, trust
 from .settings import DEFAULT_PARAMS, artifacts_root, params_path, signing_key
 
 log = logging.getLogger("perfdag")
@@ -226,28 +226,12 @@ class StageTask(luigi.Task):
         return [f"{self.stage} {self.key[:16]}: {p}" for p in
                 self.store.problems(self.stage, self.key, manifest, full=full)]
 
-    def lineage(self) -> dict[str, tuple["StageTask", dict]]:
-        """{"<Stage>/<key16>": (task, manifest)} of the published artifacts this one's content rests on:
-        its upstreams, and theirs wherever one uses its upstream's files at run time (a measurement
-        rests on its servers, their repository and the engine they serve)."""
-        out: dict[str, tuple[StageTask, dict]] = {}
-        for up in self.upstream().values():
-            um = up.manifest()
-            if um is None:  # gone: missing_upstream decides whether that matters
-                continue
-            out[f"{up.stage}/{up.key[:16]}"] = (up, um)
-            if not up.stands_alone(um):
-                out.update(up.lineage())
-        return out
-
     def trust_problems(self, manifest: dict, fresh: bool = False) -> list[str]:
         """Why this published artifact must not be reused (empty: it is what was published, and so is
         everything it was made from that it still relies on). Files: size, mtime, ctime and inode,
         re-hashed when moved or under --verify; a self-contained artifact answers for its own files
-        only. Every artifact its content rests on (`lineage`) must hold the content it was made from:
-        an engine rebuilt with other bytes invalidates what was measured on the old one, even once its
-        repository has been refilled. Memoised per process; `fresh` looks again (an upstream may have
-        been rebuilt since)."""
+        only, and every artifact its content rests on must hold what it was made from (tasks/trust.py).
+        Memoised per process; `fresh` looks again (an upstream may have been rebuilt since)."""
         memo = (self.stage, self.key, manifest.get("finished_at"), self.full_verify)
         if memo in _TRUST_MEMO and not fresh:
             return _TRUST_MEMO[memo]
@@ -262,38 +246,10 @@ class StageTask(luigi.Task):
             if not alone:
                 out += [p for p in up.trust_problems(um, fresh) if p not in out]
             if recorded.get(name) and um.get("content_digest") != recorded[name]:
-                out.append(_other_content(up, um, self, built_then.get(name)))
-        made_from = manifest.get("made_from")
-        if isinstance(made_from, dict) and made_from:
-            for ident, (up, um) in self.lineage().items():
-                then = made_from.get(ident)
-                if isinstance(then, dict) and um.get("content_digest") != then.get("content_digest"):
-                    why = _other_content(up, um, self, then.get("finished_at"))
-                    out += [why] if why not in out else []
+                out.append(trust.other_content(up, um, self, built_then.get(name)))
+        out += [p for p in trust.lineage_problems(self, manifest) if p not in out]
         _TRUST_MEMO[memo] = out
         return out
-
-    def move_aside(self, manifest: dict, problems: list[str]) -> Path | None:
-        """Under the key's lock: a published artifact whose own files are not what was published moves
-        to runs/<id>/corrupt/<Stage>-<key16>/ (evidence; `gc` ages it out), so it is rebuilt, not reused
-        and not deleted. None when it was rebuilt meanwhile, or is runtime state (`moves_aside`)."""
-        if not self.moves_aside:
-            return None
-        dest = runlog.run_file(self.store.root).parent / "corrupt" / f"{self.stage}-{self.key[:16]}"
-        try:
-            where = self.store.move_aside(self.stage, self.key, dest, manifest.get("finished_at"))
-        except OSError as e:  # e.g. runs/ on another filesystem: the build replaces it as before
-            log.warning("%s %s: could not move the corrupt artifact aside: %s", self.stage, self.key[:16], e)
-            return None
-        if where is not None:
-            try:  # says why beside the evidence (and dates it: gc ages it out from now)
-                (where / "corrupt.txt").write_text("\n".join(problems) + "\n")
-            except OSError:
-                pass
-            runlog.record_corrupt(self.store.root, self.stage, self.key, problems, str(where))
-            log.warning("%s %s: not what was published, moved aside to %s; it will be rebuilt:\n  %s",
-                        self.stage, self.key[:16], where, "\n  ".join(problems))
-        return where
 
     # --- luigi -----------------------------------------------------------------------
     def requires(self):
@@ -313,11 +269,11 @@ class StageTask(luigi.Task):
         if self.must_rerun and m.get("run_id") != runlog.current_run_id():
             return False
         if gone := self.missing_upstream(m):
-            _warn_once(self, gone, "missing: what it uses at run time is gone; it will be rebuilt")
+            trust.warn_once(self, gone, "missing: what it uses at run time is gone; it will be rebuilt")
             return False
         problems = self.trust_problems(m)
         if problems:
-            _warn_once(self, problems)
+            trust.warn_once(self, problems)
             return False
         if not self.reuse_now(m):
             return False
@@ -338,23 +294,21 @@ class StageTask(luigi.Task):
         for name, up in self.upstream().items():
             um = up.manifest() or {}
             upstream_content[name], upstream_built[name] = um.get("content_digest"), um.get("finished_at")
-        made_from = {ident: {"content_digest": um.get("content_digest"), "finished_at": um.get("finished_at")}
-                     for ident, (_, um) in self.lineage().items()}
         base = {**self.key_doc, "schema_version": self.schema_version, "upstream_content": upstream_content,
-                "upstream_built": upstream_built, "made_from": made_from,
+                "upstream_built": upstream_built, "made_from": trust.made_from(self),
                 "run_id": runlog.current_run_id(), "resolved_params": self.params.model_dump(mode="json")}
 
         def reusable(m: dict) -> bool:
             if self.must_rerun and m.get("run_id") != runlog.current_run_id():
                 return False
             if gone := self.missing_upstream(m):
-                _warn_once(self, gone, "missing: what it uses at run time is gone; it will be rebuilt")
+                trust.warn_once(self, gone, "missing: what it uses at run time is gone; it will be rebuilt")
                 return False
             problems = self.trust_problems(m, fresh=True)
             if problems:
                 own = self.own_problems(m, full=self.full_verify)
-                if not (own and self.move_aside(m, own)):
-                    _warn_once(self, problems)
+                if not (own and trust.move_aside(self, m, own)):  # moved aside: it said so
+                    trust.warn_once(self, problems)
                 return False
             return self.usable(m)
 
@@ -435,28 +389,6 @@ def _keep_failed(task: StageTask, out_dir: Path, exc: BaseException) -> None:
 
 
 _TRUST_MEMO: dict[tuple, list[str]] = {}
-_WARNED: set[tuple] = set()
-
-
-def _warn_once(task: StageTask, problems: list[str],
-               what: str = "not reusing the published artifact, it will be rebuilt") -> None:
-    seen = (task.stage, task.key, tuple(problems))  # once per reason: a new one is news
-    if seen in _WARNED:
-        return
-    _WARNED.add(seen)
-    log.warning("%s %s: %s:\n  %s", task.stage, task.key[:16], what, "\n  ".join(problems))
-
-
-def _other_content(up: StageTask, um: dict, task: StageTask, built_then: str | None) -> str:
-    """An upstream's manifest now names other content than `task` was made from. "Rebuilt" only when it
-    was: its publish time moved since (recorded by perfdag since upstream_built exists)."""
-    ours = f"{task.stage} {task.key[:16]}"
-    if built_then and um.get("finished_at") != built_then:
-        return f"{up.stage} {up.key[:16]} was rebuilt with other content after {ours} was made from it"
-    if built_then:
-        return (f"{up.stage} {up.key[:16]}: its manifest names other content than {ours} was made from, "
-                "though it was not rebuilt (its manifest was edited)")
-    return f"{up.stage} {up.key[:16]} holds other content than when {ours} was made from it"
 
 
 def host_resource(name: str) -> str:

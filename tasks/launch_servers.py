@@ -18,7 +18,7 @@ from harness.serving.records import read_servers
 from harness.serving.launcher import servers_live, stop_recorded
 from harness.serving.registry import ServerRegistry, run_holder
 
-from . import lifecycle, runlog, slurm_exec, slurm_serve
+from . import lifecycle, runlog, slurm_exec, slurm_serve, trust
 from .base import StageTask, host_resource, log, register
 from .fill_triton_repo import FillTritonRepo
 from .settings import may_write_root
@@ -125,7 +125,7 @@ class LaunchServers(StageTask):
             own = t.own_problems(m, full=True)
             if own and move_aside:
                 with t.store.lock(t.stage, t.key):
-                    t.move_aside(m, own)
+                    trust.move_aside(t, m, own)
             out += [p for p in own if p not in out]
         return out
 
