@@ -142,6 +142,27 @@ def test_a_corrupt_artifact_is_moved_aside_not_deleted(tmp_path):
     assert (dest / "weights.bin").read_bytes() == bytes_then and not store.path("Demo", "k" * 64).exists()
 
 
+def test_corrupt_artifacts_moved_aside_age_out_with_gc(tmp_path):
+    """Evidence is not kept forever: gc lets a moved-aside artifact go after --keep-days, from the time it
+    was moved (corrupt.txt dates it), never a recent one."""
+    from pipeline import gc
+
+    root = tmp_path / "root"
+    old = root / "runs" / "20260101T000000000000Z-999999999" / "corrupt" / "BuildEngine-0123456789abcdef"
+    new = root / "runs" / "20261101T000000000000Z-999999998" / "corrupt" / "BuildEngine-0123456789abcdef"
+    for d in (old, new):
+        (d / "engine").mkdir(parents=True)
+        (d / "engine" / "weights.safetensors").write_bytes(b"\0" * 1000)
+        (d / "corrupt.txt").write_text("BuildEngine 0123456789abcdef: engine/weights.safetensors: content differs\n")
+    month_ago = time.time() - 31 * 86400
+    os.utime(old, (month_ago, month_ago))
+    p = gc.plan(root, keep_days=14)
+    went = [e for e in p.goes if e.kind == "failed"]
+    assert [e.id for e in went] == [str(old.relative_to(root))] and "corrupt artifact moved aside" in went[0].why
+    gc.execute(p)
+    assert not old.exists() and (new / "corrupt.txt").is_file()
+
+
 # --- the hash memo of external inputs ------------------------------------------------------------------
 
 def test_the_hash_memo_notices_an_edit_that_keeps_size_and_mtime(tmp_path):
