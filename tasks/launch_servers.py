@@ -142,14 +142,15 @@ class LaunchServers(StageTask):
         """The repository's layout, once every file the servers will load (repository, engine, a
         checkpoint they serve) is re-hashed, right before they load them: a server runs what the
         repository names, code included. A corrupt artifact is moved aside, and the error says to rerun."""
-        m = repo.manifest()
+        m, chain = repo.manifest(), self.served()
         problems = ["missing"] if m is None else repo.missing_upstream(m) + repo.trust_problems(m, fresh=True)
         if m is not None:  # last: it moves corrupt artifacts aside
             problems += [p for p in self.served_problems(move_aside=True) if p not in problems]
         if problems:
-            raise ArtifactError(f"LaunchServers {self.key[:16]}: not launching servers on {repo.artifact_dir}: what "
-                                f"they would load is not what was published; {lifecycle.rerun_hint()} to rebuild "
-                                "it", problems)
+            named = [t for t in chain if any(p.startswith(f"{t.stage} {t.key[:16]}") for p in problems)]
+            what = ", ".join(f"{t.stage} {t.key[:16]}" for t in named) or f"{repo.stage} {repo.key[:16]}"
+            raise ArtifactError(f"LaunchServers {self.key[:16]}: not launching servers: {what} is not what was "
+                                f"published; {lifecycle.rerun_hint()} to rebuild it", problems)
         return m["layout"]
 
     def abandon(self) -> None:

@@ -417,8 +417,8 @@ def test_corruption_found_by_the_launch_itself_names_the_artifact_and_the_rerun_
             err = "".join(seen) + err
             assert proc.returncode == 30, err[-3000:]
             [head] = [ln for ln in err.splitlines() if "not launching servers" in ln]
-            assert f"rerun `luigi --module pipeline LaunchServers --local-scheduler --overrides {FAULT}` to rebuild it" \
-                in head, head
+            assert f"not launching servers: BuildEngine {engine.name} is not what was published; rerun `luigi " \
+                f"--module pipeline LaunchServers --local-scheduler --overrides {FAULT}` to rebuild it" in head, head
             assert f"BuildEngine {engine.name}: engine/weights.safetensors: content differs" in err
             assert "Traceback" not in err
             assert not engine.exists()  # moved aside: the rerun cannot reuse it
@@ -515,6 +515,7 @@ def test_a_launch_rehashes_a_checkpoint_its_servers_load_from_outside_the_root(b
     assert [t.stage for t in task.served()] == ["FillTritonRepo", "BuildEngine", "Quantize", "PrepareModel"]
     assert task.served_problems(move_aside=False) == []
     edit_in_place(ckpt / "model.safetensors")
-    with pytest.raises(ArtifactError, match=r"not launching servers.*rerun the same command") as e:
+    with pytest.raises(ArtifactError, match=r"not launching servers: PrepareModel \w+ is not what was published; "
+                                            "rerun the same command") as e:
         task.verified_repo(task.upstream()["repo"])
     assert f"model.checkpoint {ckpt}: changed since this run hashed it" in str(e.value)
