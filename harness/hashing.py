@@ -20,6 +20,7 @@ from typing import Any
 from filelock import FileLock
 
 from .errors import InputError
+from .integrity import kind
 
 
 def canonical_json(obj: Any) -> str:
@@ -51,7 +52,7 @@ def file_sha256(path: str | os.PathLike, rehash: bool = False) -> str:
     real = os.path.realpath(path)
     st = os.stat(real)
     if not stat.S_ISREG(st.st_mode):
-        raise InputError(f"{path}: a {_kind(st.st_mode)}, not a regular file; give the file itself")
+        raise InputError(f"{path}: a {kind(st.st_mode)}, not a regular file; give the file itself")
     ident = identity(real, st)
     if rehash or ident not in _SEEN:
         _SEEN[ident] = _file_sha256(Path(real))
@@ -64,11 +65,6 @@ def _file_sha256(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
-
-
-def _kind(mode: int) -> str:
-    from .integrity import kind
-    return kind(mode)
 
 
 def input_files(directory: Path) -> list[tuple[str, Path, os.stat_result]]:
@@ -91,7 +87,7 @@ def input_files(directory: Path) -> list[tuple[str, Path, os.stat_result]]:
             raise InputError(f"{path}{target}: cannot be read ({e.strerror})") from None
         if not stat.S_ISREG(st.st_mode):
             via = f" (symlink to {os.readlink(path)})" if path.is_symlink() else ""
-            raise InputError(f"{path}{via}: a {_kind(st.st_mode)}, not a regular file; replace it with the file itself")
+            raise InputError(f"{path}{via}: a {kind(st.st_mode)}, not a regular file; replace it with the file itself")
         out.append((rel, path, st))
     return out
 
