@@ -20,7 +20,7 @@ from typing import Any
 from filelock import FileLock
 
 from .errors import InputError
-from .integrity import kind
+from .files import not_regular
 
 
 def canonical_json(obj: Any) -> str:
@@ -50,9 +50,9 @@ def file_sha256(path: str | os.PathLike, rehash: bool = False) -> str:
     """sha256 of a regular file's bytes (links followed), read once per process per identity
     (`rehash`: read again whatever this process saw)."""
     real = os.path.realpath(path)
+    if what := not_regular(real):
+        raise InputError(f"{path}: is {what}, not a regular file; give the file itself")
     st = os.stat(real)
-    if not stat.S_ISREG(st.st_mode):
-        raise InputError(f"{path}: a {kind(st.st_mode)}, not a regular file; give the file itself")
     ident = identity(real, st)
     if rehash or ident not in _SEEN:
         _SEEN[ident] = _file_sha256(Path(real))
@@ -87,7 +87,7 @@ def input_files(directory: Path) -> list[tuple[str, Path, os.stat_result]]:
             raise InputError(f"{path}{target}: cannot be read ({e.strerror})") from None
         if not stat.S_ISREG(st.st_mode):
             via = f" (symlink to {os.readlink(path)})" if path.is_symlink() else ""
-            raise InputError(f"{path}{via}: a {kind(st.st_mode)}, not a regular file; replace it with the file itself")
+            raise InputError(f"{path}{via}: is {not_regular(path)}, not a regular file; replace it with the file itself")
         out.append((rel, path, st))
     return out
 

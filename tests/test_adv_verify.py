@@ -238,8 +238,9 @@ def _broken_link(p: Path) -> None:
 
 
 @pytest.mark.parametrize("plant,said", [
-    (_fifo, "a FIFO"), (_link_to_dev_zero, "(symlink to /dev/zero): a character device"),
-    (_device_node, "a character device"), (_socket, "a socket"), (_broken_link, "cannot be read")],
+    (_fifo, "model.safetensors: is a FIFO"), (_link_to_dev_zero, "(symlink to /dev/zero): is a character device"),
+    (_device_node, "model.safetensors: is a character device"), (_socket, "model.safetensors: is a socket"),
+    (_broken_link, "(symlink to {ckpt}/gone.safetensors): cannot be read")],
     ids=["fifo", "link-to-dev-zero", "device-node", "socket", "broken-link"])
 def test_a_special_file_as_a_checkpoints_weights_is_one_line_before_any_stage(built_fast, tmp_path, plant, said):
     """model.safetensors that is a FIFO, /dev/zero (a link to it, or a device node), a socket or a broken
@@ -257,7 +258,7 @@ def test_a_special_file_as_a_checkpoints_weights_is_one_line_before_any_stage(bu
         out = proc.stdout + proc.stderr
         assert proc.returncode != 0, out[-2000:]
         lines = [ln for ln in out.splitlines() if str(ckpt / "model.safetensors") in ln]
-        assert len(lines) == 1 and said in lines[0] and "model.checkpoint" in lines[0], out[-2000:]
+        assert len(lines) == 1 and said.format(ckpt=ckpt) in lines[0] and "model.checkpoint" in lines[0], out[-2000:]
         assert "Traceback" not in out and "building" not in out, out[-2000:]
         assert not root.exists() or not any(root.iterdir()), sorted(root.rglob("*"))
 
@@ -265,9 +266,9 @@ def test_a_special_file_as_a_checkpoints_weights_is_one_line_before_any_stage(bu
 def test_the_content_hash_refuses_a_special_file_too(tmp_path):
     """Whatever reaches hashing without validation (a dataset file, a problems copy) is not read forever."""
     os.mkfifo(tmp_path / "data.jsonl")
-    with pytest.raises(InputError, match="data.jsonl: a FIFO, not a regular file"):
+    with pytest.raises(InputError, match="data.jsonl: is a FIFO, not a regular file"):
         hashing.dir_content_hash(tmp_path / "data.jsonl", tmp_path / "memo.json")
-    with pytest.raises(InputError, match="a character device"):
+    with pytest.raises(InputError, match="is a character device"):
         hashing.file_sha256("/dev/zero")
 
 

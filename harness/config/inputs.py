@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 from functools import lru_cache
 from pathlib import Path
 
 from ..errors import InputError, shorten
-from ..files import open_regular
-from ..integrity import kind
+from ..files import not_regular, open_regular
 
 CONFIG_MAX_BYTES = 4 << 20         # a config.json is a few KiB; a bigger one is not a config
 HEAD_BYTES = 1 << 20               # how much of a big file (tokenizer.json, a dataset) is looked at
@@ -64,12 +62,12 @@ def _special_files(d: Path, field: str) -> list[str]:
             p = Path(dirpath) / name
             via = f" (symlink to {os.readlink(p)})" if p.is_symlink() else ""
             try:
-                mode = os.stat(p).st_mode
+                os.stat(p)
             except OSError as e:
                 out.append(f"{field}: {p}{via}: cannot be read ({e.strerror}); restore the model's file")
                 continue
-            if not stat.S_ISREG(mode):
-                out.append(f"{field}: {p}{via}: a {kind(mode)}, not a regular file; a checkpoint holds files: "
+            if what := not_regular(p):
+                out.append(f"{field}: {p}{via}: is {what}, not a regular file; a checkpoint holds files: "
                            "restore the model's file")
     return out
 
