@@ -1,10 +1,17 @@
 """Every published file checksummed, so a corrupted or edited artifact is never reused (as DVC).
 
-At publish, each file's size, mtime and content digest go into the manifest, and the artifact's
-`content_digest` summarises them. Reuse checks size and mtime every time (a stat per file); a file
-whose mtime moved (a copy that did not keep times, or an edit) is re-hashed, and `full=True`
-(`--verify`) re-hashes everything. The digest is BLAKE3, a cryptographic hash several times faster
-than sha256 (bench/digest_speed.py measures both); sha256 is the fallback when blake3 is missing.
+At publish, each file's size, mtime, ctime, inode and content digest go into the manifest, and the
+artifact's `content_digest` summarises them. Reuse checks them every time (a stat per file); a file
+whose mtime, ctime or inode moved is re-hashed. ctime is what an edit in place cannot keep: the
+kernel moves it on every write and every utime(), so an edit that restores size and mtime is still
+re-hashed (a copied root moves it too, and is re-hashed once per process). `full=True` (`--verify`,
+and a launch for what its servers load) re-hashes everything. Within a process a file is hashed once
+per identity (path, device, inode, size, mtime, ctime), so a launch's check and the check before it
+read the bytes once. The digest is BLAKE3, a cryptographic hash several times faster than sha256
+(bench/digest_speed.py measures both); sha256 is the fallback when blake3 is missing.
+
+A published file is the artifact's own inode: one hard-linked from elsewhere (a tool that links
+from a cache) is copied at publish, so no other name can edit it.
 
 Nothing is followed out of an artifact: a symlink may be published only if it is relative and
 stays inside the artifact (the manifest records its target); any other symlink, a FIFO, socket or
@@ -15,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import stat
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -42,6 +50,25 @@ def file_digest(path: str | os.PathLike) -> str:
         for block in iter(lambda: f.read(CHUNK), b""):
             h.update(block)
     return f"{name}:{h.hexdigest()}"
+
+
+_DIGESTS: dict[tuple, str] = {}  # (dev, ino, size, mtime_ns, ctime_ns) -> digest, hashed by this process
+
+
+def checked_digest(path: str | os.PathLike, st: os.stat_result) -> str:
+    """file_digest(path) of the file `st` describes, read once per process per identity: a file written
+    or touched since has another ctime. (An artifact's publishing rename keeps its files' identities.)"""
+    ident = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    if ident not in _DIGESTS:
+        _DIGESTS[ident] = file_digest(path)
+    return _DIGESTS[ident]
+
+
+def moved(st: os.stat_result, want: dict) -> bool:
+    """Whether a file's stat differs from what was published in a way that calls for re-hashing it
+    (ctime and inode are recorded since perfdag records them; older manifests have mtime only)."""
+    return (st.st_mtime_ns != want.get("mtime_ns") or st.st_ctime_ns != want.get("ctime_ns", st.st_ctime_ns)
+            or st.st_ino != want.get("ino", st.st_ino))
 
 
 def kind(mode: int) -> str:
@@ -90,6 +117,21 @@ def link_problem(root: Path, rel: str, target: str) -> str | None:
     return None
 
 
+def own_inodes(root: str | os.PathLike, skip: Iterable[str] = ()) -> list[str]:
+    """Replaces every hard-linked regular file under `root` with a copy of its own (times kept), so
+    nothing outside the artifact can edit what it publishes; returns the copied paths."""
+    root, skip = Path(root), tuple(skip)
+    out = []
+    for rel, st in sorted(_entries(root)):
+        if stat.S_ISREG(st.st_mode) and st.st_nlink > 1 and not _skipped(rel, skip):
+            src = root / rel
+            tmp = src.with_name(f".own-{os.getpid()}-{src.name}")
+            shutil.copy2(src, tmp)
+            os.replace(tmp, src)
+            out.append(rel)
+    return out
+
+
 def describe(root: str | os.PathLike, skip: Iterable[str] = ()) -> tuple[dict, dict]:
     """({relative path: {size, mtime_ns, digest}}, {relative path: link target}) of what `root` publishes,
     but the manifest and `skip`. Raises UnpublishableEntry for a link out of `root` or a special file."""
@@ -99,7 +141,8 @@ def describe(root: str | os.PathLike, skip: Iterable[str] = ()) -> tuple[dict, d
         if rel == MANIFEST or _skipped(rel, skip):
             continue
         if stat.S_ISREG(st.st_mode):
-            files[rel] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "digest": file_digest(root / rel)}
+            files[rel] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns,
+                          "ino": st.st_ino, "digest": checked_digest(root / rel, st)}
         elif stat.S_ISLNK(st.st_mode):
             target = os.readlink(root / rel)
             if why := link_problem(root, rel, target):
@@ -124,7 +167,7 @@ def content_digest(files: dict, links: dict | None = None) -> str:
 def problems(root: str | os.PathLike, files: dict, *, links: dict | None = None, full: bool = False,
              skip: Iterable[str] = ()) -> list[str]:
     """What differs between `root` and the recorded `files` and `links` (empty: intact). Cheap unless
-    `full` or a file's mtime moved. Anything present but not recorded is a problem too; under `skip`
+    `full` or a file's stat moved (`moved`). Anything present but not recorded is a problem too; under `skip`
     (files that change after publishing, e.g. logs) only links and special files are."""
     root, skip, links = Path(root), tuple(skip), links or {}
     if not root.is_dir() or root.is_symlink():
@@ -141,8 +184,8 @@ def problems(root: str | os.PathLike, files: dict, *, links: dict | None = None,
             out.append(f"{rel}: a {kind(st.st_mode)}, published as a regular file")
         elif st.st_size != want["size"]:
             out.append(f"{rel}: size {st.st_size} bytes, published {want['size']}")
-        elif full or st.st_mtime_ns != want["mtime_ns"]:
-            if file_digest(p) != want["digest"]:
+        elif full or moved(st, want):
+            if checked_digest(p, st) != want["digest"]:
                 out.append(f"{rel}: content differs from what was published")
     for rel, target in sorted(links.items()):
         try:

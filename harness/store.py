@@ -126,6 +126,22 @@ class ArtifactStore:
         return integrity.problems(self.path(stage, key), files, links=links, full=full,
                                   skip=manifest.get("volatile", ()))
 
+    def move_aside(self, stage: str, key: str, dest: Path, finished_at: str | None) -> Path | None:
+        """Moves a corrupt published artifact to `dest` (kept as evidence; `gc` ages it out), so the
+        next build publishes afresh. Call under lock(). None, and nothing moved, when what is published
+        now is not the artifact found corrupt (`finished_at` differs: rebuilt meanwhile)."""
+        final = self.path(stage, key)
+        m = self.manifest(stage, key)
+        if m is None or m.get("finished_at") != finished_at or final.is_symlink():
+            return None
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        n, where = 1, dest
+        while os.path.lexists(where):  # the same artifact twice in a run: keep both
+            n += 1
+            where = dest.with_name(f"{dest.name}-{n}")
+        os.replace(final, where)  # under the root: one rename
+        return where
+
     @contextmanager
     def lock(self, stage: str, key: str) -> Iterator[None]:
         lock_dir = self.root / stage / ".locks"
@@ -153,6 +169,7 @@ class ArtifactStore:
             extra = make(tmp) or {}
             volatile = sorted(volatile)
             try:
+                integrity.own_inodes(tmp, skip=volatile)  # no other name may edit what is published
                 files, links = integrity.describe(tmp, skip=volatile)
             except integrity.UnpublishableEntry as e:
                 raise ArtifactError(f"{stage} {key[:16]}: not published: {e}") from None

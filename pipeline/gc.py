@@ -12,7 +12,8 @@ What stays:
 What goes: every other published artifact (Sweep included), and `.tmp-*` / `.trash-*` dirs whose
 key lock is free (a dead builder's leftovers); of killed runs, their servers, the records of dead
 servers, the shared memory nobody maps and the LoadGen driver's semaphores. Never touched: runs/ (small history, only
-reported; a failed stage's kept files, runs/<id>/failed/*, age out after --keep-days), Nightly/
+reported; a failed stage's kept files, runs/<id>/failed/*, and corrupt artifacts moved aside,
+runs/<id>/corrupt/*, age out after --keep-days), Nightly/
 (history), lock files, `.backends`, `.hashcache`.
 
 Deleting takes the key's lock non-blocking (held: skipped), checks the artifact was not
@@ -380,15 +381,17 @@ def _plan(root: Path, keep_days: float, now: datetime | None) -> Plan:
             entries.append(Entry(id=f"{TRASH}/{d.name}", stage=TRASH, key16="", path=str(d), kind="leftover",
                                  size_bytes=dir_size(d) if d.is_dir() else 0, why="leftover of an interrupted gc"))
 
-    # A failed stage's kept files (runs/<id>/failed/<Stage>-<key16>/) age out like artifacts do.
-    for d in sorted((root / RUNS).glob("*/failed/*")):
+    # A failed stage's kept files (runs/<id>/failed/<Stage>-<key16>/) and corrupt artifacts moved aside
+    # (runs/<id>/corrupt/...) age out like artifacts do.
+    for d in sorted([*(root / RUNS).glob("*/failed/*"), *(root / RUNS).glob("*/corrupt/*")]):
         try:
             mtime = datetime.fromtimestamp(d.stat().st_mtime, timezone.utc)
         except OSError:
             continue
+        what = "a failed stage's files" if d.parent.name == "failed" else "a corrupt artifact moved aside"
         if d.is_dir() and _confined(d, root) and mtime < cutoff and not run_is_live(d.parent.parent.name):
             entries.append(Entry(id=str(d.relative_to(root)), stage=RUNS, key16="", path=str(d), kind="failed",
-                                 size_bytes=dir_size(d), why=f"a failed stage's files, kept since {mtime:%Y-%m-%d}"))
+                                 size_bytes=dir_size(d), why=f"{what}, kept since {mtime:%Y-%m-%d}"))
 
     old_runs = sum(r["updated"] < cutoff for r in runs)
     runs_info = {"count": len(runs), "older_than_keep_days": old_runs, "live": live_runs}

@@ -25,7 +25,7 @@ from harness.errors import InputError
 from harness.hashing import stage_key
 from harness.store import ArtifactStore
 
-from . import lifecycle, runlog, slurm_exec
+from . import lifecycle, runlog, slurm_exec, trust
 from .settings import DEFAULT_PARAMS, artifacts_root, params_path, signing_key
 
 log = logging.getLogger("perfdag")
@@ -101,6 +101,9 @@ class StageTask(luigi.Task):
     # (a Triton repository names its engine, servers run on a repository, a score is of a log) and is
     # missing while one is gone; the next run rebuilds the chain from there.
     self_contained: ClassVar[bool] = False
+    # A published artifact whose own files are corrupt is moved aside as evidence before it is rebuilt;
+    # one that is runtime state (LaunchServers: live servers' records) is replaced as usual.
+    moves_aside: ClassVar[bool] = True
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -217,16 +220,22 @@ class StageTask(luigi.Task):
             out += [w for w in why if w not in out]
         return out
 
+    def own_problems(self, manifest: dict, full: bool = False) -> list[str]:
+        """How this artifact's own files (and what it serves from outside the root, see PrepareModel)
+        differ from what was published, each prefixed with the artifact (empty: intact)."""
+        return [f"{self.stage} {self.key[:16]}: {p}" for p in
+                self.store.problems(self.stage, self.key, manifest, full=full)]
+
     def trust_problems(self, manifest: dict, fresh: bool = False) -> list[str]:
         """Why this published artifact must not be reused (empty: it is what was published, and so is
-        everything it was made from that it still relies on). Files: size and mtime, re-hashed when
-        moved or under --verify; a self-contained artifact answers for its own files only.
+        everything it was made from that it still relies on). Files: size, mtime, ctime and inode,
+        re-hashed when moved or under --verify; a self-contained artifact answers for its own files
+        only, and every artifact its content rests on must hold what it was made from (tasks/trust.py).
         Memoised per process; `fresh` looks again (an upstream may have been rebuilt since)."""
         memo = (self.stage, self.key, manifest.get("finished_at"), self.full_verify)
         if memo in _TRUST_MEMO and not fresh:
             return _TRUST_MEMO[memo]
-        out = [f"{self.stage} {self.key[:16]}: {p}" for p in
-               self.store.problems(self.stage, self.key, manifest, full=self.full_verify)]
+        out = self.own_problems(manifest, full=self.full_verify)
         recorded = manifest.get("upstream_content") or {}
         built_then = manifest.get("upstream_built") or {}
         alone = self.stands_alone(manifest)
@@ -237,7 +246,8 @@ class StageTask(luigi.Task):
             if not alone:
                 out += [p for p in up.trust_problems(um, fresh) if p not in out]
             if recorded.get(name) and um.get("content_digest") != recorded[name]:
-                out.append(_other_content(up, um, self, built_then.get(name)))
+                out.append(trust.other_content(up, um, self, built_then.get(name)))
+        out += [p for p in trust.lineage_problems(self, manifest) if p not in out]
         _TRUST_MEMO[memo] = out
         return out
 
@@ -259,11 +269,11 @@ class StageTask(luigi.Task):
         if self.must_rerun and m.get("run_id") != runlog.current_run_id():
             return False
         if gone := self.missing_upstream(m):
-            _warn_once(self, gone, "missing: what it uses at run time is gone; it will be rebuilt")
+            trust.warn_once(self, gone, "missing: what it uses at run time is gone; it will be rebuilt")
             return False
         problems = self.trust_problems(m)
         if problems:
-            _warn_once(self, problems)
+            trust.warn_once(self, problems)
             return False
         if not self.reuse_now(m):
             return False
@@ -285,18 +295,20 @@ class StageTask(luigi.Task):
             um = up.manifest() or {}
             upstream_content[name], upstream_built[name] = um.get("content_digest"), um.get("finished_at")
         base = {**self.key_doc, "schema_version": self.schema_version, "upstream_content": upstream_content,
-                "upstream_built": upstream_built,
+                "upstream_built": upstream_built, "made_from": trust.made_from(self),
                 "run_id": runlog.current_run_id(), "resolved_params": self.params.model_dump(mode="json")}
 
         def reusable(m: dict) -> bool:
             if self.must_rerun and m.get("run_id") != runlog.current_run_id():
                 return False
             if gone := self.missing_upstream(m):
-                _warn_once(self, gone, "missing: what it uses at run time is gone; it will be rebuilt")
+                trust.warn_once(self, gone, "missing: what it uses at run time is gone; it will be rebuilt")
                 return False
             problems = self.trust_problems(m, fresh=True)
             if problems:
-                _warn_once(self, problems)
+                own = self.own_problems(m, full=self.full_verify)
+                if not (own and trust.move_aside(self, m, own)):  # moved aside: it said so
+                    trust.warn_once(self, problems)
                 return False
             return self.usable(m)
 
@@ -377,28 +389,6 @@ def _keep_failed(task: StageTask, out_dir: Path, exc: BaseException) -> None:
 
 
 _TRUST_MEMO: dict[tuple, list[str]] = {}
-_WARNED: set[tuple] = set()
-
-
-def _warn_once(task: StageTask, problems: list[str],
-               what: str = "not reusing the published artifact, it will be rebuilt") -> None:
-    seen = (task.stage, task.key, tuple(problems))  # once per reason: a new one is news
-    if seen in _WARNED:
-        return
-    _WARNED.add(seen)
-    log.warning("%s %s: %s:\n  %s", task.stage, task.key[:16], what, "\n  ".join(problems))
-
-
-def _other_content(up: StageTask, um: dict, task: StageTask, built_then: str | None) -> str:
-    """An upstream's manifest now names other content than `task` was made from. "Rebuilt" only when it
-    was: its publish time moved since (recorded by perfdag since upstream_built exists)."""
-    ours = f"{task.stage} {task.key[:16]}"
-    if built_then and um.get("finished_at") != built_then:
-        return f"{up.stage} {up.key[:16]} was rebuilt with other content after {ours} was made from it"
-    if built_then:
-        return (f"{up.stage} {up.key[:16]}: its manifest names other content than {ours} was made from, "
-                "though it was not rebuilt (its manifest was edited)")
-    return f"{up.stage} {up.key[:16]} holds other content than when {ours} was made from it"
 
 
 def host_resource(name: str) -> str:

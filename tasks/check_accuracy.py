@@ -25,7 +25,8 @@ def livecodebench_key(task) -> dict:
     from .settings import may_write_root
 
     return {"livecodebench_problems_sha256": dir_content_hash(
-        Path(path).expanduser(), task.store.root / ".hashcache" / "files.json", update=may_write_root())}
+        Path(path).expanduser(), task.store.root / ".hashcache" / "files.json", update=may_write_root(),
+        rehash=task.full_verify)}
 
 
 @register

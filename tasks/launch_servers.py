@@ -18,9 +18,10 @@ from harness.serving.records import read_servers
 from harness.serving.launcher import servers_live, stop_recorded
 from harness.serving.registry import ServerRegistry, run_holder
 
-from . import runlog, slurm_exec, slurm_serve
+from . import lifecycle, runlog, slurm_exec, slurm_serve, trust
 from .base import StageTask, host_resource, log, register
 from .fill_triton_repo import FillTritonRepo
+from .settings import may_write_root
 
 SERVERS_FILE = "servers.json"
 
@@ -36,6 +37,7 @@ class LaunchServers(StageTask):
     # What a launch publishes is runtime state (pids, ports, logs the servers keep writing), not
     # content: measurements made against an earlier launch of the same key stay valid.
     volatile = ("logs", SERVERS_FILE)
+    moves_aside = False  # its artifact is the live servers' records: replaced (servers stopped) as usual
 
     def upstream(self):
         return {"repo": self.clone(FillTritonRepo)}
@@ -94,17 +96,61 @@ class LaunchServers(StageTask):
         self.run()
         return self.servers()
 
+    def launches(self) -> bool:
+        """Whether its servers are perfdag's to start (not external endpoints), loading files from the root."""
+        return not getattr(self.params, backend_for(self.params).server_section).endpoints
+
+    def served(self) -> list[StageTask]:
+        """The stages whose files its servers load: the repository, and what it names down to the first
+        that stands alone (the engine; with a pass-through backend, the checkpoint it points at)."""
+        out, todo = [], [self.upstream()["repo"]]
+        while todo:
+            t = todo.pop(0)
+            out.append(t)
+            m = t.manifest()
+            if m is not None and not t.stands_alone(m):
+                todo += [u for u in t.upstream().values() if u not in out]
+        return out
+
+    def served_problems(self, move_aside: bool) -> list[str]:
+        """Every file its servers will load re-hashed and compared with what was published (each read
+        once per process per file identity: the check before scheduling and the one right before launch
+        read it once). With `move_aside`, a corrupt artifact moves to runs/<id>/corrupt/ so that this
+        run (or the next) rebuilds it instead of launching on it."""
+        out: list[str] = []
+        for t in self.served():
+            m = t.manifest()
+            if m is None:  # missing: luigi builds it, or missing_upstream says so
+                continue
+            own = t.own_problems(m, full=True)
+            if own and move_aside:
+                with t.store.lock(t.stage, t.key):
+                    trust.move_aside(t, m, own)
+            out += [p for p in own if p not in out]
+        return out
+
+    def is_done(self) -> bool:
+        if super().is_done():
+            return True
+        # About to launch: what the servers would load is verified now, before luigi decides what to
+        # build, so a corrupt engine or repository is rebuilt in this run instead of failing the launch.
+        if may_write_root() and self.launches():
+            self.served_problems(move_aside=True)
+        return False
+
     def verified_repo(self, repo) -> dict:
-        """The repository's layout, once its files are re-hashed (they are small) and its engine checked,
-        right before servers load them: a server runs what the repository names, code included."""
-        m = repo.manifest()
-        problems = [] if m is None else (
-            repo.missing_upstream(m)
-            + [f"{repo.stage} {repo.key[:16]}: {p}" for p in self.store.problems(repo.stage, repo.key, m, full=True)]
-            + repo.trust_problems(m, fresh=True))
-        if m is None or problems:
-            raise ArtifactError(f"LaunchServers {self.key[:16]}: not launching servers on {repo.artifact_dir}: it is "
-                                "not what was published; rerun to rebuild it", sorted(set(problems)) or ["missing"])
+        """The repository's layout, once every file the servers will load (repository, engine, a
+        checkpoint they serve) is re-hashed, right before they load them: a server runs what the
+        repository names, code included. A corrupt artifact is moved aside, and the error says to rerun."""
+        m, chain = repo.manifest(), self.served()
+        problems = ["missing"] if m is None else repo.missing_upstream(m) + repo.trust_problems(m, fresh=True)
+        if m is not None:  # last: it moves corrupt artifacts aside
+            problems += [p for p in self.served_problems(move_aside=True) if p not in problems]
+        if problems:
+            named = [t for t in chain if any(p.startswith(f"{t.stage} {t.key[:16]}") for p in problems)]
+            what = ", ".join(f"{t.stage} {t.key[:16]}" for t in named) or f"{repo.stage} {repo.key[:16]}"
+            raise ArtifactError(f"LaunchServers {self.key[:16]}: not launching servers: {what} is not what was "
+                                f"published; {lifecycle.rerun_hint()} to rebuild it", problems)
         return m["layout"]
 
     def abandon(self) -> None:

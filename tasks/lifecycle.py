@@ -58,6 +58,20 @@ class _PerfdagErrorAsMessage(logging.Filter):
         return True
 
 
+def rerun_hint() -> str:
+    """'rerun `<this invocation's command line>`', as a user would type it again; 'rerun the same command'
+    when perfdag was not started from luigi's or perfdag's command line."""
+    import shlex
+
+    argv = list(sys.argv)
+    first = argv[0].replace(os.sep, "/") if argv else ""
+    if first.endswith("luigi/__main__.py") or os.path.basename(first) == "luigi":
+        return f"rerun `{shlex.join(['luigi', *argv[1:]])}`"
+    if first.endswith("pipeline/__main__.py"):
+        return f"rerun `{shlex.join(['python', '-m', 'pipeline', *argv[1:]])}`"
+    return "rerun the same command"
+
+
 def errors_as_messages() -> None:
     if _state["filter"]:
         return

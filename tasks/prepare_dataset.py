@@ -49,7 +49,7 @@ class PrepareDataset(StageTask):
         if d.path is not None:
             from harness.hashing import dir_content_hash  # a file enters by content, like checkpoints
             out["dataset_sha256"] = dir_content_hash(d.path, self.store.root / ".hashcache" / "files.json",
-                                                     update=may_write_root())
+                                                     update=may_write_root(), rehash=self.full_verify)
         return out
 
     def build(self, out_dir: Path) -> dict:

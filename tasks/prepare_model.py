@@ -3,10 +3,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.errors import ArtifactError, InputError
 from harness.hashing import dir_content_hash
 from harness.corpus import corpus_sha256, standins_sha256
 from harness.versions import versions
 
+from . import lifecycle
 from .base import StageTask, log, register
 from .settings import may_write_root
 
@@ -34,12 +36,42 @@ class PrepareModel(StageTask):
         if self.builtin:
             teach = self.params.model.tiny.teach
             return {"corpus_sha256": corpus_sha256(), **({"standins_sha256": standins_sha256(teach)} if teach else {})}
-        memo = self.store.root / ".hashcache" / "files.json"
-        log.info("PrepareModel: hashing %s (memoised by size and mtime)", self.params.model.checkpoint)
-        return {"checkpoint_sha256": dir_content_hash(self.params.model.checkpoint, memo, update=may_write_root())}
+        log.info("PrepareModel: hashing %s (%s)", self.params.model.checkpoint,
+                 "every byte: --verify" if self.full_verify else "memoised by size, mtime, ctime and inode")
+        return {"checkpoint_sha256": self.checkpoint_sha256(self.params.model.checkpoint, rehash=self.full_verify)}
+
+    def checkpoint_sha256(self, checkpoint: str | Path, rehash: bool) -> str:
+        return dir_content_hash(checkpoint, self.store.root / ".hashcache" / "files.json", update=may_write_root(),
+                                rehash=rehash)
+
+    def own_problems(self, manifest: dict, full: bool = False) -> list[str]:
+        """A checkpoint outside the root is used as it is (Quantize reads it; a pass-through backend
+        serves it): with `full`, every byte of it is read again (--verify, a launch that serves it)."""
+        out = super().own_problems(manifest, full)
+        if full and not self.builtin and not out:
+            where = manifest.get("checkpoint")  # what the stages after it follow
+            out = self.checkpoint_problems(checkpoint_dir(self.artifact_dir, manifest) if isinstance(where, str)
+                                           else Path(self.params.model.checkpoint))
+        return out
+
+    def checkpoint_problems(self, where: Path) -> list[str]:
+        """The external checkpoint, re-hashed, must hold the content this run keyed it by."""
+        try:
+            same = self.checkpoint_sha256(where, rehash=True) == self.key_doc["params"]["checkpoint_sha256"]
+        except (OSError, InputError) as e:
+            return [f"{self.stage} {self.key[:16]}: model.checkpoint {where}: {e}"]
+        return [] if same else [f"{self.stage} {self.key[:16]}: model.checkpoint {where}: changed since this run "
+                                "hashed it (a checkpoint enters by content: a rerun keys what it holds now)"]
+
+    @property
+    def moves_aside(self) -> bool:  # a manifest pointing at a checkpoint outside: nothing in it to keep
+        return self.builtin
 
     def build(self, out_dir: Path) -> dict:
-        if not self.builtin:
+        if not self.builtin:  # published under a key made from its content: it must still hold that content
+            if problems := self.checkpoint_problems(Path(self.params.model.checkpoint).resolve()):
+                raise ArtifactError(f"PrepareModel {self.key[:16]}: not publishing; {lifecycle.rerun_hint()}",
+                                    problems)
             return {"checkpoint": self.params.model.checkpoint}
         from harness.tiny_model import build_tiny_llama
 

@@ -87,6 +87,15 @@ def record_failure(root: Path, stage: str, key: str, error: str, kept: str | Non
     _update(root, change)
 
 
+def record_corrupt(root: Path, stage: str, key: str, problems: list[str], kept: str) -> None:
+    """A published artifact found corrupt and moved aside (runs/<id>/corrupt/...) to be rebuilt."""
+    def change(doc):
+        doc.setdefault("corrupt", {})[f"{stage}/{key[:16]}"] = {
+            "stage": stage, "key": key, "problems": problems[:50], "kept": kept,
+            "at": datetime.now(timezone.utc).isoformat()}
+    _update(root, change)
+
+
 def record_relaunch(root: Path, entry: dict) -> None:
     """Servers that crashed mid-measurement and were relaunched (tasks/measuring.py): which, where."""
     def change(doc):

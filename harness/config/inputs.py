@@ -6,11 +6,12 @@ Every problem is 'field: file: what is wrong; the fix'.
 from __future__ import annotations
 
 import json
+import os
 from functools import lru_cache
 from pathlib import Path
 
 from ..errors import InputError, shorten
-from ..files import open_regular
+from ..files import not_regular, open_regular
 
 CONFIG_MAX_BYTES = 4 << 20         # a config.json is a few KiB; a bigger one is not a config
 HEAD_BYTES = 1 << 20               # how much of a big file (tokenizer.json, a dataset) is looked at
@@ -24,7 +25,9 @@ def checkpoint_problems(checkpoint: str) -> list[str]:
         return []
     d = Path(checkpoint)
     field = "model.checkpoint"
-    out = []
+    out = _special_files(d, field)
+    if out:  # reading one would block (FIFO) or never end (/dev/zero): nothing below may open them
+        return out
     cfg = _json_file(d / "config.json", field, out, required=True)
     if cfg is not None:
         arch, mtype = cfg.get("architectures"), cfg.get("model_type")
@@ -45,6 +48,27 @@ def checkpoint_problems(checkpoint: str) -> list[str]:
         if head is not None and not head.lstrip().startswith(b"{"):
             out.append(f"{field}: {big}: not a JSON tokenizer (does not start with '{{'); replace it with the model's "
                        "tokenizer.json")
+    return out
+
+
+def _special_files(d: Path, field: str) -> list[str]:
+    """One line per entry of the checkpoint directory that is not a regular file or a directory, links
+    followed (a FIFO, socket or device, a link to one, a broken link); hidden entries are not read.
+    A loader that met one would block, read without end, or not see the file and fail far from here."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(d):  # links to directories are listed, not walked
+        dirnames[:] = [n for n in dirnames if not n.startswith(".")]
+        for name in sorted(n for n in filenames if not n.startswith(".")):
+            p = Path(dirpath) / name
+            via = f" (symlink to {os.readlink(p)})" if p.is_symlink() else ""
+            try:
+                os.stat(p)
+            except OSError as e:
+                out.append(f"{field}: {p}{via}: cannot be read ({e.strerror}); restore the model's file")
+                continue
+            if what := not_regular(p):
+                out.append(f"{field}: {p}{via}: is {what}, not a regular file; a checkpoint holds files: "
+                           "restore the model's file")
     return out
 
 
