@@ -312,6 +312,7 @@ class StageTask(luigi.Task):
                 return False
             return self.usable(m)
 
+        runlog.record_building(self.store.root, self.stage, self.key)
         status, _ = self.store.ensure(self.stage, self.key, self._build_with_fault_hook, base, reusable=reusable,
                                       hold=self.hold, volatile=self.volatile, on_fail=self._abandon)
         wall = round(time.monotonic() - t0, 3)

@@ -58,11 +58,29 @@ def _update(root: Path, change) -> None:
             logging.getLogger("perfdag").warning("run record not written (%s): %s", f, e.strerror or e)
 
 
+def record_building(root: Path, stage: str, key: str) -> None:
+    """A stage this process starts to build. It leaves `building` when it is recorded built, reused or
+    failed; one still there names a build whose process died (a native library's abort, SIGKILL)."""
+    def change(doc):
+        doc.setdefault("building", {})[f"{stage}/{key[:16]}"] = {
+            "stage": stage, "key": key, "pid": os.getpid(), "since": datetime.now(timezone.utc).isoformat()}
+    _update(root, change)
+
+
+def _done_building(doc: dict, entry_id: str) -> None:
+    building = doc.get("building")
+    if isinstance(building, dict):
+        building.pop(entry_id, None)
+        if not building:
+            doc.pop("building")
+
+
 def record(root: Path, stage: str, key: str, status: str, wall_seconds: float | None = None,
            code: dict | None = None) -> None:
     """Adds a stage to this run's run.json; 'built' overrides an earlier 'reused', never the reverse."""
     def change(doc):
         entry_id = f"{stage}/{key[:16]}"
+        _done_building(doc, entry_id)
         old = doc["stages"].get(entry_id)
         if old and old["status"] == "built" and status == "reused":
             return False
@@ -83,6 +101,7 @@ def record_failure(root: Path, stage: str, key: str, error: str, kept: str | Non
     def change(doc):
         entry = {"stage": stage, "key": key, "error": error, "kept": kept,
                  "at": datetime.now(timezone.utc).isoformat()}
+        _done_building(doc, f"{stage}/{key[:16]}")
         doc.setdefault("failed", {})[f"{stage}/{key[:16]}"] = entry
     _update(root, change)
 

@@ -76,6 +76,7 @@ def _wait_for(pred, timeout, what):
 
 
 def test_sigkill_mid_build_leaves_no_artifact_and_no_blocking_lock(built_fast, tmp_path):
+    """A build killed mid-way publishes nothing, blocks nobody, and its run.json names the build it died in."""
     root = copy_root(built_fast, tmp_path / "a")
     overrides = FAST + ",build.max_batch_size=7"
     proc = _start(root, overrides, {"PERFDAG_FAULT_SLEEP": "BuildEngine:120"})
@@ -86,6 +87,9 @@ def test_sigkill_mid_build_leaves_no_artifact_and_no_blocking_lock(built_fast, t
         proc.wait(30)
     published = [d for d in (root / "BuildEngine").iterdir() if (d / "manifest.json").exists()]
     assert len(published) == 1  # only the FAST engine copied in; the killed build published nothing
+    # The killed run's run.json says which build its process died in (a native abort leaves the same).
+    killed = run_records(root)[-1]
+    assert [e["stage"] for e in killed.get("building", {}).values()] == ["BuildEngine"], killed
     run_luigi("BuildEngine", "--overrides", overrides, artifacts=root, timeout=120)
     assert statuses(run_records(root)[-1])["BuildEngine"] == "built"
     assert not list((root / "BuildEngine").glob(".tmp-*"))  # the dead builder's temp dir is gone
