@@ -20,10 +20,10 @@ from tasks import (
                    StageTask,
 )
 
-from .full_run import FullRun
-from .nightly import Nightly
-from .submission import Submission
-from .sweep import Sweep
+from pipeline.full_run import FullRun
+from pipeline.nightly import Nightly
+from pipeline.submission import Submission
+from pipeline.sweep import Sweep
 
 __all__ = ["STAGES", "StageTask", "PrepareModel", "Quantize", "BuildEngine", "FillTritonRepo",
            "LaunchServers", "PrepareDataset", "RunLoadgen", "RunAccuracy", "CheckAccuracy", "FullRun", "Sweep", "Nightly",

@@ -53,14 +53,14 @@ def main(argv: list[str] | None = None) -> int:
     sb.add_argument("--checker-python", default="", help="the Python that runs the checker (needs PyYAML)")
     sb.add_argument("--keep-servers", action="store_true", help="leave the servers running afterwards")
     sb.add_argument("--verbose", action="store_true", help="show third-party warnings and chatter")
-    from . import compare_cli, score_cli
+    from pipeline.cli import compare as compare_cli, score as score_cli
     score_cli.add_parser(sub)
     compare_cli.add_parser(sub)
     args = ap.parse_args(argv)
 
     import pipeline  # noqa: F401  (registers the stages)
 
-    from .status import print_status, stage_status
+    from pipeline.cli.status import print_status, stage_status
 
     try:
         if args.command == "status":
@@ -69,14 +69,14 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "servers":
             return servers_command(args)
         elif args.command == "submission":
-            from . import submission
+            from pipeline import submission
             return submission.command(args)
         elif args.command == "score":
             return score_cli.command(args)
         elif args.command == "compare":
             return compare_cli.command(args)
         elif args.command == "gc":
-            from . import gc as gc_module
+            from harness.gc import collect as gc_module
             return gc_module.command(args)
     except PerfdagError as e:
         print(e, file=sys.stderr)
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def servers_command(args) -> int:
-    from . import servers_cli
+    from pipeline.cli import servers as servers_cli
 
     if args.action == "list":
         rows = servers_cli.list_servers()

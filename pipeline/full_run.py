@@ -33,7 +33,7 @@ class FullRun(StageTask):
         return {"performance": self.clone(RunLoadgen), "accuracy": self.clone(CheckAccuracy)}
 
     def code(self):  # the report, its plots and stats, and the request log they read
-        return ("harness.report", "harness.plots", "harness.loadgen.results", "harness.loadgen.verdict")
+        return ("harness.reports.report", "harness.reports.plots", "harness.loadgen.results", "harness.loadgen.verdict")
 
     def stage_keys(self) -> dict[str, str]:
         keys, todo = {}, [self]
@@ -45,13 +45,13 @@ class FullRun(StageTask):
 
     def build(self, out_dir: Path) -> dict:
         from harness.loadgen.results import read_requests_csv
-        from harness.report import build_report, write_report
+        from harness.reports.report import build_report, write_report
 
         up = self.upstream()
         perf_dir, acc_dir = up["performance"].artifact_dir, up["accuracy"].artifact_dir
         perf = json.loads((perf_dir / "result.json").read_text())
         accuracy = json.loads((acc_dir / "accuracy.json").read_text())
-        from harness.plots import offsets, request_stats
+        from harness.reports.plots import offsets, request_stats
 
         report = build_report(self.stage_keys(), perf, accuracy, self.params.model.name)
         requests = read_requests_csv(perf_dir / "requests.csv")
@@ -79,7 +79,7 @@ class FullRun(StageTask):
         """The report's summary, and why these settings could not be submitted (a VALID 20 s run is
         VALID to LoadGen, not to MLPerf's checker)."""
         from harness.mlperf.readiness import submission_warnings
-        from harness.report import color_wanted, summary_text
+        from harness.reports.report import color_wanted, summary_text
 
         text = summary_text(r, self.artifact_dir, color=color_wanted())
         warnings = submission_warnings(self.params)
@@ -89,7 +89,7 @@ class FullRun(StageTask):
 
     def _point_progress(self, how: str) -> None:
         """A sweep point's one line on the terminal: what it is, and what it measured."""
-        from harness.sweep import fmt
+        from harness.reports.sweep import fmt
 
         if self.task_id in _SAID:
             return

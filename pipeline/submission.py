@@ -48,7 +48,7 @@ class Submission(StageTask):  # not in STAGES: one tree over several scenarios
     @cached_property
     def described(self) -> tuple[dict, dict]:
         """(systems/<system>.json, measurements.json), validated: every problem at once, before any stage."""
-        from harness import system_desc
+        from harness.mlperf import system_desc
 
         sub, p = self.params.submission, self.params
         problems = [] if sub.submitter else [
@@ -77,7 +77,7 @@ class Submission(StageTask):  # not in STAGES: one tree over several scenarios
                 "perfdag_commit": _git(["rev-parse", "HEAD"])}
 
     def code(self):
-        return ("harness.mlperf.submission", "harness.system_desc", "harness.loadgen.verdict")
+        return ("harness.mlperf.submission", "harness.mlperf.system_desc", "harness.loadgen.verdict")
 
     def scenario_tasks(self, scenario: str) -> dict[str, StageTask]:
         from harness.mlperf.submission import compliance_tests, needs_test06
@@ -192,7 +192,7 @@ class Submission(StageTask):  # not in STAGES: one tree over several scenarios
 # --- what the tree says about the model and the software ------------------------------------------
 
 def _git(args: list[str]) -> str | None:
-    from harness.system_desc import git_output
+    from harness.mlperf.system_desc import git_output
 
     return git_output(REPO_ROOT, *args)
 
@@ -200,7 +200,7 @@ def _git(args: list[str]) -> str | None:
 def _software(p) -> dict[str, str]:
     """The tools that made the results: the backend's (engine, serving, quantization) and LoadGen."""
     from harness.backends import backend_for
-    from harness.versions import versions
+    from harness.cache.versions import versions
 
     b = backend_for(p)
     return {**versions("mlcommons-loadgen"), **b.quantize_tools(p), **b.build_tools(p), **b.serving_tools(p)}
@@ -218,7 +218,7 @@ def _measurement_defaults(p) -> dict[str, str]:
     fmt = p.quantize.format
     weights = {"none": p.build.dtype.replace("float", "fp").replace("bfp16", "bf16"), "int8": "int8",
                "int8_sq": "int8", "fp8": "fp8", "int4_awq": "int4", "w4a8_awq": "int4", "nvfp4": "fp4"}[fmt]
-    start = ("perfdag's built-in tiny Llama (harness/tiny_model.py, trained on harness/data/corpus.txt)"
+    start = ("perfdag's built-in tiny Llama (harness/model/tiny.py, trained on harness/data/corpus.txt)"
              if p.model.checkpoint == "builtin" else Path(p.model.checkpoint).name)
     return {"input_data_types": "int32", "retraining": "No", "starting_weights_filename": start,
             "weight_data_types": weights,
@@ -268,7 +268,7 @@ def command(args) -> int:
     import shutil
 
     from harness.mlperf import checker as mlperf_checker
-    from tasks import runlog
+    from harness.cache import runs as runlog
     from tasks.settings import artifacts_root
 
     try:

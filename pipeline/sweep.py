@@ -13,7 +13,7 @@ from pathlib import Path
 import luigi
 
 from harness.config import ParamsError
-from harness.sweep import (
+from harness.reports.sweep import (
     SweepError,
     duplicate_points,
     fmt,
@@ -30,7 +30,7 @@ from tasks import LaunchServers
 from tasks.base import StageTask, log
 from tasks.lifecycle import note_result, release_servers
 
-from .full_run import FullRun
+from pipeline.full_run import FullRun
 
 
 def point_problems(sweep, base, overrides: str) -> list[str]:
@@ -90,7 +90,7 @@ class Sweep(StageTask):  # not in STAGES: it takes a sweep file, not one params 
         return {"sweep": self.definition.model_dump(mode="json")}
 
     def code(self):
-        return ("harness.sweep", "harness.loadgen.verdict")  # the tables and plots, the verdict in its rows
+        return ("harness.reports.sweep", "harness.loadgen.verdict")  # the tables and plots, the verdict in its rows
 
     def upstream(self):
         n = len(self.points)
@@ -101,7 +101,7 @@ class Sweep(StageTask):  # not in STAGES: it takes a sweep file, not one params 
                 for i, p in enumerate(self.points)}
 
     def requires(self):
-        from .sweep_array import fans_out
+        from pipeline.sweep_array import fans_out
 
         return {} if fans_out(self) else self.upstream()  # slurm: the points run as a job array, in run()
 
@@ -131,7 +131,7 @@ class Sweep(StageTask):  # not in STAGES: it takes a sweep file, not one params 
         return {"points": len(rows), "plots": plots}
 
     def run(self):
-        from .sweep_array import fans_out, run_array
+        from pipeline.sweep_array import fans_out, run_array
 
         if fans_out(self):
             from tasks import lifecycle

@@ -19,12 +19,12 @@ import time
 from typing import TYPE_CHECKING
 
 from harness.slurm import JobError, JobSpec, SlurmJob, cancel, job_lines, submit
-from tasks import runlog
+from harness.cache import runs as runlog
 from tasks.settings import REPO_ROOT, params_path
-from tasks.slurm_exec import IN_POINT, PASS_ENV
+from tasks.slurm.submit import IN_POINT, PASS_ENV
 
 if TYPE_CHECKING:
-    from .sweep import Sweep
+    from pipeline.sweep import Sweep
 
 # A point's FullRun exits 0, or with its verdict (10 INVALID, 11 accuracy FAIL, 12 both): measured.
 MEASURED = {"0": "", "10": "INVALID", "11": "accuracy FAIL", "12": "INVALID, accuracy FAIL"}
@@ -172,7 +172,7 @@ def _wait_for_other_holders(poll_s: float = 1.0) -> None:
     """Servers launched in this job end with it: while another task of the sweep leases them, wait;
     then stop them (under the key's lock, so no task starts using them meanwhile)."""
     from harness.serving.registry import ServerRegistry
-    from harness.store import ArtifactStore
+    from harness.cache.store import ArtifactStore
     from tasks.settings import artifacts_root
 
     store = ArtifactStore(artifacts_root())

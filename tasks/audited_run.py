@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .base import log
-from .measuring import MeasuringStage
-from .prepare_dataset import tokenizer_dir
+from tasks.base import log
+from tasks.measuring import MeasuringStage
+from tasks.prepare_dataset import tokenizer_dir
 
 
 class AuditedRun(MeasuringStage):
@@ -50,7 +50,7 @@ class AuditedRun(MeasuringStage):
     def build(self, out_dir: Path) -> dict:
         from harness.errors import MeasurementError
         from harness.loadgen.results import read_mllog
-        from harness.measure import run_performance
+        from harness.loadgen.measure import run_performance
         from harness.mlperf.compliance import (add_own_thresholds, audit_settings, read_entries, settings_applied,
                                                write_audit, write_result)
 

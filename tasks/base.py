@@ -19,14 +19,16 @@ from typing import Any, ClassVar
 
 import luigi
 
-from harness.codehash import code_digests
+from harness.cache.codehash import code_digests
 from harness.config import ENV_FLAGS, Params, ParamsError, resolve
 from harness.errors import InputError
-from harness.hashing import stage_key
-from harness.store import ArtifactStore
+from harness.cache.hashing import stage_key
+from harness.cache.store import ArtifactStore
 
-from . import lifecycle, runlog, slurm_exec, trust
-from .settings import DEFAULT_PARAMS, artifacts_root, params_path, signing_key
+from tasks import lifecycle, trust
+from harness.cache import runs as runlog
+from tasks.slurm import submit as slurm_exec
+from tasks.settings import DEFAULT_PARAMS, artifacts_root, params_path, signing_key
 
 log = logging.getLogger("perfdag")
 

@@ -5,9 +5,9 @@ from pathlib import Path
 
 from harness.backends import backend_for
 
-from .base import StageTask, log, register
-from .prepare_model import checkpoint_dir
-from .quantize import Quantize
+from tasks.base import StageTask, log, register
+from tasks.prepare_model import checkpoint_dir
+from tasks.quantize import Quantize
 
 
 @register

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from harness.backends import backend_for
 
-from .base import StageTask, register
-from .build_engine import BuildEngine
+from tasks.base import StageTask, register
+from tasks.build_engine import BuildEngine
 
 
 def decoupled_for(scenario: str) -> bool:

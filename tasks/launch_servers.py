@@ -18,10 +18,12 @@ from harness.serving.records import read_servers
 from harness.serving.launcher import servers_live, stop_recorded
 from harness.serving.registry import ServerRegistry, run_holder
 
-from . import lifecycle, runlog, slurm_exec, slurm_serve, trust
-from .base import StageTask, host_resource, log, register
-from .fill_triton_repo import FillTritonRepo
-from .settings import may_write_root
+from tasks import lifecycle, trust
+from harness.cache import runs as runlog
+from tasks.slurm import submit as slurm_exec, serve as slurm_serve
+from tasks.base import StageTask, host_resource, log, register
+from tasks.fill_triton_repo import FillTritonRepo
+from tasks.settings import may_write_root
 
 SERVERS_FILE = "servers.json"
 

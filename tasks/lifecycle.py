@@ -95,7 +95,7 @@ def setup(verbose: bool = False, root=None) -> None:
     _state["setup"] = True
     import luigi
 
-    from . import runlog
+    from harness.cache import runs as runlog
 
     errors_as_messages()
     if not (verbose or os.environ.get("PERFDAG_VERBOSE") == "1"):
@@ -153,8 +153,8 @@ _third_party = {"file": None, "said": False}
 
 
 def _third_party_log(text: str) -> None:
-    from . import runlog
-    from .settings import artifacts_root
+    from harness.cache import runs as runlog
+    from tasks.settings import artifacts_root
 
     if _third_party["file"] is None:
         try:
@@ -191,8 +191,8 @@ def _quiet_third_party() -> None:
 def _luigi_info_to_run_log() -> None:
     """luigi's INFO lines (scheduling, workers, its execution summary: ~60 a run) go to
     runs/<run id>/luigi.log; the terminal keeps luigi's warnings and errors and perfdag's own lines."""
-    from . import runlog
-    from .settings import artifacts_root
+    from harness.cache import runs as runlog
+    from tasks.settings import artifacts_root
 
     luigi_log = logging.getLogger("luigi-interface")
     terminal = [h for h in luigi_log.handlers if type(h) is logging.StreamHandler]
@@ -219,10 +219,10 @@ def release_servers(keys16: list[str] | None = None, *, keep: bool, why: str, gr
     else servers no other live run holds, and nobody asked to keep, are stopped (SIGKILL after
     `grace_s`). Returns pids stopped."""
     from harness.serving.registry import ServerRegistry
-    from harness.store import ArtifactStore
+    from harness.cache.store import ArtifactStore
 
-    from . import runlog
-    from .settings import artifacts_root
+    from harness.cache import runs as runlog
+    from tasks.settings import artifacts_root
 
     store = ArtifactStore(artifacts_root())
     registry = ServerRegistry(store.root)
@@ -258,8 +258,8 @@ def release_servers(keys16: list[str] | None = None, *, keep: bool, why: str, gr
 def note_result(task_id: str, *, valid: bool = True, accuracy: bool = True, regression: bool = False,
                 summary: str | None = None, persist: bool = True) -> None:
     """A top-level result: its summary is printed at exit, its verdict decides the exit code."""
-    from . import runlog
-    from .settings import artifacts_root
+    from harness.cache import runs as runlog
+    from tasks.settings import artifacts_root
 
     verdict = {"valid": bool(valid), "accuracy": bool(accuracy), "regression": bool(regression)}
     first = task_id not in _verdicts
@@ -279,8 +279,8 @@ def exit_code(verdicts: list[dict]) -> int:
 
 
 def _all_verdicts() -> list[dict]:
-    from . import runlog
-    from .settings import artifacts_root
+    from harness.cache import runs as runlog
+    from tasks.settings import artifacts_root
 
     doc = runlog.read(artifacts_root()) or {}
     merged = {**(doc.get("verdicts") or {}), **_verdicts}  # worker processes note theirs in run.json
@@ -321,8 +321,8 @@ def _release_leases_only() -> None:
     """A LaunchServers run leaves its servers up (the next run reuses them)."""
     from harness.serving.registry import ServerRegistry
 
-    from . import runlog
-    from .settings import artifacts_root
+    from harness.cache import runs as runlog
+    from tasks.settings import artifacts_root
 
     registry = ServerRegistry(artifacts_root())
     run_id = runlog.current_run_id()

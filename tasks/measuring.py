@@ -2,24 +2,24 @@
 a time, the nightly date in their keys, and the SUT's code."""
 from __future__ import annotations
 
-from harness.codehash import package_modules
-from harness.datasets import Sample
+from harness.cache.codehash import package_modules
+from harness.model.datasets import Sample
 
-from . import runlog
-from .base import StageTask, host_resource, keep_attempt, log
-from .launch_servers import LaunchServers
-from .prepare_dataset import PrepareDataset, read_samples
+from harness.cache import runs as runlog
+from tasks.base import StageTask, host_resource, keep_attempt, log
+from tasks.launch_servers import LaunchServers
+from tasks.prepare_dataset import PrepareDataset, read_samples
 
 # The LoadGen SUT: its behaviour shapes every measurement (client cores by protocol below).
-SUT_CODE = ("harness.measure", "harness.loadgen", "harness.loadgen.runner", "harness.loadgen.driver",
+SUT_CODE = ("harness.loadgen.measure", "harness.loadgen", "harness.loadgen.runner", "harness.loadgen.driver",
             "harness.loadgen.frontend", "harness.loadgen.settings", "harness.loadgen.results",
             "harness.loadgen.messages", "harness.loadgen.cores", "harness.loadgen.cores.base",
             "harness.loadgen.openai_api", "harness.loadgen.usage", "harness.loadgen.progress",
             "harness.loadgen.cores.aioloop",
             "harness.loadgen.verdict",  # result.json's verdict (LoadGen errors) and its relaunch record
             ) + package_modules(("harness.mlperf.benchmarks",))  # latency limits, LoadGen names: user.conf
-CORE_CODE = {"triton-grpc": ("harness.loadgen.cores.triton_grpc", "harness.serving.contract"),
-             "openai-http": ("harness.loadgen.cores.openai_http", "harness.serving.sse", "harness.serving.openai_client")}
+CORE_CODE = {"triton-grpc": ("harness.loadgen.cores.triton_grpc", "harness.serving.triton.contract"),
+             "openai-http": ("harness.loadgen.cores.openai_http", "harness.serving.openai.sse", "harness.serving.openai.client")}
 
 
 class MeasuringStage(StageTask):
@@ -46,14 +46,14 @@ class MeasuringStage(StageTask):
         return out
 
     def tools(self):
-        from harness.versions import versions
+        from harness.cache.versions import versions
         return versions("mlcommons-loadgen", "tritonclient" if self.protocol == "triton-grpc" else "httpx")
 
     def code(self):
         return SUT_CODE + CORE_CODE[self.protocol]
 
     def run(self):
-        from . import slurm_serve
+        from tasks.slurm import serve as slurm_serve
 
         if slurm_serve.measures_inside(self):  # the servers' allocation: LoadGen runs on their node
             return slurm_serve.measure(self)
@@ -70,7 +70,7 @@ class MeasuringStage(StageTask):
         from harness.loadgen.verdict import record_relaunches, relaunch_entry
         from harness.serving.launcher import gone_servers
 
-        from . import slurm_serve
+        from tasks.slurm import serve as slurm_serve
 
         servers = self.upstream()["servers"]
         if slurm_serve.allocation_of(servers.servers()):  # a step inside the servers' allocation: the

@@ -5,8 +5,8 @@ from pathlib import Path
 
 from harness.backends import backend_for
 
-from .base import StageTask, log, register
-from .prepare_model import PrepareModel, checkpoint_dir
+from tasks.base import StageTask, log, register
+from tasks.prepare_model import PrepareModel, checkpoint_dir
 
 
 @register
@@ -34,7 +34,7 @@ class Quantize(StageTask):
         return backend_for(self.params).quantize_executed(self.params)
 
     def key_inputs(self):
-        from harness.corpus import corpus_sha256
+        from harness.model.corpus import corpus_sha256
         # calibration prompts come from the corpus; backends that export alike share the checkpoint
         return {"calibration_corpus_sha256": corpus_sha256(), "export": backend_for(self.params).export}
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 
-from .base import log, register
-from .measuring import MeasuringStage
-from .prepare_dataset import tokenizer_dir
+from tasks.base import log, register
+from tasks.measuring import MeasuringStage
+from tasks.prepare_dataset import tokenizer_dir
 
 
 @register
@@ -18,7 +18,7 @@ class RunAccuracy(MeasuringStage):
 
 
     def build(self, out_dir: Path) -> dict:
-        from harness.measure import run_accuracy
+        from harness.loadgen.measure import run_accuracy
 
         servers, samples, ds = self.inputs()
         n = self.params.accuracy.num_samples

@@ -5,9 +5,9 @@ import json
 from pathlib import Path
 
 
-from .base import log, register
-from .measuring import MeasuringStage
-from .prepare_dataset import tokenizer_dir
+from tasks.base import log, register
+from tasks.measuring import MeasuringStage
+from tasks.prepare_dataset import tokenizer_dir
 
 
 @register
@@ -17,7 +17,7 @@ class RunLoadgen(MeasuringStage):
 
 
     def build(self, out_dir: Path) -> dict:
-        from harness.measure import run_performance
+        from harness.loadgen.measure import run_performance
 
         servers, samples, ds = self.inputs()
         result = run_performance(servers, samples, self.params, out_dir,

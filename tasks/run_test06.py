@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .base import log, register
-from .measuring import MeasuringStage
-from .prepare_dataset import tokenizer_dir
+from tasks.base import log, register
+from tasks.measuring import MeasuringStage
+from tasks.prepare_dataset import tokenizer_dir
 
 
 @register
@@ -25,7 +25,7 @@ class RunTest06(MeasuringStage):
         from harness.mlperf.compliance import audit_applied, verify, write_audit_config, write_verification
         from harness.errors import MeasurementError
         from harness.loadgen.results import read_mllog
-        from harness.measure import run_performance
+        from harness.loadgen.measure import run_performance
 
         servers, samples, ds = self.inputs()
         write_audit_config(out_dir)  # LoadGen reads it from its working directory, the run's directory

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .audited_run import AuditedRun
-from .base import register
-from .check_accuracy import SCORER_MODULES, livecodebench_key
+from tasks.audited_run import AuditedRun
+from tasks.base import register
+from tasks.check_accuracy import SCORER_MODULES, livecodebench_key
 
 
 @register
@@ -27,7 +27,7 @@ class RunTest07(AuditedRun):
         return out
 
     def code(self):
-        from harness.codehash import package_modules
+        from harness.cache.codehash import package_modules
 
         return super().code() + tuple(package_modules(SCORER_MODULES))
 

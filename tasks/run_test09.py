@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .audited_run import AuditedRun
-from .base import register
+from tasks.audited_run import AuditedRun
+from tasks.base import register
 
 
 @register

@@ -2,6 +2,7 @@
 optional manifest signing key (env PERFDAG_SIGNING_KEY_FILE, else luigi.cfg's signing_key_file)."""
 from __future__ import annotations
 
+from harness import CHECKOUT
 import os
 from contextlib import contextmanager
 from functools import lru_cache
@@ -10,7 +11,7 @@ from typing import Iterator
 
 import luigi
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = CHECKOUT
 DEFAULT_PARAMS = "params/default.yaml"
 
 
@@ -46,7 +47,7 @@ def signing_key() -> bytes | None:
 
 @lru_cache(maxsize=4)
 def _read_key(path: str) -> bytes:
-    from harness.signing import load_key
+    from harness.cache.signing import load_key
     return load_key(path)
 
 

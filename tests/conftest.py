@@ -22,7 +22,7 @@ FAST = "model.tiny.train_steps=20,quantize.calib_size=4"
 # training a stand-in take 515 s instead of 48.
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if _WORKERS > 1 and "OMP_NUM_THREADS" not in os.environ:
-    from harness.cpus import available_cpus
+    from harness.host.cpus import available_cpus
     os.environ["OMP_NUM_THREADS"] = str(max(1, available_cpus() // _WORKERS))
 
 # pytest-xdist (addopts: -n 2): each worker runs whole modules, one after another, so a module's
@@ -144,7 +144,7 @@ def copied_root(built: Path, dest: Path):
 def republish(artifact_dir: Path) -> None:
     """Rewrites an artifact's manifest as if it had been published as it is now: for tests that need
     a broken artifact perfdag trusts (a bad engine that was built that way, not tampered with)."""
-    from harness import integrity
+    from harness.cache import integrity
 
     m = json.loads((artifact_dir / "manifest.json").read_text())
     m["files"], m["links"] = integrity.describe(artifact_dir, skip=m.get("volatile", ()))

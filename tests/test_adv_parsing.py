@@ -19,9 +19,9 @@ from luigi.task_register import Register
 from harness.config import ParamsError, resolve
 from harness.config import yamlio
 from harness.config.resolve import parse_env_flags
-from harness.datasets import DatasetError, load_dataset
+from harness.model.datasets import DatasetError, load_dataset
 from harness.errors import InputError
-from harness.signing import load_key
+from harness.cache.signing import load_key
 
 DEFAULT = REPO / "params" / "default.yaml"
 OPENAI = REPO / "params" / "examples" / "openai-cpu.yaml"
@@ -127,7 +127,7 @@ def test_a_sweep_point_string_reaches_the_overrides_unchanged(value):
     """A sweep point's string value is written into --overrides quoted wherever YAML 1.2 or 1.1 would
     read it as something else, so it reaches the parameters as the same string."""
     from harness.config.resolve import parse_overrides
-    from harness.sweep import SweepFile, point_overrides
+    from harness.reports.sweep import SweepFile, point_overrides
 
     sweep = SweepFile(points=[{"model.name": value}])
     parsed, problems = parse_overrides(point_overrides(sweep, sweep.points[0]))
@@ -220,8 +220,8 @@ def test_a_fifo_device_socket_or_huge_file_as_params_file_is_refused(tmp_path):
             refused(params_file=path, needles=(why,))
         cli_refused(cli(tmp_path / "a", "--params-file", str(fifo)), str(fifo), "is a FIFO")
 
-        from harness.sweep import SweepError, load_sweep
-        from harness.system_desc import load_user_yaml
+        from harness.reports.sweep import SweepError, load_sweep
+        from harness.mlperf.system_desc import load_user_yaml
         with pytest.raises(SweepError, match="sweep file .*is a FIFO"):
             load_sweep(fifo)
         with pytest.raises(InputError, match="system file /dev/zero: is a character device"):
@@ -312,7 +312,7 @@ def test_deeply_nested_json_is_a_dataset_error_not_a_traceback(tmp_path):
 def test_a_dataset_that_would_not_fit_in_memory_is_refused_before_it_is_read(tmp_path, monkeypatch):
     """Loading stops with one line saying how much memory the samples would need and how much is
     available, before reading past what fits (not killed by the kernel or aborted by a native library)."""
-    import harness.datasets as datasets
+    import harness.model.datasets as datasets
 
     f = tmp_path / "d.jsonl"
     f.write_bytes(b"".join(_jsonl_line(10_000) + b"\n" for _ in range(100)))

@@ -107,7 +107,7 @@ def _specs(tmp: Path):
     from harness.backends.trtllm.launch import ServerPorts, server_command
     from harness.backends.trtllm.layout import ServerPlan
     from harness.serving.launcher import LaunchSpec
-    from harness.serving.tritonserver import cpu_spec
+    from harness.serving.triton.server import cpu_spec
 
     yield cpu_spec(0, tmp, ["tensorrt_llm"], (1, 2, 3), bind="127.0.0.1", backend_dir=tmp, env={})
     yield LaunchSpec(index=0, argv=["serve"], host="127.0.0.1", ports={"serve": 5}, models=("",),
@@ -476,12 +476,12 @@ def _perfdag_semaphores(pid: int | None = None) -> list[str]:
 
 @pytest.fixture(scope="module")
 def echo_http(tmp_path_factory):
-    from harness.serving.openai_client import probe
+    from harness.serving.openai.client import probe
     from harness.serving.ports import free_port
     from harness.serving.processes import terminate
 
     port = free_port()
-    proc = spawn([sys.executable, "-m", "harness.serving.echo_openai", "--port", str(port), "--token-delay-ms", "5"],
+    proc = spawn([sys.executable, "-m", "harness.serving.testing.echo_openai", "--port", str(port), "--token-delay-ms", "5"],
                  tmp_path_factory.mktemp("echo") / "echo.log", cwd=REPO)
     url = f"127.0.0.1:{port}"
     deadline = time.monotonic() + 30

@@ -13,7 +13,7 @@ import harness.serving.launcher
 import pytest
 from filelock import FileLock
 
-from pipeline import gc
+from harness.gc import collect as gc
 from pipeline.__main__ import main
 
 REPO = Path(__file__).resolve().parent.parent

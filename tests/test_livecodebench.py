@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.mlperf import livecodebench as lcb
+from harness.mlperf.codeexec import livecodebench as lcb
 
 REPO = Path(__file__).resolve().parent.parent
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox needs root")

@@ -28,7 +28,7 @@ from harness.mlperf.accuracy import (
     score_texts,
 )
 from harness.backends.torch.repo import render_torch_model_config
-from harness.datasets import (
+from harness.model.datasets import (
     DatasetError,
     Sample,
     builtin_prompt_split,
@@ -41,11 +41,11 @@ from harness.loadgen import (
     parse_summary,
     run_loadgen,
 )
-from harness.serving import cpu_server as CS
+from harness.serving.triton import cpu_server as CS
 from harness.serving import ports as P
-from harness.serving import tritonserver as TS
-from harness.serving.echo_model import echo_tokens
-from harness.serving.pbtxt import write_model_repo
+from harness.serving.triton import server as TS
+from harness.serving.testing.echo_model import echo_tokens
+from harness.serving.triton.pbtxt import write_model_repo
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -58,7 +58,7 @@ MAX_NEW = 8
 
 @pytest.fixture(scope="module")
 def tokenizer_dir(tmp_path_factory) -> Path:
-    from harness.tiny_model import train_tokenizer
+    from harness.model.tiny import train_tokenizer
 
     d = tmp_path_factory.mktemp("tok")
     train_tokenizer(512, d)
@@ -68,7 +68,7 @@ def tokenizer_dir(tmp_path_factory) -> Path:
 def test_builtin_dataset_is_deterministic_prefixes(tokenizer_dir):
     from transformers import AutoTokenizer
 
-    from harness.corpus import corpus_lines
+    from harness.model.corpus import corpus_lines
 
     a = load_dataset("builtin", None, tokenizer_dir, 20, max_input_len=64)
     b = load_dataset("builtin", None, tokenizer_dir, 20, max_input_len=64)

@@ -225,7 +225,7 @@ def test_interface_tables():
 
 def test_pipeline_llama2_path_gives_the_same_numbers(tok, tmp_path):
     """harness.mlperf.accuracy (CheckAccuracy's scoring today) on the llama2 fixture."""
-    from harness.datasets import Sample
+    from harness.model.datasets import Sample
     from harness.mlperf.accuracy import parse_accuracy_log, score_outputs
 
     df, log = built("llama2-70b", tok)

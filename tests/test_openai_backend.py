@@ -11,7 +11,7 @@ from luigi.task_register import Register
 
 from harness.backends.openai.servers import llm_api_options, server_argv
 from harness.config import ParamsError, resolve
-from harness.executed import normalise
+from harness.cache.executed import normalise
 from pipeline import STAGES
 
 GOLDEN = REPO / "tests" / "golden" / "openai"

@@ -145,7 +145,7 @@ def test_accuracy_txt_for_exact_match_benchmarks():
 
 
 def test_request_timeout_scales_with_the_requested_length():
-    from harness.measure import request_timeout
+    from harness.loadgen.measure import request_timeout
 
     assert request_timeout(300, 32) == 300 and request_timeout(300, 1024) == 300
     assert request_timeout(300, 20000) == pytest.approx(300 * 20000 / 1024)  # deepseek-r1's 20,000 tokens

@@ -194,7 +194,7 @@ def test_deepseek_reads_ground_truth_where_there_is_no_gt_output(built, tok):
 def test_the_shipped_standins_are_what_make_standins_writes_and_scale_to_mlperf_size(tmp_path):
     """The shipped files hold exactly the rows make_standins writes (deterministic), and --full-size repeats a
     stand-in to its benchmark's MLPerf dataset size, rows unchanged (an MBXP id names its entry point)."""
-    from harness.corpus import STANDINS
+    from harness.model.corpus import STANDINS
     from harness.data import make_standins
 
     for name, rows in (("deepseek-r1", make_standins.deepseek_rows()),

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.mlperf import mbxp, sandbox, sandbox_uids
+from harness.mlperf.codeexec import mbxp, sandbox, uids as sandbox_uids
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.corpus import standin_path, standin_rows
+from harness.model.corpus import standin_path, standin_rows
 from harness.mlperf import benchmarks
 
 REPO = Path(__file__).resolve().parent.parent
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.timeout(240)
 
 @pytest.fixture(scope="module")
 def tokenizer_dir(tmp_path_factory) -> Path:
-    from harness.tiny_model import train_tokenizer
+    from harness.model.tiny import train_tokenizer
 
     d = tmp_path_factory.mktemp("tok")
     train_tokenizer(512, d)

@@ -36,7 +36,7 @@ def serve_root(built_fast, tmp_path):
 
 
 def test_launch_reuse_relaunch_and_stop(serve_root):
-    from harness.serving.triton_client import generate
+    from harness.serving.triton.client import generate
 
     from harness.backends.torch.engine import load_torch_engine
 

@@ -7,7 +7,7 @@ import json
 import os
 
 from harness.serving.registry import ServerRegistry, run_holder
-from pipeline import servers_cli
+from pipeline.cli import servers as servers_cli
 
 
 def publish(root, key16, port):

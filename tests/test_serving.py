@@ -20,11 +20,11 @@ import pytest
 import torch
 
 from harness.backends.torch.repo import MODEL_PY, render_torch_model_config
-from harness.serving import cpu_server as CS
+from harness.serving.triton import cpu_server as CS
 from harness.serving import ports as P
-from harness.serving import triton_client as TC
-from harness.serving import tritonserver as TS
-from harness.serving.pbtxt import (
+from harness.serving.triton import client as TC
+from harness.serving.triton import server as TS
+from harness.serving.triton.pbtxt import (
     ModelConfigError,
     check_model_config,
     validate_model_config,

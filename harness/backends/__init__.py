@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-from .base import Backend
+from harness.backends.base import Backend
 
 # build.backend -> "module:class"; a new backend is a package plus one line here.
 BACKENDS = {

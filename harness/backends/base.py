@@ -5,7 +5,7 @@ LoadGen SUT has a core for. Tasks ask `backend_for(params)` and call these metho
 branch on a backend's name. Everything that decides *what* runs (command lines, configs, plans)
 is a pure function of the parameters, so it is tested on CPU and can enter the stage keys.
 
-Keys (harness/codehash.py, harness/executed.py): where perfdag's own code does a stage's work the
+Keys (harness/cache/codehash.py, harness/cache/executed.py): where perfdag's own code does a stage's work the
 backend lists those modules (`*_code`), and their digests enter the key; where an external tool
 does it (modelopt export, trtllm-build, tritonserver, mpirun) the backend renders what the tool
 is handed (`*_executed`), normalised, and that enters the key instead of the renderer's source.
@@ -41,7 +41,7 @@ class Backend:
         return {}
 
     def quantize_code(self, params) -> tuple[str, ...]:
-        return ("harness.calibration", "harness.corpus")
+        return ("harness.model.calibration", "harness.model.corpus")
 
     def quantize_executed(self, params) -> dict:
         return {}

@@ -4,11 +4,11 @@ Rules every backend shares live here; the chosen backend adds its own (Backend.p
 """
 from __future__ import annotations
 
-from .schema import Params
+from harness.config.schema import Params
 
 
 def cross_field_problems(p: Params) -> list[str]:
-    from ..backends import backend_for
+    from harness.backends import backend_for
 
     out: list[str] = []
     b, q = p.build, p.quantize
@@ -30,7 +30,7 @@ def cross_field_problems(p: Params) -> list[str]:
         out.append("dataset.format: builtin prompts come from the shipped corpus, which model.tiny.corpus: false "
                    "leaves out of training; use the taught stand-in's dataset file or set corpus: true")
     if p.dataset.format == "builtin":
-        from ..datasets import builtin_capacity
+        from harness.model.datasets import builtin_capacity
 
         if p.dataset.num_samples > (cap := builtin_capacity()):
             out.append(f"dataset.num_samples: {p.dataset.num_samples} exceeds the {cap} samples of the builtin dataset; "
@@ -43,7 +43,7 @@ def cross_field_problems(p: Params) -> list[str]:
 
     out += benchmark_problems(p)
 
-    from .inputs import checkpoint_problems, dataset_problems, livecodebench_problems  # input files, before any stage
+    from harness.config.inputs import checkpoint_problems, dataset_problems, livecodebench_problems  # input files, before any stage
 
     out += checkpoint_problems(p.model.checkpoint)
     out += dataset_problems(p.dataset.format, p.dataset.path, p.dataset.max_line_bytes)
@@ -73,7 +73,7 @@ def uses_mlperf_gates(p: Params) -> bool:
 def benchmark_problems(p: Params) -> list[str]:
     """The benchmark must be in the round, and a run judged by MLPerf's gates must use a target
     the round has for it (a run judged against its own references may use any fraction)."""
-    from ..mlperf import benchmarks
+    from harness.mlperf import benchmarks
 
     lg = p.loadgen
     b = benchmarks.get(lg.mlperf_model)

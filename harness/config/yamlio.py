@@ -17,8 +17,8 @@ from typing import Any
 
 import yaml
 
-from ..errors import InputError
-from ..files import read_regular
+from harness.errors import InputError
+from harness.host.files import read_regular
 
 # A params, sweep or system file is a few KiB (the biggest shipped one under 2 KiB); more is a mistake.
 MAX_YAML_BYTES = 1 << 20

@@ -28,7 +28,7 @@ def name_semaphores_as_perfdag() -> None:
     elsewhere a named semaphore may hold 31 characters, and Python's names stay)."""
     import multiprocessing.process
 
-    from ..serving.processes import start_time
+    from harness.serving.processes import start_time
 
     started = start_time(os.getpid())
     if sys.platform.startswith("linux") and started is not None:
@@ -64,7 +64,7 @@ def remove_left_by(pid: int) -> list[str]:
 
 def orphans() -> list[str]:
     """Semaphores of drivers that no longer run (same pid and start time): a killed run's."""
-    from ..serving.processes import is_same_process
+    from harness.serving.processes import is_same_process
 
     return sorted(path for path, pid, started in _own_files() if not is_same_process(pid, started))
 

@@ -18,19 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
-from . import records
-from .ports import port_in_use
-from .processes import (
-    Process,
-    ServerError,
-    is_own_process,
-    is_same_process,
-    processes_with_token,
-    spawn,
-    start_time,
-    terminate,
-)
-from .tritonserver import mapped_shm, remove_shm_files, shm_regions
+from harness.serving import records
+from harness.serving.ports import port_in_use
+from harness.serving.processes import Process, ServerError, is_own_process, is_same_process, processes_with_token, spawn, start_time, terminate
+from harness.serving.triton.server import mapped_shm, remove_shm_files, shm_regions
 
 
 @dataclass(frozen=True)
@@ -56,10 +47,10 @@ class LaunchSpec:
 def protocol_for(name: str):
     """Readiness and warm-up for a serving protocol."""
     if name == "triton-grpc":
-        from .triton_client import TritonGrpc
+        from harness.serving.triton.client import TritonGrpc
         return TritonGrpc()
     if name == "openai-http":
-        from .openai_client import OpenAIHttp
+        from harness.serving.openai.client import OpenAIHttp
         return OpenAIHttp()
     raise ValueError(f"unknown serving protocol {name!r}")
 
@@ -113,7 +104,7 @@ def _hold_signals() -> dict:
 def record_of(spec: LaunchSpec, proc: Process, out_dir: Path, names: dict[str, str] | None = None) -> dict:
     """What servers.json keeps of a launched server; `names` replace machine paths (the artifacts root
     becomes <root>, so the record stays true when the root moves)."""
-    from ..executed import normalise
+    from harness.cache.executed import normalise
 
     names = names or {}
     return {"pid": proc.pid, "create_time": start_time(proc.pid), "host": spec.host, "port": spec.ports["serve"],
@@ -141,7 +132,7 @@ def launch(specs: Sequence[LaunchSpec], out_dir: str | Path, *, ready_timeout_s:
     records: list[dict] = []
     shm_prefixes = [s.shm_prefix for s in specs if s.shm_prefix]
     with _stop_on_interrupt(started, shm_prefixes):
-        from ..executed import normalise
+        from harness.cache.executed import normalise
 
         for spec in specs:
             shown = " ".join([f"{k}={v}" for k, v in spec.env.items()] + list(spec.argv))

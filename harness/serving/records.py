@@ -18,10 +18,10 @@ from typing import Annotated, Any, Iterator, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ..errors import MAX_LINE, InputError
-from ..files import read_regular
-from .processes import TOKEN
-from .tritonserver import is_shm_prefix
+from harness.errors import MAX_LINE, InputError
+from harness.host.files import read_regular
+from harness.serving.processes import TOKEN
+from harness.serving.triton.server import is_shm_prefix
 
 log = logging.getLogger("perfdag")
 MAX_BYTES = 1 << 20  # a record is a few hundred bytes (a servers.json a few KiB): more is not a record
@@ -155,7 +155,7 @@ class _Unreadable(Exception):
 
 
 def _read_json(path: Path, inside: Path | None):
-    """The JSON document in `path`: a regular file that is no link (harness.files: no FIFO or device,
+    """The JSON document in `path`: a regular file that is no link (harness.host.files: no FIFO or device,
     at most MAX_BYTES read) and, with `inside`, really under that directory. FileNotFoundError when it
     is gone (no report)."""
     if inside is not None:

@@ -26,9 +26,9 @@ import socket
 import time
 from pathlib import Path
 
-from . import records as untrusted
-from .launcher import is_ours, on_this_host, remove_shm, stop_recorded
-from .processes import is_same_process, start_time
+from harness.serving import records as untrusted
+from harness.serving.launcher import is_ours, on_this_host, remove_shm, stop_recorded
+from harness.serving.processes import is_same_process, start_time
 
 DIR = ".servers"
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
@@ -77,7 +77,7 @@ class ServerRegistry:
     def keys(self) -> list[str]:
         return sorted(p.name for p in self.root.glob("*") if p.is_dir() and not p.is_symlink())
 
-    # --- the Slurm allocation holding the servers (tasks/slurm_serve.py) ------------------------
+    # --- the Slurm allocation holding the servers (tasks/slurm/serve.py) ------------------------
     def record_allocation(self, key16: str, doc: dict) -> None:
         """Written the moment the allocation's job exists, so a killed run's allocation is still found."""
         _write(self._dir(key16) / "slurm.json", doc)
@@ -94,8 +94,8 @@ class ServerRegistry:
             return None
         job_id = doc["job_id"]
         if job_id != os.environ.get("SLURM_JOB_ID"):
-            from ..errors import PerfdagError
-            from ..slurm import cancel, job_lines, wait_ended
+            from harness.errors import PerfdagError
+            from harness.slurm import cancel, job_lines, wait_ended
 
             try:
                 lines = job_lines(job_id)  # [] once Slurm has forgotten the job: nothing left to cancel

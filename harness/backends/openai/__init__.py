@@ -15,9 +15,9 @@ from pathlib import Path
 
 import yaml
 
-from ...versions import versions
-from ..base import Backend
-from ..torch import TorchBackend
+from harness.cache.versions import versions
+from harness.backends.base import Backend
+from harness.backends.torch import TorchBackend
 
 SERVER_PACKAGE = {"transformers": "transformers", "trtllm-serve": "tensorrt_llm", "vllm": "vllm",
                   "sglang": "sglang"}
@@ -33,8 +33,8 @@ class OpenAIBackend(Backend):
     server_section = "openai"
 
     def problems(self, p) -> list[str]:
-        from .endpoints import endpoint_problems
-        from .plain import WEIGHT_ONLY
+        from harness.backends.openai.endpoints import endpoint_problems
+        from harness.backends.openai.plain import WEIGHT_ONLY
 
         o, b, q = p.openai, p.build, p.quantize
         out = []
@@ -98,7 +98,7 @@ class OpenAIBackend(Backend):
         b = p.build
         if p.openai.server != "transformers":  # the server loads modelopt's export itself
             return {"engine": os.path.relpath(checkpoint, final_dir), "pass_through": True}
-        from .plain import write_plain_checkpoint
+        from harness.backends.openai.plain import write_plain_checkpoint
 
         config = write_plain_checkpoint(checkpoint, out_dir / "engine", dtype=b.dtype, device=b.device,
                                         max_batch_size=b.max_batch_size, max_num_tokens=b.max_num_tokens,
@@ -112,7 +112,7 @@ class OpenAIBackend(Backend):
         return ("openai.server", "openai.llm_api_options", "runtime", "quantize.kv_cache_dtype", "model.name")
 
     def num_servers(self, p) -> int:
-        from .servers import dp_gpus
+        from harness.backends.openai.servers import dp_gpus
         if p.openai.num_servers is not None:
             return p.openai.num_servers
         if p.openai.endpoints:
@@ -120,7 +120,7 @@ class OpenAIBackend(Backend):
         return 1 if p.loadgen.scenario == "Offline" else len(dp_gpus(p))
 
     def render_repos(self, p, engine_rel: str, decoupled: bool) -> dict[str, dict[str, str]]:
-        from .servers import llm_api_options
+        from harness.backends.openai.servers import llm_api_options
 
         name = "extra_llm_api_options.yaml" if p.openai.server == "trtllm-serve" else "server.yaml"
         doc = llm_api_options(p) if p.openai.server == "trtllm-serve" else {"server": p.openai.server}
@@ -128,7 +128,7 @@ class OpenAIBackend(Backend):
         return {f"server_{i}": {name: text} for i in range(self.num_servers(p))}
 
     def fill(self, engine_dir: Path, engine_rel: str, out_dir: Path, p, decoupled: bool) -> dict:
-        from .servers import served_name
+        from harness.backends.openai.servers import served_name
 
         for repo, files in self.render_repos(p, engine_rel, decoupled).items():
             (out_dir / repo).mkdir(parents=True, exist_ok=True)
@@ -145,15 +145,15 @@ class OpenAIBackend(Backend):
         return versions(SERVER_PACKAGE[p.openai.server], "httpx")
 
     def _specs(self, p, repo_dir: str, model_dir: str, ports, root: str):
-        from ...serving.launcher import LaunchSpec
-        from .servers import dp_gpus, server_argv, server_env
+        from harness.serving.launcher import LaunchSpec
+        from harness.backends.openai.servers import dp_gpus, server_argv, server_env
 
         gpus = dp_gpus(p)
         specs = []
         for i in range(self.num_servers(p)):
             cfg = os.path.join(repo_dir, f"server_{i}", "extra_llm_api_options.yaml") \
                 if p.openai.server == "trtllm-serve" else None
-            from .servers import served_name
+            from harness.backends.openai.servers import served_name
             specs.append(LaunchSpec(index=i, argv=server_argv(p, model_dir, ports[i], config_path=cfg),
                                     host=p.openai.bind, ports={"serve": ports[i]}, models=(served_name(p),),
                                     env=server_env(p, gpus[i % len(gpus)]), protocol=self.protocol,
@@ -161,7 +161,7 @@ class OpenAIBackend(Backend):
         return specs
 
     def launch_executed(self, p, repo_rel: str) -> dict:
-        from ...executed import normalise
+        from harness.cache.executed import normalise
 
         if p.openai.endpoints:
             return {}
@@ -170,10 +170,10 @@ class OpenAIBackend(Backend):
         return normalise({"argv": [s.argv for s in specs], "env": [s.env for s in specs], "cwd": "<root>"})
 
     def launch(self, repo_rel: str, layout: dict, out_dir: Path, p, *, root: Path, on_spawn, log) -> list[dict]:
-        from ...serving.launcher import external_servers, launch
-        from ...serving.ports import server_ports
-        from .endpoints import parse_endpoints
-        from .servers import served_name
+        from harness.serving.launcher import external_servers, launch
+        from harness.serving.ports import server_ports
+        from harness.backends.openai.endpoints import parse_endpoints
+        from harness.backends.openai.servers import served_name
 
         o = p.openai
         if o.endpoints:

@@ -12,9 +12,9 @@ import os
 import sys
 from pathlib import Path
 
-from ...config.schema import CPU_QUANT_FORMATS, GPU_ONLY_QUANT_FORMATS
-from ...versions import versions
-from ..base import Backend
+from harness.config.schema import CPU_QUANT_FORMATS, GPU_ONLY_QUANT_FORMATS
+from harness.cache.versions import versions
+from harness.backends.base import Backend
 
 # Flags the torch backend understands beyond the typed fields (none yet): anything else in a flag
 # dict is meant for TensorRT-LLM and would be silently ignored on CPU, so it is an error.
@@ -25,7 +25,7 @@ class TorchBackend(Backend):
     name = "torch"
 
     def problems(self, p) -> list[str]:
-        from ...serving.endpoints import endpoint_problems
+        from harness.serving.endpoints import endpoint_problems
 
         b, q = p.build, p.quantize
         out = []
@@ -66,8 +66,8 @@ class TorchBackend(Backend):
                                            "harness.backends.export_checks")
 
     def quantize(self, src: Path, out_dir: Path, p, log, final_dir: Path) -> dict:
-        from ...calibration import calibration_prompts
-        from .quantize import quantize_checkpoint
+        from harness.model.calibration import calibration_prompts
+        from harness.backends.torch.quantize import quantize_checkpoint
 
         q = p.quantize
         if q.format == "none":
@@ -87,7 +87,7 @@ class TorchBackend(Backend):
         return ("harness.backends.torch.engine", "harness.backends.checkpoint", "harness.backends.moe")
 
     def build(self, checkpoint: Path, out_dir: Path, p, log, final_dir: Path | None = None) -> dict:
-        from .engine import build_torch_engine
+        from harness.backends.torch.engine import build_torch_engine
 
         b = p.build
         config = build_torch_engine(checkpoint, out_dir / "engine", dtype=b.dtype, device=b.device,
@@ -99,18 +99,18 @@ class TorchBackend(Backend):
     def repo_code(self, p) -> tuple[str, ...]:
         # The served model is perfdag's: the Triton glue, the batcher and the engine loader.
         return ("harness/backends/torch/triton_model/model.py", "harness.backends.torch.batcher",
-                "harness.serving.triton_python", "harness.backends.torch.engine", "harness.backends.checkpoint",
+                "harness.serving.triton.python_model", "harness.backends.torch.engine", "harness.backends.checkpoint",
                 "harness.backends.moe")
 
     def render_repos(self, p, engine_rel: str, decoupled: bool) -> dict[str, dict[str, str]]:
-        from .repo import render_repos
+        from harness.backends.torch.repo import render_repos
 
         # A model directory is <root>/FillTritonRepo/<key16>/server_<i>/<model>: four levels down.
         return render_repos(p, os.path.join("..", "..", "..", "..", engine_rel), num_servers=self.num_servers(p),
                             decoupled=decoupled)
 
     def fill(self, engine_dir: Path, engine_rel: str, out_dir: Path, p, decoupled: bool) -> dict:
-        from .repo import fill_repos
+        from harness.backends.torch.repo import fill_repos
 
         return fill_repos(out_dir, self.render_repos(p, engine_rel, decoupled), decoupled=decoupled)
 
@@ -123,7 +123,7 @@ class TorchBackend(Backend):
         return os.path.join(".backends", tag)
 
     def _specs(self, p, repo_rel: str, servers, ports, root, env, shm=None):
-        from ...serving.tritonserver import cpu_spec
+        from harness.serving.triton.server import cpu_spec
 
         # Servers run in the artifacts root; their argv names it (ps shows which root a server serves).
         binary = None if p.triton.binary == "auto" else p.triton.binary
@@ -133,9 +133,9 @@ class TorchBackend(Backend):
                 for i, srv in enumerate(servers)]
 
     def launch_executed(self, p, repo_rel: str) -> dict:
-        from ...executed import normalise
-        from ...serving.pbtxt import model_names
-        from ...serving.tritonserver import env_overlay_described
+        from harness.cache.executed import normalise
+        from harness.serving.triton.pbtxt import model_names
+        from harness.serving.triton.server import env_overlay_described
 
         t = p.triton
         if t.endpoints:
@@ -149,11 +149,11 @@ class TorchBackend(Backend):
         return normalise({"argv": [s.argv for s in specs], "cwd": "<root>", "env": env_overlay_described()})
 
     def launch(self, repo_rel: str, layout: dict, out_dir: Path, p, *, root: Path, on_spawn, log) -> list[dict]:
-        from ...serving.endpoints import parse_endpoints
-        from ...serving.launcher import external_servers, launch
-        from ...serving.pbtxt import model_names
-        from ...serving.ports import server_ports
-        from ...serving.tritonserver import prepare_backend_dir, server_env, shell_safe_root
+        from harness.serving.endpoints import parse_endpoints
+        from harness.serving.launcher import external_servers, launch
+        from harness.serving.triton.pbtxt import model_names
+        from harness.serving.ports import server_ports
+        from harness.serving.triton.server import prepare_backend_dir, server_env, shell_safe_root
 
         t = p.triton
         if t.endpoints:

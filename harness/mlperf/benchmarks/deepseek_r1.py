@@ -3,7 +3,7 @@ scored by the rule its `dataset` column names (language/deepseek-r1/eval_accurac
 choice, \\boxed{} math graded as PRM800K does, AIME integers, LiveCodeBench pass@1. exact_match is
 the mean over all rows; tokens_per_sample the mean output length. In v5.1, v6.0 and v6.1 (the
 same numbers in each round's checker constants; v5.1 has no Interactive scenario)."""
-from .base import Benchmark, Generation, Metric
+from harness.mlperf.benchmarks.base import Benchmark, Generation, Metric
 
 BENCHMARK = Benchmark(
     name="deepseek-r1", loadgen_model="deepseek-r1",

@@ -2,7 +2,7 @@
 the accuracy run, 6,396 in the performance dataset (language/gpt-oss-120b/eval_mlperf_accuracy.py).
 exact_match is each dataset's correct / repeats summed, over the same sum of totals. Compliance:
 TEST07 (GPQA accuracy in performance mode) and TEST09 (mean output length). In v6.0 and v6.1."""
-from .base import Benchmark, Generation, Metric
+from harness.mlperf.benchmarks.base import Benchmark, Generation, Metric
 
 BENCHMARK = Benchmark(
     name="gpt-oss-120b", loadgen_model="gpt-oss-120b",

@@ -1,5 +1,5 @@
 """llama2-70b: OpenOrca (24,576 rows), ROUGE and tokens per sample (language/llama2-70b/)."""
-from .base import Benchmark, Generation, Metric
+from harness.mlperf.benchmarks.base import Benchmark, Generation, Metric
 
 BENCHMARK = Benchmark(
     name="llama2-70b", loadgen_model="llama2-70b",

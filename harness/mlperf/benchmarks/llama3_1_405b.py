@@ -1,7 +1,7 @@
 """llama3.1-405b: 8,313 long-context rows, each scored by the metric its `metric` column names
 (language/llama3.1-405b/): `rouge` rows give rougeL, `niah_em` and `qa_em` rows exact_match.
 In v5.1 and v6.0; v6.1 dropped it."""
-from .base import Benchmark, Generation, Metric
+from harness.mlperf.benchmarks.base import Benchmark, Generation, Metric
 
 BENCHMARK = Benchmark(
     name="llama3.1-405b", loadgen_model="llama3_1-405b",

@@ -1,6 +1,6 @@
 """llama3.1-8b: CNN-DailyMail summarisation (13,368 rows), ROUGE-1/2/L/Lsum and gen_len
 (language/llama3.1-8b/). The length gate is on gen_len (total characters), not tokens/sample."""
-from .base import Benchmark, Generation, Metric
+from harness.mlperf.benchmarks.base import Benchmark, Generation, Metric
 
 BENCHMARK = Benchmark(
     name="llama3.1-8b", loadgen_model="llama3_1-8b",

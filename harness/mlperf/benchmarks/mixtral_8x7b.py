@@ -2,7 +2,7 @@
 `dataset` column to its own metric (language/mixtral-8x7b/): ROUGE on OpenOrca, GSM8K exact match
 of the extracted number, MBXP pass@1 of the generated code run against the row's tests.
 In v5.1 and v6.0; v6.1 dropped it."""
-from .base import Benchmark, Generation, Metric
+from harness.mlperf.benchmarks.base import Benchmark, Generation, Metric
 
 BENCHMARK = Benchmark(
     name="mixtral-8x7b", loadgen_model="mixtral-8x7b",
