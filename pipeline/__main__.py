@@ -7,6 +7,10 @@ import json
 import sys
 
 from harness.errors import PerfdagError
+from pipeline.cli import compare as compare_cli
+from pipeline.cli import score as score_cli
+from pipeline.cli import servers as servers_cli
+from pipeline.cli.status import print_status, stage_status
 from tasks.settings import DEFAULT_PARAMS
 
 
@@ -53,14 +57,11 @@ def main(argv: list[str] | None = None) -> int:
     sb.add_argument("--checker-python", default="", help="the Python that runs the checker (needs PyYAML)")
     sb.add_argument("--keep-servers", action="store_true", help="leave the servers running afterwards")
     sb.add_argument("--verbose", action="store_true", help="show third-party warnings and chatter")
-    from pipeline.cli import compare as compare_cli, score as score_cli
     score_cli.add_parser(sub)
     compare_cli.add_parser(sub)
     args = ap.parse_args(argv)
 
-    import pipeline  # noqa: F401  (registers the stages)
 
-    from pipeline.cli.status import print_status, stage_status
 
     try:
         if args.command == "status":
@@ -85,8 +86,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def servers_command(args) -> int:
-    from pipeline.cli import servers as servers_cli
-
     if args.action == "list":
         rows = servers_cli.list_servers()
         if args.json:

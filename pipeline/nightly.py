@@ -15,14 +15,12 @@ from pathlib import Path
 
 import luigi
 
-from harness.reports import nightly
 from harness.config import ParamsError
 from harness.errors import shorten
+from harness.reports import nightly
+from pipeline.sweep import Sweep
 from tasks.lifecycle import errors_as_messages, note_result, setup
 from tasks.settings import artifacts_root
-
-from pipeline.sweep import Sweep
-
 
 log = logging.getLogger("perfdag")
 

@@ -17,14 +17,21 @@ from pathlib import Path
 
 import luigi
 
-from harness.config import ParamsError
+from harness.backends import backend_for
+from harness.cache import runs as runlog
+from harness.cache.versions import versions
+from harness.config import ParamsError, yamlio
 from harness.config.schema import SCENARIOS
 from harness.errors import InputError, PerfdagError
 from harness.loadgen.verdict import error_count, invalid_reason, is_valid
+from harness.mlperf import checker as mlperf_checker
+from harness.mlperf import system_desc
+from harness.mlperf.submission import ScenarioRuns, assemble, compliance_tests, needs_test06, scenario_readme
+from harness.mlperf.system_desc import git_output
 from tasks import CheckAccuracy, LaunchServers, RunAccuracy, RunLoadgen, RunTest06, RunTest07, RunTest09
 from tasks.base import StageTask, log
 from tasks.lifecycle import note_result, release_servers
-from tasks.settings import REPO_ROOT
+from tasks.settings import REPO_ROOT, artifacts_root
 
 
 class Submission(StageTask):  # not in STAGES: one tree over several scenarios
@@ -48,7 +55,6 @@ class Submission(StageTask):  # not in STAGES: one tree over several scenarios
     @cached_property
     def described(self) -> tuple[dict, dict]:
         """(systems/<system>.json, measurements.json), validated: every problem at once, before any stage."""
-        from harness.mlperf import system_desc
 
         sub, p = self.params.submission, self.params
         problems = [] if sub.submitter else [
@@ -80,8 +86,6 @@ class Submission(StageTask):  # not in STAGES: one tree over several scenarios
         return ("harness.mlperf.submission", "harness.mlperf.system_desc", "harness.loadgen.verdict")
 
     def scenario_tasks(self, scenario: str) -> dict[str, StageTask]:
-        from harness.mlperf.submission import compliance_tests, needs_test06
-
         ov = ",".join(x for x in (self.overrides, f"loadgen.scenario={scenario}") if x)
         out = {"performance": self.clone(RunLoadgen, overrides=ov), "log": self.clone(RunAccuracy, overrides=ov),
                "accuracy": self.clone(CheckAccuracy, overrides=ov)}
@@ -98,8 +102,6 @@ class Submission(StageTask):  # not in STAGES: one tree over several scenarios
 
     # --- the tree ----------------------------------------------------------------------------------
     def build(self, out_dir: Path) -> dict:
-        from harness.mlperf.submission import ScenarioRuns, assemble, scenario_readme
-
         p, sub = self.params, self.params.submission
         desc, meas = self.described
         runs, verdicts = [], {}
@@ -126,7 +128,6 @@ class Submission(StageTask):  # not in STAGES: one tree over several scenarios
                            "accuracy_why": acc.get("why"), "accuracy_samples": acc.get("samples"),
                            "test06_passed": None if t06 is None else t06["passed"],
                            **{f"{k.lower()}_passed": v["passed"] for k, v in audited.items()}}
-        from harness.config import yamlio  # reads back the same in perfdag (YAML 1.2) and in YAML 1.1
 
         files = assemble(out_dir / "tree", division=sub.division, submitter=sub.submitter, system=sub.system,
                          benchmark=sub.benchmark, maps_to=sub.maps_to, system_desc=desc, measurements=meas,
@@ -192,23 +193,17 @@ class Submission(StageTask):  # not in STAGES: one tree over several scenarios
 # --- what the tree says about the model and the software ------------------------------------------
 
 def _git(args: list[str]) -> str | None:
-    from harness.mlperf.system_desc import git_output
-
     return git_output(REPO_ROOT, *args)
 
 
 def _software(p) -> dict[str, str]:
     """The tools that made the results: the backend's (engine, serving, quantization) and LoadGen."""
-    from harness.backends import backend_for
-    from harness.cache.versions import versions
 
     b = backend_for(p)
     return {**versions("mlcommons-loadgen"), **b.quantize_tools(p), **b.build_tools(p), **b.serving_tools(p)}
 
 
 def _framework(p) -> str:
-    from harness.backends import backend_for
-
     b = backend_for(p)
     tools = ", ".join(f"{k} {v}" for k, v in b.build_tools(p).items() if v != "absent")
     return f"perfdag, {b.name} backend on {p.build.device}" + (f" ({tools})" if tools else "")
@@ -267,9 +262,6 @@ def command(args) -> int:
     """Builds the tree (luigi, local scheduler), copies it to --out, runs the checker if asked."""
     import shutil
 
-    from harness.mlperf import checker as mlperf_checker
-    from harness.cache import runs as runlog
-    from tasks.settings import artifacts_root
 
     try:
         if args.checker:

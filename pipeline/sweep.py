@@ -26,17 +26,16 @@ from harness.reports.sweep import (
     text_table,
     write_results,
 )
-from tasks import LaunchServers
-from tasks.base import StageTask, log
-from tasks.lifecycle import note_result, release_servers
-
 from pipeline.full_run import FullRun
+from pipeline.sweep_array import fans_out, run_array
+from tasks import LaunchServers
+from tasks.base import StageTask, load_params
+from tasks.lifecycle import note_result, release_servers
 
 
 def point_problems(sweep, base, overrides: str) -> list[str]:
     """Every point's parameter problems at once (not the first point's alone), each problem named
     once with the points that have it."""
-    from tasks.base import load_params
 
     found: dict[str, list[str]] = {}
     for name, point in zip(point_names(sweep), points(sweep)):
@@ -101,8 +100,6 @@ class Sweep(StageTask):  # not in STAGES: it takes a sweep file, not one params 
                 for i, p in enumerate(self.points)}
 
     def requires(self):
-        from pipeline.sweep_array import fans_out
-
         return {} if fans_out(self) else self.upstream()  # slurm: the points run as a job array, in run()
 
     def _note(self) -> None:
@@ -131,8 +128,6 @@ class Sweep(StageTask):  # not in STAGES: it takes a sweep file, not one params 
         return {"points": len(rows), "plots": plots}
 
     def run(self):
-        from pipeline.sweep_array import fans_out, run_array
-
         if fans_out(self):
             from tasks import lifecycle
 

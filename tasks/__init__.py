@@ -1,6 +1,6 @@
 """One module per stage: thin luigi tasks that call into harness/. The stage base is tasks/base.py;
 tasks never import pipeline/ (pipeline composes them into FullRun, Sweep and the CLI)."""
-from tasks.base import STAGE_ORDER, STAGES, StageTask
+from tasks.base import StageTask
 from tasks.build_engine import BuildEngine
 from tasks.check_accuracy import CheckAccuracy
 from tasks.fill_triton_repo import FillTritonRepo
@@ -8,6 +8,7 @@ from tasks.launch_servers import LaunchServers
 from tasks.prepare_dataset import PrepareDataset
 from tasks.prepare_model import PrepareModel
 from tasks.quantize import Quantize
+from tasks.registry import STAGE_ORDER, STAGES
 from tasks.run_accuracy import RunAccuracy
 from tasks.run_loadgen import RunLoadgen
 from tasks.run_test06 import RunTest06

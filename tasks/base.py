@@ -19,16 +19,16 @@ from typing import Any, ClassVar
 
 import luigi
 
+from harness.cache import runs as runlog
 from harness.cache.codehash import code_digests
-from harness.config import ENV_FLAGS, Params, ParamsError, resolve
-from harness.errors import InputError
 from harness.cache.hashing import stage_key
 from harness.cache.store import ArtifactStore
-
+from harness.config import ENV_FLAGS, Params, ParamsError, resolve
+from harness.errors import InputError
 from tasks import lifecycle, trust
-from harness.cache import runs as runlog
-from tasks.slurm import submit as slurm_exec
+from tasks.registry import STAGES
 from tasks.settings import DEFAULT_PARAMS, artifacts_root, params_path, signing_key
+from tasks.slurm import submit as slurm_exec
 
 log = logging.getLogger("perfdag")
 
@@ -399,16 +399,4 @@ def host_resource(name: str) -> str:
     return f"{name}@{socket.gethostname()}"
 
 
-# The DAG's topological order; STAGES (filled by tasks/ as classes are defined) follows it.
-STAGE_ORDER = ("PrepareModel", "Quantize", "BuildEngine", "FillTritonRepo", "LaunchServers",
-               "PrepareDataset", "RunLoadgen", "RunAccuracy", "CheckAccuracy", "RunTest06", "RunTest07", "RunTest09",
-               "FullRun")
-STAGES: dict[str, type[StageTask]] = {}
 
-
-def register(cls: type[StageTask]) -> type[StageTask]:
-    STAGES[cls.stage] = cls
-    ordered = sorted(STAGES.items(), key=lambda kv: STAGE_ORDER.index(kv[0]))
-    STAGES.clear()
-    STAGES.update(ordered)
-    return cls

@@ -4,10 +4,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.backends import backend_for
-
-from tasks.base import StageTask, log, register
+from tasks.base import StageTask, log
 from tasks.prepare_model import checkpoint_dir
 from tasks.quantize import Quantize
+from tasks.registry import register
 
 
 @register

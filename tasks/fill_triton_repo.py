@@ -5,9 +5,9 @@ import os
 from pathlib import Path
 
 from harness.backends import backend_for
-
-from tasks.base import StageTask, register
+from tasks.base import StageTask
 from tasks.build_engine import BuildEngine
+from tasks.registry import register
 
 
 def decoupled_for(scenario: str) -> bool:

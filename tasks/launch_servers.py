@@ -13,17 +13,18 @@ import os
 from pathlib import Path
 
 from harness.backends import backend_for
-from harness.errors import ArtifactError, PerfdagError
-from harness.serving.records import read_servers
-from harness.serving.launcher import servers_live, stop_recorded
-from harness.serving.registry import ServerRegistry, run_holder
-
-from tasks import lifecycle, trust
 from harness.cache import runs as runlog
-from tasks.slurm import submit as slurm_exec, serve as slurm_serve
-from tasks.base import StageTask, host_resource, log, register
+from harness.errors import ArtifactError, PerfdagError
+from harness.serving.launcher import servers_live, stop_recorded
+from harness.serving.records import read_servers
+from harness.serving.registry import ServerRegistry, run_holder
+from tasks import lifecycle, trust
+from tasks.base import StageTask, host_resource, log
 from tasks.fill_triton_repo import FillTritonRepo
+from tasks.registry import register
 from tasks.settings import may_write_root
+from tasks.slurm import serve as slurm_serve
+from tasks.slurm import submit as slurm_exec
 
 SERVERS_FILE = "servers.json"
 

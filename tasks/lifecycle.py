@@ -23,6 +23,12 @@ import signal
 import sys
 import threading
 
+from harness.cache import runs as runlog
+from harness.cache.store import ArtifactStore
+from harness.errors import PerfdagError
+from harness.serving.registry import ServerRegistry
+from tasks.settings import artifacts_root
+
 EXIT_INVALID = 10       # a performance run was INVALID
 EXIT_ACCURACY = 11      # accuracy FAILed
 EXIT_BOTH = 12          # both
@@ -44,8 +50,6 @@ class _PerfdagErrorAsMessage(logging.Filter):
     """luigi logs failures with a traceback; an error perfdag raised on purpose is a message."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        from harness.errors import PerfdagError
-
         exc = record.exc_info[1] if record.exc_info else None
         if isinstance(exc, RuntimeError) and str(exc).startswith("Unfulfilled dependency at run time"):
             # luigi re-checks requirements before a stage runs: servers that died meanwhile
@@ -95,7 +99,6 @@ def setup(verbose: bool = False, root=None) -> None:
     _state["setup"] = True
     import luigi
 
-    from harness.cache import runs as runlog
 
     errors_as_messages()
     if not (verbose or os.environ.get("PERFDAG_VERBOSE") == "1"):
@@ -153,9 +156,6 @@ _third_party = {"file": None, "said": False}
 
 
 def _third_party_log(text: str) -> None:
-    from harness.cache import runs as runlog
-    from tasks.settings import artifacts_root
-
     if _third_party["file"] is None:
         try:
             path = runlog.run_file(artifacts_root()).parent / "third_party.log"
@@ -191,8 +191,6 @@ def _quiet_third_party() -> None:
 def _luigi_info_to_run_log() -> None:
     """luigi's INFO lines (scheduling, workers, its execution summary: ~60 a run) go to
     runs/<run id>/luigi.log; the terminal keeps luigi's warnings and errors and perfdag's own lines."""
-    from harness.cache import runs as runlog
-    from tasks.settings import artifacts_root
 
     luigi_log = logging.getLogger("luigi-interface")
     terminal = [h for h in luigi_log.handlers if type(h) is logging.StreamHandler]
@@ -218,11 +216,7 @@ def release_servers(keys16: list[str] | None = None, *, keep: bool, why: str, gr
     """Drops this run's leases (all it holds, or on `keys16`). `keep` marks the servers to be kept;
     else servers no other live run holds, and nobody asked to keep, are stopped (SIGKILL after
     `grace_s`). Returns pids stopped."""
-    from harness.serving.registry import ServerRegistry
-    from harness.cache.store import ArtifactStore
 
-    from harness.cache import runs as runlog
-    from tasks.settings import artifacts_root
 
     store = ArtifactStore(artifacts_root())
     registry = ServerRegistry(store.root)
@@ -258,8 +252,6 @@ def release_servers(keys16: list[str] | None = None, *, keep: bool, why: str, gr
 def note_result(task_id: str, *, valid: bool = True, accuracy: bool = True, regression: bool = False,
                 summary: str | None = None, persist: bool = True) -> None:
     """A top-level result: its summary is printed at exit, its verdict decides the exit code."""
-    from harness.cache import runs as runlog
-    from tasks.settings import artifacts_root
 
     verdict = {"valid": bool(valid), "accuracy": bool(accuracy), "regression": bool(regression)}
     first = task_id not in _verdicts
@@ -279,9 +271,6 @@ def exit_code(verdicts: list[dict]) -> int:
 
 
 def _all_verdicts() -> list[dict]:
-    from harness.cache import runs as runlog
-    from tasks.settings import artifacts_root
-
     doc = runlog.read(artifacts_root()) or {}
     merged = {**(doc.get("verdicts") or {}), **_verdicts}  # worker processes note theirs in run.json
     return list(merged.values())
@@ -319,10 +308,7 @@ def _release_at_exit() -> None:
 
 def _release_leases_only() -> None:
     """A LaunchServers run leaves its servers up (the next run reuses them)."""
-    from harness.serving.registry import ServerRegistry
 
-    from harness.cache import runs as runlog
-    from tasks.settings import artifacts_root
 
     registry = ServerRegistry(artifacts_root())
     run_id = runlog.current_run_id()

@@ -2,13 +2,19 @@
 a time, the nightly date in their keys, and the SUT's code."""
 from __future__ import annotations
 
-from harness.cache.codehash import package_modules
-from harness.model.datasets import Sample
-
+from harness.backends import backend_for
 from harness.cache import runs as runlog
+from harness.cache.codehash import package_modules
+from harness.cache.versions import versions
+from harness.errors import MeasurementError
+from harness.loadgen.verdict import record_relaunches, relaunch_entry
+from harness.model.datasets import Sample
+from harness.serving.launcher import gone_servers
+from harness.serving.records import log_file
 from tasks.base import StageTask, host_resource, keep_attempt, log
 from tasks.launch_servers import LaunchServers
 from tasks.prepare_dataset import PrepareDataset, read_samples
+from tasks.slurm import serve as slurm_serve
 
 # The LoadGen SUT: its behaviour shapes every measurement (client cores by protocol below).
 SUT_CODE = ("harness.loadgen.measure", "harness.loadgen", "harness.loadgen.runner", "harness.loadgen.driver",
@@ -34,7 +40,6 @@ class MeasuringStage(StageTask):
 
     @property
     def protocol(self) -> str:
-        from harness.backends import backend_for
         return backend_for(self.params).protocol
 
     def key_inputs(self):
@@ -46,15 +51,12 @@ class MeasuringStage(StageTask):
         return out
 
     def tools(self):
-        from harness.cache.versions import versions
         return versions("mlcommons-loadgen", "tritonclient" if self.protocol == "triton-grpc" else "httpx")
 
     def code(self):
         return SUT_CODE + CORE_CODE[self.protocol]
 
     def run(self):
-        from tasks.slurm import serve as slurm_serve
-
         if slurm_serve.measures_inside(self):  # the servers' allocation: LoadGen runs on their node
             return slurm_serve.measure(self)
         return super().run()
@@ -66,11 +68,7 @@ class MeasuringStage(StageTask):
         and the stage's output: `relaunches`, `measured_attempt`) record each relaunch."""
         from datetime import datetime, timezone
 
-        from harness.errors import MeasurementError
-        from harness.loadgen.verdict import record_relaunches, relaunch_entry
-        from harness.serving.launcher import gone_servers
 
-        from tasks.slurm import serve as slurm_serve
 
         servers = self.upstream()["servers"]
         if slurm_serve.allocation_of(servers.servers()):  # a step inside the servers' allocation: the
@@ -106,7 +104,6 @@ class MeasuringStage(StageTask):
 
     def evidence(self, dest):
         """A failed measurement keeps the tail of every server's log beside its own logs."""
-        from harness.serving.records import log_file
 
         servers = self.upstream()["servers"]
         for i, rec in enumerate(servers.servers()):

@@ -9,12 +9,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from harness.model.datasets import Sample, load_dataset, write_jsonl
 from harness.cache.versions import versions
-
-from tasks.base import StageTask, log, register
-from tasks.settings import may_write_root
+from harness.model.datasets import Sample, load_dataset, write_jsonl
+from harness.model.references import greedy_references
+from tasks.base import StageTask, log
 from tasks.prepare_model import PrepareModel, checkpoint_dir
+from tasks.registry import register
+from tasks.settings import may_write_root
 
 SAMPLES_FILE = "samples.jsonl"
 
@@ -55,7 +56,6 @@ class PrepareDataset(StageTask):
     def build(self, out_dir: Path) -> dict:
         from transformers import AutoTokenizer
 
-        from harness.model.references import greedy_references
 
         p, d = self.params, self.params.dataset
         up = self.upstream()["model"]

@@ -4,9 +4,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.backends import backend_for
-
-from tasks.base import StageTask, log, register
+from harness.model.corpus import corpus_sha256
+from tasks.base import StageTask, log
 from tasks.prepare_model import PrepareModel, checkpoint_dir
+from tasks.registry import register
 
 
 @register
@@ -34,7 +35,6 @@ class Quantize(StageTask):
         return backend_for(self.params).quantize_executed(self.params)
 
     def key_inputs(self):
-        from harness.model.corpus import corpus_sha256
         # calibration prompts come from the corpus; backends that export alike share the checkpoint
         return {"calibration_corpus_sha256": corpus_sha256(), "export": backend_for(self.params).export}
 

@@ -2,7 +2,6 @@
 optional manifest signing key (env PERFDAG_SIGNING_KEY_FILE, else luigi.cfg's signing_key_file)."""
 from __future__ import annotations
 
-from harness import CHECKOUT
 import os
 from contextlib import contextmanager
 from functools import lru_cache
@@ -10,6 +9,9 @@ from pathlib import Path
 from typing import Iterator
 
 import luigi
+
+from harness import CHECKOUT
+from harness.cache.signing import load_key
 
 REPO_ROOT = CHECKOUT
 DEFAULT_PARAMS = "params/default.yaml"
@@ -47,7 +49,6 @@ def signing_key() -> bytes | None:
 
 @lru_cache(maxsize=4)
 def _read_key(path: str) -> bytes:
-    from harness.cache.signing import load_key
     return load_key(path)
 
 

@@ -106,7 +106,7 @@ def assert_clean(proc: subprocess.CompletedProcess) -> None:
 def _specs(tmp: Path):
     from harness.backends.trtllm.launch import ServerPorts, server_command
     from harness.backends.trtllm.layout import ServerPlan
-    from harness.serving.launcher import LaunchSpec
+    from harness.serving.spec import LaunchSpec
     from harness.serving.triton.server import cpu_spec
 
     yield cpu_spec(0, tmp, ["tensorrt_llm"], (1, 2, 3), bind="127.0.0.1", backend_dir=tmp, env={})

@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from harness.cache.versions import package_version
 from harness.errors import BuildError
 
 # quantize.format -> modelopt preset (an attribute of modelopt.torch.quantization).
@@ -43,7 +44,6 @@ def is_list_shaped(cfg: dict | None) -> bool:
 
 
 def modelopt_version() -> str:
-    from harness.cache.versions import package_version
     return package_version("nvidia-modelopt")
 
 

@@ -7,7 +7,6 @@ check that nothing a stage uses for its work is missing from its list.
 """
 from __future__ import annotations
 
-from harness import CHECKOUT
 import ast
 import hashlib
 import json
@@ -16,6 +15,8 @@ import sys
 from functools import lru_cache
 from pathlib import Path
 from typing import Iterable
+
+from harness import CHECKOUT
 
 REPO_ROOT = CHECKOUT
 PACKAGES = ("harness",)  # perfdag's work; tasks/ and pipeline/ only wire it together

@@ -6,10 +6,11 @@ Python install, the perfdag checkout, the artifacts root) is replaced by a name 
 """
 from __future__ import annotations
 
-from harness import CHECKOUT
 import sys
 from pathlib import Path
 from typing import Any
+
+from harness import CHECKOUT
 
 PERFDAG = str(CHECKOUT)
 

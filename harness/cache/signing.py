@@ -12,9 +12,9 @@ import hmac
 import os
 from pathlib import Path
 
+from harness.cache.hashing import canonical_json
 from harness.errors import InputError
 from harness.host.files import read_regular
-from harness.cache.hashing import canonical_json
 
 FIELD = "signature"
 ALGORITHM = "hmac-sha256"

@@ -4,12 +4,13 @@ Rules every backend shares live here; the chosen backend adds its own (Backend.p
 """
 from __future__ import annotations
 
+from harness.backends import backend_for
+from harness.config.inputs import checkpoint_problems, dataset_problems, livecodebench_problems
 from harness.config.schema import Params
+from harness.mlperf import benchmarks
 
 
 def cross_field_problems(p: Params) -> list[str]:
-    from harness.backends import backend_for
-
     out: list[str] = []
     b, q = p.build, p.quantize
 
@@ -43,7 +44,6 @@ def cross_field_problems(p: Params) -> list[str]:
 
     out += benchmark_problems(p)
 
-    from harness.config.inputs import checkpoint_problems, dataset_problems, livecodebench_problems  # input files, before any stage
 
     out += checkpoint_problems(p.model.checkpoint)
     out += dataset_problems(p.dataset.format, p.dataset.path, p.dataset.max_line_bytes)
@@ -73,7 +73,6 @@ def uses_mlperf_gates(p: Params) -> bool:
 def benchmark_problems(p: Params) -> list[str]:
     """The benchmark must be in the round, and a run judged by MLPerf's gates must use a target
     the round has for it (a run judged against its own references may use any fraction)."""
-    from harness.mlperf import benchmarks
 
     lg = p.loadgen
     b = benchmarks.get(lg.mlperf_model)

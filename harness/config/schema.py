@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from harness.host.files import not_regular
+from harness.mlperf import benchmarks
 
 FlagValue = Union[bool, int, float, str]
 
@@ -229,8 +230,6 @@ class LoadgenSection(Section):
     @field_validator("mlperf_model")
     @classmethod
     def _known_benchmark(cls, v: str) -> str:
-        from harness.mlperf import benchmarks
-
         if benchmarks.canonical_name(v) is None:
             raise ValueError(f"unknown MLPerf benchmark {v!r}; one of {', '.join(benchmarks.REGISTRY)} "
                              "(or their LoadGen names, e.g. llama3_1-405b)")
@@ -277,8 +276,6 @@ class DatasetSection(Section):
 
 
 def _reference_scores_moved(v):
-    from harness.mlperf import benchmarks
-
     if isinstance(v, str) and benchmarks.canonical_name(v):
         raise ValueError(f"the benchmark is now loadgen.mlperf_model; set loadgen.mlperf_model: {v} and "
                          "accuracy.reference_scores: mlperf")

@@ -44,14 +44,15 @@ from typing import Any
 from filelock import FileLock, Timeout
 from pydantic import Field
 
+from harness.cache.store import MANIFEST
+from harness.gc.leftovers import orphan_servers, orphan_shm
 from harness.loadgen import semaphores
 from harness.serving import launcher
 from harness.serving import records as untrusted
-from harness.gc.leftovers import orphan_servers, orphan_shm
 from harness.serving.launcher import is_ours
-from harness.serving.triton.server import remove_shm_files
 from harness.serving.registry import ServerRegistry
-from harness.cache.store import MANIFEST
+from harness.serving.shm import remove_shm_files
+from tasks.settings import artifacts_root
 
 RUNS, NIGHTLY, TRASH = "runs", "Nightly", ".gc-trash"
 SERVERS_FILE = "servers.json"
@@ -564,8 +565,6 @@ def gc(root: Path, keep_days: float = 14, delete: bool = False) -> Plan:
 
 
 def command(args) -> int:
-    from tasks.settings import artifacts_root
-
     if not 0 <= args.keep_days <= 36500:  # also refuses nan
         print(f"--keep-days must be between 0 and 36500, not {args.keep_days:g}", file=sys.stderr)
         return 2

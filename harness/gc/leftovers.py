@@ -14,7 +14,7 @@ from pathlib import Path
 
 from harness.serving.launcher import is_ours
 from harness.serving.registry import ServerRegistry
-from harness.serving.triton.server import SHM_PREFIX, mapped_shm, own_shm_files
+from harness.serving.shm import SHM_PREFIX, mapped_shm, own_shm_files
 
 _REGION = re.compile(rf"{SHM_PREFIX}[A-Za-z0-9_]")  # a region of a prefix of perfdag's shape
 

@@ -13,10 +13,11 @@ import time
 import traceback
 
 from harness.loadgen.cores import core_class
-from harness.loadgen.cores.base import Prompts
 from harness.loadgen.cores.aioloop import BatchSink, FrontendLoop, PipeOut
+from harness.loadgen.cores.base import Prompts
 from harness.loadgen.messages import Failed, Ready, Stopped
 from harness.loadgen.usage import Usage
+from harness.serving.processes import pdeathsig_setter
 
 
 def _watch_parent(parent_pid: int) -> None:
@@ -28,8 +29,6 @@ def _watch_parent(parent_pid: int) -> None:
 
 
 def frontend_main(fe_idx: int, specs: list[dict], cfg: dict, prompts: Prompts, in_q, out_q, parent_pid: int) -> None:
-    from harness.serving.processes import pdeathsig_setter
-
     setter = pdeathsig_setter(signal.SIGKILL)
     if setter is not None:
         setter()

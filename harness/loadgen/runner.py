@@ -14,7 +14,6 @@ Streams and connections are closed before this returns, i.e. before anyone stops
 """
 from __future__ import annotations
 
-from harness import CHECKOUT
 import contextlib
 import json
 import os
@@ -30,6 +29,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from harness import CHECKOUT
 from harness.errors import MeasurementError
 from harness.loadgen import semaphores
 from harness.loadgen.cores.base import Prompts

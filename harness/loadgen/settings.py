@@ -9,6 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
+from harness.mlperf import benchmarks
+
 SCENARIOS = ("Offline", "Server", "Interactive")
 MODES = ("PerformanceOnly", "AccuracyOnly")
 
@@ -27,7 +29,6 @@ def latency_constraints(scenario: str, mlperf_model: str = DEFAULT_MLPERF_MODEL)
     (None for Offline). A model or scenario the registry has no limits for gets llama2-70b's."""
     if scenario == "Offline":
         return None
-    from harness.mlperf import benchmarks
 
     name = benchmarks.canonical_name(mlperf_model) or DEFAULT_MLPERF_MODEL
     limits = benchmarks.REGISTRY[name].latency_ms
@@ -36,7 +37,6 @@ def latency_constraints(scenario: str, mlperf_model: str = DEFAULT_MLPERF_MODEL)
 
 def conf_model_name(mlperf_model: str) -> str:
     """The name LoadGen's mlperf.conf knows the benchmark by (llama3.1-405b -> llama3_1-405b)."""
-    from harness.mlperf import benchmarks
 
     name = benchmarks.canonical_name(mlperf_model)
     return benchmarks.REGISTRY[name].loadgen_model if name else mlperf_model

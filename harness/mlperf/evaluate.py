@@ -20,6 +20,9 @@ import numpy as np
 from harness.errors import InputError
 from harness.mlperf import benchmarks
 from harness.mlperf.accuracy import AccuracyLogError, check_gates, failure_reasons, gates_for
+from harness.mlperf.codeexec import livecodebench
+from harness.mlperf.codeexec.mbxp import score_mbxp
+from harness.mlperf.scoring import score_log
 
 #: How perfdag's SUT logs token ids (harness/loadgen): int32, like LoadGen's llama2 reference.
 LOG_DTYPE = "int32"
@@ -71,7 +74,6 @@ def code_runner_for(bench: benchmarks.Benchmark, *, workers: int, timeout_s: flo
     """The sandboxed code runner for benchmarks with a pass@1 metric, else None: mixtral's MBXP (tests from
     the dataset), deepseek-r1's and gpt-oss-120b's LiveCodeBench (tests from the local problems copy at
     `livecodebench_problems`, named `where` in errors; per-test timeout `livecodebench_timeout_s`)."""
-    from harness.mlperf.codeexec import livecodebench
 
     if bench.name in livecodebench.RELEASES:
         return livecodebench.lazy_runner(
@@ -80,7 +82,6 @@ def code_runner_for(bench: benchmarks.Benchmark, *, workers: int, timeout_s: flo
             results_dir=results_dir, where=where or livecodebench.FIELD)
     if not any(m.name == "mbxp" for m in bench.metrics):
         return None
-    from harness.mlperf.codeexec.mbxp import score_mbxp
 
     return partial(score_mbxp, workers=workers, timeout_s=timeout_s, allow_network=allow_network,
                    results_dir=results_dir)
@@ -88,7 +89,6 @@ def code_runner_for(bench: benchmarks.Benchmark, *, workers: int, timeout_s: flo
 
 def score(bench: benchmarks.Benchmark, entries: list[dict], frame, tokenizer, *, dtype: str = LOG_DTYPE,
           code_runner=None, log_name: str = "mlperf_log_accuracy.json", dataset_name: str = "dataset") -> dict:
-    from harness.mlperf.scoring import score_log
 
     return score_log(bench.name, entries, frame, tokenizer, code_runner=code_runner, dtype=dtype,
                      log_name=log_name, dataset_name=dataset_name)
@@ -129,7 +129,6 @@ def evaluate(log_path: str | os.PathLike, samples: Sequence, tokenizer, *, bench
     entries = read_log_entries(log_path)
     frame = samples_frame(samples, bench)
     # LiveCodeBench rows need the local problems copy: missing, unreadable or incomplete is one line, now.
-    from harness.mlperf.codeexec import livecodebench
 
     logged = {int(e["qsl_idx"]) for e in entries if isinstance(e, dict) and str(e.get("qsl_idx", "")).isdigit()}
     livecodebench.require(bench.name, [r for i, r in enumerate(frame.to_dict("records")) if i in logged],

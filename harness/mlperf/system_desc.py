@@ -17,6 +17,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from harness.config import yamlio
 from harness.errors import InputError
 
 #: Every field MLCommons' checker requires in systems/<system>.json (v6.x, non-power results).
@@ -140,7 +141,6 @@ def load_user_yaml(path: str | os.PathLike | None) -> tuple[dict[str, Any], dict
     an optional `measurements:` mapping for measurements.json."""
     if not path:
         return {}, {}
-    from harness.config import yamlio
 
     p = Path(path)
     if not p.exists():

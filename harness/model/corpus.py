@@ -2,9 +2,10 @@
 built-in dataset. Its content hash enters the keys of what it shapes."""
 from __future__ import annotations
 
-from harness import DATA
 import hashlib
 from pathlib import Path
+
+from harness import DATA
 
 CORPUS = DATA / "corpus.txt"
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Sequence
 
+from harness.host.cpus import apply_torch_threads
+
 
 def greedy_references(model_dir: str | Path, prompts: Sequence[Sequence[int]], max_new_tokens: int,
                       batch_size: int = 64, log: Callable[[str], None] = print) -> list[list[int]]:
@@ -16,7 +18,6 @@ def greedy_references(model_dir: str | Path, prompts: Sequence[Sequence[int]], m
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from harness.host.cpus import apply_torch_threads
 
     apply_torch_threads()  # the CPUs this process may use, not the machine's
     tok = AutoTokenizer.from_pretrained(str(model_dir))

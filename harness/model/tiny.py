@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from harness.host.cpus import apply_torch_threads
 from harness.model.corpus import corpus_lines, standin_rows
 
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<pad>"]
@@ -39,7 +40,6 @@ def build_tiny_llama(cfg, out_dir: str | Path, log: Callable[[str], None] = prin
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from harness.host.cpus import apply_torch_threads
 
     apply_torch_threads()  # the CPUs this process may use, not the machine's
     out_dir = Path(out_dir)

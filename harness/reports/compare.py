@@ -9,6 +9,7 @@ from harness.errors import InputError
 from harness.loadgen.verdict import error_count, is_valid
 from harness.reports.sweep import fmt
 
+
 def _perf(fn):
     """A value computed from report.json's performance part (None where it has none)."""
     return lambda doc: fn(doc["performance"]) if isinstance(doc.get("performance"), dict) else None

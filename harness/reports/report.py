@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from harness.loadgen.verdict import invalid_reason, is_valid, relaunch_lines
+from harness.reports.plots import plot_all, stats_markdown
 
 PCTS = ("p50", "p90", "p99")
 
@@ -109,7 +110,6 @@ def render_markdown(report: dict, plots: list[str]) -> str:
                          f"{_fmt(ref * a['target'] if ref else None, '.4f')} |")
     if a.get("why"):
         lines += ["", f"Accuracy FAIL: {a['why']}"]
-    from harness.reports.plots import stats_markdown
 
     lines += stats_markdown(report.get("client_stats") or {}, report.get("client_vs_loadgen") or {})
     lines += ["", "## Stages", "", "| stage | key |", "|---|---|"]
@@ -121,7 +121,6 @@ def render_markdown(report: dict, plots: list[str]) -> str:
 def plot(requests: list[dict], out_dir: Path, title: str, performance: dict | None = None) -> list[str]:
     """The report's PNGs (harness/reports/plots.py): throughput by token arrival; for streamed runs latency
     over time and the per-request distributions; request lengths."""
-    from harness.reports.plots import plot_all
 
     return plot_all(requests, out_dir, title, performance or {})
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from harness.config import yamlio
 from harness.errors import InputError
 from harness.loadgen.verdict import error_count, invalid_reason, is_valid
 
@@ -54,8 +55,6 @@ def load_sweep(path: str | Path) -> tuple[SweepFile, Path]:
         raise SweepError(f"--sweep: {path} not found")
     from pydantic import ValidationError
 
-    from harness.config import yamlio
-    from harness.errors import InputError
 
     try:
         doc = yamlio.load_file(path, "--sweep: sweep file")  # a FIFO, a device or a huge file: refused by name
@@ -75,7 +74,6 @@ def load_sweep(path: str | Path) -> tuple[SweepFile, Path]:
 def _value(v: Any) -> str:
     """A value as --overrides spells it (YAML flow style, so lists keep their commas; a string that
     would read back as something else, such as '10:00' or '1e3', quoted)."""
-    from harness.config import yamlio
 
     return yamlio.dumps(v, default_flow_style=True).strip().removesuffix("...").strip()
 

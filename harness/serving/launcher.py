@@ -11,37 +11,26 @@ from __future__ import annotations
 
 import contextlib
 import signal
-import socket
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
+from harness.cache.executed import normalise
 from harness.serving import records
 from harness.serving.ports import port_in_use
-from harness.serving.processes import Process, ServerError, is_own_process, is_same_process, processes_with_token, spawn, start_time, terminate
-from harness.serving.triton.server import mapped_shm, remove_shm_files, shm_regions
-
-
-@dataclass(frozen=True)
-class LaunchSpec:
-    index: int
-    argv: list[str]
-    host: str
-    ports: dict[str, int]                 # by name; "serve" is the one clients use
-    models: tuple[str, ...]
-    env: dict[str, str] = field(default_factory=dict)   # set on top of base_env
-    base_env: dict[str, str] | None = None              # replaces the inherited environment
-    protocol: str = "triton-grpc"
-    mode: str = "single"
-    repo: str = ""
-    cwd: str | None = None
-    shm_prefix: str | None = None
-
-    @property
-    def url(self) -> str:
-        return f"{self.host}:{self.ports['serve']}"
+from harness.serving.processes import (
+    Process,
+    ServerError,
+    is_own_process,
+    is_same_process,
+    processes_with_token,
+    spawn,
+    start_time,
+    terminate,
+)
+from harness.serving.shm import mapped_shm, remove_shm_files, shm_regions
+from harness.serving.spec import LaunchSpec, on_this_host, url_of
 
 
 def protocol_for(name: str):
@@ -104,7 +93,6 @@ def _hold_signals() -> dict:
 def record_of(spec: LaunchSpec, proc: Process, out_dir: Path, names: dict[str, str] | None = None) -> dict:
     """What servers.json keeps of a launched server; `names` replace machine paths (the artifacts root
     becomes <root>, so the record stays true when the root moves)."""
-    from harness.cache.executed import normalise
 
     names = names or {}
     return {"pid": proc.pid, "create_time": start_time(proc.pid), "host": spec.host, "port": spec.ports["serve"],
@@ -166,15 +154,6 @@ def launch(specs: Sequence[LaunchSpec], out_dir: str | Path, *, ready_timeout_s:
             pool.shutdown(wait=False, cancel_futures=True)
     return records
 
-
-def url_of(rec: dict) -> str:
-    return f"{rec['host']}:{rec.get('port', rec.get('grpc_port'))}"
-
-
-def on_this_host(rec: dict) -> bool:
-    """A server launched inside a Slurm job records its node; one on another node is not ours to
-    signal or probe by pid (its allocation owns it: ending the allocation stops it)."""
-    return not rec.get("node") or rec["node"] == socket.gethostname()
 
 
 def is_ours(rec: dict) -> bool:

@@ -21,7 +21,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from harness.errors import MAX_LINE, InputError
 from harness.host.files import read_regular
 from harness.serving.processes import TOKEN
-from harness.serving.triton.server import is_shm_prefix
+from harness.serving.shm import is_shm_prefix
 
 log = logging.getLogger("perfdag")
 MAX_BYTES = 1 << 20  # a record is a few hundred bytes (a servers.json a few KiB): more is not a record

@@ -27,8 +27,9 @@ import time
 from pathlib import Path
 
 from harness.serving import records as untrusted
-from harness.serving.launcher import is_ours, on_this_host, remove_shm, stop_recorded
+from harness.serving.launcher import is_ours, remove_shm, stop_recorded
 from harness.serving.processes import is_same_process, start_time
+from harness.serving.spec import on_this_host
 
 DIR = ".servers"
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")

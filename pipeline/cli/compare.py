@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness.reports.compare import compare, load, render
 from harness.errors import InputError
+from harness.reports.compare import compare, load, render
 from tasks.settings import artifacts_root
 
 

@@ -3,11 +3,12 @@ code CheckAccuracy uses, and judge it against the benchmark's gates. Exit 0 pass
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 from harness.errors import InputError
+from harness.mlperf import benchmarks
+from harness.mlperf.evaluate import evaluate
 
 EXIT_FAIL = 11
 
@@ -44,9 +45,6 @@ def add_parser(sub) -> None:
 
 
 def command(args) -> int:
-    from harness.mlperf import benchmarks
-    from harness.mlperf.evaluate import evaluate
-
     try:
         bench = benchmarks.get(args.benchmark)
     except KeyError:

@@ -8,10 +8,10 @@ process is stopped only when it carries the launch token its record names.
 """
 from __future__ import annotations
 
+from harness.cache.store import ArtifactStore
 from harness.serving import records as untrusted
 from harness.serving.launcher import is_ours, servers_live, stop_recorded
 from harness.serving.registry import ServerRegistry
-from harness.cache.store import ArtifactStore
 from tasks.settings import artifacts_root
 
 

@@ -13,18 +13,22 @@ SIGTERM of the worker), or Slurm does at slurm.time_limit_min.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
 import time
 from typing import TYPE_CHECKING
 
+from harness.cache import runs as runlog
+from harness.serving.launcher import stop_recorded
 from harness.serving.registry import serves_key
 from harness.slurm import JobError, SlurmJob, ended_error, job_lines, srun_argv, submit
-
-from harness.cache import runs as runlog
+from tasks import lifecycle
 from tasks.settings import REPO_ROOT
 from tasks.slurm.submit import IN_POINT, job_command, job_env, job_spec, runs_here
+
+log = logging.getLogger("perfdag")
 
 if TYPE_CHECKING:
     from tasks.base import StageTask
@@ -85,8 +89,6 @@ def live(task: "LaunchServers", patience_s: float = 30.0) -> bool:
 def launch(task: "LaunchServers") -> None:
     """The worker's side: submit the holder job, stream its log until it has published the servers,
     take this run's lease. Interrupted or failed, the job is cancelled."""
-    from tasks import lifecycle
-    from tasks.base import log
 
     lifecycle.setup(task.verbose, root=task)
     key16, t0 = task.key[:16], time.monotonic()
@@ -134,8 +136,6 @@ def launch(task: "LaunchServers") -> None:
 
 
 def _wait_published(task: "LaunchServers", job: SlurmJob) -> dict:
-    from tasks.base import log
-
     seen = None
     poll = task.params.slurm.poll_s
     while True:
@@ -162,7 +162,6 @@ def _wait_published(task: "LaunchServers", job: SlurmJob) -> dict:
 def hold_allocation(task: "LaunchServers") -> None:
     """Inside the holder job, once published: keep the servers up until the job is cancelled (scancel by
     the last lease holder, or its time limit), then stop them."""
-    from harness.serving.launcher import stop_recorded
 
     stop = {"now": False}
 
@@ -192,8 +191,6 @@ def measure(task: "StageTask") -> None:
     one is, harness.server_relaunches times at most, except that here the old allocation is ended and
     a new one holds the relaunched servers: the step cannot relaunch them itself, since whatever it
     starts dies with the step, and it cannot cancel the allocation it runs in."""
-    from tasks import lifecycle
-    from tasks.base import log
 
     lifecycle.setup(task.verbose, root=task)
     servers = task.upstream()["servers"]
@@ -226,9 +223,6 @@ def _servers_crashed(servers: "LaunchServers") -> bool:
 
 
 def _measure_step(task: "StageTask") -> None:
-    from tasks import lifecycle
-    from tasks.base import log
-
     job_id, node = allocation_of(task.upstream()["servers"].servers())
     key16, t0 = task.key[:16], time.monotonic()
     s = task.params.slurm

@@ -1,7 +1,7 @@
 """A stage's build as a Slurm job: the luigi worker submits, waits, streams the log; the job builds.
 
 Where params set a `slurm` section and list the stage, StageTask.run() comes here. The job runs
-`tasks.slurm.submit.main(<Stage>, <params>)` from this checkout with this interpreter: the same
+`tasks.slurm.entry.main(<Stage>, <params>)` from this checkout with this interpreter: the same
 stage, same params, same run id, against the same artifacts root, so it builds in the temp dir and
 publishes under the same per-key lock and atomic rename as a local build would, and its key cannot
 depend on where it ran. The worker holds no lock while it waits (the job takes it). A job killed
@@ -17,10 +17,9 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+from harness.cache import runs as runlog
 from harness.config import ENV_FLAGS
 from harness.slurm import JobError, JobSpec, SlurmJob, submit
-
-from harness.cache import runs as runlog
 from tasks.settings import REPO_ROOT, params_path
 
 if TYPE_CHECKING:
@@ -30,8 +29,9 @@ IN_JOB = "PERFDAG_SLURM_STAGE"  # set inside a job to the "<Stage>/<key>" it bui
 IN_POINT = "PERFDAG_SLURM_POINT"  # set in a Sweep's array task: the whole point runs on that node, no jobs
 PASS_ENV = (*ENV_FLAGS, "PERFDAG_VERBOSE", "PERFDAG_VERIFY")  # shape params or checks; Slurm may not export all
 _active: dict[str, SlurmJob] = {}
-# What the job runs (not `-m tasks.slurm.submit`: importing tasks imports this module first).
-_ENTRY = "import sys; from tasks.slurm.submit import main; sys.exit(main(sys.argv[1:]))"
+log = logging.getLogger("perfdag")
+# What the job runs: the in-job entry, which registers every stage first.
+_ENTRY = "import sys; from tasks.slurm.entry import main; sys.exit(main(sys.argv[1:]))"
 
 
 def submits(task: "StageTask") -> bool:
@@ -73,8 +73,6 @@ def job_spec(task: "StageTask", *, name: str = "", gpus: int | None = None) -> J
 
 
 def run_as_job(task: "StageTask") -> None:
-    from tasks.base import log
-
     spec = job_spec(task)
     spec.log.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
@@ -126,41 +124,4 @@ def _cancel_leftovers() -> None:
         job.cancel()
 
 
-def main(argv: list[str]) -> int:
-    """Inside the job (or a step of the serving allocation): run the one stage, locally."""
-    from tasks.base import STAGES
 
-    stage, params = argv[0], json.loads(argv[1])
-    import tasks  # noqa: F401  registers every stage
-
-    task = STAGES[stage].from_str_params(params)
-    if os.environ.get(IN_JOB) != f"{stage}/{task.key}":
-        print(f"perfdag: this job was submitted for {os.environ.get(IN_JOB)}, but here the stage's key is "
-              f"{task.key}: the checkout or the environment differs between the submit host and the node",
-              file=sys.stderr)
-        return 2
-    try:
-        task.run()
-        if stage == "LaunchServers":  # the allocation: keep the servers until it is cancelled
-            from tasks.slurm.serve import hold_allocation
-            hold_allocation(task)
-    except BaseException as e:  # noqa: BLE001  the worker reads the log; leases are the worker's, not ours
-        from harness.errors import PerfdagError
-
-        if isinstance(e, PerfdagError):
-            print(f"perfdag: {stage} {task.key[:16]} failed: {e}", file=sys.stderr)
-        else:
-            import traceback
-            traceback.print_exc()
-        _leave(1)
-    # Published. Leave now: the run's exit-time handlers (tasks/lifecycle.py) would turn a verdict
-    # that other stages of this run noted in run.json into this job's exit code, failing a job that
-    # built, and would release the worker's leases on its servers.
-    _leave(0)
-
-
-def _leave(code: int):
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)

@@ -15,9 +15,16 @@ from pathlib import Path
 
 import yaml
 
-from harness.cache.versions import versions
 from harness.backends.base import Backend
+from harness.backends.openai.endpoints import endpoint_problems, parse_endpoints
+from harness.backends.openai.plain import WEIGHT_ONLY, write_plain_checkpoint
+from harness.backends.openai.servers import dp_gpus, llm_api_options, served_name, server_argv, server_env
 from harness.backends.torch import TorchBackend
+from harness.cache.executed import normalise
+from harness.cache.versions import versions
+from harness.serving.launcher import external_servers, launch
+from harness.serving.ports import server_ports
+from harness.serving.spec import LaunchSpec
 
 SERVER_PACKAGE = {"transformers": "transformers", "trtllm-serve": "tensorrt_llm", "vllm": "vllm",
                   "sglang": "sglang"}
@@ -33,9 +40,6 @@ class OpenAIBackend(Backend):
     server_section = "openai"
 
     def problems(self, p) -> list[str]:
-        from harness.backends.openai.endpoints import endpoint_problems
-        from harness.backends.openai.plain import WEIGHT_ONLY
-
         o, b, q = p.openai, p.build, p.quantize
         out = []
         for section in ("quantize", "build", "runtime"):
@@ -98,7 +102,6 @@ class OpenAIBackend(Backend):
         b = p.build
         if p.openai.server != "transformers":  # the server loads modelopt's export itself
             return {"engine": os.path.relpath(checkpoint, final_dir), "pass_through": True}
-        from harness.backends.openai.plain import write_plain_checkpoint
 
         config = write_plain_checkpoint(checkpoint, out_dir / "engine", dtype=b.dtype, device=b.device,
                                         max_batch_size=b.max_batch_size, max_num_tokens=b.max_num_tokens,
@@ -112,7 +115,6 @@ class OpenAIBackend(Backend):
         return ("openai.server", "openai.llm_api_options", "runtime", "quantize.kv_cache_dtype", "model.name")
 
     def num_servers(self, p) -> int:
-        from harness.backends.openai.servers import dp_gpus
         if p.openai.num_servers is not None:
             return p.openai.num_servers
         if p.openai.endpoints:
@@ -120,16 +122,12 @@ class OpenAIBackend(Backend):
         return 1 if p.loadgen.scenario == "Offline" else len(dp_gpus(p))
 
     def render_repos(self, p, engine_rel: str, decoupled: bool) -> dict[str, dict[str, str]]:
-        from harness.backends.openai.servers import llm_api_options
-
         name = "extra_llm_api_options.yaml" if p.openai.server == "trtllm-serve" else "server.yaml"
         doc = llm_api_options(p) if p.openai.server == "trtllm-serve" else {"server": p.openai.server}
         text = yaml.safe_dump(doc, sort_keys=True)
         return {f"server_{i}": {name: text} for i in range(self.num_servers(p))}
 
     def fill(self, engine_dir: Path, engine_rel: str, out_dir: Path, p, decoupled: bool) -> dict:
-        from harness.backends.openai.servers import served_name
-
         for repo, files in self.render_repos(p, engine_rel, decoupled).items():
             (out_dir / repo).mkdir(parents=True, exist_ok=True)
             for name, text in files.items():
@@ -145,9 +143,6 @@ class OpenAIBackend(Backend):
         return versions(SERVER_PACKAGE[p.openai.server], "httpx")
 
     def _specs(self, p, repo_dir: str, model_dir: str, ports, root: str):
-        from harness.serving.launcher import LaunchSpec
-        from harness.backends.openai.servers import dp_gpus, server_argv, server_env
-
         gpus = dp_gpus(p)
         specs = []
         for i in range(self.num_servers(p)):
@@ -161,8 +156,6 @@ class OpenAIBackend(Backend):
         return specs
 
     def launch_executed(self, p, repo_rel: str) -> dict:
-        from harness.cache.executed import normalise
-
         if p.openai.endpoints:
             return {}
         ports = p.openai.ports or ["<port>"] * self.num_servers(p)
@@ -170,11 +163,6 @@ class OpenAIBackend(Backend):
         return normalise({"argv": [s.argv for s in specs], "env": [s.env for s in specs], "cwd": "<root>"})
 
     def launch(self, repo_rel: str, layout: dict, out_dir: Path, p, *, root: Path, on_spawn, log) -> list[dict]:
-        from harness.serving.launcher import external_servers, launch
-        from harness.serving.ports import server_ports
-        from harness.backends.openai.endpoints import parse_endpoints
-        from harness.backends.openai.servers import served_name
-
         o = p.openai
         if o.endpoints:
             return external_servers(parse_endpoints(o.endpoints), [served_name(p)], o.ready_timeout_s,

@@ -12,9 +12,25 @@ import os
 import sys
 from pathlib import Path
 
-from harness.config.schema import CPU_QUANT_FORMATS, GPU_ONLY_QUANT_FORMATS
-from harness.cache.versions import versions
 from harness.backends.base import Backend
+from harness.backends.torch.engine import build_torch_engine
+from harness.backends.torch.quantize import quantize_checkpoint
+from harness.backends.torch.repo import fill_repos, render_repos
+from harness.cache.executed import normalise
+from harness.cache.versions import versions
+from harness.config.schema import CPU_QUANT_FORMATS, GPU_ONLY_QUANT_FORMATS
+from harness.model.calibration import calibration_prompts
+from harness.serving.endpoints import endpoint_problems, parse_endpoints
+from harness.serving.launcher import external_servers, launch
+from harness.serving.ports import server_ports
+from harness.serving.triton.pbtxt import model_names
+from harness.serving.triton.server import (
+    cpu_spec,
+    env_overlay_described,
+    prepare_backend_dir,
+    server_env,
+    shell_safe_root,
+)
 
 # Flags the torch backend understands beyond the typed fields (none yet): anything else in a flag
 # dict is meant for TensorRT-LLM and would be silently ignored on CPU, so it is an error.
@@ -25,8 +41,6 @@ class TorchBackend(Backend):
     name = "torch"
 
     def problems(self, p) -> list[str]:
-        from harness.serving.endpoints import endpoint_problems
-
         b, q = p.build, p.quantize
         out = []
         if b.tp_size * b.pp_size != 1:
@@ -66,9 +80,6 @@ class TorchBackend(Backend):
                                            "harness.backends.export_checks")
 
     def quantize(self, src: Path, out_dir: Path, p, log, final_dir: Path) -> dict:
-        from harness.model.calibration import calibration_prompts
-        from harness.backends.torch.quantize import quantize_checkpoint
-
         q = p.quantize
         if q.format == "none":
             # Nothing to transform: point at the upstream checkpoint instead of copying it.
@@ -87,8 +98,6 @@ class TorchBackend(Backend):
         return ("harness.backends.torch.engine", "harness.backends.checkpoint", "harness.backends.moe")
 
     def build(self, checkpoint: Path, out_dir: Path, p, log, final_dir: Path | None = None) -> dict:
-        from harness.backends.torch.engine import build_torch_engine
-
         b = p.build
         config = build_torch_engine(checkpoint, out_dir / "engine", dtype=b.dtype, device=b.device,
                                     max_batch_size=b.max_batch_size, max_num_tokens=b.max_num_tokens,
@@ -103,15 +112,11 @@ class TorchBackend(Backend):
                 "harness.backends.moe")
 
     def render_repos(self, p, engine_rel: str, decoupled: bool) -> dict[str, dict[str, str]]:
-        from harness.backends.torch.repo import render_repos
-
         # A model directory is <root>/FillTritonRepo/<key16>/server_<i>/<model>: four levels down.
         return render_repos(p, os.path.join("..", "..", "..", "..", engine_rel), num_servers=self.num_servers(p),
                             decoupled=decoupled)
 
     def fill(self, engine_dir: Path, engine_rel: str, out_dir: Path, p, decoupled: bool) -> dict:
-        from harness.backends.torch.repo import fill_repos
-
         return fill_repos(out_dir, self.render_repos(p, engine_rel, decoupled), decoupled=decoupled)
 
     # --- LaunchServers ----------------------------------------------------------------------
@@ -123,8 +128,6 @@ class TorchBackend(Backend):
         return os.path.join(".backends", tag)
 
     def _specs(self, p, repo_rel: str, servers, ports, root, env, shm=None):
-        from harness.serving.triton.server import cpu_spec
-
         # Servers run in the artifacts root; their argv names it (ps shows which root a server serves).
         binary = None if p.triton.binary == "auto" else p.triton.binary
         return [cpu_spec(i, os.path.join(str(root), repo_rel, srv["repo"]), srv["models"], ports[i],
@@ -133,10 +136,6 @@ class TorchBackend(Backend):
                 for i, srv in enumerate(servers)]
 
     def launch_executed(self, p, repo_rel: str) -> dict:
-        from harness.cache.executed import normalise
-        from harness.serving.triton.pbtxt import model_names
-        from harness.serving.triton.server import env_overlay_described
-
         t = p.triton
         if t.endpoints:
             return {}  # nothing is launched; the endpoints are keyed as parameters
@@ -149,12 +148,6 @@ class TorchBackend(Backend):
         return normalise({"argv": [s.argv for s in specs], "cwd": "<root>", "env": env_overlay_described()})
 
     def launch(self, repo_rel: str, layout: dict, out_dir: Path, p, *, root: Path, on_spawn, log) -> list[dict]:
-        from harness.serving.endpoints import parse_endpoints
-        from harness.serving.launcher import external_servers, launch
-        from harness.serving.triton.pbtxt import model_names
-        from harness.serving.ports import server_ports
-        from harness.serving.triton.server import prepare_backend_dir, server_env, shell_safe_root
-
         t = p.triton
         if t.endpoints:
             names = model_names(t.model_name, p.runtime.instances_per_server)

@@ -18,9 +18,28 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from harness.cache.versions import versions
 from harness.backends.base import Backend
-from harness.backends.trtllm.common import TrtllmError
+from harness.backends.trtllm.build import (
+    build_problems,
+    engine_key_tools,
+    run_trtllm_build,
+    trtllm_build_args,
+    trtllm_version,
+)
+from harness.backends.trtllm.common import TrtllmError, raise_if
+from harness.backends.trtllm.engine_check import check_engine_config
+from harness.backends.trtllm.launch import pick_ports, serving_key_tools, tritonserver_commands
+from harness.backends.trtllm.layout import num_servers, server_layout
+from harness.backends.trtllm.quant import checkpoint_config_problems, export_plan, quantize_for_trtllm
+from harness.backends.trtllm.repo import fill_trtllm_repos, render_server_repos
+from harness.backends.trtllm.rules import trtllm_notes, trtllm_problems
+from harness.cache.executed import normalise
+from harness.cache.versions import versions
+from harness.model.calibration import calibration_prompts
+from harness.serving.endpoints import parse_endpoints
+from harness.serving.launcher import external_servers, launch
+from harness.serving.ports import free_port
+from harness.serving.triton.pbtxt import model_names
 
 __all__ = ["TrtllmBackend", "TrtllmError"]
 
@@ -28,7 +47,6 @@ __all__ = ["TrtllmBackend", "TrtllmError"]
 @lru_cache(maxsize=1)
 def engine_key_tools_cached() -> dict:
     """TensorRT-LLM version + GPU architecture (runs nvidia-smi: once per process)."""
-    from harness.backends.trtllm.build import engine_key_tools
     return engine_key_tools()
 
 
@@ -37,11 +55,9 @@ class TrtllmBackend(Backend):
     export = "trtllm-checkpoint"
 
     def problems(self, p) -> list[str]:
-        from harness.backends.trtllm.rules import trtllm_problems
         return trtllm_problems(p)
 
     def notes(self, p) -> list[str]:
-        from harness.backends.trtllm.rules import trtllm_notes
         return trtllm_notes(p)
 
     # --- Quantize: a TensorRT-LLM checkpoint is sharded for tp x pp and cast to the dtype -----
@@ -55,20 +71,14 @@ class TrtllmBackend(Backend):
                                            "harness.backends.export_checks", "harness.backends.checkpoint")
 
     def quantize_tools(self, p) -> dict[str, str]:
-        from harness.backends.trtllm.build import trtllm_version
         # modelopt's TensorRT-LLM exporter imports tensorrt_llm when it is installed.
         return {**versions("nvidia-modelopt", "torch", "transformers"), "tensorrt_llm": trtllm_version()}
 
     def quantize_executed(self, p) -> dict:
         # The export modelopt runs: presets, exporter and its arguments (not the code around it).
-        from harness.backends.trtllm.quant import export_plan
         return {"export": export_plan(p)}
 
     def quantize(self, src: Path, out_dir: Path, p, log, final_dir: Path) -> dict:
-        from harness.model.calibration import calibration_prompts
-        from harness.backends.trtllm.common import raise_if
-        from harness.backends.trtllm.quant import checkpoint_config_problems, export_plan, quantize_for_trtllm
-
         plan = export_plan(p)
         prompts = calibration_prompts(src, plan["calib_size"], plan["calib_max_len"])
         info = quantize_for_trtllm(src, out_dir / "checkpoint", p, prompts, log=log)
@@ -80,15 +90,9 @@ class TrtllmBackend(Backend):
         return engine_key_tools_cached()
 
     def build_executed(self, p) -> dict:
-        from harness.backends.trtllm.build import trtllm_build_args
         return {"argv": trtllm_build_args(p, "<checkpoint>", "<engine>")}
 
     def build(self, checkpoint: Path, out_dir: Path, p, log, final_dir: Path | None = None) -> dict:
-        from harness.backends.trtllm.build import build_problems, run_trtllm_build, trtllm_build_args
-        from harness.backends.trtllm.common import raise_if
-        from harness.backends.trtllm.engine_check import check_engine_config
-        from harness.backends.trtllm.quant import checkpoint_config_problems
-
         raise_if(build_problems(p))
         # Cheap, before a build of hours: the checkpoint still says what the source model is.
         raise_if(checkpoint_config_problems(checkpoint, p))
@@ -99,27 +103,19 @@ class TrtllmBackend(Backend):
 
     # --- FillTritonRepo ---------------------------------------------------------------------
     def num_servers(self, p) -> int:
-        from harness.backends.trtllm.layout import num_servers
         return num_servers(p)
 
     def render_repos(self, p, engine_rel: str, decoupled: bool) -> dict[str, dict[str, str]]:
-        from harness.backends.trtllm.repo import render_server_repos
         return render_server_repos(p, engine_rel, decoupled=decoupled)  # tritonserver runs in the root
 
     def fill(self, engine_dir: Path, engine_rel: str, out_dir: Path, p, decoupled: bool) -> dict:
-        from harness.backends.trtllm.repo import fill_trtllm_repos
         return fill_trtllm_repos(out_dir, engine_rel, p, decoupled=decoupled)
 
     # --- LaunchServers ----------------------------------------------------------------------
     def serving_tools(self, p) -> dict[str, str]:
-        from harness.backends.trtllm.launch import serving_key_tools
         return {**serving_key_tools(), **versions("tritonclient")}
 
     def launch_executed(self, p, repo_rel: str) -> dict:
-        from harness.cache.executed import normalise
-        from harness.backends.trtllm.launch import tritonserver_commands
-        from harness.backends.trtllm.layout import server_layout
-
         if p.triton.endpoints:
             return {}
         ports = [(g, "<http_port>", "<metrics_port>") for g in
@@ -128,12 +124,6 @@ class TrtllmBackend(Backend):
         return normalise({"argv": [s.argv for s in specs], "env": [s.env for s in specs], "cwd": "<root>"})
 
     def launch(self, repo_rel: str, layout: dict, out_dir: Path, p, *, root: Path, on_spawn, log) -> list[dict]:
-        from harness.serving.endpoints import parse_endpoints
-        from harness.serving.launcher import external_servers, launch
-        from harness.serving.triton.pbtxt import model_names
-        from harness.serving.ports import free_port
-        from harness.backends.trtllm.launch import pick_ports, tritonserver_commands
-
         t = p.triton
         if t.endpoints:
             return external_servers(parse_endpoints(t.endpoints),

@@ -25,13 +25,11 @@ import time
 
 import numpy as np
 
-from harness.serving.openai.client import base_url
-from harness.serving.openai.sse import DONE, SSEParser
-from harness.loadgen.openai_api import TOKEN_ID_SERVERS, methods
 from harness.loadgen.cores.aioloop import FrontendLoop
 from harness.loadgen.cores.base import Core
-
-
+from harness.loadgen.openai_api import TOKEN_ID_SERVERS, methods
+from harness.serving.openai.client import base_url
+from harness.serving.openai.sse import DONE, SSEParser
 
 TOKEN_IDS = re.compile(rb'"token_ids"\s*:\s*\[([^\]]*)\]')
 _I32 = struct.Struct("<i")

@@ -44,9 +44,11 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from harness.errors import InputError
-from harness.mlperf.codeexec import lcb_judge as judge, sandbox
+from harness.mlperf.codeexec import lcb_judge as judge
+from harness.mlperf.codeexec import sandbox
 from harness.mlperf.codeexec.lcb_judge import TRUNCATE
 from harness.mlperf.codeexec.lcb_runner import PRELUDE, RUNNER  # the sandbox side
+from harness.mlperf.scoring import reasoning as r
 
 MLCOMMONS_TIMEOUT_S = 60.0  # eval_accuracy.py: timeout=60 (per test, lcb_runner's SIGALRM)
 #: The release of livecodebench/code_generation_lite each benchmark's eval_accuracy.py loads.
@@ -273,14 +275,11 @@ def load_problems(path, needed: Iterable[str] | None = None, where: str = FIELD,
 # -- which rows need it ------------------------------------------------------------------------------
 
 def families_for(benchmark: str):
-    from harness.mlperf.scoring import reasoning as r
-
     return {"deepseek-r1": r.FAMILIES, "gpt-oss-120b": r.GPT_OSS_FAMILIES}.get(benchmark)
 
 
 def needed_ids(benchmark: str, rows: Iterable[dict]) -> list[str]:
     """The question_ids of the LiveCodeBench rows among `rows` (dicts of a row's columns), in order."""
-    from harness.mlperf.scoring import reasoning as r
 
     fams = families_for(benchmark)
     if fams is None:

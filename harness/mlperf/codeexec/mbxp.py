@@ -36,6 +36,8 @@ ruby. Where one is missing its rows are "not_scored" and named in `not_scored_la
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import json
 import os
 from pathlib import Path
@@ -65,6 +67,9 @@ MXEVAL_STEPS = {
 # "passed" does not pass (a program written to hunt for the nonce could: pass@1 is not a defence).
 PYTHON_RUNNER = r'''
 import builtins, contextlib, faulthandler, io, os, signal, sys
+
+if TYPE_CHECKING:  # an annotation: pandas is imported by the caller that reads the dataset
+    import pandas
 
 nonce = sys.stdin.readline().strip()
 timeout = float(sys.argv[1])

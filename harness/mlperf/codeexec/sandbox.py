@@ -40,7 +40,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.mlperf.codeexec import uids as sandbox_uids
-from harness.mlperf.codeexec.view import SANDBOX_PATH, WORKDIR, SandboxSettingError, SandboxUnavailable, bwrap_argv, bwrap_binary, extra_mounts, find_tool, node_path, python_interpreter, world_executable
+from harness.mlperf.codeexec.view import (
+    SANDBOX_PATH,
+    WORKDIR,
+    SandboxUnavailable,
+    bwrap_argv,
+    bwrap_binary,
+    extra_mounts,
+    find_tool,
+    node_path,
+    python_interpreter,
+)
 
 INIT = Path(__file__).with_name("_sandbox_init.py")
 TAIL = 4000  # characters of stdout/stderr kept per result (unless a job asks for more)

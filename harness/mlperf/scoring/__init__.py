@@ -14,8 +14,20 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Iterable
 
-from harness.mlperf.scoring import deepseek_r1, gpt_oss_120b, llama2_70b as llama2, llama3_1_8b as llama3_8b, llama3_1_405b as llama3_405b, mixtral_8x7b as mixtral
-from harness.mlperf.scoring.common import DEFAULT_DTYPE, DatasetColumnError, LogEntryError, ScoringInputError, all_entries, check_columns, first_entries
+from harness.mlperf.scoring import deepseek_r1, gpt_oss_120b
+from harness.mlperf.scoring import llama2_70b as llama2
+from harness.mlperf.scoring import llama3_1_8b as llama3_8b
+from harness.mlperf.scoring import llama3_1_405b as llama3_405b
+from harness.mlperf.scoring import mixtral_8x7b as mixtral
+from harness.mlperf.scoring.common import (
+    DEFAULT_DTYPE,
+    DatasetColumnError,
+    LogEntryError,
+    ScoringInputError,
+    all_entries,
+    check_columns,
+    first_entries,
+)
 
 #: benchmark -> scorer module (``REQUIRED_COLUMNS``, ``METRICS``, ``score``).
 SCORERS: dict[str, ModuleType] = {

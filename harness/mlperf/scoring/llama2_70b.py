@@ -10,7 +10,15 @@ Deviations: those of :mod:`.common` only.
 """
 from __future__ import annotations
 
-from harness.mlperf.scoring.common import ROUGE_TYPES, LogSamples, decode, postprocess_text, rouge_with_rows, text_values, tokens_per_sample
+from harness.mlperf.scoring.common import (
+    ROUGE_TYPES,
+    LogSamples,
+    decode,
+    postprocess_text,
+    rouge_with_rows,
+    text_values,
+    tokens_per_sample,
+)
 
 REQUIRED_COLUMNS = ("output",)
 METRICS = (*ROUGE_TYPES, "gen_len", "gen_num", "gen_tok_len", "tokens_per_sample")

@@ -29,7 +29,14 @@ import re
 
 import numpy as np
 
-from harness.mlperf.scoring.common import DatasetColumnError, LogSamples, decode, postprocess_text, text_values, tokens_per_sample
+from harness.mlperf.scoring.common import (
+    DatasetColumnError,
+    LogSamples,
+    decode,
+    postprocess_text,
+    text_values,
+    tokens_per_sample,
+)
 
 REQUIRED_COLUMNS = ("gt_output", "metric")
 METRICS = ("rougeL", "exact_match", "gen_len", "gen_num", "gen_tok_len", "tokens_per_sample")

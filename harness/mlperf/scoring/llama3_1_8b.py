@@ -13,7 +13,14 @@ Deviations: those of :mod:`.common` only.
 """
 from __future__ import annotations
 
-from harness.mlperf.scoring.common import ROUGE_TYPES, LogSamples, decode, postprocess_text, rouge_with_rows, text_values
+from harness.mlperf.scoring.common import (
+    ROUGE_TYPES,
+    LogSamples,
+    decode,
+    postprocess_text,
+    rouge_with_rows,
+    text_values,
+)
 
 REQUIRED_COLUMNS = ("output",)
 METRICS = (*ROUGE_TYPES, "gen_len", "gen_num")

@@ -29,7 +29,16 @@ from __future__ import annotations
 
 import re
 
-from harness.mlperf.scoring.common import ROUGE_TYPES, DatasetColumnError, LogSamples, decode, postprocess_text, rouge_with_rows, text_values, tokens_per_sample
+from harness.mlperf.scoring.common import (
+    ROUGE_TYPES,
+    DatasetColumnError,
+    LogSamples,
+    decode,
+    postprocess_text,
+    rouge_with_rows,
+    text_values,
+    tokens_per_sample,
+)
 
 # The script also reads `input` for MBXP rows, into a prompt its MBXP evaluation then blanks
 # (the model repeats the prompt in its output), so scoring does not need it.

@@ -7,8 +7,8 @@ import time
 import uuid
 from typing import Iterable, Sequence
 
-from harness.serving.triton.contract import is_final, request_inputs, requested_outputs, response_tokens
 from harness.serving.processes import Process, ServerError
+from harness.serving.triton.contract import is_final, request_inputs, requested_outputs, response_tokens
 
 
 def probe_ready(url: str, models: Iterable[str] = (), timeout_s: float = 2.0) -> bool:

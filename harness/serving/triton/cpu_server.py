@@ -7,12 +7,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from harness.serving.launcher import LaunchSpec
 from harness.serving.ports import port_in_use
 from harness.serving.processes import Process, ServerError, spawn, terminate
+from harness.serving.shm import remove_shm_files, shm_regions
+from harness.serving.spec import LaunchSpec
 from harness.serving.triton.client import probe_ready
 from harness.serving.triton.client import wait_ready as _wait_ready
-from harness.serving.triton.server import cpu_spec, prepare_backend_dir, remove_shm_files, shm_regions
+from harness.serving.triton.server import cpu_spec, prepare_backend_dir
 
 
 @dataclass
