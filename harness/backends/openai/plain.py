@@ -12,7 +12,6 @@ import shutil
 from pathlib import Path
 
 from harness.backends.checkpoint import TOKENIZER_FILES
-from harness.backends.torch.engine import QuantLinear, build_torch_engine, load_torch_engine
 from harness.errors import BuildError
 
 WEIGHT_ONLY = ("none", "int8", "int4_awq")
@@ -24,6 +23,12 @@ def write_plain_checkpoint(checkpoint: Path, out_dir: Path, *, dtype: str, devic
     checkpoint (with the tokenizer); returns the engine's config."""
     import torch
     from torch import nn
+
+    from harness.backends.torch.engine import (  # lazy: keeps torch off the no-op path (keys, status)
+        QuantLinear,
+        build_torch_engine,
+        load_torch_engine,
+    )
 
 
     work = out_dir.parent / f".{out_dir.name}-engine"

@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 from harness.backends.base import Backend
-from harness.backends.torch.engine import build_torch_engine
 from harness.backends.torch.quantize import quantize_checkpoint
 from harness.backends.torch.repo import fill_repos, render_repos
 from harness.cache.executed import normalise
@@ -98,6 +97,9 @@ class TorchBackend(Backend):
         return ("harness.backends.torch.engine", "harness.backends.checkpoint", "harness.backends.moe")
 
     def build(self, checkpoint: Path, out_dir: Path, p, log, final_dir: Path | None = None) -> dict:
+        from harness.backends.torch.engine import (
+            build_torch_engine,  # lazy: keeps torch off the no-op path (keys, status)
+        )
         b = p.build
         config = build_torch_engine(checkpoint, out_dir / "engine", dtype=b.dtype, device=b.device,
                                     max_batch_size=b.max_batch_size, max_num_tokens=b.max_num_tokens,

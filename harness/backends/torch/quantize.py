@@ -18,7 +18,6 @@ from typing import Callable
 
 from harness.backends.checkpoint import copy_tokenizer_files, hf_dtype_kwargs
 from harness.backends.export_checks import hf_checkpoint_problems, patch_hf_rope
-from harness.backends.moe import unfuse_moe_experts
 from harness.backends.mtq_config import QuantizeError, build_modelopt_config
 from harness.config.schema import CPU_QUANT_FORMATS as CPU_FORMATS
 from harness.host.cpus import apply_torch_threads
@@ -77,6 +76,8 @@ def load_fp32(src_dir, device: str = "cpu", unfuse: bool = True):
     # from_pretrained (not from_config): export_hf_checkpoint fails with a TypeError otherwise.
     import torch
     from transformers import AutoModelForCausalLM
+
+    from harness.backends.moe import unfuse_moe_experts  # lazy: keeps torch off the no-op path (keys, status)
 
     apply_torch_threads()  # quantize and build run torch in this process: the CPUs it may use
     model = AutoModelForCausalLM.from_pretrained(str(src_dir), **hf_dtype_kwargs(torch.float32))

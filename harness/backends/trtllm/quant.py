@@ -23,7 +23,6 @@ from typing import Any, Callable
 
 from harness.backends.checkpoint import architecture, copy_tokenizer_files, hf_dtype_kwargs
 from harness.backends.export_checks import SOURCE_CONFIG, patch_trtllm_rope, trtllm_checkpoint_problems
-from harness.backends.moe import unfuse_moe_experts
 from harness.backends.mtq_config import (
     KV_PRESETS,
     MODEL_PRESETS,
@@ -189,6 +188,8 @@ def load_for_export(src_dir, *, dtype: str, device: str, unfuse: bool = True):
     """The HF model, ready for modelopt: on `device` in `dtype`, transformers-5 Mixtral experts unfused."""
     import torch
     from transformers import AutoModelForCausalLM
+
+    from harness.backends.moe import unfuse_moe_experts  # lazy: keeps torch off the no-op path (keys, status)
 
 
     kwargs = {"device_map": "auto"} if device.startswith("cuda") else {}
