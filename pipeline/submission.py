@@ -18,20 +18,18 @@ from pathlib import Path
 import luigi
 
 from harness.backends import backend_for
-from harness.cache import runs as runlog
 from harness.cache.versions import versions
 from harness.config import ParamsError, yamlio
 from harness.config.schema import SCENARIOS
-from harness.errors import InputError, PerfdagError
+from harness.errors import InputError
 from harness.loadgen.verdict import error_count, invalid_reason, is_valid
-from harness.mlperf import checker as mlperf_checker
 from harness.mlperf import system_desc
 from harness.mlperf.submission import ScenarioRuns, assemble, compliance_tests, needs_test06, scenario_readme
 from harness.mlperf.system_desc import git_output
 from tasks import CheckAccuracy, LaunchServers, RunAccuracy, RunLoadgen, RunTest06, RunTest07, RunTest09
-from tasks.base import StageTask, log
+from tasks.base import StageTask
 from tasks.lifecycle import note_result, release_servers
-from tasks.settings import REPO_ROOT, artifacts_root
+from tasks.settings import REPO_ROOT
 
 
 class Submission(StageTask):  # not in STAGES: one tree over several scenarios
@@ -258,41 +256,3 @@ def _src_readme(task: Submission, sub) -> str:
 
 # --- `python -m pipeline submission` ---------------------------------------------------------------
 
-def command(args) -> int:
-    """Builds the tree (luigi, local scheduler), copies it to --out, runs the checker if asked."""
-    import shutil
-
-
-    try:
-        if args.checker:
-            mlperf_checker.check_checkout(args.checker)
-        if args.out and Path(args.out).exists() and any(Path(args.out).iterdir()):
-            raise InputError(f"--out: {args.out} exists and is not empty; name a new directory")
-        task = Submission(params_file=args.params_file, overrides=args.overrides, scenarios=args.scenarios,
-                          system=args.system or "", keep_servers=args.keep_servers, verbose=args.verbose)
-    except PerfdagError as e:
-        print(e)
-        return 2
-    result = luigi.build([task], local_scheduler=True, detailed_summary=True, workers=1)
-    if not task.is_done():
-        print(f"perfdag: the submission tree was not built ({result.status.name}); see the log above")
-        return 1
-    tree = task.tree
-    if args.out:
-        shutil.copytree(tree, args.out, dirs_exist_ok=True)
-        tree = Path(args.out)
-        print(f"  copied to   {tree}")
-    if not args.checker:
-        return 0
-    # The round the runs were made for (loadgen.round, always set): its seeds are in the logs, and the
-    # checker compares them with its own round's.
-    version = args.checker_version or task.params.loadgen.round
-    out = runlog.run_file(artifacts_root()).parent / "checker"
-    out.mkdir(parents=True, exist_ok=True)
-    verdict = mlperf_checker.run_checker(args.checker, tree, version, out / "summary.csv",
-                                         python=args.checker_python or None)
-    (out / "verdict.json").write_text(json.dumps(verdict, indent=2) + "\n")
-    print("\n".join(mlperf_checker.summary_lines(verdict)))
-    print(f"  command     {verdict['command']}\n  verdict     {out / 'verdict.json'}")
-    log.info("checker: %s", "PASS" if verdict["passed"] else "FAIL")
-    return 0 if verdict["passed"] and not verdict["errors"] else 14

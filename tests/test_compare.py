@@ -6,7 +6,7 @@ import json
 import pytest
 
 from harness.errors import InputError
-from pipeline.__main__ import main
+from pipeline.cli import main
 
 
 def fullrun(root, key16, tokens, tpot99, batch, run_id=None):

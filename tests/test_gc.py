@@ -14,7 +14,7 @@ import pytest
 from filelock import FileLock
 
 from harness.gc import collect as gc
-from pipeline.__main__ import main
+from pipeline.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
 NOW = datetime.now(timezone.utc)

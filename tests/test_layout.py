@@ -27,7 +27,7 @@ def test_importing_pipeline_changes_no_global_state():
         "n_atexit = atexit._ncallbacks()\n"
         "loggers = {n: (list(l.filters), list(l.handlers), l.propagate) for n, l in logging.root.manager.loggerDict.items()"
         " if isinstance(l, logging.Logger)}\n"
-        "import pipeline, pipeline.__main__, pipeline.cli.status, harness.gc.collect\n"
+        "import pipeline, pipeline.__main__, pipeline.cli, pipeline.status, harness.gc.collect\n"
         "assert dict(os.environ) == env, set(os.environ.items()) ^ set(env.items())\n"
         "assert signal.getsignal(signal.SIGINT) is sig\n"
         "assert atexit._ncallbacks() == n_atexit\n"

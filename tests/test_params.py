@@ -116,7 +116,7 @@ def test_luigi_cli_exits_nonzero_with_one_line_per_problem(tmp_path):
 
 
 def test_status_cli_rejects_bad_params(tmp_path, capsys, artifacts):
-    from pipeline.__main__ import main
+    from pipeline.cli import main
 
     assert main(["status", "--overrides", "quantize.format=bogus"]) == 2
     assert "quantize.format" in capsys.readouterr().err

@@ -40,7 +40,7 @@ def write_log(path: Path, tokenizer_dir: Path, texts: dict[int, str]) -> Path:
 @pytest.fixture
 def score(capsys):
     """The command in this process (as `python -m pipeline score ...` runs it): exit code and output."""
-    from pipeline.__main__ import main
+    from pipeline.cli import main
 
     def run(*args: str):
         code = main(["score", *args])

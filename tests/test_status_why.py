@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from pipeline.cli.status import _why, print_status, why_lines
+from pipeline.status import _why, print_status, why_lines
 
 PBTXT = "\n".join(f'parameters {{ key: "k{i}" value: {{ string_value: "{i}" }} }}' for i in range(60))
 

@@ -35,7 +35,6 @@ import json
 import os
 import re
 import shutil
-import sys
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -52,7 +51,6 @@ from harness.serving import records as untrusted
 from harness.serving.launcher import is_ours
 from harness.serving.registry import ServerRegistry
 from harness.serving.shm import remove_shm_files
-from tasks.settings import artifacts_root
 
 RUNS, NIGHTLY, TRASH = "runs", "Nightly", ".gc-trash"
 SERVERS_FILE = "servers.json"
@@ -564,10 +562,3 @@ def gc(root: Path, keep_days: float = 14, delete: bool = False) -> Plan:
     return p
 
 
-def command(args) -> int:
-    if not 0 <= args.keep_days <= 36500:  # also refuses nan
-        print(f"--keep-days must be between 0 and 36500, not {args.keep_days:g}", file=sys.stderr)
-        return 2
-    p = gc(artifacts_root(), args.keep_days, args.delete)
-    print(json.dumps(to_json(p, args.delete), indent=2, default=str) if args.json else render(p, args.delete, args.verbose))
-    return 1 if any(e.status.startswith("failed") for e in p.goes) else 0

@@ -13,6 +13,7 @@ import json
 import os
 from functools import partial
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -187,3 +188,54 @@ def _json_default(o):
     if hasattr(o, "tolist"):
         return o.tolist()
     return str(o)
+
+
+def read_tokenizer(path: Path):
+    """The Hugging Face tokenizer in `path` (`--tokenizer`), or one line saying it holds none."""
+    if not (path / "tokenizer_config.json").is_file() and not (path / "tokenizer.json").is_file():
+        raise InputError(f"--tokenizer: {path} holds no Hugging Face tokenizer (tokenizer.json / tokenizer_config.json)")
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(path))
+
+
+def read_scoring_dataset(path: Path, allow_pickle: bool) -> list:
+    """The dataset's rows as samples: the reference text and every column, in qsl_idx order."""
+    import pandas as pd
+
+    if not path.is_file():
+        raise InputError(f"--dataset: {path} is not a file")
+    if path.suffix == ".pkl":
+        if not allow_pickle:
+            raise InputError(f"--dataset: {path} is a pickle, and unpickling runs whatever code it holds; "
+                             "pass --allow-pickle if you trust it")
+        try:
+            df = pd.read_pickle(path)
+        except Exception as exc:
+            raise InputError(f"--dataset: {path}: not a pandas pickle ({type(exc).__name__}: {exc})") from None
+        if not isinstance(df, pd.DataFrame):
+            raise InputError(f"--dataset: {path}: holds a {type(df).__name__}, not a DataFrame")
+        rows = df.to_dict("records")
+    else:
+        rows = []
+        try:
+            with open(path, encoding="utf-8") as f:
+                for n, line in enumerate(f, 1):
+                    if line.strip():
+                        obj = json.loads(line)
+                        if not isinstance(obj, dict):
+                            raise InputError(f"--dataset: {path} line {n}: expected a JSON object")
+                        rows.append(obj)
+        except UnicodeDecodeError as exc:
+            raise InputError(f"--dataset: {path}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
+        except json.JSONDecodeError as exc:
+            raise InputError(f"--dataset: {path} line {n}: invalid JSON ({exc.msg})") from None
+    samples = []
+    for i, row in enumerate(rows):
+        ref = next((row[c] for c in ("gt_output", "output", "ref_output", "reference") if isinstance(row.get(c), str)), None)
+        cols = {k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in row.items()
+                if k not in ("tok_input", "tok_output", "tok_ref_output", "input_ids")}
+        samples.append(SimpleNamespace(index=i, reference_text=ref, reference_ids=None, meta={"columns": cols}))
+    if not samples:
+        raise InputError(f"--dataset: {path} has no rows")
+    return samples

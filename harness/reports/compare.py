@@ -113,3 +113,26 @@ def render(doc: dict) -> str:
 def _short(v: Any, n: int = 40) -> str:
     s = fmt(v) if not isinstance(v, (list, dict)) else json.dumps(v)
     return s if len(s) <= n else s[: n - 1] + "…"
+
+
+def resolve(arg: str, root: Path) -> Path:
+    """The FullRun directory `arg` names: a report.json, a FullRun directory or key (prefix), or a run id."""
+    p = Path(arg)
+    if p.is_file() and p.name == "report.json":
+        return p.parent
+    if p.is_dir() and (p / "report.json").is_file():
+        return p
+    run = root / "runs" / arg / "run.json"
+    if run.is_file():
+        stages = json.loads(run.read_text()).get("stages") or {}
+        fullruns = sorted({e["key"][:16] for e in stages.values() if e.get("stage") == "FullRun"})
+        if len(fullruns) != 1:
+            raise InputError(f"run {arg} touched {len(fullruns)} FullRuns ({', '.join(fullruns) or 'none'}); "
+                             "name one by its key or report")
+        return root / "FullRun" / fullruns[0]
+    matches = sorted(d for d in (root / "FullRun").glob(f"{arg}*") if (d / "report.json").is_file()) \
+        if arg and not any(c in arg for c in "/*?[") else []
+    if len(matches) == 1:
+        return matches[0]
+    raise InputError(f"{arg!r}: not a report.json, a FullRun directory, a FullRun key or a run id under {root / 'runs'}"
+                     + (f" ({len(matches)} FullRuns start with it)" if matches else ""))

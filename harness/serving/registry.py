@@ -26,8 +26,9 @@ import socket
 import time
 from pathlib import Path
 
+from harness.cache.store import ArtifactStore
 from harness.serving import records as untrusted
-from harness.serving.launcher import is_ours, remove_shm, stop_recorded
+from harness.serving.launcher import is_ours, remove_shm, servers_live, stop_recorded
 from harness.serving.processes import is_same_process, start_time
 from harness.serving.spec import on_this_host
 
@@ -196,3 +197,59 @@ def serves_key(job: dict, key16: str) -> bool:
     """Slurm's record of a job (scontrol show job) is this key's server allocation, of this user."""
     uid = job.get("UserId", "")
     return job.get("JobName") == f"perfdag-serve-{key16}" and (not uid or uid.endswith(f"({os.getuid()})"))
+
+
+def published(store: ArtifactStore) -> list[tuple[str, list[dict]]]:
+    """(key16, server records) of every published LaunchServers artifact."""
+    out = []
+    for f in sorted((store.root / "LaunchServers").glob("*/servers.json")):
+        recs = untrusted.read_servers(f, inside=store.root / "LaunchServers")
+        if recs is not None:
+            out.append((f.parent.name, recs))
+    return out
+
+
+def list_servers(root: Path) -> list[dict]:
+    """One row per server recorded under the artifacts root `root`: its state and who holds it."""
+    store = ArtifactStore(root)
+    registry = ServerRegistry(store.root)
+    rows, seen = [], set()
+    for rec in registry.records():
+        key16 = rec["key16"]
+        seen.add((key16, rec.get("pid")))
+        state = "ready" if servers_live([rec]) else ("running" if is_ours(rec) else "gone")
+        rows.append(_row(key16, rec, state, registry))
+    for key16, recs in published(store):
+        for rec in recs:
+            if (key16, rec.get("pid")) in seen or not (rec.get("external") or is_ours(rec)):
+                continue
+            live = servers_live([rec])
+            if rec.get("external") and not live and not registry.holders(key16):
+                continue  # an endpoint someone else ran, gone and used by no run: history, not a server
+            rows.append(_row(key16, rec, "ready" if live else "down", registry))
+    return rows
+
+
+def _row(key16: str, rec: dict, state: str, registry: ServerRegistry) -> dict:
+    holders = registry.holders(key16)
+    return {"key": key16, "pid": rec.get("pid"), "address": f"{rec['host']}:{rec.get('port', rec.get('grpc_port'))}",
+            "protocol": rec.get("protocol", "triton-grpc"), "models": rec.get("models", []),
+            "external": bool(rec.get("external")), "state": state, "kept": registry.kept(key16),
+            "held_by": [h["run_id"] for h in holders]}
+
+
+def stop_servers(root: Path, key16: str | None) -> list[int]:
+    """Stops the servers of one LaunchServers key, or of all when key16 is None (leases or not:
+    the user asked), and removes the shared memory of dead ones."""
+    store = ArtifactStore(root)
+    registry = ServerRegistry(store.root)
+    stopped: list[int] = []
+    keys = [key16] if key16 else sorted(set(registry.keys()) | {k for k, _ in published(store)})
+    for k in keys:
+        with store.lock("LaunchServers", k):
+            stopped += registry.stop(k)
+            for kk, recs in published(store):
+                if kk == k:
+                    stopped += stop_recorded(recs)
+    registry.sweep_dead()
+    return sorted(set(stopped))
