@@ -16,12 +16,11 @@ import pytest
 from conftest import REPO, run_luigi, run_records
 from luigi.task_register import Register
 
-from harness.config import ParamsError, resolve
-from harness.config import yamlio
-from harness.config.resolve import parse_env_flags
-from harness.model.datasets import DatasetError, load_dataset
-from harness.errors import InputError
 from harness.cache.signing import load_key
+from harness.config import ParamsError, resolve, yamlio
+from harness.config.resolve import parse_env_flags
+from harness.errors import InputError
+from harness.model.datasets import DatasetError, load_dataset
 
 DEFAULT = REPO / "params" / "default.yaml"
 OPENAI = REPO / "params" / "examples" / "openai-cpu.yaml"
@@ -220,8 +219,8 @@ def test_a_fifo_device_socket_or_huge_file_as_params_file_is_refused(tmp_path):
             refused(params_file=path, needles=(why,))
         cli_refused(cli(tmp_path / "a", "--params-file", str(fifo)), str(fifo), "is a FIFO")
 
-        from harness.reports.sweep import SweepError, load_sweep
         from harness.mlperf.system_desc import load_user_yaml
+        from harness.reports.sweep import SweepError, load_sweep
         with pytest.raises(SweepError, match="sweep file .*is a FIFO"):
             load_sweep(fifo)
         with pytest.raises(InputError, match="system file /dev/zero: is a character device"):

@@ -23,6 +23,7 @@ import psutil
 import pytest
 from conftest import FAST, REPO, run_luigi, tritonservers_under
 
+from harness.host import untrusted
 from harness.serving.processes import TOKEN_ENV, processes_with_token, spawn
 
 pytestmark = pytest.mark.timeout(600)
@@ -127,8 +128,8 @@ def test_every_record_perfdag_writes_passes_its_own_schema(tmp_path):
         proc = spawn(["sleep", "30"], tmp_path / "logs" / "server_0.log")
         try:
             rec = json.loads(json.dumps({**record_of(spec, proc, tmp_path), "node": "n", "slurm_job": "12"}))
-            with records.collected() as said:
-                assert records.parse(records.ServerRecord, rec, "test") == rec, said
+            with untrusted.collected() as said:
+                assert untrusted.parse(records.ServerRecord, rec, "test") == rec, said
             assert rec["token"] == proc.token and rec["pid"] == proc.pid
         finally:
             proc.proc.kill()
@@ -291,13 +292,12 @@ def test_malformed_records_are_reported_and_never_acted_on(tmp_path, strangers):
 
 def test_a_malformed_lease_holds_nothing_and_stays(tmp_path):
     """A lease whose fields have the wrong types is reported and counts as no holder; it is not deleted."""
-    from harness.serving import records
     from harness.serving.registry import ServerRegistry
 
     leases = tmp_path / ".servers" / KEY / "leases"
     leases.mkdir(parents=True)
     (leases / "run.json").write_text(json.dumps({"run_id": "x", "pid": str(os.getpid())}))
-    with records.collected() as said:
+    with untrusted.collected() as said:
         assert ServerRegistry(tmp_path).holders(KEY) == []
     assert len(said) == 1 and str(leases / "run.json") in said[0] and "pid" in said[0]
     assert (leases / "run.json").is_file()

@@ -20,12 +20,21 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import (FAST, REPO, copied_root, luigi_cmd, republish, run_luigi, run_records, statuses,
-                      tritonservers_under)
+from conftest import (
+    FAST,
+    REPO,
+    copied_root,
+    luigi_cmd,
+    republish,
+    run_luigi,
+    run_records,
+    statuses,
+    tritonservers_under,
+)
 
 from harness.cache import hashing, integrity
-from harness.errors import ArtifactError, InputError
 from harness.cache.store import ArtifactStore
+from harness.errors import ArtifactError, InputError
 
 pytestmark = pytest.mark.timeout(600)
 

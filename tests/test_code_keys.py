@@ -15,7 +15,7 @@ import pytest
 from conftest import FAST, REPO
 from luigi.task_register import Register
 
-from harness.cache.codehash import package_modules, import_closure, module_path
+from harness.cache.codehash import import_closure, module_path, package_modules
 from pipeline import STAGES
 
 ALL = set(STAGES)

@@ -9,10 +9,10 @@ import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-import harness.serving.launcher
 import pytest
 from filelock import FileLock
 
+import harness.serving.launcher
 from harness.gc import collect as gc
 from pipeline.cli import main
 

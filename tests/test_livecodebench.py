@@ -193,6 +193,7 @@ def test_score_command_runs_the_code_and_keeps_the_results(problems, tmp_path, c
 
     sys.path.insert(0, str(REPO / "tests"))
     import mlperf_scoring_fixtures as MF
+
     from pipeline.cli import main
 
     path, _ = problems

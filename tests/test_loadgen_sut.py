@@ -18,6 +18,13 @@ import numpy as np
 import psutil
 import pytest
 
+from harness.backends.torch.repo import render_torch_model_config
+from harness.loadgen import (
+    LoadgenError,
+    latency_constraints,
+    parse_summary,
+    run_loadgen,
+)
 from harness.mlperf.accuracy import (
     AccuracyLogError,
     check,
@@ -27,7 +34,6 @@ from harness.mlperf.accuracy import (
     score_outputs,
     score_texts,
 )
-from harness.backends.torch.repo import render_torch_model_config
 from harness.model.datasets import (
     DatasetError,
     Sample,
@@ -35,16 +41,10 @@ from harness.model.datasets import (
     load_dataset,
     write_jsonl,
 )
-from harness.loadgen import (
-    LoadgenError,
-    latency_constraints,
-    parse_summary,
-    run_loadgen,
-)
-from harness.serving.triton import cpu_server as CS
 from harness.serving import ports as P
-from harness.serving.triton import server as TS
 from harness.serving.testing.echo_model import echo_tokens
+from harness.serving.triton import cpu_server as CS
+from harness.serving.triton import server as TS
 from harness.serving.triton.pbtxt import write_model_repo
 
 pytestmark = pytest.mark.timeout(240)

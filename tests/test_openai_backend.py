@@ -10,8 +10,8 @@ from conftest import REPO
 from luigi.task_register import Register
 
 from harness.backends.openai.servers import llm_api_options, server_argv
-from harness.config import ParamsError, resolve
 from harness.cache.executed import normalise
+from harness.config import ParamsError, resolve
 from pipeline import STAGES
 
 GOLDEN = REPO / "tests" / "golden" / "openai"

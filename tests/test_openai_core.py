@@ -10,9 +10,9 @@ import pytest
 from conftest import REPO
 
 from harness.loadgen import LoadgenError, run_loadgen
-from harness.serving.testing.echo_openai import echo_tokens
 from harness.serving.openai.client import probe
 from harness.serving.ports import free_port
+from harness.serving.testing.echo_openai import echo_tokens
 
 API = {"kind": "vllm", "prompt": "token_ids", "output_tokens": "server"}
 PROMPTS = [[10 + i, 20 + i % 7, 30] for i in range(40)]

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 
+import mlperf_scoring_fixtures as MF
 import pandas as pd
 import pytest
-
-import mlperf_scoring_fixtures as MF
 import reasoning_scoring_fixtures as RF
+
 from harness.mlperf import compliance as C
 from harness.mlperf.scoring import score_log
 from harness.mlperf.submission import ScenarioRuns, accuracy_text, assemble, compliance_tests
@@ -156,6 +156,7 @@ def test_request_timeout_scales_with_the_requested_length():
                                               ("llama2-70b-99.9", {"test06"})])
 def test_submission_dag_runs_the_registry_s_compliance_tests(maps_to, expected):
     from conftest import REPO
+
     from pipeline.submission import Submission
 
     s = Submission(params_file="params/default.yaml", scenarios="Offline", system=str(REPO / "params/systems/cpu-example.yaml"),

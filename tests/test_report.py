@@ -8,12 +8,11 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import REPO
 
 from harness.loadgen.results import parse_summary
-import numpy as np
-
 from harness.reports.plots import arrival_bins, offsets, request_stats, stats_markdown
 from harness.reports.report import plot
 from harness.reports.sweep import lookup, point_kind, text_table, write_results

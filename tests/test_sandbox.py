@@ -16,7 +16,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.mlperf.codeexec import mbxp, sandbox, uids as sandbox_uids
+from harness.mlperf.codeexec import mbxp, sandbox
+from harness.mlperf.codeexec import uids as sandbox_uids
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.model.corpus import standin_path, standin_rows
 from harness.mlperf import benchmarks
+from harness.model.corpus import standin_path, standin_rows
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.timeout(240)

@@ -3,7 +3,6 @@ uses (e.g. after `servers stop --all`) is not listed; one that answers, or that 
 from __future__ import annotations
 
 import json
-
 import os
 
 from harness.serving import registry

@@ -20,9 +20,10 @@ import pytest
 import torch
 
 from harness.backends.torch.repo import MODEL_PY, render_torch_model_config
-from harness.serving.triton import cpu_server as CS
 from harness.serving import ports as P
+from harness.serving.processes import ServerError
 from harness.serving.triton import client as TC
+from harness.serving.triton import cpu_server as CS
 from harness.serving.triton import server as TS
 from harness.serving.triton.pbtxt import (
     ModelConfigError,
@@ -30,7 +31,6 @@ from harness.serving.triton.pbtxt import (
     validate_model_config,
     write_model_repo,
 )
-from harness.serving.processes import ServerError
 
 pytestmark = pytest.mark.timeout(300)
 

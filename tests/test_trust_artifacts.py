@@ -21,8 +21,8 @@ import pytest
 from conftest import FAST, REPO, copied_root, run_luigi, run_records, statuses, tritonservers_under
 
 from harness.cache import integrity
-from harness.errors import ArtifactError
 from harness.cache.store import ArtifactStore
+from harness.errors import ArtifactError
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -12,7 +12,13 @@ import os
 from datetime import datetime, timezone
 from pathlib import Path
 
+from pydantic import Field
+
+from harness.host import untrusted
+from harness.host.untrusted import RunId, StrictRecord, Text
+
 ENV = "PERFDAG_RUN_ID"
+RUNS = "runs"  # <root>/runs/<run id>/run.json
 _warned = {"readonly": False}
 
 
@@ -133,3 +139,80 @@ def record_job(root: Path, entry: dict) -> None:
                 return
         jobs.append(entry)
     _update(root, change)
+
+
+def _process_is(pid: int, started_by: float) -> bool:
+    """`pid` runs and was started no later than `started_by` (so it is not a recycled pid)."""
+    import psutil
+    try:
+        return psutil.Process(pid).create_time() <= started_by + 1.0
+    except (psutil.Error, ValueError, OverflowError):
+        return False
+
+
+def run_is_live(run_id: str) -> bool:
+    """A run id is '<utc start>-<pid>' (start_new_run): live while that process still runs."""
+    stamp, _, pid = run_id.rpartition("-")
+    try:
+        started = datetime.strptime(stamp, "%Y%m%dT%H%M%S%fZ").replace(tzinfo=timezone.utc)
+        return _process_is(int(pid), started.timestamp())
+    except ValueError:
+        return False
+
+
+# --- runs -------------------------------------------------------------------------------------
+class _StageRef(StrictRecord):
+    stage: Text
+    key: Text
+
+
+class RunRecord(StrictRecord):
+    """What gc reads back of runs/<id>/run.json, which this module writes (untrusted: checked)."""
+    run_id: RunId | None = None
+    started_at: str | None = None
+    updated_at: str | None = None
+    stages: dict[str, _StageRef] = Field(default_factory=dict)
+
+
+def confined(path: Path, root: Path) -> bool:
+    """`path` (under the resolved `root`) reaches its target through no link."""
+    try:
+        return path.resolve() == root / path.relative_to(root)
+    except (OSError, ValueError, RuntimeError):
+        return False
+
+
+def read_runs(root: Path, warnings: list[str] | None = None, seen: dict[str, int] | None = None) -> list[dict]:
+    """[{run_id, updated (datetime), ids: {"Stage/key16"}, file, mtime_ns}] for every readable run.json;
+    with `seen` ({file: mtime_ns} of an earlier read), only the run records written since."""
+    out = []
+    for f in sorted((root / RUNS).glob("*/run.json")):
+        try:
+            st = f.stat()
+            if seen is not None and seen.get(str(f)) == st.st_mtime_ns:
+                continue
+            mtime = st.st_mtime
+        except OSError as e:
+            if warnings is not None:
+                warnings.append(f"unreadable run record {f}: {e}")
+            continue
+        doc = untrusted.read(RunRecord, f, inside=root)
+        if doc is None:  # gone meanwhile, or malformed (reported)
+            continue
+        updated = (parse_time(doc.get("updated_at")) or parse_time(doc.get("started_at"))
+                   or datetime.fromtimestamp(mtime, timezone.utc))
+        ids = {f"{ent['stage']}/{ent['key'][:16]}" for ent in (doc.get("stages") or {}).values()}
+        out.append({"run_id": doc.get("run_id") or f.parent.name, "updated": updated, "ids": ids,
+                    "file": str(f), "mtime_ns": st.st_mtime_ns})
+    return out
+
+
+def parse_time(s) -> datetime | None:
+    """An ISO time as run records and manifests write it (naive means UTC); None when it is not one."""
+    if not isinstance(s, str) or not s:
+        return None
+    try:
+        t = datetime.fromisoformat(s.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)

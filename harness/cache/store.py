@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 from harness.cache import integrity, signing
 from harness.errors import ArtifactError, PerfdagError
@@ -144,9 +144,9 @@ class ArtifactStore:
 
     @contextmanager
     def lock(self, stage: str, key: str) -> Iterator[None]:
-        lock_dir = self.root / stage / ".locks"
-        lock_dir.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(lock_dir / f"{key[:16]}.lock")):
+        path = lock_path(self.root, stage, key[:16])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(path)):
             yield
 
     def _clear_stale_tmp(self, stage: str, key: str) -> None:
@@ -221,3 +221,22 @@ class ArtifactStore:
                     raise
             hold(doc)
             return status, doc
+
+
+def lock_path(root: Path, stage: str, key16: str) -> Path:
+    """The flock a key's builders (and gc, and server stops) take: one file per stage and key."""
+    return root / stage / ".locks" / f"{key16}.lock"
+
+
+def lock_held(root: Path, stage: str, key16: str) -> bool:
+    """Someone (a building stage) holds the key's flock. A missing lock file is a free lock."""
+    p = lock_path(root, stage, key16)
+    if not p.exists():
+        return False
+    lock = FileLock(str(p), timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        return True
+    lock.release()
+    return False

@@ -41,10 +41,11 @@ from pathlib import Path
 from typing import Any
 
 from filelock import FileLock, Timeout
-from pydantic import Field
 
-from harness.cache.store import MANIFEST
+from harness.cache.runs import RUNS, confined, parse_time, read_runs, run_is_live
+from harness.cache.store import MANIFEST, lock_held, lock_path
 from harness.gc.leftovers import orphan_servers, orphan_shm
+from harness.host.untrusted import collected
 from harness.loadgen import semaphores
 from harness.serving import launcher
 from harness.serving import records as untrusted
@@ -52,7 +53,7 @@ from harness.serving.launcher import is_ours
 from harness.serving.registry import ServerRegistry
 from harness.serving.shm import remove_shm_files
 
-RUNS, NIGHTLY, TRASH = "runs", "Nightly", ".gc-trash"
+NIGHTLY, TRASH = "Nightly", ".gc-trash"
 SERVERS_FILE = "servers.json"
 _LEFTOVER = re.compile(r"^\.(tmp|trash)-([0-9a-f]{16})-")
 
@@ -106,18 +107,10 @@ class Plan:
 
 
 # --- small helpers ----------------------------------------------------------------------------
-def _parse_time(s: Any) -> datetime | None:
-    if not isinstance(s, str) or not s:
-        return None
-    try:
-        t = datetime.fromisoformat(s.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
 
 
 def _date(s: str | None) -> str:
-    t = _parse_time(s)
+    t = parse_time(s)
     return t.strftime("%Y-%m-%d") if t else "never"
 
 
@@ -144,42 +137,6 @@ def dir_size(path: Path) -> int:
 def _days(n: float) -> str:
     return f"{n:g} day" + ("" if n == 1 else "s")
 
-
-def lock_path(root: Path, stage: str, key16: str) -> Path:
-    return root / stage / ".locks" / f"{key16}.lock"
-
-
-def lock_held(root: Path, stage: str, key16: str) -> bool:
-    """Someone (a building stage) holds the key's flock. A missing lock file is a free lock."""
-    p = lock_path(root, stage, key16)
-    if not p.exists():
-        return False
-    lock = FileLock(str(p), timeout=0)
-    try:
-        lock.acquire()
-    except Timeout:
-        return True
-    lock.release()
-    return False
-
-
-def _process_is(pid: int, started_by: float) -> bool:
-    """`pid` runs and was started no later than `started_by` (so it is not a recycled pid)."""
-    import psutil
-    try:
-        return psutil.Process(pid).create_time() <= started_by + 1.0
-    except (psutil.Error, ValueError, OverflowError):
-        return False
-
-
-def run_is_live(run_id: str) -> bool:
-    """A run id is '<utc start>-<pid>' (pipeline.runlog): live while that process still runs."""
-    stamp, _, pid = run_id.rpartition("-")
-    try:
-        started = datetime.strptime(stamp, "%Y%m%dT%H%M%S%fZ").replace(tzinfo=timezone.utc)
-        return _process_is(int(pid), started.timestamp())
-    except ValueError:
-        return False
 
 
 def servers_in_use(records: list[dict]) -> bool:
@@ -212,52 +169,6 @@ def _read_manifest(d: Path) -> dict | None:
     return m if isinstance(m, dict) else None
 
 
-# --- runs -------------------------------------------------------------------------------------
-class _StageRef(untrusted.StrictRecord):
-    stage: untrusted.Text
-    key: untrusted.Text
-
-
-class RunRecord(untrusted.StrictRecord):
-    """What gc reads of runs/<id>/run.json (harness/cache/runs.py writes it)."""
-    run_id: untrusted.RunId | None = None
-    started_at: str | None = None
-    updated_at: str | None = None
-    stages: dict[str, _StageRef] = Field(default_factory=dict)
-
-
-def _confined(path: Path, root: Path) -> bool:
-    """`path` (under the resolved `root`) reaches its target through no link."""
-    try:
-        return path.resolve() == root / path.relative_to(root)
-    except (OSError, ValueError, RuntimeError):
-        return False
-
-
-def read_runs(root: Path, warnings: list[str] | None = None, seen: dict[str, int] | None = None) -> list[dict]:
-    """[{run_id, updated (datetime), ids: {"Stage/key16"}, file, mtime_ns}] for every readable run.json;
-    with `seen` ({file: mtime_ns} of an earlier read), only the run records written since."""
-    out = []
-    for f in sorted((root / RUNS).glob("*/run.json")):
-        try:
-            st = f.stat()
-            if seen is not None and seen.get(str(f)) == st.st_mtime_ns:
-                continue
-            mtime = st.st_mtime
-        except OSError as e:
-            if warnings is not None:
-                warnings.append(f"unreadable run record {f}: {e}")
-            continue
-        doc = untrusted.read(RunRecord, f, inside=root)
-        if doc is None:  # gone meanwhile, or malformed (reported)
-            continue
-        updated = (_parse_time(doc.get("updated_at")) or _parse_time(doc.get("started_at"))
-                   or datetime.fromtimestamp(mtime, timezone.utc))
-        ids = {f"{ent['stage']}/{ent['key'][:16]}" for ent in (doc.get("stages") or {}).values()}
-        out.append({"run_id": doc.get("run_id") or f.parent.name, "updated": updated, "ids": ids,
-                    "file": str(f), "mtime_ns": st.st_mtime_ns})
-    return out
-
 
 # --- the plan ---------------------------------------------------------------------------------
 def _stage_dirs(root: Path) -> list[Path]:
@@ -268,7 +179,7 @@ def _stage_dirs(root: Path) -> list[Path]:
 
 
 def plan(root: Path, keep_days: float = 14, now: datetime | None = None) -> Plan:
-    with untrusted.collected() as ignored:
+    with collected() as ignored:
         p = _plan(Path(root).resolve(), keep_days, now)
     p.warnings += ignored
     return p
@@ -330,7 +241,7 @@ def _plan(root: Path, keep_days: float, now: datetime | None) -> Plan:
                 keep_because(e, f"referenced by run {r['run_id']}, still running")
 
     for e in by_id.values():
-        built = _parse_time(e.finished_at)
+        built = parse_time(e.finished_at)
         if built and built >= cutoff:
             keep_because(e, f"built on {_date(e.finished_at)}, within {_days(keep_days)}")
 
@@ -388,7 +299,7 @@ def _plan(root: Path, keep_days: float, now: datetime | None) -> Plan:
         except OSError:
             continue
         what = "a failed stage's files" if d.parent.name == "failed" else "a corrupt artifact moved aside"
-        if d.is_dir() and _confined(d, root) and mtime < cutoff and not run_is_live(d.parent.parent.name):
+        if d.is_dir() and confined(d, root) and mtime < cutoff and not run_is_live(d.parent.parent.name):
             entries.append(Entry(id=str(d.relative_to(root)), stage=RUNS, key16="", path=str(d), kind="failed",
                                  size_bytes=dir_size(d), why=f"{what}, kept since {mtime:%Y-%m-%d}"))
 

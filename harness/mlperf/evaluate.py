@@ -91,7 +91,7 @@ def code_runner_for(bench: benchmarks.Benchmark, *, workers: int, timeout_s: flo
 def score(bench: benchmarks.Benchmark, entries: list[dict], frame, tokenizer, *, dtype: str = LOG_DTYPE,
           code_runner=None, log_name: str = "mlperf_log_accuracy.json", dataset_name: str = "dataset") -> dict:
 
-    return score_log(bench.name, entries, frame, tokenizer, code_runner=code_runner, dtype=dtype,
+    return score_log(bench, entries, frame, tokenizer, code_runner=code_runner, dtype=dtype,
                      log_name=log_name, dataset_name=dataset_name)
 
 

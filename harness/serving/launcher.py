@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 from harness.cache.executed import normalise
+from harness.host.untrusted import ignored
 from harness.serving import records
 from harness.serving.ports import port_in_use
 from harness.serving.processes import (
@@ -199,7 +200,7 @@ def stop_recorded(recs: Sequence[dict], timeout: float = 30.0) -> list[int]:
             stopped.append(int(rec["pid"]))
         else:
             if is_same_process(rec.get("pid"), rec.get("create_time")):
-                records.ignored(rec.get("_file", "a server record"),
+                ignored(rec.get("_file", "a server record"),
                                 f"pid {rec.get('pid')} is not a process perfdag started (its environment lacks the "
                                 "record's launch token): left alone")
             stopped += kill_leftovers(rec)

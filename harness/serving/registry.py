@@ -27,7 +27,8 @@ import time
 from pathlib import Path
 
 from harness.cache.store import ArtifactStore
-from harness.serving import records as untrusted
+from harness.host.untrusted import ignored, read
+from harness.serving import records
 from harness.serving.launcher import is_ours, remove_shm, servers_live, stop_recorded
 from harness.serving.processes import is_same_process, start_time
 from harness.serving.spec import on_this_host
@@ -71,7 +72,7 @@ class ServerRegistry:
         out = []
         for k in keys:
             for f in sorted((self._dir(k) / "procs").glob("*.json")):
-                rec = untrusted.read(untrusted.ServerRecord, f, inside=self.base)
+                rec = read(records.ServerRecord, f, inside=self.base)
                 if rec is not None:
                     out.append({**rec, "key16": k, "_file": str(f)})
         return out
@@ -85,7 +86,7 @@ class ServerRegistry:
         _write(self._dir(key16) / "slurm.json", doc)
 
     def allocation(self, key16: str) -> dict | None:
-        return untrusted.read(untrusted.AllocationRecord, self._dir(key16) / "slurm.json", inside=self.base)
+        return read(records.AllocationRecord, self._dir(key16) / "slurm.json", inside=self.base)
 
     def end_allocation(self, key16: str) -> str | None:
         """scancels the recorded allocation (its servers go with it) and waits until its processes
@@ -102,10 +103,10 @@ class ServerRegistry:
             try:
                 lines = job_lines(job_id)  # [] once Slurm has forgotten the job: nothing left to cancel
             except PerfdagError as e:  # no Slurm commands on this host
-                untrusted.ignored(self._dir(key16) / "slurm.json", f"allocation {job_id} not cancelled: {e}")
+                ignored(self._dir(key16) / "slurm.json", f"allocation {job_id} not cancelled: {e}")
                 return None
             if lines and not serves_key(lines[0], key16):
-                untrusted.ignored(self._dir(key16) / "slurm.json",
+                ignored(self._dir(key16) / "slurm.json",
                                   f"Slurm job {job_id} is {lines[0].get('JobName')!r} of {lines[0].get('UserId')}, "
                                   f"not perfdag-serve-{key16} of this user: not cancelled")
                 return None
@@ -166,7 +167,7 @@ class ServerRegistry:
         """Live lease holders (a lease whose run is gone is removed)."""
         out = []
         for f in sorted((self._dir(key16) / "leases").glob("*.json")):
-            h = untrusted.read(untrusted.LeaseRecord, f, inside=self.base)
+            h = read(records.LeaseRecord, f, inside=self.base)
             if h is None:  # malformed (reported) or gone: no holder, and the file is left as it is
                 continue
             if is_same_process(h["pid"], h.get("create_time")):
@@ -203,7 +204,7 @@ def published(store: ArtifactStore) -> list[tuple[str, list[dict]]]:
     """(key16, server records) of every published LaunchServers artifact."""
     out = []
     for f in sorted((store.root / "LaunchServers").glob("*/servers.json")):
-        recs = untrusted.read_servers(f, inside=store.root / "LaunchServers")
+        recs = records.read_servers(f, inside=store.root / "LaunchServers")
         if recs is not None:
             out.append((f.parent.name, recs))
     return out

@@ -7,6 +7,7 @@ reference implementation under `language/<benchmark>/` (generation settings).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Mapping
 
 #: Rounds the registry knows, oldest first. The default is the newest.
@@ -57,6 +58,8 @@ class Benchmark:
     loadgen_model: str  # the name LoadGen's mlperf.conf uses: llama2-70b, llama3_1-405b, ...
     dataset: str  # what the dataset is, in MLCommons' words
     columns: tuple[str, ...]  # the dataset columns the scorer reads
+    #: its scorer (harness/mlperf/scoring/<same name>.py): REQUIRED_COLUMNS, METRICS, score()
+    scorer: ModuleType
     generation: Generation
     metrics: tuple[Metric, ...]
     #: round -> the accuracy targets that round has ("99", "99.9").

@@ -70,9 +70,6 @@ MXEVAL_STEPS = {
 PYTHON_RUNNER = r'''
 import builtins, contextlib, faulthandler, io, os, signal, sys
 
-if TYPE_CHECKING:  # an annotation: pandas is imported by the caller that reads the dataset
-    import pandas
-
 nonce = sys.stdin.readline().strip()
 timeout = float(sys.argv[1])
 report = os.fdopen(os.dup(1), "w")
