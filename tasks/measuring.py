@@ -10,13 +10,14 @@ from harness.errors import MeasurementError
 from harness.loadgen.verdict import record_relaunches, relaunch_entry
 from harness.model.datasets import Sample
 from harness.serving.launcher import gone_servers
+from harness.serving.protocols import protocol
 from harness.serving.records import log_file
 from tasks.base import StageTask, host_resource, keep_attempt, log
 from tasks.launch_servers import LaunchServers
 from tasks.prepare_dataset import PrepareDataset, read_samples
 from tasks.slurm import serve as slurm_serve
 
-# The LoadGen SUT: its behaviour shapes every measurement (client cores by protocol below).
+# The LoadGen SUT: its behaviour shapes every measurement (with its protocol's core: serving/protocols.py).
 SUT_CODE = ("harness.loadgen.measure", "harness.loadgen", "harness.loadgen.runner", "harness.loadgen.driver",
             "harness.loadgen.frontend", "harness.loadgen.settings", "harness.loadgen.results",
             "harness.loadgen.messages", "harness.loadgen.cores", "harness.loadgen.cores.base",
@@ -24,8 +25,6 @@ SUT_CODE = ("harness.loadgen.measure", "harness.loadgen", "harness.loadgen.runne
             "harness.loadgen.cores.aioloop",
             "harness.loadgen.verdict",  # result.json's verdict (LoadGen errors) and its relaunch record
             ) + package_modules(("harness.mlperf.benchmarks",))  # latency limits, LoadGen names: user.conf
-CORE_CODE = {"triton-grpc": ("harness.loadgen.cores.triton_grpc", "harness.serving.triton.contract"),
-             "openai-http": ("harness.loadgen.cores.openai_http", "harness.serving.openai.sse", "harness.serving.openai.client")}
 
 
 class MeasuringStage(StageTask):
@@ -44,17 +43,16 @@ class MeasuringStage(StageTask):
 
     def key_inputs(self):
         out = {"nightly_date": self.nightly_date} if self.nightly_date else {}
-        if self.protocol == "openai-http":  # how prompts go out and tokens come back shapes the result
-            from harness.loadgen.openai_api import methods
-            o = self.params.openai
-            out["openai"] = {"server": o.server, "methods": methods(o.server, o.prompt, o.output_tokens)}
+        proto = protocol(self.protocol)
+        if proto.request_settings:  # how prompts go out and tokens come back shapes the result
+            out.update(proto.load("request_settings")(self.params))
         return out
 
     def tools(self):
-        return versions("mlcommons-loadgen", "tritonclient" if self.protocol == "triton-grpc" else "httpx")
+        return versions("mlcommons-loadgen", *protocol(self.protocol).tools)
 
     def code(self):
-        return SUT_CODE + CORE_CODE[self.protocol]
+        return SUT_CODE + protocol(self.protocol).code
 
     def run(self):
         if slurm_serve.measures_inside(self):  # the servers' allocation: LoadGen runs on their node

@@ -5,6 +5,7 @@ from pathlib import Path
 
 from harness.loadgen import run_loadgen
 from harness.loadgen.settings import from_params
+from harness.serving.protocols import protocol
 
 
 def endpoints_and_models(servers: list[dict]) -> tuple[list[str], list[str]]:
@@ -38,15 +39,14 @@ def _run(servers, samples, params, out_dir: Path, *, mode: str, settings: dict, 
          tokenizer_dir=None, **extra) -> dict:
     eps, names = endpoints_and_models(servers)
     h = params.harness
-    protocol = protocol_of(servers)
-    if protocol == "openai-http":
-        from harness.loadgen.openai_api import openai_api
-        extra["api"], extra["prompt_texts"] = openai_api(params, samples, tokenizer_dir)
+    name = protocol_of(servers)
+    if protocol(name).core_setup:  # what the core is told beyond endpoints (OpenAI: prompts, tokens)
+        extra["api"], extra["prompt_texts"] = protocol(name).load("core_setup")(params, samples, tokenizer_dir)
     return run_loadgen(eps, names, samples, settings, out_dir, scenario=params.loadgen.scenario, mode=mode,
                        frontends=h.frontends, clients_per_frontend=h.clients_per_frontend, warmup_queries=warmup,
                        end_id=end_id, pad_id=pad_id, max_new_tokens=params.dataset.max_new_tokens,
                        request_timeout_s=request_timeout(h.request_timeout_s, params.dataset.max_new_tokens),
-                       protocol=protocol,
+                       protocol=name,
                        max_in_flight=max(in_flight_per_server(params) * len(eps), h.frontends * h.clients_per_frontend),
                        **extra)
 

@@ -30,19 +30,9 @@ from harness.serving.processes import (
     start_time,
     terminate,
 )
+from harness.serving.protocols import client_for
 from harness.serving.shm import mapped_shm, remove_shm_files, shm_regions
 from harness.serving.spec import LaunchSpec, on_this_host, url_of
-
-
-def protocol_for(name: str):
-    """Readiness and warm-up for a serving protocol."""
-    if name == "triton-grpc":
-        from harness.serving.triton.client import TritonGrpc
-        return TritonGrpc()
-    if name == "openai-http":
-        from harness.serving.openai.client import OpenAIHttp
-        return OpenAIHttp()
-    raise ValueError(f"unknown serving protocol {name!r}")
 
 
 @contextlib.contextmanager
@@ -133,7 +123,7 @@ def launch(specs: Sequence[LaunchSpec], out_dir: str | Path, *, ready_timeout_s:
             records.append(rec)
             log(f"server {spec.index} ({spec.protocol}, {spec.mode}): pid {proc.pid}, {spec.url}, "
                 f"log logs/{proc.log_path.name} in the LaunchServers artifact")
-        proto = {s.protocol: protocol_for(s.protocol) for s in specs}
+        proto = {s.protocol: client_for(s.protocol) for s in specs}
 
         def ready_and_warm(spec: LaunchSpec, proc: Process) -> None:
             t0 = time.monotonic()
@@ -245,7 +235,7 @@ def servers_live(records: Sequence[dict], timeout_s: float = 2.0, patience_s: fl
     for rec in records:
         if not rec.get("external") and not is_ours(rec):
             return False
-        proto = protocol_for(rec.get("protocol", "triton-grpc"))
+        proto = client_for(rec.get("protocol", "triton-grpc"))
         deadline, t = time.monotonic() + patience_s, timeout_s
         while not proto.probe(url_of(rec), rec["models"], t):
             if time.monotonic() + t > deadline or (not rec.get("external") and not is_ours(rec)):
@@ -257,7 +247,7 @@ def servers_live(records: Sequence[dict], timeout_s: float = 2.0, patience_s: fl
 def external_servers(endpoints: Sequence[str], models: Sequence[str], ready_timeout_s: float,
                      protocol: str = "triton-grpc") -> list[dict]:
     """Servers launched outside perfdag: readiness checks only, nothing spawned."""
-    proto = protocol_for(protocol)
+    proto = client_for(protocol)
     records = []
     for ep in endpoints:
         host, _, port = ep.rpartition(":")
