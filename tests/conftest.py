@@ -86,6 +86,16 @@ def statuses(run: dict) -> dict[str, str]:
     return {v["stage"]: v["status"] for v in run["stages"].values()}
 
 
+@pytest.fixture(autouse=True)
+def _no_run_id_across_tests():
+    """A test that runs a stage in-process makes this process a run (PERFDAG_RUN_ID, in os.environ so
+    luigi's workers share it); the next test's subprocesses would inherit it and write into that run's
+    record. Each test starts and ends without one."""
+    os.environ.pop("PERFDAG_RUN_ID", None)
+    yield
+    os.environ.pop("PERFDAG_RUN_ID", None)
+
+
 @pytest.fixture
 def artifacts(tmp_path, monkeypatch) -> Path:
     root = tmp_path / "artifacts"
