@@ -17,7 +17,6 @@ from pathlib import Path
 
 import luigi
 
-from harness.backends import backend_for
 from harness.cache.versions import versions
 from harness.config import ParamsError, yamlio
 from harness.config.schema import SCENARIOS
@@ -26,7 +25,17 @@ from harness.loadgen.verdict import error_count, invalid_reason, is_valid
 from harness.mlperf import system_desc
 from harness.mlperf.submission import ScenarioRuns, assemble, compliance_tests, needs_test06, scenario_readme
 from harness.mlperf.system_desc import git_output
-from tasks import CheckAccuracy, LaunchServers, RunAccuracy, RunLoadgen, RunTest06, RunTest07, RunTest09
+from tasks import (
+    BuildEngine,
+    CheckAccuracy,
+    LaunchServers,
+    Quantize,
+    RunAccuracy,
+    RunLoadgen,
+    RunTest06,
+    RunTest07,
+    RunTest09,
+)
 from tasks.base import StageTask
 from tasks.lifecycle import note_result, release_servers
 from tasks.settings import REPO_ROOT
@@ -64,7 +73,7 @@ class Submission(StageTask):  # not in STAGES: one tree over several scenarios
             user, meas = system_desc.load_user_yaml(self.system or None)
             src = self.system or "a --system YAML"
             root = next(d for d in (self.store.root, *self.store.root.parents) if d.exists())
-            facts = system_desc.machine_facts(root, _software(p), _framework(p))
+            facts = system_desc.machine_facts(root, self.software(), self.framework())
             desc = system_desc.system_description(facts, user, division=sub.division, submitter=sub.submitter,
                                                   system_name=sub.system_name or sub.system, source=src)
             measurements = system_desc.measurements(_measurement_defaults(p), meas, source=src)
@@ -187,24 +196,26 @@ class Submission(StageTask):  # not in STAGES: one tree over several scenarios
                          for t in map(self.scenario_tasks, self.scenario_list)],
                         keep=self.keep_servers, why="Submission done; --keep-servers keeps them")
 
+    # --- what the tree says about the software ----------------------------------------------------
+    def tools_of(self, stage) -> dict[str, str]:
+        """The tool versions that entered `stage`'s key for these params (what made the results)."""
+        return dict(self.clone(stage).key_doc["tools"])
 
-# --- what the tree says about the model and the software ------------------------------------------
+    def software(self) -> dict[str, str]:
+        """The tools that made the results: the backend's (engine, serving, quantization) and LoadGen."""
+        return {**versions("mlcommons-loadgen"), **self.tools_of(Quantize), **self.tools_of(BuildEngine),
+                **self.tools_of(LaunchServers)}
+
+    def framework(self) -> str:
+        p = self.params
+        tools = ", ".join(f"{k} {v}" for k, v in self.tools_of(BuildEngine).items() if v != "absent")
+        return f"perfdag, {p.build.backend} backend on {p.build.device}" + (f" ({tools})" if tools else "")
+
+
+# --- what the tree says about the model -------------------------------------------------------------
 
 def _git(args: list[str]) -> str | None:
     return git_output(REPO_ROOT, *args)
-
-
-def _software(p) -> dict[str, str]:
-    """The tools that made the results: the backend's (engine, serving, quantization) and LoadGen."""
-
-    b = backend_for(p)
-    return {**versions("mlcommons-loadgen"), **b.quantize_tools(p), **b.build_tools(p), **b.serving_tools(p)}
-
-
-def _framework(p) -> str:
-    b = backend_for(p)
-    tools = ", ".join(f"{k} {v}" for k, v in b.build_tools(p).items() if v != "absent")
-    return f"perfdag, {b.name} backend on {p.build.device}" + (f" ({tools})" if tools else "")
 
 
 def _measurement_defaults(p) -> dict[str, str]:

@@ -24,7 +24,6 @@ import sys
 import threading
 
 from harness.cache import runs as runlog
-from harness.cache.store import ArtifactStore
 from harness.errors import PerfdagError
 from harness.serving.registry import ServerRegistry
 from tasks.settings import artifacts_root
@@ -213,35 +212,11 @@ def _luigi_info_to_run_log() -> None:
 
 def release_servers(keys16: list[str] | None = None, *, keep: bool, why: str, grace_s: float = 30.0,
                     quiet: bool = False) -> list[int]:
-    """Drops this run's leases (all it holds, or on `keys16`). `keep` marks the servers to be kept;
-    else servers no other live run holds, and nobody asked to keep, are stopped (SIGKILL after
-    `grace_s`). Returns pids stopped."""
-
-
-    store = ArtifactStore(artifacts_root())
-    registry = ServerRegistry(store.root)
-    run_id = runlog.current_run_id()
-    stopped: list[int] = []
-    # Named keys are released whether this run used them or not (a FullRun whose measurements were
-    # all cached is still where its servers end); at exit, only what this run holds.
-    for key16 in registry.leased_by(run_id) if keys16 is None else keys16:
-        if not registry.records(key16) and not registry.holders(key16):
-            continue
-        try:
-            with store.lock("LaunchServers", key16):  # decided like launches: no run starts using them meanwhile
-                others = registry.release(key16, run_id)
-                if keep:
-                    registry.keep(key16)
-                elif not others and not registry.kept(key16):
-                    alloc = registry.allocation(key16)
-                    stopped += registry.stop(key16, grace_s)
-                    if alloc and not quiet:
-                        log.info("servers %s: ended their Slurm allocation %s (%s)", key16, alloc.get("job_id"), why)
-                elif others:
-                    log.info("servers %s stay up: run(s) %s still use them", key16,
-                             ", ".join(h["run_id"] for h in others))
-        except OSError as e:
-            log.warning("could not release servers %s: %s", key16, e)
+    """Drops this run's leases (all it holds, or on `keys16`) through the server registry, which stops
+    servers nobody else holds unless `keep`. Returns pids stopped."""
+    registry = ServerRegistry(artifacts_root())
+    stopped = registry.release_run(runlog.current_run_id(), keys16, keep=keep, grace_s=grace_s,
+                                   log=(lambda line: None) if quiet else log.info)
     if stopped and not quiet:
         log.info("stopped servers (%s): pids %s", why, ", ".join(map(str, stopped)))
     return stopped

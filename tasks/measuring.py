@@ -12,7 +12,8 @@ from harness.model.datasets import Sample
 from harness.serving.launcher import gone_servers
 from harness.serving.protocols import protocol
 from harness.serving.records import log_file
-from tasks.base import StageTask, host_resource, keep_attempt, log
+from tasks.base import StageTask, host_resource, log
+from tasks.evidence import keep_attempt
 from tasks.launch_servers import LaunchServers
 from tasks.prepare_dataset import PrepareDataset, read_samples
 from tasks.slurm import serve as slurm_serve
@@ -39,7 +40,7 @@ class MeasuringStage(StageTask):
 
     @property
     def protocol(self) -> str:
-        return backend_for(self.params).protocol
+        return backend_for(self.params).launch.protocol
 
     def key_inputs(self):
         out = {"nightly_date": self.nightly_date} if self.nightly_date else {}

@@ -16,8 +16,9 @@ import pytest
 from conftest import REPO, run_luigi, run_records
 from luigi.task_register import Register
 
+from harness.backends import resolve
 from harness.cache.signing import load_key
-from harness.config import ParamsError, resolve, yamlio
+from harness.config import ParamsError, yamlio
 from harness.config.resolve import parse_env_flags
 from harness.errors import InputError
 from harness.model.datasets import DatasetError, load_dataset
@@ -422,5 +423,7 @@ def test_the_torch_backend_keys_its_own_triton_section(artifacts):
     assert one != _keys("triton.endpoints=[127.0.0.1:8002]", DEFAULT)
     from pipeline import STAGES
     Register.clear_instance_cache()
-    reads = STAGES["LaunchServers"](params_file=str(DEFAULT)).reads
+    reads = STAGES["LaunchServers"](params_file=str(DEFAULT)).key_parts().reads
     assert reads == ("triton.bind", "triton.grpc_ports", "triton.endpoints", "triton.binary"), reads
+
+

@@ -23,8 +23,6 @@ from pathlib import Path
 import mlperf_scoring_fixtures as MF
 import numpy as np
 import pytest
-
-from harness.mlperf import benchmarks
 import reasoning_scoring_fixtures as RF
 from conftest import REPO, run_records, statuses, tritonservers_under
 from test_faults import FAULT, VERDICT, Run, assert_no_orphans, root  # noqa: F401 (root: a fixture)
@@ -32,7 +30,7 @@ from test_loadgen_sut import _start_server
 
 from harness.loadgen import run_loadgen
 from harness.loadgen.verdict import invalid_reason, is_valid, record_relaunches, relaunch_entry
-from harness.mlperf import scoring
+from harness.mlperf import benchmarks, scoring
 from harness.mlperf.accuracy import parse_accuracy_log
 from harness.mlperf.compliance import verify
 from harness.reports import compare, nightly, sweep

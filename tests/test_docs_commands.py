@@ -19,12 +19,12 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tomllib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import tomllib
 import yaml
 from conftest import REPO
 

@@ -5,7 +5,8 @@ import pytest
 import yaml
 from conftest import REPO, run_luigi
 
-from harness.config import ParamsError, resolve
+from harness.backends import resolve
+from harness.config import ParamsError
 from pipeline import BuildEngine, PrepareModel
 
 DEFAULT = REPO / "params" / "default.yaml"

@@ -1,10 +1,10 @@
 """Rules that need more than one field: each returns problems as 'field: what is wrong; the fix'.
 
-Rules every backend shares live here; the chosen backend adds its own (Backend.problems).
+Rules every backend shares live here (no backend is imported); the chosen backend adds its own
+(harness.backends.resolve runs both).
 """
 from __future__ import annotations
 
-from harness.backends import backend_for
 from harness.config.inputs import checkpoint_problems, dataset_problems, livecodebench_problems
 from harness.config.schema import Params
 from harness.mlperf import benchmarks
@@ -50,17 +50,6 @@ def cross_field_problems(p: Params) -> list[str]:
     if not any(x.startswith("dataset.") for x in out):
         out += livecodebench_problems(p)
 
-    backend = backend_for(p)
-    for section in ("triton", "openai"):  # the other backends' server section is not read: say so
-        if section != backend.server_section:
-            for f in sorted(getattr(p, section).model_fields_set):
-                out.append(f"{section}.{f}: build.backend={b.backend} does not read {section}.*; remove it or use "
-                           f"{backend.server_section}.*")
-    out += backend.problems(p)
-    t = p.triton
-    n = backend.num_servers(p)
-    if t.grpc_ports and len(t.grpc_ports) != n:
-        out.append(f"triton.grpc_ports: {len(t.grpc_ports)} ports for {n} server(s) (triton.num_servers); give one per server or none to pick free ports")
     return out
 
 

@@ -25,6 +25,7 @@ import re
 import socket
 import time
 from pathlib import Path
+from typing import Callable
 
 from harness.cache.store import ArtifactStore
 from harness.host.untrusted import ignored, read
@@ -158,6 +159,56 @@ class ServerRegistry:
                 continue
             with contextlib.suppress(OSError):
                 (d / sub).rmdir() if sub else d.rmdir()
+
+    # --- a server's life: launch (replacing what a stale launch left), use, release -----------------
+    def replace(self, key16: str, stale: list[dict], start: Callable[[Callable[[dict], None]], list[dict]],
+                marks: dict | None = None) -> list[dict]:
+        """Launches `key16`'s servers anew (call under the key's lock): what a stale launch left (a dead
+        run's, or crashed servers) is stopped first, then `start(on_spawn)` launches, and each process is
+        recorded the moment it exists. `marks` (a Slurm job's node and allocation) go into every record."""
+        marks = marks or {}
+        stop_recorded(stale)
+        self.stop(key16)
+        servers = start(lambda rec: self.record(key16, {**rec, **marks}))
+        return [{**rec, **marks} for rec in servers]
+
+    @staticmethod
+    def live(records: list[dict], patience_s: float = 30.0) -> bool:
+        """The servers answer ready (a server busy with another run's measurement answers late, and is
+        not dead: `patience_s`)."""
+        return servers_live(records, patience_s=patience_s)
+
+    def hold(self, key16: str, run_id: str) -> None:
+        """The run `run_id` uses `key16`'s servers: nobody stops them until it releases them."""
+        self.lease(key16, run_holder(run_id))
+
+    def release_run(self, run_id: str, keys16: list[str] | None = None, *, keep: bool, grace_s: float = 30.0,
+                    log: Callable[[str], None] = lambda line: None) -> list[int]:
+        """Drops `run_id`'s leases (all it holds, or on `keys16`). `keep` marks the servers to be kept;
+        else servers no other live run holds, and nobody asked to keep, are stopped (SIGKILL after
+        `grace_s`). Decided under each key's lock, like launches. Returns the pids stopped."""
+        store = ArtifactStore(self.base)
+        stopped: list[int] = []
+        # Named keys are released whether this run used them or not (a FullRun whose measurements were
+        # all cached is still where its servers end); at exit, only what this run holds.
+        for key16 in self.leased_by(run_id) if keys16 is None else keys16:
+            if not self.records(key16) and not self.holders(key16):
+                continue
+            try:
+                with store.lock("LaunchServers", key16):  # no run starts using them meanwhile
+                    others = self.release(key16, run_id)
+                    if keep:
+                        self.keep(key16)
+                    elif not others and not self.kept(key16):
+                        alloc = self.allocation(key16)
+                        stopped += self.stop(key16, grace_s)
+                        if alloc:
+                            log(f"servers {key16}: ended their Slurm allocation {alloc.get('job_id')}")
+                    elif others:
+                        log(f"servers {key16} stay up: run(s) {', '.join(h['run_id'] for h in others)} still use them")
+            except OSError as e:
+                log(f"could not release servers {key16}: {e}")
+        return stopped
 
     # --- leases -------------------------------------------------------------------------------
     def lease(self, key16: str, holder: dict) -> None:

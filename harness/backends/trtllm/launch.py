@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from typing import Callable, NamedTuple, Sequence
 
-from harness.backends.trtllm.build import trtllm_version
+from harness.backends.trtllm import build as trtllm_build  # trtllm_version: read at call time
 from harness.backends.trtllm.layout import ServerPlan, server_layout
 from harness.serving.ports import server_ports
 from harness.serving.spec import LaunchSpec
@@ -110,4 +110,4 @@ def pick_ports(params, free_port: Callable[[str], int]) -> list[ServerPorts]:
 def serving_key_tools() -> dict[str, str]:
     """tritonserver (NVIDIA containers export NVIDIA_TRITON_SERVER_VERSION) and TensorRT-LLM versions."""
     return {"tritonserver": os.environ.get("NVIDIA_TRITON_SERVER_VERSION") or "absent",
-            "tensorrt_llm": trtllm_version()}
+            "tensorrt_llm": trtllm_build.trtllm_version()}

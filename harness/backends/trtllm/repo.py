@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from harness.backends.trtllm.build import trtllm_version
+from harness.backends.trtllm import build as trtllm_build  # trtllm_version: read at call time
 from harness.backends.trtllm.common import as_bool, as_float, as_int, raise_if, suggest
 from harness.backends.trtllm.layout import server_layout
 from harness.serving.triton.pbtxt import render_model_config, validate_model_config
@@ -81,7 +81,7 @@ def trt_overlap_problem(value: bool) -> str | None:
     if not value:
         return None  # false is every backend's behaviour: nothing to write
 
-    version = trtllm_version()
+    version = trtllm_build.trtllm_version()
     release = _release(version)
     if release is not None and release >= TRT_OVERLAP_APPLIED_FROM:
         return None
