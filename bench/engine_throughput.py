@@ -222,8 +222,8 @@ def served(url: str, model: str, prompts: list[list[int]], new_tokens: int, conc
 
 def start_server(engine_dir: Path, workdir: Path, threads: int):
     from harness.backends.torch.repo import MODEL_PY, render_torch_model_config
-    from harness.serving.triton import cpu_server as CS
     from harness.serving import ports as P
+    from harness.serving.triton import cpu_server as CS
     from harness.serving.triton.pbtxt import write_model_repo
 
     cfg = json.loads((engine_dir / "config.json").read_text())

@@ -61,6 +61,7 @@ def _cmd(argv: list[str]) -> str:
 def versions(device: str) -> dict:
     import torch
     import transformers
+
     from harness.cache.versions import package_version
 
     v = {"python": platform.python_version(), "torch": torch.__version__, "torch_cuda": torch.version.cuda,
@@ -126,6 +127,7 @@ def token_agreement(ref_model, model, prompts) -> dict:
 def reference_rows(src, prompts, device) -> dict:
     """Scale for the agreements: a plain bf16 cast, and fp32 on this device against fp32 on CPU."""
     import torch
+
     from harness.backends.torch.quantize import load_fp32
 
     fp32 = load_fp32(src, device)
@@ -137,6 +139,7 @@ def reference_rows(src, prompts, device) -> dict:
 
 def engine_vs_modelopt(src, export_dir: Path, fmt, calib, prompts, limits, device, work: Path) -> dict:
     import torch
+
     from harness.backends.torch.engine import build_torch_engine, load_torch_engine
     from harness.backends.torch.quantize import greedy_tokens, quantize_in_memory
 

@@ -68,9 +68,9 @@ def worker(spec: dict) -> dict:
 
 
 def perfdag_run(spec: dict, prompts) -> dict:
-    from harness.loadgen import run_loadgen
-
     import inspect
+
+    from harness.loadgen import run_loadgen
 
     n = len(prompts)
     extra = {}
@@ -117,8 +117,8 @@ def run_child(spec: dict) -> dict:
 
 def start_triton(root: Path):
     from harness.backends.torch.repo import render_torch_model_config
-    from harness.serving.triton import cpu_server as CS
     from harness.serving import ports as P
+    from harness.serving.triton import cpu_server as CS
     from harness.serving.triton.pbtxt import write_model_repo
 
     repo = write_model_repo(root / "repo", {"echo": render_torch_model_config(

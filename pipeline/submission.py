@@ -18,13 +18,14 @@ from pathlib import Path
 import luigi
 
 from harness.cache.versions import versions
-from harness.config import ParamsError, yamlio
+from harness.config import ParamsError
 from harness.config.schema import SCENARIOS
 from harness.errors import InputError
 from harness.loadgen.verdict import error_count, invalid_reason, is_valid
 from harness.mlperf import system_desc
 from harness.mlperf.submission import ScenarioRuns, assemble, compliance_tests, needs_test06, scenario_readme
 from harness.mlperf.system_desc import git_output
+from harness.untrusted import yamlio
 from tasks import (
     BuildEngine,
     CheckAccuracy,

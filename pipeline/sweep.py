@@ -13,19 +13,8 @@ from pathlib import Path
 import luigi
 
 from harness.config import ParamsError
-from harness.reports.sweep import (
-    SweepError,
-    duplicate_points,
-    fmt,
-    load_sweep,
-    lookup,
-    point_names,
-    point_overrides,
-    points,
-    row,
-    text_table,
-    write_results,
-)
+from harness.config.sweeps import SweepError, duplicate_points, load_sweep, point_names, point_overrides, points
+from harness.reports.sweep import fmt, lookup, row, text_table, write_results
 from pipeline.full_run import FullRun
 from pipeline.sweep_array import fans_out, run_array
 from tasks import LaunchServers

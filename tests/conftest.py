@@ -22,7 +22,7 @@ FAST = "model.tiny.train_steps=20,quantize.calib_size=4"
 # training a stand-in take 515 s instead of 48.
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if _WORKERS > 1 and "OMP_NUM_THREADS" not in os.environ:
-    from harness.host.cpus import available_cpus
+    from harness.cpus import available_cpus
     os.environ["OMP_NUM_THREADS"] = str(max(1, available_cpus() // _WORKERS))
 
 # pytest-xdist (addopts: -n 2): each worker runs whole modules, one after another, so a module's

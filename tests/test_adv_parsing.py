@@ -18,10 +18,11 @@ from luigi.task_register import Register
 
 from harness.backends import resolve
 from harness.cache.signing import load_key
-from harness.config import ParamsError, yamlio
+from harness.config import ParamsError
 from harness.config.resolve import parse_env_flags
 from harness.errors import InputError
 from harness.model.datasets import DatasetError, load_dataset
+from harness.untrusted import yamlio
 
 DEFAULT = REPO / "params" / "default.yaml"
 OPENAI = REPO / "params" / "examples" / "openai-cpu.yaml"
@@ -127,7 +128,7 @@ def test_a_sweep_point_string_reaches_the_overrides_unchanged(value):
     """A sweep point's string value is written into --overrides quoted wherever YAML 1.2 or 1.1 would
     read it as something else, so it reaches the parameters as the same string."""
     from harness.config.resolve import parse_overrides
-    from harness.reports.sweep import SweepFile, point_overrides
+    from harness.config.sweeps import SweepFile, point_overrides
 
     sweep = SweepFile(points=[{"model.name": value}])
     parsed, problems = parse_overrides(point_overrides(sweep, sweep.points[0]))
@@ -220,8 +221,8 @@ def test_a_fifo_device_socket_or_huge_file_as_params_file_is_refused(tmp_path):
             refused(params_file=path, needles=(why,))
         cli_refused(cli(tmp_path / "a", "--params-file", str(fifo)), str(fifo), "is a FIFO")
 
+        from harness.config.sweeps import SweepError, load_sweep
         from harness.mlperf.system_desc import load_user_yaml
-        from harness.reports.sweep import SweepError, load_sweep
         with pytest.raises(SweepError, match="sweep file .*is a FIFO"):
             load_sweep(fifo)
         with pytest.raises(InputError, match="system file /dev/zero: is a character device"):

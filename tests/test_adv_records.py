@@ -23,8 +23,8 @@ import psutil
 import pytest
 from conftest import FAST, REPO, run_luigi, tritonservers_under
 
-from harness.host import untrusted
 from harness.serving.processes import TOKEN_ENV, processes_with_token, spawn
+from harness.untrusted import records as untrusted
 
 pytestmark = pytest.mark.timeout(600)
 KEY = "0123456789abcdef"

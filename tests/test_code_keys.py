@@ -30,7 +30,7 @@ NOT_SHAPING = {
     "harness.errors": "exception types",
     "harness.cache.versions": "tool versions enter keys as values",
     "harness.config": "parameters enter keys as values", "harness.config.schema": "", "harness.config.resolve": "",
-    "harness.config.rules": "", "harness.config.yamlio": "",
+    "harness.config.rules": "", "harness.untrusted.yamlio": "",
     "harness.cache.hashing": "how keys are made", "harness.cache.codehash": "", "harness.cache.integrity": "", "harness.cache.store": "",
     "harness.cache.executed": "",
     # Benchmark data reach every stage through parameter validation; the stages whose output they
@@ -49,8 +49,8 @@ NOT_SHAPING = {
     "harness.serving.triton.server": "what it renders (argv, env) is keyed as executed",
     "harness.serving.triton.pbtxt": "what it renders (config.pbtxt) is keyed as executed",
     "harness.backends.torch.repo": "what it renders (config.pbtxt) is keyed as executed",
-    "harness.host.cpus": "how many torch threads run; unkeyed like the core count it replaces",
-    "harness.host.files": "opens a file or refuses it (not a regular file, too big); what is read is the caller's",
+    "harness.cpus": "how many torch threads run; unkeyed like the core count it replaces",
+    "harness.untrusted.files": "opens a file or refuses it (not a regular file, too big); what is read is the caller's",
 }
 KEYED_AS_EXECUTED = ("harness.backends.trtllm.",)  # the trtllm renderers: their commands are the key
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 from conftest import REPO
 
-from harness.host.cpus import cgroup_cpu_limit
+from harness.cpus import cgroup_cpu_limit
 
 
 def test_cgroup_v2_quota_of_the_process_and_its_ancestors(tmp_path):
@@ -37,7 +37,7 @@ def test_cgroup_v1_cfs_quota(tmp_path):
                     reason="needs 2 CPUs to pin to one")
 def test_a_process_pinned_to_one_cpu_runs_one_torch_thread():
     code = ("import os, torch; os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]}); torch.set_num_threads(8); "
-            "from harness.host.cpus import apply_torch_threads; print(apply_torch_threads())")
+            "from harness.cpus import apply_torch_threads; print(apply_torch_threads())")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
                          env={**os.environ, "PYTHONPATH": str(REPO)})
     assert out.stdout.strip() == "1", out.stderr

@@ -20,7 +20,7 @@ from typing import Any
 from filelock import FileLock
 
 from harness.errors import InputError
-from harness.host.files import not_regular
+from harness.untrusted.files import not_regular
 
 
 def canonical_json(obj: Any) -> str:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from pydantic import Field
 
-from harness.host import untrusted
-from harness.host.untrusted import RunId, StrictRecord, Text
+from harness.untrusted import records as untrusted
+from harness.untrusted.records import RunId, StrictRecord, Text
 
 ENV = "PERFDAG_RUN_ID"
 RUNS = "runs"  # <root>/runs/<run id>/run.json

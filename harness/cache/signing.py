@@ -14,7 +14,7 @@ from pathlib import Path
 
 from harness.cache.hashing import canonical_json
 from harness.errors import InputError
-from harness.host.files import read_regular
+from harness.untrusted.files import read_regular
 
 FIELD = "signature"
 ALGORITHM = "hmac-sha256"

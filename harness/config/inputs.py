@@ -11,10 +11,10 @@ from functools import lru_cache
 from pathlib import Path
 
 from harness.errors import InputError, shorten
-from harness.host.files import not_regular, open_regular
 from harness.mlperf import benchmarks
 from harness.mlperf.codeexec import livecodebench
 from harness.model.datasets import jsonl_lines, jsonl_record
+from harness.untrusted.files import not_regular, open_regular
 
 CONFIG_MAX_BYTES = 4 << 20         # a config.json is a few KiB; a bigger one is not a config
 HEAD_BYTES = 1 << 20               # how much of a big file (tokenizer.json, a dataset) is looked at

@@ -14,11 +14,11 @@ from typing import Any, Callable, Mapping, Sequence
 import yaml
 from pydantic import ValidationError
 
-from harness.config import yamlio
 from harness.config.names import non_ascii_problem
 from harness.config.rules import cross_field_problems
 from harness.config.schema import SECTIONS, Params
 from harness.errors import InputError, shorten
+from harness.untrusted import yamlio
 
 # Environment variables merged into the matching flag dicts, as NVIDIA's harness reads them.
 ENV_FLAGS = {

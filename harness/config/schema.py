@@ -10,8 +10,8 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
-from harness.host.files import not_regular
 from harness.mlperf import benchmarks
+from harness.untrusted.files import not_regular
 
 FlagValue = Union[bool, int, float, str]
 

@@ -45,13 +45,13 @@ from filelock import FileLock, Timeout
 from harness.cache.runs import RUNS, confined, parse_time, read_runs, run_is_live
 from harness.cache.store import MANIFEST, lock_held, lock_path
 from harness.gc.leftovers import orphan_servers, orphan_shm
-from harness.host.untrusted import collected
 from harness.loadgen import semaphores
 from harness.serving import launcher
 from harness.serving import records as untrusted
 from harness.serving.launcher import is_ours
 from harness.serving.registry import ServerRegistry
 from harness.serving.shm import remove_shm_files
+from harness.untrusted.records import collected
 
 NIGHTLY, TRASH = "Nightly", ".gc-trash"
 SERVERS_FILE = "servers.json"

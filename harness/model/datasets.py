@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from harness.errors import InputError
-from harness.host.files import not_regular, open_regular
 from harness.model.corpus import corpus_lines
+from harness.untrusted.files import not_regular, open_regular
 
 FORMATS = ("builtin", "mlperf_pickle", "jsonl")
 #: Word counts of builtin prompts cycle through this range (line i gets 6 + i % 5 words).

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Sequence
 
-from harness.host.cpus import apply_torch_threads
+from harness.cpus import apply_torch_threads
 
 
 def greedy_references(model_dir: str | Path, prompts: Sequence[Sequence[int]], max_new_tokens: int,

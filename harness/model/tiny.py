@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from harness.host.cpus import apply_torch_threads
+from harness.cpus import apply_torch_threads
 from harness.model.corpus import corpus_lines, standin_rows
 
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<pad>"]

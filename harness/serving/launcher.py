@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 from harness.cache.executed import normalise
-from harness.host.untrusted import ignored
 from harness.serving import records
 from harness.serving.ports import port_in_use
 from harness.serving.processes import (
@@ -33,6 +32,7 @@ from harness.serving.processes import (
 from harness.serving.protocols import client_for
 from harness.serving.shm import mapped_shm, remove_shm_files, shm_regions
 from harness.serving.spec import LaunchSpec, on_this_host, url_of
+from harness.untrusted.records import ignored
 
 
 @contextlib.contextmanager

@@ -17,9 +17,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
-from harness.host.untrusted import RunId, StrictRecord, Text, Time, Unreadable, ignored, matching, parse, read_json
 from harness.serving.processes import TOKEN
 from harness.serving.shm import is_shm_prefix
+from harness.untrusted.records import RunId, StrictRecord, Text, Time, Unreadable, ignored, matching, parse, read_json
 
 log = logging.getLogger("perfdag")
 

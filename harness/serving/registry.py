@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import Callable
 
 from harness.cache.store import ArtifactStore
-from harness.host.untrusted import ignored, read
 from harness.serving import records
 from harness.serving.launcher import is_ours, remove_shm, servers_live, stop_recorded
 from harness.serving.processes import is_same_process, start_time
 from harness.serving.spec import on_this_host
+from harness.untrusted.records import ignored, read
 
 DIR = ".servers"
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")

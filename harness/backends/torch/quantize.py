@@ -20,7 +20,7 @@ from harness.backends.checkpoint import copy_tokenizer_files, hf_dtype_kwargs
 from harness.backends.export_checks import hf_checkpoint_problems, patch_hf_rope
 from harness.backends.mtq_config import QuantizeError, build_modelopt_config
 from harness.config.schema import CPU_QUANT_FORMATS as CPU_FORMATS
-from harness.host.cpus import apply_torch_threads
+from harness.cpus import apply_torch_threads
 
 # format -> name of modelopt's preset config (looked up lazily: importing modelopt is slow).
 MTQ_CONFIGS = {

@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from harness.errors import InputError
-from harness.host.files import read_regular
+from harness.untrusted.files import read_regular
 
 # A params, sweep or system file is a few KiB (the biggest shipped one under 2 KiB); more is a mistake.
 MAX_YAML_BYTES = 1 << 20

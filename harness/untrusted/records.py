@@ -17,7 +17,7 @@ from typing import Annotated, Iterator, TypeVar
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from harness.errors import MAX_LINE, InputError
-from harness.host.files import read_regular
+from harness.untrusted.files import read_regular
 
 log = logging.getLogger("perfdag")
 
@@ -95,7 +95,7 @@ class Unreadable(Exception):
 
 
 def read_json(path: Path, inside: Path | None):
-    """The JSON document in `path`: a regular file that is no link (harness.host.files: no FIFO or device,
+    """The JSON document in `path`: a regular file that is no link (harness.untrusted.files: no FIFO or device,
     at most MAX_BYTES read) and, with `inside`, really under that directory. FileNotFoundError when it
     is gone (no report)."""
     if inside is not None:
