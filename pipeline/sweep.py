@@ -17,7 +17,7 @@ from harness.config.sweeps import SweepError, duplicate_points, load_sweep, poin
 from harness.reports.sweep import fmt, lookup, row, text_table, write_results
 from pipeline.full_run import FullRun
 from pipeline.sweep_array import fans_out, run_array
-from tasks import LaunchServers
+from tasks import LaunchServers, lifecycle
 from tasks.base import StageTask, load_params
 from tasks.lifecycle import note_result, release_servers
 
@@ -118,7 +118,6 @@ class Sweep(StageTask):  # not in STAGES: it takes a sweep file, not one params 
 
     def run(self):
         if fans_out(self):
-            from tasks import lifecycle
 
             lifecycle.setup(self.verbose, root=self)
             run_array(self)  # every point's FullRun, one array task each; then the table below

@@ -9,7 +9,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from harness.cache.hashing import dir_content_hash
 from harness.cache.versions import versions
+from harness.model.corpus import corpus_sha256
 from harness.model.datasets import Sample, load_dataset, write_jsonl
 from harness.model.references import greedy_references
 from tasks.base import StageTask, log
@@ -45,10 +47,8 @@ class PrepareDataset(StageTask):
         d = self.params.dataset
         out = {"greedy_references": self.greedy_references}
         if d.format == "builtin":  # prompts are cut from the shipped corpus
-            from harness.model.corpus import corpus_sha256
             out["corpus_sha256"] = corpus_sha256()
         if d.path is not None:
-            from harness.cache.hashing import dir_content_hash  # a file enters by content, like checkpoints
             out["dataset_sha256"] = dir_content_hash(d.path, self.store.root / ".hashcache" / "files.json",
                                                      update=may_write_root(), rehash=self.full_verify)
         return out

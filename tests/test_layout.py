@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+from pathlib import Path
 
 from conftest import REPO
 
@@ -94,3 +95,11 @@ def test_status_imports_no_torch(tmp_path):
     mods = _imported(["-m", "pipeline", "status"], {**os.environ, "PERFDAG_ARTIFACTS": str(tmp_path)})
     assert "pipeline.cli.status" in mods
     assert not {m for m in mods if m.split(".")[0] in ("torch", "transformers", "modelopt", "matplotlib")}
+
+
+def test_import_contracts_hold():
+    """The architecture declared in pyproject.toml ([tool.importlinter]) holds: pipeline above tasks above
+    harness, harness without luigi, harness's packages in layers, and no import circles anywhere."""
+    proc = subprocess.run([str(Path(sys.executable).with_name("lint-imports")), "--no-cache"], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]

@@ -184,7 +184,6 @@ def _scorer_rows(fmt: str, path: str, size: int, mtime_ns: int, num_samples: int
     problem); memoised by the file's (path, size, mtime_ns): params are resolved once per stage."""
     keys = ("dataset", "gt_output", "ground_truth")
     if fmt == "jsonl":
-        from harness.model.datasets import jsonl_lines
 
         rows = []
         with open_regular(path, "dataset file") as f:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from harness.config.inputs import checkpoint_problems, dataset_problems, livecodebench_problems
 from harness.config.schema import Params
 from harness.mlperf import benchmarks
+from harness.model.datasets import builtin_capacity
 
 
 def cross_field_problems(p: Params) -> list[str]:
@@ -31,7 +32,6 @@ def cross_field_problems(p: Params) -> list[str]:
         out.append("dataset.format: builtin prompts come from the shipped corpus, which model.tiny.corpus: false "
                    "leaves out of training; use the taught stand-in's dataset file or set corpus: true")
     if p.dataset.format == "builtin":
-        from harness.model.datasets import builtin_capacity
 
         if p.dataset.num_samples > (cap := builtin_capacity()):
             out.append(f"dataset.num_samples: {p.dataset.num_samples} exceeds the {cap} samples of the builtin dataset; "

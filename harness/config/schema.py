@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
+from harness.cache.hashing import file_sha256
 from harness.mlperf import benchmarks
 from harness.untrusted.files import not_regular
 
@@ -267,7 +268,6 @@ class DatasetSection(Section):
                              "set dataset.sha256 to the file's sha256 (a file that does not match is refused) or "
                              "dataset.allow_pickle: true if you trust the file")
         if self.sha256 and self.path is not None:
-            from harness.cache.hashing import file_sha256
             got = file_sha256(self.path)
             if got != self.sha256.lower():
                 raise ValueError(f"dataset.sha256: {self.path} has sha256 {got}, not {self.sha256}; "

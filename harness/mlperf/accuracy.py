@@ -217,7 +217,6 @@ def check(scores: Mapping[str, float], reference_scores: Mapping[str, float] | s
     upper: dict[str, float] = {}
     model = None
     if isinstance(reference_scores, str):
-        from harness.mlperf.benchmarks import get
 
         bench = get(reference_scores)
         model = bench.name

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+from harness.cache.hashing import file_sha256
 from harness.errors import InputError
 from harness.model.corpus import corpus_lines
 from harness.untrusted.files import not_regular, open_regular
@@ -199,7 +200,6 @@ def _load_mlperf_pickle(path: Path, tokenizer_dir, num_samples: int, sha256: str
     import pandas as pd
 
     if sha256:  # checked again right before unpickling: the file may have changed since validation
-        from harness.cache.hashing import file_sha256
         if file_sha256(path) != sha256.lower():
             raise DatasetError(f"dataset.sha256: {path} no longer matches {sha256}; refusing to unpickle it")
     try:

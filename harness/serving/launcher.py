@@ -111,7 +111,6 @@ def launch(specs: Sequence[LaunchSpec], out_dir: str | Path, *, ready_timeout_s:
     records: list[dict] = []
     shm_prefixes = [s.shm_prefix for s in specs if s.shm_prefix]
     with _stop_on_interrupt(started, shm_prefixes):
-        from harness.cache.executed import normalise
 
         for spec in specs:
             shown = " ".join([f"{k}={v}" for k, v in spec.env.items()] + list(spec.argv))

@@ -28,10 +28,12 @@ from pathlib import Path
 from typing import Callable
 
 from harness.cache.store import ArtifactStore
+from harness.errors import PerfdagError
 from harness.serving import records
 from harness.serving.launcher import is_ours, remove_shm, servers_live, stop_recorded
 from harness.serving.processes import is_same_process, start_time
 from harness.serving.spec import on_this_host
+from harness.slurm import cancel, job_lines, wait_ended
 from harness.untrusted.records import ignored, read
 
 DIR = ".servers"
@@ -98,8 +100,6 @@ class ServerRegistry:
             return None
         job_id = doc["job_id"]
         if job_id != os.environ.get("SLURM_JOB_ID"):
-            from harness.errors import PerfdagError
-            from harness.slurm import cancel, job_lines, wait_ended
 
             try:
                 lines = job_lines(job_id)  # [] once Slurm has forgotten the job: nothing left to cancel
