@@ -76,11 +76,11 @@ def test_declared_code_covers_what_each_stage_imports(gpu_overrides):
         declared_any: set[str] = set()
         for params_file, overrides in cases:
             task = _task(name, params_file, overrides)
-            declared = {_dotted(m) for m in task.code()}
+            declared = {_dotted(m) for m in task.key_parts().code}
             declared_any |= declared
-            for m in task.code():
+            for m in task.key_parts().code:
                 module_path(m)  # every declared module exists
-            missing = {m for m in import_closure(task.code()) if not _allowed(_dotted(m), declared)}
+            missing = {m for m in import_closure(task.key_parts().code) if not _allowed(_dotted(m), declared)}
             assert not missing, f"{name} ({params_file}): uses {sorted(missing)} without declaring them in code()"
         src = Path(sys.modules[type(task).__module__].__file__)
         missing = {m for m in _harness_imports(src) if not _allowed(m, declared_any)}
