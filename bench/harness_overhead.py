@@ -42,7 +42,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 RESULTS = REPO / "bench" / "results"
-ECHO_PY = REPO / "harness" / "serving" / "echo_model.py"
+ECHO_PY = REPO / "harness" / "serving" / "testing" / "echo_model.py"
 
 
 def prompts_for(n: int) -> list[list[int]]:

@@ -27,12 +27,14 @@ H100 = "params/examples/llama2-70b-h100x8-offline.yaml"
 
 # Modules a stage may use without listing them, and why they cannot change its output.
 NOT_SHAPING = {
+    "harness": "where the checkout and its shipped data are (paths, not behaviour)",
     "harness.errors": "exception types",
     "harness.cache.versions": "tool versions enter keys as values",
     "harness.config": "parameters enter keys as values", "harness.config.schema": "", "harness.config.resolve": "",
     "harness.config.rules": "", "harness.untrusted.yamlio": "",
     "harness.cache.hashing": "how keys are made", "harness.cache.codehash": "", "harness.cache.integrity": "", "harness.cache.store": "",
-    "harness.cache.executed": "",
+    "harness.cache.executed": "", "harness.cache": "",
+    "harness.cache.runs": "run records: what ran and was reused, not what a stage computes",
     # Benchmark data reach every stage through parameter validation; the stages whose output they
     # shape (the measuring stages: latency limits; CheckAccuracy: gates) declare them.
     "harness.mlperf": "", **{m: "" for m in package_modules(("harness.mlperf.benchmarks",))},

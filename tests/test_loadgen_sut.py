@@ -1,5 +1,5 @@
 """The measuring side: datasets, accuracy scoring and the LoadGen SUT against a real
-tritonserver (CPU) serving the zero-cost echo model (harness/triton_model/echo_model.py).
+tritonserver (CPU) serving the zero-cost echo model (harness/serving/testing/echo_model.py).
 
 Server-backed tests share one module-scoped server (models ``echo``: zero cost, errors on
 prompts containing token 999; ``echo_slow``: 2 ms per token).  The server-death test starts
@@ -44,12 +44,13 @@ from harness.model.datasets import (
 from harness.serving import ports as P
 from harness.serving.testing.echo_model import echo_tokens
 from harness.serving.triton import cpu_server as CS
+from harness.serving import shm
 from harness.serving.triton import server as TS
 from harness.serving.triton.pbtxt import write_model_repo
 
 pytestmark = pytest.mark.timeout(240)
 
-ECHO_PY = Path(__file__).resolve().parent.parent / "harness" / "serving" / "echo_model.py"
+ECHO_PY = Path(__file__).resolve().parent.parent / "harness" / "serving" / "testing" / "echo_model.py"
 ERROR_TOKEN = 999
 MAX_NEW = 8
 
@@ -273,7 +274,7 @@ def echo_server(tmp_path_factory, backend_dir):
         yield h
     finally:
         CS.stop_server(h, timeout=20)
-    assert not TS.shm_regions(h.spec.shm_prefix), "the stopped server's shared memory is left in /dev/shm"
+    assert not shm.shm_regions(h.spec.shm_prefix), "the stopped server's shared memory is left in /dev/shm"
 
 
 def _prompts(n: int) -> list[list[int]]:

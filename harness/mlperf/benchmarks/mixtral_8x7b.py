@@ -3,13 +3,12 @@
 of the extracted number, MBXP pass@1 of the generated code run against the row's tests.
 In v5.1 and v6.0; v6.1 dropped it."""
 from harness.mlperf.benchmarks.base import Benchmark, Generation, Metric
-from harness.mlperf.scoring import mixtral_8x7b as scorer
 
 BENCHMARK = Benchmark(
     name="mixtral-8x7b", loadgen_model="mixtral-8x7b",
     dataset="OpenOrca + GSM8K (5-shot) + MBXP, 5,000 rows each: dataset, id, tok_input, gt_output",
     columns=("dataset", "gt_output", "id"),
-    scorer=scorer,
+    scorer="mixtral_8x7b",
     generation=Generation(max_output_tokens=1024, min_output_tokens=2),
     metrics=(Metric("rouge1", 45.5989, subset="OpenOrca"), Metric("rouge2", 23.3526, subset="OpenOrca"),
              Metric("rougeL", 30.4608, subset="OpenOrca"), Metric("gsm8k", 73.66, subset="GSM8K"),

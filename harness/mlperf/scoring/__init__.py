@@ -42,7 +42,7 @@ def score_log(benchmark, log_entries: list[dict], dataset, tokenizer, *, code_ru
     ``dtype``: of the logged ids, "int32" (what the SUTs log) or "int64".
     ``log_name`` / ``dataset_name`` name the inputs in error messages.
     """
-    scorer = benchmark.scorer
+    scorer = benchmark.scoring()
     check_columns(dataset, scorer.REQUIRED_COLUMNS, benchmark.name, dataset_name)
     samples = first_entries(log_entries, len(dataset), dtype, log_name)  # validates every entry
     if subsets is not None:
