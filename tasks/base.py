@@ -31,7 +31,7 @@ from tasks import lifecycle, trust
 from tasks.evidence import keep_failed
 from tasks.registry import STAGES
 from tasks.settings import DEFAULT_PARAMS, artifacts_root, params_path, signing_key
-from tasks.slurm import submit as slurm_exec
+from tasks.slurm import submit as slurm_submit
 
 log = logging.getLogger("perfdag")
 
@@ -314,8 +314,8 @@ class StageTask(luigi.Task):
 
     def run(self):
         lifecycle.setup(self.verbose, root=self)
-        if slurm_exec.submits(self):  # params.slurm: this stage's build runs as a Slurm job
-            return slurm_exec.run_as_job(self)
+        if slurm_submit.submits(self):  # params.slurm: this stage's build runs as a Slurm job
+            return slurm_submit.run_as_job(self)
         t0 = time.monotonic()
         upstream_content, upstream_built = {}, {}
         for name, up in self.upstream().items():

@@ -22,7 +22,7 @@ from tasks.fill_triton_repo import FillTritonRepo
 from tasks.registry import register
 from tasks.settings import may_write_root
 from tasks.slurm import serve as slurm_serve
-from tasks.slurm import submit as slurm_exec
+from tasks.slurm import submit as slurm_submit
 
 SERVERS_FILE = "servers.json"
 
@@ -56,7 +56,7 @@ class LaunchServers(StageTask):
         return read_servers(self.artifact_dir / SERVERS_FILE, inside=self.artifact_dir) or []
 
     def usable(self, manifest: dict) -> bool:
-        if slurm_serve.allocation_of(self.servers()) and not slurm_exec.runs_here(self):
+        if slurm_serve.allocation_of(self.servers()) and not slurm_submit.runs_here(self):
             try:  # in an allocation: RUNNING, and the servers answer a probe made on their node
                 return slurm_serve.live(self)
             except PerfdagError:  # no Slurm commands here: not usable from this host
@@ -64,7 +64,7 @@ class LaunchServers(StageTask):
         return self.registry.live(self.servers())
 
     def hold(self, manifest: dict) -> None:
-        if slurm_exec.runs_here(self):  # the holder job: the lease is the worker's run's, taken there
+        if slurm_submit.runs_here(self):  # the holder job: the lease is the worker's run's, taken there
             return
         self.registry.hold(self.key[:16], runlog.current_run_id())
 

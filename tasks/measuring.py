@@ -71,7 +71,7 @@ class MeasuringStage(StageTask):
 
         servers = self.upstream()["servers"]
         if slurm_serve.allocation_of(servers.servers()):  # a step inside the servers' allocation: the
-            return self.build(out_dir)                    # worker relaunches them in a new one (slurm_serve)
+            return self.build(out_dir)                    # worker relaunches them in a new one (slurm/serve.py)
         relaunches: list[dict] = []
         for attempt in range(1, self.params.harness.server_relaunches + 2):
             try:

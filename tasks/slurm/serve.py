@@ -208,7 +208,7 @@ def measure(task: "StageTask") -> None:
                         relaunches)
             runlog.record_relaunch(task.store.root, {"stage": task.stage, "key": task.key, "servers": [job_id],
                                                      "error": str(exc).splitlines()[0][:500], "kept": None})
-            servers.relaunch()  # slurm_serve.launch: the stale allocation is scancelled, a new one submitted
+            servers.relaunch()  # serve.launch: the stale allocation is scancelled, a new one submitted
     raise AssertionError("unreachable")
 
 

@@ -1,12 +1,12 @@
 """LiveCodeBench's verdict on one program, given what its tests produced in the sandbox: the expected
 outputs are compared here, in perfdag's process, and never handed to the program. No luigi imports.
 
-The rules are lcb_runner's `testing_util.py` (see livecodebench_runner.py): tests in order, the
+The rules are lcb_runner's `testing_util.py` (see lcb_runner.py): tests in order, the
 first failure ends the run (later reports are ignored: the runner could not know it had failed);
 stdin tests compare stripped lines, equal as text or as lists of `decimal.Decimal` words; call-based
 tests compare the returned value (a tuple made a list) with the JSON-parsed expected output by `==`.
 
-The value crosses the sandbox's boundary as tagged data (livecodebench_runner.tagged) and is rebuilt
+The value crosses the sandbox's boundary as tagged data (lcb_runner.tagged) and is rebuilt
 here from builtins alone: None, bool, int, float, str, list, tuple, dict, and the stdlib's Fraction,
 Decimal and complex, so `==` here gives what `==` gave there for every such value, nested tuples and
 1 == 1.0 == True included. Deliberate deviation: a value of any other type (a set, a deque, an

@@ -3,7 +3,7 @@ lcb_runner's prelude of imports and a Python runner that runs the tests as its `
 does. Kept apart because it is program text, not perfdag code that runs in perfdag's process.
 
 The expected outputs never enter the sandbox: the runner gets the tests' inputs and reports what
-each test produced; livecodebench_judge.py compares with the expected outputs in perfdag's process
+each test produced; lcb_judge.py compares with the expected outputs in perfdag's process
 (text and builtin values only: no generated code runs there). The runner stops at a time limit or
 a runtime error, as testing_util does; after a wrong answer, which it cannot see, it runs the next
 tests, whose results the judge ignores, so the verdict is the one testing_util gives.
@@ -49,7 +49,7 @@ PRELUDE = "".join(f"from {m} import *\n" for m in _STAR) + \
 # "nonce {"n", "output"}" (stdin: what the program printed), "nonce {"n", "value", "shown"}"
 # (call-based: the returned value, tuple made a list, as tagged data), or "nonce {"n", "code", ...}"
 # for a time limit (-3), a runtime error (-4) or the grading process ended (-1), after which it stops.
-# livecodebench_judge.py, in perfdag, compares the outputs with the expected ones.
+# lcb_judge.py, in perfdag, compares the outputs with the expected ones.
 RUNNER = r"""
 import ast, builtins, io, json, os, signal, sys
 from decimal import Decimal

