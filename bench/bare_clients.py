@@ -134,7 +134,7 @@ def httpx_loop(url, prompts, in_flight, tokens, streaming, warm, **_) -> dict:
 
 
 def _triton_inputs(ids, tokens, streaming):
-    from harness.serving.contract import request_inputs
+    from harness.serving.triton.contract import request_inputs
     return request_inputs(ids, tokens, None, streaming, exclude_input_in_output=True)
 
 
@@ -145,7 +145,7 @@ def triton_aio_loop(url, prompts, in_flight, tokens, streaming, warm, conns, mod
     its one response (non-streaming)."""
     from tritonclient.grpc.aio import InferenceServerClient
 
-    from harness.serving.contract import response_tokens
+    from harness.serving.triton.contract import response_tokens
 
     async def main():
         tally = _Tally()
@@ -210,7 +210,7 @@ def triton_stream_loop(url, prompts, in_flight, tokens, streaming, warm, conns, 
     thread); the callback sends a stream's next request when one finishes."""
     import tritonclient.grpc as grpcclient
 
-    from harness.serving.contract import is_final, requested_outputs, response_tokens
+    from harness.serving.triton.contract import is_final, requested_outputs, response_tokens
 
     outputs = requested_outputs()
 

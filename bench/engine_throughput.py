@@ -19,7 +19,7 @@
 
 Every request generates exactly ``--new-tokens`` tokens: no ``end_id`` is sent to the server
 and HF gets ``min_new_tokens`` = ``max_new_tokens``.  Prompts: the first ``--requests`` of
-the builtin dataset (``harness.datasets.load_dataset("builtin", ...)``, 5-40 tokens).
+the builtin dataset (``harness.model.datasets.load_dataset("builtin", ...)``, 5-40 tokens).
 
     python bench/engine_throughput.py [--requests 128] [--new-tokens 32] [--artifacts artifacts]
                                       [--concurrency 1,8,32] [--threads 1] [--no-nonstreaming]
@@ -139,7 +139,7 @@ def served(url: str, model: str, prompts: list[list[int]], new_tokens: int, conc
     """Closed loop: `concurrency` clients (own channel + stream each) pull prompts from one queue."""
     import tritonclient.grpc as grpcclient
 
-    from harness.serving.contract import is_final, request_inputs, response_tokens
+    from harness.serving.triton.contract import is_final, request_inputs, response_tokens
 
     work: "queue.SimpleQueue[list[int]]" = queue.SimpleQueue()
     for ids in prompts:
@@ -222,9 +222,9 @@ def served(url: str, model: str, prompts: list[list[int]], new_tokens: int, conc
 
 def start_server(engine_dir: Path, workdir: Path, threads: int):
     from harness.backends.torch.repo import MODEL_PY, render_torch_model_config
-    from harness.serving import cpu_server as CS
     from harness.serving import ports as P
-    from harness.serving.pbtxt import write_model_repo
+    from harness.serving.triton import cpu_server as CS
+    from harness.serving.triton.pbtxt import write_model_repo
 
     cfg = json.loads((engine_dir / "config.json").read_text())
     name = "tensorrt_llm"
@@ -262,7 +262,7 @@ def main() -> int:
     mach = machine()
     engine_dir = build_engine(artifacts, args.params_file, args.overrides)
     engine_cfg = json.loads((engine_dir / "config.json").read_text())
-    from harness.datasets import load_dataset
+    from harness.model.datasets import load_dataset
 
     samples = load_dataset("builtin", None, engine_dir, args.requests, engine_cfg.get("max_input_len") or 128)
     prompts = [s.input_ids for s in samples]
@@ -276,7 +276,7 @@ def main() -> int:
     hf = hf_one_at_a_time(engine_dir, prompts, args.new_tokens, args.threads)
     print(f"HF generate one at a time: {hf['tok_s']:.0f} tok/s ({hf['seconds']:.1f}s)", flush=True)
 
-    from harness.serving import cpu_server as CS
+    from harness.serving.triton import cpu_server as CS
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="perfdag_engine_bench_") as tmp:

@@ -4,7 +4,7 @@ Made for a lent GPU machine with a few minutes on it (bench/gpu_cuda.sh installs
 wheels and runs this). Each part runs in its own try/except, so one failure keeps the others and
 its error text lands in the JSON, which is rewritten after every part:
 
-1. model: the built-in tiny Llama of params/default.yaml, built by harness.tiny_model as
+1. model: the built-in tiny Llama of params/default.yaml, built by harness.model.tiny as
    PrepareModel builds it (on CPU: build_tiny_llama has no device; quantize loads it on --device).
 2. quantize: quantize_checkpoint on --device for every format perfdag knows, the GPU-only ones
    (nvfp4, w4a8_awq) included, with the greedy / teacher-forced token agreement with the fp32
@@ -61,7 +61,8 @@ def _cmd(argv: list[str]) -> str:
 def versions(device: str) -> dict:
     import torch
     import transformers
-    from harness.versions import package_version
+
+    from harness.cache.versions import package_version
 
     v = {"python": platform.python_version(), "torch": torch.__version__, "torch_cuda": torch.version.cuda,
          "transformers": transformers.__version__, "nvidia-modelopt": package_version("nvidia-modelopt"),
@@ -126,6 +127,7 @@ def token_agreement(ref_model, model, prompts) -> dict:
 def reference_rows(src, prompts, device) -> dict:
     """Scale for the agreements: a plain bf16 cast, and fp32 on this device against fp32 on CPU."""
     import torch
+
     from harness.backends.torch.quantize import load_fp32
 
     fp32 = load_fp32(src, device)
@@ -137,6 +139,7 @@ def reference_rows(src, prompts, device) -> dict:
 
 def engine_vs_modelopt(src, export_dir: Path, fmt, calib, prompts, limits, device, work: Path) -> dict:
     import torch
+
     from harness.backends.torch.engine import build_torch_engine, load_torch_engine
     from harness.backends.torch.quantize import greedy_tokens, quantize_in_memory
 
@@ -390,7 +393,7 @@ def run_parts(args, dev, quick, work: Path, res: dict, part) -> int:
         compile_thread.start()
 
     def model():
-        from harness.tiny_model import build_tiny_llama
+        from harness.model.tiny import build_tiny_llama
         return {**build_tiny_llama(tiny, src, log=log), "built_on": "cpu (build_tiny_llama has no device option)",
                 "train_steps": tiny.train_steps}
     part("model", model)
@@ -399,7 +402,7 @@ def run_parts(args, dev, quick, work: Path, res: dict, part) -> int:
     if "error" in res["model"]:
         return 1
 
-    from harness.calibration import calibration_prompts
+    from harness.model.calibration import calibration_prompts
     calib = calibration_prompts(src, 8 if quick else params.quantize.calib_size, params.quantize.calib_max_len)
     prompts = calib[:4]  # the engine-vs-modelopt prompts, as many as the CPU test uses
     part("agreement_scale", lambda: reference_rows(src, calib, dev))
@@ -418,7 +421,7 @@ def run_parts(args, dev, quick, work: Path, res: dict, part) -> int:
         def bench(dtype=dtype):
             from harness.backends.torch.engine import build_torch_engine
             from harness.backends.torch.quantize import quantize_checkpoint
-            from harness.datasets import load_dataset
+            from harness.model.datasets import load_dataset
 
             export = work / f"q_{fmt}"
             if not (export / "config.json").is_file():

@@ -1,8 +1,8 @@
 """Client cost per streamed response: perfdag's LoadGen SUT against bare client loops, same server.
 
 Servers cost (almost) nothing, so what differs is the client: the echo Triton model
-(harness/serving/echo_model.py) on a CPU tritonserver, and the echo OpenAI server
-(harness/serving/echo_openai.py, token ids as vLLM returns them). Bare loops (bench/bare_clients.py):
+(harness/serving/testing/echo_model.py) on a CPU tritonserver, and the echo OpenAI server
+(harness/serving/testing/echo_openai.py, token ids as vLLM returns them). Bare loops (bench/bare_clients.py):
 tritonclient.grpc.aio and tritonclient's threaded streams; aiohttp and httpx with a connection
 for every in-flight request.
 
@@ -42,7 +42,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 RESULTS = REPO / "bench" / "results"
-ECHO_PY = REPO / "harness" / "serving" / "echo_model.py"
+ECHO_PY = REPO / "harness" / "serving" / "testing" / "echo_model.py"
 
 
 def prompts_for(n: int) -> list[list[int]]:
@@ -68,9 +68,9 @@ def worker(spec: dict) -> dict:
 
 
 def perfdag_run(spec: dict, prompts) -> dict:
-    from harness.loadgen import run_loadgen
-
     import inspect
+
+    from harness.loadgen import run_loadgen
 
     n = len(prompts)
     extra = {}
@@ -117,9 +117,9 @@ def run_child(spec: dict) -> dict:
 
 def start_triton(root: Path):
     from harness.backends.torch.repo import render_torch_model_config
-    from harness.serving import cpu_server as CS
     from harness.serving import ports as P
-    from harness.serving.pbtxt import write_model_repo
+    from harness.serving.triton import cpu_server as CS
+    from harness.serving.triton.pbtxt import write_model_repo
 
     repo = write_model_repo(root / "repo", {"echo": render_torch_model_config(
         "echo", decoupled=True, max_batch_size=64, engine_dir="unused", instance_count=1)}, ECHO_PY.read_text())
@@ -131,10 +131,10 @@ def start_triton(root: Path):
 
 def start_echo_http(root: Path):
     from harness.serving import ports as P
-    from harness.serving.openai_client import probe
+    from harness.serving.openai.client import probe
 
     port = P.free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "harness.serving.echo_openai", "--port", str(port), "--token-ids"],
+    proc = subprocess.Popen([sys.executable, "-m", "harness.serving.testing.echo_openai", "--port", str(port), "--token-ids"],
                             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     url = f"127.0.0.1:{port}"
     deadline = time.monotonic() + 30

@@ -5,7 +5,7 @@
 For each size a real safetensors file (float32 tensors of 256 MiB, random bytes) is written once in
 DIR (default: a temp dir), then timed with the page cache cold (the file's pages dropped with
 posix_fadvise DONTNEED, no root needed) and warm:
-- verify: harness.integrity.file_digest, the BLAKE3 digest a launch recomputes for every file its
+- verify: harness.cache.integrity.file_digest, the BLAKE3 digest a launch recomputes for every file its
   servers load (LaunchServers.served_problems);
 - read: the bytes read in 8 MiB blocks and discarded (the floor of any load);
 - load: safetensors.torch.load_file and a copy of every tensor, how the torch engine and transformers
@@ -27,7 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from harness.integrity import file_digest  # noqa: E402 - after the path fix
+from harness.cache.integrity import file_digest  # noqa: E402 - after the path fix
 
 TENSOR_BYTES = 256 << 20
 

@@ -7,7 +7,6 @@ Each family also derives from the builtin it refines, so `except ValueError` kee
 """
 from __future__ import annotations
 
-
 MAX_LINE = 500        # characters of one problem line: a 10 MB value must not print 10 MB
 MAX_PROBLEMS = 50     # problem lines shown; the rest are counted
 MAX_MESSAGE_LINE = 2000  # the message itself may carry a server log's tail: longer lines, more of them

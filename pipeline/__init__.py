@@ -3,6 +3,10 @@
 Importing this package defines the tasks and nothing else: no logging, signal or exit handlers;
 those are installed when a run starts (tasks/lifecycle.py).
 """
+from pipeline.full_run import FullRun
+from pipeline.nightly import Nightly
+from pipeline.submission import Submission
+from pipeline.sweep import Sweep
 from tasks import (
                    STAGES,
                    BuildEngine,
@@ -19,11 +23,6 @@ from tasks import (
                    RunTest09,
                    StageTask,
 )
-
-from .full_run import FullRun
-from .nightly import Nightly
-from .submission import Submission
-from .sweep import Sweep
 
 __all__ = ["STAGES", "StageTask", "PrepareModel", "Quantize", "BuildEngine", "FillTritonRepo",
            "LaunchServers", "PrepareDataset", "RunLoadgen", "RunAccuracy", "CheckAccuracy", "FullRun", "Sweep", "Nightly",

@@ -10,10 +10,16 @@ from pathlib import Path
 
 import luigi
 
+from harness.loadgen.results import read_requests_csv
 from harness.loadgen.verdict import is_valid
+from harness.mlperf.readiness import submission_warnings
+from harness.reports.plots import offsets, request_stats
+from harness.reports.report import build_report, color_wanted, summary_text, write_report
+from harness.reports.sweep import fmt
 from tasks import CheckAccuracy, LaunchServers, RunLoadgen
-from tasks.base import STAGE_ORDER, StageTask, log, register
+from tasks.base import StageTask, log
 from tasks.lifecycle import note_result, release_servers
+from tasks.registry import STAGE_ORDER, register
 
 _SAID: set[str] = set()  # sweep points whose line was printed in this process
 
@@ -33,7 +39,7 @@ class FullRun(StageTask):
         return {"performance": self.clone(RunLoadgen), "accuracy": self.clone(CheckAccuracy)}
 
     def code(self):  # the report, its plots and stats, and the request log they read
-        return ("harness.report", "harness.plots", "harness.loadgen.results", "harness.loadgen.verdict")
+        return ("harness.reports.report", "harness.reports.plots", "harness.loadgen.results", "harness.loadgen.verdict")
 
     def stage_keys(self) -> dict[str, str]:
         keys, todo = {}, [self]
@@ -44,14 +50,10 @@ class FullRun(StageTask):
         return dict(sorted(keys.items(), key=lambda kv: STAGE_ORDER.index(kv[0])))
 
     def build(self, out_dir: Path) -> dict:
-        from harness.loadgen.results import read_requests_csv
-        from harness.report import build_report, write_report
-
         up = self.upstream()
         perf_dir, acc_dir = up["performance"].artifact_dir, up["accuracy"].artifact_dir
         perf = json.loads((perf_dir / "result.json").read_text())
         accuracy = json.loads((acc_dir / "accuracy.json").read_text())
-        from harness.plots import offsets, request_stats
 
         report = build_report(self.stage_keys(), perf, accuracy, self.params.model.name)
         requests = read_requests_csv(perf_dir / "requests.csv")
@@ -78,8 +80,6 @@ class FullRun(StageTask):
     def summary(self, r: dict) -> str:
         """The report's summary, and why these settings could not be submitted (a VALID 20 s run is
         VALID to LoadGen, not to MLPerf's checker)."""
-        from harness.mlperf.readiness import submission_warnings
-        from harness.report import color_wanted, summary_text
 
         text = summary_text(r, self.artifact_dir, color=color_wanted())
         warnings = submission_warnings(self.params)
@@ -89,7 +89,6 @@ class FullRun(StageTask):
 
     def _point_progress(self, how: str) -> None:
         """A sweep point's one line on the terminal: what it is, and what it measured."""
-        from harness.sweep import fmt
 
         if self.task_id in _SAID:
             return

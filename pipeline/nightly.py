@@ -2,7 +2,7 @@
 
 The date enters only the measuring stages' keys (RunLoadgen, CheckAccuracy and what builds on
 them), so every night measures afresh while models, engines and repos are reused. Each point is
-judged by its scenario's metrics (harness/nightly.py); --repeats N measures it N times and compares
+judged by its scenario's metrics (harness/reports/nightly.py); --repeats N measures it N times and compares
 medians, counting a change only outside the measured spread.
 Backfill: luigi --module pipeline RangeDailyBase --of Nightly --start 2026-11-01 --stop 2026-11-08
 (with [Nightly] sweep=... in luigi.cfg or --Nightly-sweep).
@@ -15,14 +15,12 @@ from pathlib import Path
 
 import luigi
 
-from harness import nightly
 from harness.config import ParamsError
 from harness.errors import shorten
+from harness.reports import nightly
+from pipeline.sweep import Sweep
 from tasks.lifecycle import errors_as_messages, note_result, setup
 from tasks.settings import artifacts_root
-
-from .sweep import Sweep
-
 
 log = logging.getLogger("perfdag")
 
@@ -123,7 +121,7 @@ class Nightly(luigi.Task):
                       doc["compared_with"] or "nothing (first night)", lines)
         md = self.night_dir(doc["date"]) / "nightly.md"
         verdict = f"{len(regressions)} regression(s)" if regressions else "no regressions"
-        if doc.get("relaunches"):  # also among the regressions' reasons (harness/nightly.py)
+        if doc.get("relaunches"):  # also among the regressions' reasons (harness/reports/nightly.py)
             verdict += f", {doc['relaunches']} server relaunch(es) after a crash"
         summary = (f"\nperfdag Nightly {doc['date']} vs {doc['compared_with'] or 'nothing (first night)'}: "
                    f"{verdict}\n  report     {md}\n")

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from tasks.base import STAGES, StageTask
+from pipeline.full_run import FullRun
+from tasks.base import StageTask
+from tasks.registry import STAGES
 from tasks.settings import looking_only
 
 
@@ -63,7 +65,6 @@ def _why(task: StageTask) -> list[dict]:
     return [{**d, "compared_with": key16} for d in diffs]
 def _full_run_stages(params_file: str, overrides: str) -> set[str]:
     """The stages a FullRun of these params builds (RunTest06 is built only by a Submission)."""
-    from .full_run import FullRun
 
     seen, todo = set(), [FullRun(params_file=params_file, overrides=overrides)]
     while todo:

@@ -17,12 +17,27 @@ from pathlib import Path
 
 import luigi
 
+from harness.cache.versions import versions
 from harness.config import ParamsError
 from harness.config.schema import SCENARIOS
-from harness.errors import InputError, PerfdagError
+from harness.errors import InputError
 from harness.loadgen.verdict import error_count, invalid_reason, is_valid
-from tasks import CheckAccuracy, LaunchServers, RunAccuracy, RunLoadgen, RunTest06, RunTest07, RunTest09
-from tasks.base import StageTask, log
+from harness.mlperf import system_desc
+from harness.mlperf.submission import ScenarioRuns, assemble, compliance_tests, needs_test06, scenario_readme
+from harness.mlperf.system_desc import git_output
+from harness.untrusted import yamlio
+from tasks import (
+    BuildEngine,
+    CheckAccuracy,
+    LaunchServers,
+    Quantize,
+    RunAccuracy,
+    RunLoadgen,
+    RunTest06,
+    RunTest07,
+    RunTest09,
+)
+from tasks.base import StageTask
 from tasks.lifecycle import note_result, release_servers
 from tasks.settings import REPO_ROOT
 
@@ -48,7 +63,6 @@ class Submission(StageTask):  # not in STAGES: one tree over several scenarios
     @cached_property
     def described(self) -> tuple[dict, dict]:
         """(systems/<system>.json, measurements.json), validated: every problem at once, before any stage."""
-        from harness import system_desc
 
         sub, p = self.params.submission, self.params
         problems = [] if sub.submitter else [
@@ -60,7 +74,7 @@ class Submission(StageTask):  # not in STAGES: one tree over several scenarios
             user, meas = system_desc.load_user_yaml(self.system or None)
             src = self.system or "a --system YAML"
             root = next(d for d in (self.store.root, *self.store.root.parents) if d.exists())
-            facts = system_desc.machine_facts(root, _software(p), _framework(p))
+            facts = system_desc.machine_facts(root, self.software(), self.framework())
             desc = system_desc.system_description(facts, user, division=sub.division, submitter=sub.submitter,
                                                   system_name=sub.system_name or sub.system, source=src)
             measurements = system_desc.measurements(_measurement_defaults(p), meas, source=src)
@@ -77,11 +91,9 @@ class Submission(StageTask):  # not in STAGES: one tree over several scenarios
                 "perfdag_commit": _git(["rev-parse", "HEAD"])}
 
     def code(self):
-        return ("harness.mlperf.submission", "harness.system_desc", "harness.loadgen.verdict")
+        return ("harness.mlperf.submission", "harness.mlperf.system_desc", "harness.loadgen.verdict")
 
     def scenario_tasks(self, scenario: str) -> dict[str, StageTask]:
-        from harness.mlperf.submission import compliance_tests, needs_test06
-
         ov = ",".join(x for x in (self.overrides, f"loadgen.scenario={scenario}") if x)
         out = {"performance": self.clone(RunLoadgen, overrides=ov), "log": self.clone(RunAccuracy, overrides=ov),
                "accuracy": self.clone(CheckAccuracy, overrides=ov)}
@@ -98,8 +110,6 @@ class Submission(StageTask):  # not in STAGES: one tree over several scenarios
 
     # --- the tree ----------------------------------------------------------------------------------
     def build(self, out_dir: Path) -> dict:
-        from harness.mlperf.submission import ScenarioRuns, assemble, scenario_readme
-
         p, sub = self.params, self.params.submission
         desc, meas = self.described
         runs, verdicts = [], {}
@@ -126,7 +136,6 @@ class Submission(StageTask):  # not in STAGES: one tree over several scenarios
                            "accuracy_why": acc.get("why"), "accuracy_samples": acc.get("samples"),
                            "test06_passed": None if t06 is None else t06["passed"],
                            **{f"{k.lower()}_passed": v["passed"] for k, v in audited.items()}}
-        from harness.config import yamlio  # reads back the same in perfdag (YAML 1.2) and in YAML 1.1
 
         files = assemble(out_dir / "tree", division=sub.division, submitter=sub.submitter, system=sub.system,
                          benchmark=sub.benchmark, maps_to=sub.maps_to, system_desc=desc, measurements=meas,
@@ -188,37 +197,33 @@ class Submission(StageTask):  # not in STAGES: one tree over several scenarios
                          for t in map(self.scenario_tasks, self.scenario_list)],
                         keep=self.keep_servers, why="Submission done; --keep-servers keeps them")
 
+    # --- what the tree says about the software ----------------------------------------------------
+    def tools_of(self, stage) -> dict[str, str]:
+        """The tool versions that entered `stage`'s key for these params (what made the results)."""
+        return dict(self.clone(stage).key_doc["tools"])
 
-# --- what the tree says about the model and the software ------------------------------------------
+    def software(self) -> dict[str, str]:
+        """The tools that made the results: the backend's (engine, serving, quantization) and LoadGen."""
+        return {**versions("mlcommons-loadgen"), **self.tools_of(Quantize), **self.tools_of(BuildEngine),
+                **self.tools_of(LaunchServers)}
+
+    def framework(self) -> str:
+        p = self.params
+        tools = ", ".join(f"{k} {v}" for k, v in self.tools_of(BuildEngine).items() if v != "absent")
+        return f"perfdag, {p.build.backend} backend on {p.build.device}" + (f" ({tools})" if tools else "")
+
+
+# --- what the tree says about the model -------------------------------------------------------------
 
 def _git(args: list[str]) -> str | None:
-    from harness.system_desc import git_output
-
     return git_output(REPO_ROOT, *args)
-
-
-def _software(p) -> dict[str, str]:
-    """The tools that made the results: the backend's (engine, serving, quantization) and LoadGen."""
-    from harness.backends import backend_for
-    from harness.versions import versions
-
-    b = backend_for(p)
-    return {**versions("mlcommons-loadgen"), **b.quantize_tools(p), **b.build_tools(p), **b.serving_tools(p)}
-
-
-def _framework(p) -> str:
-    from harness.backends import backend_for
-
-    b = backend_for(p)
-    tools = ", ".join(f"{k} {v}" for k, v in b.build_tools(p).items() if v != "absent")
-    return f"perfdag, {b.name} backend on {p.build.device}" + (f" ({tools})" if tools else "")
 
 
 def _measurement_defaults(p) -> dict[str, str]:
     fmt = p.quantize.format
     weights = {"none": p.build.dtype.replace("float", "fp").replace("bfp16", "bf16"), "int8": "int8",
                "int8_sq": "int8", "fp8": "fp8", "int4_awq": "int4", "w4a8_awq": "int4", "nvfp4": "fp4"}[fmt]
-    start = ("perfdag's built-in tiny Llama (harness/tiny_model.py, trained on harness/data/corpus.txt)"
+    start = ("perfdag's built-in tiny Llama (harness/model/tiny.py, trained on harness/data/corpus.txt)"
              if p.model.checkpoint == "builtin" else Path(p.model.checkpoint).name)
     return {"input_data_types": "int32", "retraining": "No", "starting_weights_filename": start,
             "weight_data_types": weights,
@@ -263,44 +268,3 @@ def _src_readme(task: Submission, sub) -> str:
 
 # --- `python -m pipeline submission` ---------------------------------------------------------------
 
-def command(args) -> int:
-    """Builds the tree (luigi, local scheduler), copies it to --out, runs the checker if asked."""
-    import shutil
-
-    from harness.mlperf import checker as mlperf_checker
-    from tasks import runlog
-    from tasks.settings import artifacts_root
-
-    try:
-        if args.checker:
-            mlperf_checker.check_checkout(args.checker)
-        if args.out and Path(args.out).exists() and any(Path(args.out).iterdir()):
-            raise InputError(f"--out: {args.out} exists and is not empty; name a new directory")
-        task = Submission(params_file=args.params_file, overrides=args.overrides, scenarios=args.scenarios,
-                          system=args.system or "", keep_servers=args.keep_servers, verbose=args.verbose)
-    except PerfdagError as e:
-        print(e)
-        return 2
-    result = luigi.build([task], local_scheduler=True, detailed_summary=True, workers=1)
-    if not task.is_done():
-        print(f"perfdag: the submission tree was not built ({result.status.name}); see the log above")
-        return 1
-    tree = task.tree
-    if args.out:
-        shutil.copytree(tree, args.out, dirs_exist_ok=True)
-        tree = Path(args.out)
-        print(f"  copied to   {tree}")
-    if not args.checker:
-        return 0
-    # The round the runs were made for (loadgen.round, always set): its seeds are in the logs, and the
-    # checker compares them with its own round's.
-    version = args.checker_version or task.params.loadgen.round
-    out = runlog.run_file(artifacts_root()).parent / "checker"
-    out.mkdir(parents=True, exist_ok=True)
-    verdict = mlperf_checker.run_checker(args.checker, tree, version, out / "summary.csv",
-                                         python=args.checker_python or None)
-    (out / "verdict.json").write_text(json.dumps(verdict, indent=2) + "\n")
-    print("\n".join(mlperf_checker.summary_lines(verdict)))
-    print(f"  command     {verdict['command']}\n  verdict     {out / 'verdict.json'}")
-    log.info("checker: %s", "PASS" if verdict["passed"] else "FAIL")
-    return 0 if verdict["passed"] and not verdict["errors"] else 14

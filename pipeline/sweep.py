@@ -13,30 +13,18 @@ from pathlib import Path
 import luigi
 
 from harness.config import ParamsError
-from harness.sweep import (
-    SweepError,
-    duplicate_points,
-    fmt,
-    load_sweep,
-    lookup,
-    point_names,
-    point_overrides,
-    points,
-    row,
-    text_table,
-    write_results,
-)
-from tasks import LaunchServers
-from tasks.base import StageTask, log
+from harness.config.sweeps import SweepError, duplicate_points, load_sweep, point_names, point_overrides, points
+from harness.reports.sweep import fmt, lookup, row, text_table, write_results
+from pipeline.full_run import FullRun
+from pipeline.sweep_array import fans_out, run_array
+from tasks import LaunchServers, lifecycle
+from tasks.base import StageTask, load_params
 from tasks.lifecycle import note_result, release_servers
-
-from .full_run import FullRun
 
 
 def point_problems(sweep, base, overrides: str) -> list[str]:
     """Every point's parameter problems at once (not the first point's alone), each problem named
     once with the points that have it."""
-    from tasks.base import load_params
 
     found: dict[str, list[str]] = {}
     for name, point in zip(point_names(sweep), points(sweep)):
@@ -90,7 +78,7 @@ class Sweep(StageTask):  # not in STAGES: it takes a sweep file, not one params 
         return {"sweep": self.definition.model_dump(mode="json")}
 
     def code(self):
-        return ("harness.sweep", "harness.loadgen.verdict")  # the tables and plots, the verdict in its rows
+        return ("harness.reports.sweep", "harness.loadgen.verdict")  # the tables and plots, the verdict in its rows
 
     def upstream(self):
         n = len(self.points)
@@ -101,8 +89,6 @@ class Sweep(StageTask):  # not in STAGES: it takes a sweep file, not one params 
                 for i, p in enumerate(self.points)}
 
     def requires(self):
-        from .sweep_array import fans_out
-
         return {} if fans_out(self) else self.upstream()  # slurm: the points run as a job array, in run()
 
     def _note(self) -> None:
@@ -131,10 +117,7 @@ class Sweep(StageTask):  # not in STAGES: it takes a sweep file, not one params 
         return {"points": len(rows), "plots": plots}
 
     def run(self):
-        from .sweep_array import fans_out, run_array
-
         if fans_out(self):
-            from tasks import lifecycle
 
             lifecycle.setup(self.verbose, root=self)
             run_array(self)  # every point's FullRun, one array task each; then the table below

@@ -18,13 +18,16 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+from harness.cache import runs as runlog
+from harness.cache.store import ArtifactStore
+from harness.serving.registry import ServerRegistry
 from harness.slurm import JobError, JobSpec, SlurmJob, cancel, job_lines, submit
-from tasks import runlog
-from tasks.settings import REPO_ROOT, params_path
-from tasks.slurm_exec import IN_POINT, PASS_ENV
+from tasks.base import log
+from tasks.settings import REPO_ROOT, artifacts_root, params_path
+from tasks.slurm.submit import IN_POINT, PASS_ENV
 
 if TYPE_CHECKING:
-    from .sweep import Sweep
+    from pipeline.sweep import Sweep
 
 # A point's FullRun exits 0, or with its verdict (10 INVALID, 11 accuracy FAIL, 12 both): measured.
 MEASURED = {"0": "", "10": "INVALID", "11": "accuracy FAIL", "12": "INVALID, accuracy FAIL"}
@@ -41,8 +44,6 @@ def fans_out(sweep: "Sweep") -> bool:
 
 
 def run_array(sweep: "Sweep") -> None:
-    from tasks.base import log
-
     points = list(sweep.upstream().values())
     s = points[0].params.slurm
     key16, n = sweep.key[:16], len(points)
@@ -94,7 +95,6 @@ def run_array(sweep: "Sweep") -> None:
 
 def _wait(sweep, job: SlurmJob, points, poll_s: float) -> dict[int, dict]:
     """Polls the array until every task has ended; streams perfdag's lines of each task's log."""
-    from tasks.base import log
 
     seen: dict[int, str] = {}
     tails: dict[int, SlurmJob] = {}
@@ -171,9 +171,6 @@ def point_main(points_file: str) -> int:
 def _wait_for_other_holders(poll_s: float = 1.0) -> None:
     """Servers launched in this job end with it: while another task of the sweep leases them, wait;
     then stop them (under the key's lock, so no task starts using them meanwhile)."""
-    from harness.serving.registry import ServerRegistry
-    from harness.store import ArtifactStore
-    from tasks.settings import artifacts_root
 
     store = ArtifactStore(artifacts_root())
     registry = ServerRegistry(store.root)

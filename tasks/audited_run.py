@@ -8,9 +8,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .base import log
-from .measuring import MeasuringStage
-from .prepare_dataset import tokenizer_dir
+from harness.config.rules import uses_mlperf_gates
+from harness.errors import MeasurementError
+from harness.loadgen.measure import run_performance
+from harness.loadgen.results import read_mllog
+from harness.mlperf.compliance import (
+    add_own_thresholds,
+    audit_settings,
+    read_entries,
+    settings_applied,
+    write_audit,
+    write_result,
+)
+from harness.mlperf.evaluate import self_reference_entries
+from tasks.base import log
+from tasks.measuring import MeasuringStage
+from tasks.prepare_dataset import tokenizer_dir
 
 
 class AuditedRun(MeasuringStage):
@@ -30,8 +43,6 @@ class AuditedRun(MeasuringStage):
         return {**super().key_inputs(), "thresholds": "own references" if self.own_references() else "mlperf"}
 
     def own_references(self) -> bool:
-        from harness.config.rules import uses_mlperf_gates
-
         return not uses_mlperf_gates(self.params)
 
     def tokenizer(self, ds):
@@ -42,18 +53,11 @@ class AuditedRun(MeasuringStage):
     @staticmethod
     def reference_log(entries: list[dict], samples, tok) -> list[dict]:
         """The logged entries with each sample's reference as its output (repeats kept)."""
-        from harness.mlperf.evaluate import self_reference_entries
 
         by_index = {int(s.index): s for s in samples}
         return self_reference_entries([by_index[int(e["qsl_idx"])] for e in entries if int(e["qsl_idx"]) in by_index], tok)
 
     def build(self, out_dir: Path) -> dict:
-        from harness.errors import MeasurementError
-        from harness.loadgen.results import read_mllog
-        from harness.measure import run_performance
-        from harness.mlperf.compliance import (add_own_thresholds, audit_settings, read_entries, settings_applied,
-                                               write_audit, write_result)
-
         servers, samples, ds = self.inputs()
         full = audit_settings(self.test, self.params.loadgen.round)
         # A stand-in dataset smaller than MLPerf's: each of its samples once, not the round's count.

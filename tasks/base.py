@@ -19,14 +19,19 @@ from typing import Any, ClassVar
 
 import luigi
 
-from harness.codehash import code_digests
-from harness.config import ENV_FLAGS, Params, ParamsError, resolve
+from harness.backends import backend_for, resolve
+from harness.backends.base import Key, Work
+from harness.cache import runs as runlog
+from harness.cache.codehash import code_digests
+from harness.cache.hashing import stage_key
+from harness.cache.store import ArtifactStore
+from harness.config import ENV_FLAGS, Params, ParamsError
 from harness.errors import InputError
-from harness.hashing import stage_key
-from harness.store import ArtifactStore
-
-from . import lifecycle, runlog, slurm_exec, trust
-from .settings import DEFAULT_PARAMS, artifacts_root, params_path, signing_key
+from tasks import lifecycle, trust
+from tasks.evidence import keep_failed
+from tasks.registry import STAGES
+from tasks.settings import DEFAULT_PARAMS, artifacts_root, params_path, signing_key
+from tasks.slurm import submit as slurm_submit
 
 log = logging.getLogger("perfdag")
 
@@ -95,6 +100,7 @@ class StageTask(luigi.Task):
     stage: ClassVar[str]
     schema_version: ClassVar[int] = 2
     reads: ClassVar[tuple[str, ...]] = ()
+    step: ClassVar[str] = ""  # the backend step doing the work: quantize, build, configure or launch
     volatile: ClassVar[tuple[str, ...]] = ()  # paths in the artifact that change after publishing (logs)
     # Self-contained: once built, the artifact needs none of its upstream's files (it was made from
     # them), so it stays reusable when its upstream is deleted. Any other stage uses them at run time
@@ -146,7 +152,11 @@ class StageTask(luigi.Task):
         return {}
 
     def build(self, out_dir: Path) -> dict:
-        raise NotImplementedError
+        """The stage's work under `out_dir`; returns manifest fields. A step stage runs its step."""
+        if not self.step:
+            raise NotImplementedError
+        return getattr(backend_for(self.params), self.step).run(
+            self.work(running=True, out_dir=out_dir, final_dir=self.artifact_dir, log=log.info))
 
     def usable(self, manifest: dict) -> bool:
         """A published artifact that is no longer usable (e.g. its servers died) gets rebuilt."""
@@ -168,13 +178,30 @@ class StageTask(luigi.Task):
     def store(self) -> ArtifactStore:
         return ArtifactStore(artifacts_root(), signing_key=signing_key())
 
+    # --- a stage whose work is a backend's step (Quantize, BuildEngine, FillTritonRepo, LaunchServers)
+    def step_inputs(self, running: bool = False) -> dict[str, Path]:
+        """The upstream artifacts the step works on, by name (`running`: paths read from the published
+        manifests; else as the key sees them, before they exist)."""
+        return {}
+
+    def work(self, running: bool = False, **run) -> Work:
+        return Work(self.params, self.store.root, self.step_inputs(running), **run)
+
+    def key_parts(self) -> Key:
+        """What enters the key: the backend step's parts, or what the stage itself declares."""
+        if self.step:
+            return getattr(backend_for(self.params), self.step).key(self.work())
+        return Key(reads=tuple(self.reads), tools=self.tools(), code=self.code(), executed=self.executed(),
+                   inputs=self.key_inputs())
+
     @cached_property
     def key_doc(self) -> dict:
-        return {"params": {**select(self.params, self.reads), **self.key_inputs()},
-                "tools": self.tools(),
+        parts = self.key_parts()
+        return {"params": {**select(self.params, parts.reads), **parts.inputs},
+                "tools": dict(parts.tools),
                 "upstream": {name: t.key for name, t in self.upstream().items()},
-                "code": code_digests(self.code()),
-                "executed": self.executed()}
+                "code": code_digests(parts.code),
+                "executed": dict(parts.executed)}
 
     @cached_property
     def key(self) -> str:
@@ -287,8 +314,8 @@ class StageTask(luigi.Task):
 
     def run(self):
         lifecycle.setup(self.verbose, root=self)
-        if slurm_exec.submits(self):  # params.slurm: this stage's build runs as a Slurm job
-            return slurm_exec.run_as_job(self)
+        if slurm_submit.submits(self):  # params.slurm: this stage's build runs as a Slurm job
+            return slurm_submit.run_as_job(self)
         t0 = time.monotonic()
         upstream_content, upstream_built = {}, {}
         for name, up in self.upstream().items():
@@ -339,7 +366,7 @@ class StageTask(luigi.Task):
         try:
             extra = self.build_with_retries(out_dir)
         except Exception as e:
-            _keep_failed(self, out_dir, e)
+            keep_failed(self, out_dir, e)
             raise
         # Fault injection for tests of crash safety: PERFDAG_FAULT_SLEEP="BuildEngine:30" holds
         # the finished-but-unpublished build open so a test can SIGKILL or race it.
@@ -350,44 +377,6 @@ class StageTask(luigi.Task):
         return extra
 
 
-def keep_attempt(task: StageTask, out_dir: Path, suffix: str = "") -> Path | None:
-    """Moves a failed attempt's files (and server log tails) to runs/<id>/failed/<Stage>-<key16><suffix>/."""
-    import shutil
-
-    dest = runlog.run_file(task.store.root).parent / "failed" / f"{task.stage}-{task.key[:16]}{suffix}"
-    try:
-        if dest.exists():  # a retry in the same run: the newest failure is the one to read
-            shutil.rmtree(dest)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(out_dir, dest)  # same filesystem (under the artifacts root): one rename
-        out_dir.mkdir()  # the store removes its temp dir as usual
-    except OSError as e:
-        log.warning("%s: could not keep the failed build's files (%s): %s", task.stage, out_dir, e)
-        return None
-    try:
-        task.evidence(dest)
-    except Exception as e:  # evidence is a courtesy; the stage's own error is the news
-        log.warning("%s: could not add server logs to %s: %s", task.stage, dest, e)
-    return dest
-
-
-def _keep_failed(task: StageTask, out_dir: Path, exc: BaseException) -> None:
-    """A failed build's directory (logs, partial LoadGen logs) moves to runs/<id>/failed/<Stage>-<key16>/
-    instead of being deleted; the error names it (never empty) and run.json records the failure."""
-    kept = keep_attempt(task, out_dir)
-    said = str(exc).strip()
-    text = said or "(no message)"
-    if kept is not None:
-        text = text.replace(str(out_dir), str(kept))
-        if str(kept) not in text:
-            text += f"\n(logs and partial outputs kept in {kept})"
-    if type(exc).__str__ is BaseException.__str__:  # the message is its args: reword it in place
-        exc.args = (text,)
-    else:  # e.g. OSError formats its own message: add ours beneath it
-        exc.add_note(text.removeprefix(said).strip())
-    runlog.record_failure(task.store.root, task.stage, task.key, f"{type(exc).__name__}: {text}",
-                          str(kept) if kept else None)
-
 
 _TRUST_MEMO: dict[tuple, list[str]] = {}
 
@@ -397,16 +386,4 @@ def host_resource(name: str) -> str:
     return f"{name}@{socket.gethostname()}"
 
 
-# The DAG's topological order; STAGES (filled by tasks/ as classes are defined) follows it.
-STAGE_ORDER = ("PrepareModel", "Quantize", "BuildEngine", "FillTritonRepo", "LaunchServers",
-               "PrepareDataset", "RunLoadgen", "RunAccuracy", "CheckAccuracy", "RunTest06", "RunTest07", "RunTest09",
-               "FullRun")
-STAGES: dict[str, type[StageTask]] = {}
 
-
-def register(cls: type[StageTask]) -> type[StageTask]:
-    STAGES[cls.stage] = cls
-    ordered = sorted(STAGES.items(), key=lambda kv: STAGE_ORDER.index(kv[0]))
-    STAGES.clear()
-    STAGES.update(ordered)
-    return cls

@@ -3,17 +3,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.backends import backend_for
-
-from .base import StageTask, log, register
-from .prepare_model import checkpoint_dir
-from .quantize import Quantize
+from tasks.base import StageTask
+from tasks.prepare_model import checkpoint_dir
+from tasks.quantize import Quantize
+from tasks.registry import register
 
 
 @register
 class BuildEngine(StageTask):
     stage = "BuildEngine"
-    reads = ("build",)
+    step = "build"
     self_contained = True  # an engine stands alone: deleting its 140 GB checkpoint keeps it ...
 
     def stands_alone(self, manifest):  # ... unless it is the checkpoint itself (a pass-through backend)
@@ -22,19 +21,9 @@ class BuildEngine(StageTask):
     def upstream(self):
         return {"checkpoint": self.clone(Quantize)}
 
-    def tools(self):
-        return backend_for(self.params).build_tools(self.params)
-
-    def code(self):
-        return backend_for(self.params).build_code(self.params)
-
-    def executed(self):
-        return backend_for(self.params).build_executed(self.params)
-
-    def build(self, out_dir: Path) -> dict:
+    def step_inputs(self, running=False):
         up = self.upstream()["checkpoint"]
-        return backend_for(self.params).build(checkpoint_dir(up.artifact_dir, up.manifest()), out_dir, self.params,
-                                              log.info, final_dir=self.artifact_dir)
+        return {"checkpoint": checkpoint_dir(up.artifact_dir, up.manifest())} if running else {}
 
     def engine_dir(self) -> Path:
         """The published engine (for a pass-through backend, the checkpoint it points at)."""

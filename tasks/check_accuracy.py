@@ -3,17 +3,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.versions import versions
-
-from .base import StageTask, log, register
-from .prepare_dataset import PrepareDataset, read_samples, tokenizer_dir
-from .run_accuracy import RunAccuracy
+from harness.cache.codehash import package_modules
+from harness.cache.hashing import dir_content_hash
+from harness.cache.versions import versions
+from harness.config.rules import uses_mlperf_gates
+from harness.loadgen.verdict import errors_reason, read_errors
+from harness.mlperf.evaluate import evaluate
+from tasks.base import StageTask, log
+from tasks.prepare_dataset import PrepareDataset, read_samples, tokenizer_dir
+from tasks.registry import register
+from tasks.run_accuracy import RunAccuracy
+from tasks.settings import may_write_root
 
 #: What the scorers import: every module shapes the scores (harness/mlperf/scoring/ and the sandbox).
 SCORER_MODULES = ("harness.mlperf.accuracy", "harness.mlperf.evaluate", "harness.mlperf.benchmarks",
-                  "harness.mlperf.scoring", "harness.mlperf.mbxp", "harness.mlperf.livecodebench",
-                  "harness.mlperf.livecodebench_runner", "harness.mlperf.livecodebench_judge", "harness.mlperf.sandbox",
-                  "harness.mlperf.sandbox_view", "harness.mlperf.sandbox_uids")
+                  "harness.mlperf.scoring", "harness.mlperf.codeexec.mbxp", "harness.mlperf.codeexec.livecodebench",
+                  "harness.mlperf.codeexec.lcb_runner", "harness.mlperf.codeexec.lcb_judge", "harness.mlperf.codeexec.sandbox",
+                  "harness.mlperf.codeexec.view", "harness.mlperf.codeexec.uids")
 
 
 def livecodebench_key(task) -> dict:
@@ -21,8 +27,6 @@ def livecodebench_key(task) -> dict:
     path = task.params.accuracy.livecodebench_problems
     if not path or not Path(path).expanduser().is_file():
         return {}
-    from harness.hashing import dir_content_hash
-    from .settings import may_write_root
 
     return {"livecodebench_problems_sha256": dir_content_hash(
         Path(path).expanduser(), task.store.root / ".hashcache" / "files.json", update=may_write_root(),
@@ -44,16 +48,11 @@ class CheckAccuracy(StageTask):
         return versions("rouge-score", "nltk", "transformers", "tokenizers")
 
     def code(self):
-        from harness.codehash import package_modules
-
         return package_modules(SCORER_MODULES) + ("harness.loadgen.verdict",)
 
     def build(self, out_dir: Path) -> dict:
         from transformers import AutoTokenizer
 
-        from harness.config.rules import uses_mlperf_gates
-        from harness.loadgen.verdict import errors_reason, read_errors
-        from harness.mlperf.evaluate import evaluate
 
         p, up = self.params, self.upstream()
         ds = up["dataset"].manifest()

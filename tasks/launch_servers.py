@@ -9,19 +9,20 @@ launch and no run stops servers another is measuring against.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from harness.backends import backend_for
+from harness.cache import runs as runlog
 from harness.errors import ArtifactError, PerfdagError
 from harness.serving.records import read_servers
-from harness.serving.launcher import servers_live, stop_recorded
-from harness.serving.registry import ServerRegistry, run_holder
-
-from . import lifecycle, runlog, slurm_exec, slurm_serve, trust
-from .base import StageTask, host_resource, log, register
-from .fill_triton_repo import FillTritonRepo
-from .settings import may_write_root
+from harness.serving.registry import ServerRegistry
+from tasks import lifecycle, trust
+from tasks.base import StageTask, host_resource, log
+from tasks.fill_triton_repo import FillTritonRepo
+from tasks.registry import register
+from tasks.settings import may_write_root
+from tasks.slurm import serve as slurm_serve
+from tasks.slurm import submit as slurm_submit
 
 SERVERS_FILE = "servers.json"
 
@@ -29,10 +30,7 @@ SERVERS_FILE = "servers.json"
 @register
 class LaunchServers(StageTask):
     stage = "LaunchServers"  # not self-contained: its servers run on the repository
-
-    @property
-    def reads(self):  # the backend's own server section: which servers are launched, or measured
-        return backend_for(self.params).launch_reads(self.params)
+    step = "launch"  # the backend's own server section: which servers are launched, or measured
 
     # What a launch publishes is runtime state (pids, ports, logs the servers keep writing), not
     # content: measurements made against an earlier launch of the same key stay valid.
@@ -46,15 +44,8 @@ class LaunchServers(StageTask):
     def resources(self):  # one launch at a time per host: no two workers race for GPUs or ports
         return {host_resource("launch"): 1}
 
-    def tools(self):
-        return backend_for(self.params).serving_tools(self.params)
-
-    @property
-    def repo_rel(self) -> str:
-        return os.path.relpath(self.input_dir("repo"), self.store.root)
-
-    def executed(self):
-        return backend_for(self.params).launch_executed(self.params, self.repo_rel)
+    def step_inputs(self, running=False):
+        return {"repo": self.upstream()["repo"].artifact_dir}
 
     @property
     def registry(self) -> ServerRegistry:
@@ -65,18 +56,17 @@ class LaunchServers(StageTask):
         return read_servers(self.artifact_dir / SERVERS_FILE, inside=self.artifact_dir) or []
 
     def usable(self, manifest: dict) -> bool:
-        if slurm_serve.allocation_of(self.servers()) and not slurm_exec.runs_here(self):
+        if slurm_serve.allocation_of(self.servers()) and not slurm_submit.runs_here(self):
             try:  # in an allocation: RUNNING, and the servers answer a probe made on their node
                 return slurm_serve.live(self)
             except PerfdagError:  # no Slurm commands here: not usable from this host
                 return False
-        # Patience: a server busy with another run's measurement answers late, and is not dead.
-        return servers_live(self.servers(), patience_s=30.0)
+        return self.registry.live(self.servers())
 
     def hold(self, manifest: dict) -> None:
-        if slurm_exec.runs_here(self):  # the holder job: the lease is the worker's run's, taken there
+        if slurm_submit.runs_here(self):  # the holder job: the lease is the worker's run's, taken there
             return
-        self.registry.lease(self.key[:16], run_holder(runlog.current_run_id()))
+        self.registry.hold(self.key[:16], runlog.current_run_id())
 
     def run(self):
         if slurm_serve.serving(self):  # slurm.serve: the servers live in an allocation of their own
@@ -98,7 +88,7 @@ class LaunchServers(StageTask):
 
     def launches(self) -> bool:
         """Whether its servers are perfdag's to start (not external endpoints), loading files from the root."""
-        return not getattr(self.params, backend_for(self.params).server_section).endpoints
+        return not getattr(self.params, backend_for(self.params).launch.section).endpoints
 
     def served(self) -> list[StageTask]:
         """The stages whose files its servers load: the repository, and what it names down to the first
@@ -162,15 +152,15 @@ class LaunchServers(StageTask):
                      ", ".join(map(str, stopped)))
 
     def build(self, out_dir: Path) -> dict:
-        # Under the key's lock: what is left of a stale launch (a dead run's, or crashed servers) goes.
-        stop_recorded(self.servers())
-        self.registry.stop(self.key[:16])
-        repo = self.upstream()["repo"]
-        layout = self.verified_repo(repo)
+        # Under the key's lock: the registry stops what a stale launch left, and records each server.
+        layout = self.verified_repo(self.upstream()["repo"])
+        step = backend_for(self.params).launch
+
+        def start(on_spawn):
+            return step.run(self.work(running=True, out_dir=out_dir, final_dir=self.artifact_dir, layout=layout,
+                                      on_spawn=on_spawn, log=log.info))["servers"]
+
         marks = slurm_serve.job_marks(self)  # inside a Slurm job: the node (and the allocation)
-        servers = backend_for(self.params).launch(
-            self.repo_rel, layout, out_dir, self.params, root=self.store.root,
-            on_spawn=lambda rec: self.registry.record(self.key[:16], {**rec, **marks}), log=log.info)
-        servers = [{**rec, **marks} for rec in servers]
+        servers = self.registry.replace(self.key[:16], self.servers(), start, marks)
         (out_dir / SERVERS_FILE).write_text(json.dumps({"servers": servers}, indent=2))
         return {"servers": servers}

@@ -23,6 +23,11 @@ import signal
 import sys
 import threading
 
+from harness.cache import runs as runlog
+from harness.errors import PerfdagError
+from harness.serving.registry import ServerRegistry
+from tasks.settings import artifacts_root
+
 EXIT_INVALID = 10       # a performance run was INVALID
 EXIT_ACCURACY = 11      # accuracy FAILed
 EXIT_BOTH = 12          # both
@@ -44,8 +49,6 @@ class _PerfdagErrorAsMessage(logging.Filter):
     """luigi logs failures with a traceback; an error perfdag raised on purpose is a message."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        from harness.errors import PerfdagError
-
         exc = record.exc_info[1] if record.exc_info else None
         if isinstance(exc, RuntimeError) and str(exc).startswith("Unfulfilled dependency at run time"):
             # luigi re-checks requirements before a stage runs: servers that died meanwhile
@@ -95,7 +98,6 @@ def setup(verbose: bool = False, root=None) -> None:
     _state["setup"] = True
     import luigi
 
-    from . import runlog
 
     errors_as_messages()
     if not (verbose or os.environ.get("PERFDAG_VERBOSE") == "1"):
@@ -153,9 +155,6 @@ _third_party = {"file": None, "said": False}
 
 
 def _third_party_log(text: str) -> None:
-    from . import runlog
-    from .settings import artifacts_root
-
     if _third_party["file"] is None:
         try:
             path = runlog.run_file(artifacts_root()).parent / "third_party.log"
@@ -191,8 +190,6 @@ def _quiet_third_party() -> None:
 def _luigi_info_to_run_log() -> None:
     """luigi's INFO lines (scheduling, workers, its execution summary: ~60 a run) go to
     runs/<run id>/luigi.log; the terminal keeps luigi's warnings and errors and perfdag's own lines."""
-    from . import runlog
-    from .settings import artifacts_root
 
     luigi_log = logging.getLogger("luigi-interface")
     terminal = [h for h in luigi_log.handlers if type(h) is logging.StreamHandler]
@@ -215,39 +212,11 @@ def _luigi_info_to_run_log() -> None:
 
 def release_servers(keys16: list[str] | None = None, *, keep: bool, why: str, grace_s: float = 30.0,
                     quiet: bool = False) -> list[int]:
-    """Drops this run's leases (all it holds, or on `keys16`). `keep` marks the servers to be kept;
-    else servers no other live run holds, and nobody asked to keep, are stopped (SIGKILL after
-    `grace_s`). Returns pids stopped."""
-    from harness.serving.registry import ServerRegistry
-    from harness.store import ArtifactStore
-
-    from . import runlog
-    from .settings import artifacts_root
-
-    store = ArtifactStore(artifacts_root())
-    registry = ServerRegistry(store.root)
-    run_id = runlog.current_run_id()
-    stopped: list[int] = []
-    # Named keys are released whether this run used them or not (a FullRun whose measurements were
-    # all cached is still where its servers end); at exit, only what this run holds.
-    for key16 in registry.leased_by(run_id) if keys16 is None else keys16:
-        if not registry.records(key16) and not registry.holders(key16):
-            continue
-        try:
-            with store.lock("LaunchServers", key16):  # decided like launches: no run starts using them meanwhile
-                others = registry.release(key16, run_id)
-                if keep:
-                    registry.keep(key16)
-                elif not others and not registry.kept(key16):
-                    alloc = registry.allocation(key16)
-                    stopped += registry.stop(key16, grace_s)
-                    if alloc and not quiet:
-                        log.info("servers %s: ended their Slurm allocation %s (%s)", key16, alloc.get("job_id"), why)
-                elif others:
-                    log.info("servers %s stay up: run(s) %s still use them", key16,
-                             ", ".join(h["run_id"] for h in others))
-        except OSError as e:
-            log.warning("could not release servers %s: %s", key16, e)
+    """Drops this run's leases (all it holds, or on `keys16`) through the server registry, which stops
+    servers nobody else holds unless `keep`. Returns pids stopped."""
+    registry = ServerRegistry(artifacts_root())
+    stopped = registry.release_run(runlog.current_run_id(), keys16, keep=keep, grace_s=grace_s,
+                                   log=(lambda line: None) if quiet else log.info)
     if stopped and not quiet:
         log.info("stopped servers (%s): pids %s", why, ", ".join(map(str, stopped)))
     return stopped
@@ -258,8 +227,6 @@ def release_servers(keys16: list[str] | None = None, *, keep: bool, why: str, gr
 def note_result(task_id: str, *, valid: bool = True, accuracy: bool = True, regression: bool = False,
                 summary: str | None = None, persist: bool = True) -> None:
     """A top-level result: its summary is printed at exit, its verdict decides the exit code."""
-    from . import runlog
-    from .settings import artifacts_root
 
     verdict = {"valid": bool(valid), "accuracy": bool(accuracy), "regression": bool(regression)}
     first = task_id not in _verdicts
@@ -279,9 +246,6 @@ def exit_code(verdicts: list[dict]) -> int:
 
 
 def _all_verdicts() -> list[dict]:
-    from . import runlog
-    from .settings import artifacts_root
-
     doc = runlog.read(artifacts_root()) or {}
     merged = {**(doc.get("verdicts") or {}), **_verdicts}  # worker processes note theirs in run.json
     return list(merged.values())
@@ -319,10 +283,7 @@ def _release_at_exit() -> None:
 
 def _release_leases_only() -> None:
     """A LaunchServers run leaves its servers up (the next run reuses them)."""
-    from harness.serving.registry import ServerRegistry
 
-    from . import runlog
-    from .settings import artifacts_root
 
     registry = ServerRegistry(artifacts_root())
     run_id = runlog.current_run_id()

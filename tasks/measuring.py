@@ -2,24 +2,30 @@
 a time, the nightly date in their keys, and the SUT's code."""
 from __future__ import annotations
 
-from harness.codehash import package_modules
-from harness.datasets import Sample
+from harness.backends import backend_for
+from harness.cache import runs as runlog
+from harness.cache.codehash import package_modules
+from harness.cache.versions import versions
+from harness.errors import MeasurementError
+from harness.loadgen.verdict import record_relaunches, relaunch_entry
+from harness.model.datasets import Sample
+from harness.serving.launcher import gone_servers
+from harness.serving.protocols import protocol
+from harness.serving.records import log_file
+from tasks.base import StageTask, host_resource, log
+from tasks.evidence import keep_attempt
+from tasks.launch_servers import LaunchServers
+from tasks.prepare_dataset import PrepareDataset, read_samples
+from tasks.slurm import serve as slurm_serve
 
-from . import runlog
-from .base import StageTask, host_resource, keep_attempt, log
-from .launch_servers import LaunchServers
-from .prepare_dataset import PrepareDataset, read_samples
-
-# The LoadGen SUT: its behaviour shapes every measurement (client cores by protocol below).
-SUT_CODE = ("harness.measure", "harness.loadgen", "harness.loadgen.runner", "harness.loadgen.driver",
+# The LoadGen SUT: its behaviour shapes every measurement (with its protocol's core: serving/protocols.py).
+SUT_CODE = ("harness.loadgen.measure", "harness.loadgen", "harness.loadgen.runner", "harness.loadgen.driver",
             "harness.loadgen.frontend", "harness.loadgen.settings", "harness.loadgen.results",
             "harness.loadgen.messages", "harness.loadgen.cores", "harness.loadgen.cores.base",
             "harness.loadgen.openai_api", "harness.loadgen.usage", "harness.loadgen.progress",
             "harness.loadgen.cores.aioloop",
             "harness.loadgen.verdict",  # result.json's verdict (LoadGen errors) and its relaunch record
             ) + package_modules(("harness.mlperf.benchmarks",))  # latency limits, LoadGen names: user.conf
-CORE_CODE = {"triton-grpc": ("harness.loadgen.cores.triton_grpc", "harness.serving.contract"),
-             "openai-http": ("harness.loadgen.cores.openai_http", "harness.serving.sse", "harness.serving.openai_client")}
 
 
 class MeasuringStage(StageTask):
@@ -34,27 +40,22 @@ class MeasuringStage(StageTask):
 
     @property
     def protocol(self) -> str:
-        from harness.backends import backend_for
-        return backend_for(self.params).protocol
+        return backend_for(self.params).launch.protocol
 
     def key_inputs(self):
         out = {"nightly_date": self.nightly_date} if self.nightly_date else {}
-        if self.protocol == "openai-http":  # how prompts go out and tokens come back shapes the result
-            from harness.loadgen.openai_api import methods
-            o = self.params.openai
-            out["openai"] = {"server": o.server, "methods": methods(o.server, o.prompt, o.output_tokens)}
+        proto = protocol(self.protocol)
+        if proto.request_settings:  # how prompts go out and tokens come back shapes the result
+            out.update(proto.load("request_settings")(self.params))
         return out
 
     def tools(self):
-        from harness.versions import versions
-        return versions("mlcommons-loadgen", "tritonclient" if self.protocol == "triton-grpc" else "httpx")
+        return versions("mlcommons-loadgen", *protocol(self.protocol).tools)
 
     def code(self):
-        return SUT_CODE + CORE_CODE[self.protocol]
+        return SUT_CODE + protocol(self.protocol).code
 
     def run(self):
-        from . import slurm_serve
-
         if slurm_serve.measures_inside(self):  # the servers' allocation: LoadGen runs on their node
             return slurm_serve.measure(self)
         return super().run()
@@ -66,15 +67,11 @@ class MeasuringStage(StageTask):
         and the stage's output: `relaunches`, `measured_attempt`) record each relaunch."""
         from datetime import datetime, timezone
 
-        from harness.errors import MeasurementError
-        from harness.loadgen.verdict import record_relaunches, relaunch_entry
-        from harness.serving.launcher import gone_servers
 
-        from . import slurm_serve
 
         servers = self.upstream()["servers"]
         if slurm_serve.allocation_of(servers.servers()):  # a step inside the servers' allocation: the
-            return self.build(out_dir)                    # worker relaunches them in a new one (slurm_serve)
+            return self.build(out_dir)                    # worker relaunches them in a new one (slurm/serve.py)
         relaunches: list[dict] = []
         for attempt in range(1, self.params.harness.server_relaunches + 2):
             try:
@@ -106,7 +103,6 @@ class MeasuringStage(StageTask):
 
     def evidence(self, dest):
         """A failed measurement keeps the tail of every server's log beside its own logs."""
-        from harness.serving.records import log_file
 
         servers = self.upstream()["servers"]
         for i, rec in enumerate(servers.servers()):

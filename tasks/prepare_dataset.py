@@ -9,12 +9,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from harness.datasets import Sample, load_dataset, write_jsonl
-from harness.versions import versions
-
-from .base import StageTask, log, register
-from .settings import may_write_root
-from .prepare_model import PrepareModel, checkpoint_dir
+from harness.cache.hashing import dir_content_hash
+from harness.cache.versions import versions
+from harness.model.corpus import corpus_sha256
+from harness.model.datasets import Sample, load_dataset, write_jsonl
+from harness.model.references import greedy_references
+from tasks.base import StageTask, log
+from tasks.prepare_model import PrepareModel, checkpoint_dir
+from tasks.registry import register
+from tasks.settings import may_write_root
 
 SAMPLES_FILE = "samples.jsonl"
 
@@ -38,16 +41,14 @@ class PrepareDataset(StageTask):
         return versions("transformers", "torch")
 
     def code(self):
-        return ("harness.datasets", "harness.corpus") + (("harness.references",) if self.greedy_references else ())
+        return ("harness.model.datasets", "harness.model.corpus") + (("harness.model.references",) if self.greedy_references else ())
 
     def key_inputs(self):
         d = self.params.dataset
         out = {"greedy_references": self.greedy_references}
         if d.format == "builtin":  # prompts are cut from the shipped corpus
-            from harness.corpus import corpus_sha256
             out["corpus_sha256"] = corpus_sha256()
         if d.path is not None:
-            from harness.hashing import dir_content_hash  # a file enters by content, like checkpoints
             out["dataset_sha256"] = dir_content_hash(d.path, self.store.root / ".hashcache" / "files.json",
                                                      update=may_write_root(), rehash=self.full_verify)
         return out
@@ -55,7 +56,6 @@ class PrepareDataset(StageTask):
     def build(self, out_dir: Path) -> dict:
         from transformers import AutoTokenizer
 
-        from harness.references import greedy_references
 
         p, d = self.params, self.params.dataset
         up = self.upstream()["model"]

@@ -3,14 +3,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.cache.hashing import dir_content_hash
+from harness.cache.versions import versions
 from harness.errors import ArtifactError, InputError
-from harness.hashing import dir_content_hash
-from harness.corpus import corpus_sha256, standins_sha256
-from harness.versions import versions
-
-from . import lifecycle
-from .base import StageTask, log, register
-from .settings import may_write_root
+from harness.model.corpus import corpus_sha256, standins_sha256
+from harness.model.tiny import build_tiny_llama
+from tasks import lifecycle
+from tasks.base import StageTask, log
+from tasks.registry import register
+from tasks.settings import may_write_root
 
 
 @register
@@ -30,7 +31,7 @@ class PrepareModel(StageTask):
         return versions("torch", "transformers", "tokenizers") if self.builtin else {}
 
     def code(self):
-        return ("harness.tiny_model", "harness.corpus") if self.builtin else ()
+        return ("harness.model.tiny", "harness.model.corpus") if self.builtin else ()
 
     def key_inputs(self):
         if self.builtin:
@@ -73,7 +74,6 @@ class PrepareModel(StageTask):
                 raise ArtifactError(f"PrepareModel {self.key[:16]}: not publishing; {lifecycle.rerun_hint()}",
                                     problems)
             return {"checkpoint": self.params.model.checkpoint}
-        from harness.tiny_model import build_tiny_llama
 
         info = build_tiny_llama(self.params.model.tiny, out_dir / "model", log=log.info)
         return {"checkpoint": "model", "tiny_model": info}

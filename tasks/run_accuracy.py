@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
-from .base import log, register
-from .measuring import MeasuringStage
-from .prepare_dataset import tokenizer_dir
+from harness.loadgen.measure import run_accuracy
+from tasks.base import log
+from tasks.measuring import MeasuringStage
+from tasks.prepare_dataset import tokenizer_dir
+from tasks.registry import register
 
 
 @register
@@ -18,8 +19,6 @@ class RunAccuracy(MeasuringStage):
 
 
     def build(self, out_dir: Path) -> dict:
-        from harness.measure import run_accuracy
-
         servers, samples, ds = self.inputs()
         n = self.params.accuracy.num_samples
         samples = samples[:n] if n else samples

@@ -4,10 +4,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-
-from .base import log, register
-from .measuring import MeasuringStage
-from .prepare_dataset import tokenizer_dir
+from harness.loadgen.measure import run_performance
+from tasks.base import log
+from tasks.measuring import MeasuringStage
+from tasks.prepare_dataset import tokenizer_dir
+from tasks.registry import register
 
 
 @register
@@ -17,8 +18,6 @@ class RunLoadgen(MeasuringStage):
 
 
     def build(self, out_dir: Path) -> dict:
-        from harness.measure import run_performance
-
         servers, samples, ds = self.inputs()
         result = run_performance(servers, samples, self.params, out_dir,
                                  end_id=ds["end_id"], pad_id=ds["pad_id"],

@@ -8,9 +8,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .base import log, register
-from .measuring import MeasuringStage
-from .prepare_dataset import tokenizer_dir
+from harness.errors import MeasurementError
+from harness.loadgen.measure import run_performance
+from harness.loadgen.results import read_mllog
+from harness.mlperf.compliance import audit_applied, verify, write_audit_config, write_verification
+from tasks.base import log
+from tasks.measuring import MeasuringStage
+from tasks.prepare_dataset import tokenizer_dir
+from tasks.registry import register
 
 
 @register
@@ -22,11 +27,6 @@ class RunTest06(MeasuringStage):
         return super().code() + ("harness.mlperf.compliance",)
 
     def build(self, out_dir: Path) -> dict:
-        from harness.mlperf.compliance import audit_applied, verify, write_audit_config, write_verification
-        from harness.errors import MeasurementError
-        from harness.loadgen.results import read_mllog
-        from harness.measure import run_performance
-
         servers, samples, ds = self.inputs()
         write_audit_config(out_dir)  # LoadGen reads it from its working directory, the run's directory
         result = run_performance(servers, samples, self.params, out_dir, end_id=ds["end_id"], pad_id=ds["pad_id"],

@@ -7,9 +7,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .audited_run import AuditedRun
-from .base import register
-from .check_accuracy import SCORER_MODULES, livecodebench_key
+from harness.cache.codehash import package_modules
+from harness.mlperf.benchmarks import get
+from harness.mlperf.compliance import own_test07_threshold, verification_settings, verify_test07
+from harness.mlperf.evaluate import code_runner_for, samples_frame, score
+from tasks.audited_run import AuditedRun
+from tasks.check_accuracy import SCORER_MODULES, livecodebench_key
+from tasks.registry import register
 
 
 @register
@@ -27,15 +31,9 @@ class RunTest07(AuditedRun):
         return out
 
     def code(self):
-        from harness.codehash import package_modules
-
         return super().code() + tuple(package_modules(SCORER_MODULES))
 
     def check_log(self, out_dir: Path, entries: list[dict], samples, ds) -> dict:
-        from harness.mlperf.benchmarks import get
-        from harness.mlperf.compliance import own_test07_threshold, verification_settings, verify_test07
-        from harness.mlperf.evaluate import code_runner_for, samples_frame, score
-
         bench = get(self.params.loadgen.mlperf_model)
         tok = self.tokenizer(ds)
         a = self.params.accuracy

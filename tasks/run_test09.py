@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .audited_run import AuditedRun
-from .base import register
+from harness.mlperf.compliance import TEST09_TOLERANCE, own_test09_bounds, verification_settings, verify_test09
+from tasks.audited_run import AuditedRun
+from tasks.registry import register
 
 
 @register
@@ -16,8 +17,6 @@ class RunTest09(AuditedRun):
     test = "TEST09"
 
     def check_log(self, out_dir: Path, entries: list[dict], samples, ds) -> dict:
-        from harness.mlperf.compliance import TEST09_TOLERANCE, own_test09_bounds, verification_settings, verify_test09
-
         if not self.own_references():
             return verify_test09(entries)
         bounds, mean = own_test09_bounds(self.reference_log(entries, samples, self.tokenizer(ds)))

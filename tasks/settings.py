@@ -10,7 +10,10 @@ from typing import Iterator
 
 import luigi
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from harness import CHECKOUT
+from harness.cache.signing import load_key
+
+REPO_ROOT = CHECKOUT
 DEFAULT_PARAMS = "params/default.yaml"
 
 
@@ -46,7 +49,6 @@ def signing_key() -> bytes | None:
 
 @lru_cache(maxsize=4)
 def _read_key(path: str) -> bytes:
-    from harness.signing import load_key
     return load_key(path)
 
 

@@ -16,10 +16,10 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import runlog
+from harness.cache import runs as runlog
 
 if TYPE_CHECKING:
-    from .base import StageTask
+    from tasks.base import StageTask
 
 log = logging.getLogger("perfdag")
 _WARNED: set[tuple] = set()

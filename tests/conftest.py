@@ -86,6 +86,16 @@ def statuses(run: dict) -> dict[str, str]:
     return {v["stage"]: v["status"] for v in run["stages"].values()}
 
 
+@pytest.fixture(autouse=True)
+def _no_run_id_across_tests():
+    """A test that runs a stage in-process makes this process a run (PERFDAG_RUN_ID, in os.environ so
+    luigi's workers share it); the next test's subprocesses would inherit it and write into that run's
+    record. Each test starts and ends without one."""
+    os.environ.pop("PERFDAG_RUN_ID", None)
+    yield
+    os.environ.pop("PERFDAG_RUN_ID", None)
+
+
 @pytest.fixture
 def artifacts(tmp_path, monkeypatch) -> Path:
     root = tmp_path / "artifacts"
@@ -95,12 +105,28 @@ def artifacts(tmp_path, monkeypatch) -> Path:
     return root
 
 
+def shared_built_root(tmp_path_factory, name: str, *luigi_args: str) -> Path:
+    """An artifacts root holding `BuildEngine <luigi_args>`, built once for the whole test session: the
+    xdist workers share it (the first builds it under a lock, the others wait and use it). Tests copy
+    it before changing anything, or only read it."""
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the session's directory, above each worker's own
+    root, done = base / name, base / f"{name}.built"
+    with FileLock(str(base / f"{name}.lock")):
+        if not done.exists():
+            shutil.rmtree(root, ignore_errors=True)  # a worker that failed half-way
+            run_luigi("BuildEngine", *luigi_args, artifacts=root)
+            done.touch()
+    return root
+
+
 @pytest.fixture(scope="session")
 def built_fast(tmp_path_factory) -> Path:
     """An artifacts root holding PrepareModel -> Quantize -> BuildEngine for FAST, built once."""
-    root = tmp_path_factory.mktemp("built_fast")
-    run_luigi("BuildEngine", "--overrides", FAST, artifacts=root)
-    return root
+    return shared_built_root(tmp_path_factory, "built_fast", "--overrides", FAST)
 
 
 # The default (trained) model with short LoadGen runs: accuracy is meaningful, durations small.
@@ -110,9 +136,7 @@ SHORT = "loadgen.min_duration_ms=2000,loadgen.min_query_count=32,dataset.num_sam
 @pytest.fixture(scope="session")
 def built_default(tmp_path_factory) -> Path:
     """An artifacts root holding the default model's PrepareModel -> BuildEngine, built once."""
-    root = tmp_path_factory.mktemp("built_default")
-    run_luigi("BuildEngine", artifacts=root)
-    return root
+    return shared_built_root(tmp_path_factory, "built_default")
 
 
 @pytest.fixture
@@ -144,7 +168,7 @@ def copied_root(built: Path, dest: Path):
 def republish(artifact_dir: Path) -> None:
     """Rewrites an artifact's manifest as if it had been published as it is now: for tests that need
     a broken artifact perfdag trusts (a bad engine that was built that way, not tampered with)."""
-    from harness import integrity
+    from harness.cache import integrity
 
     m = json.loads((artifact_dir / "manifest.json").read_text())
     m["files"], m["links"] = integrity.describe(artifact_dir, skip=m.get("volatile", ()))

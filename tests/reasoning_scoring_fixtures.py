@@ -104,7 +104,7 @@ def code_text(rng: random.Random, i: int) -> str:
     other = f"def g():\n    pass  # draft {i}\n"
     forms = [f"```python\n{body}```", f"```python\n{other}```\nBetter:\n```python\n{body}```",
              f"```\n{body}```", f"```py\n{body}```", f"Here is code:\n{body}", f"```python\n{body}",
-             f"```python\n```"]
+             "```python\n```"]
     return rng.choice(forms)
 
 

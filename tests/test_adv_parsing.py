@@ -16,12 +16,13 @@ import pytest
 from conftest import REPO, run_luigi, run_records
 from luigi.task_register import Register
 
-from harness.config import ParamsError, resolve
-from harness.config import yamlio
+from harness.backends import resolve
+from harness.cache.signing import load_key
+from harness.config import ParamsError
 from harness.config.resolve import parse_env_flags
-from harness.datasets import DatasetError, load_dataset
 from harness.errors import InputError
-from harness.signing import load_key
+from harness.model.datasets import DatasetError, load_dataset
+from harness.untrusted import yamlio
 
 DEFAULT = REPO / "params" / "default.yaml"
 OPENAI = REPO / "params" / "examples" / "openai-cpu.yaml"
@@ -127,7 +128,7 @@ def test_a_sweep_point_string_reaches_the_overrides_unchanged(value):
     """A sweep point's string value is written into --overrides quoted wherever YAML 1.2 or 1.1 would
     read it as something else, so it reaches the parameters as the same string."""
     from harness.config.resolve import parse_overrides
-    from harness.sweep import SweepFile, point_overrides
+    from harness.config.sweeps import SweepFile, point_overrides
 
     sweep = SweepFile(points=[{"model.name": value}])
     parsed, problems = parse_overrides(point_overrides(sweep, sweep.points[0]))
@@ -220,8 +221,8 @@ def test_a_fifo_device_socket_or_huge_file_as_params_file_is_refused(tmp_path):
             refused(params_file=path, needles=(why,))
         cli_refused(cli(tmp_path / "a", "--params-file", str(fifo)), str(fifo), "is a FIFO")
 
-        from harness.sweep import SweepError, load_sweep
-        from harness.system_desc import load_user_yaml
+        from harness.config.sweeps import SweepError, load_sweep
+        from harness.mlperf.system_desc import load_user_yaml
         with pytest.raises(SweepError, match="sweep file .*is a FIFO"):
             load_sweep(fifo)
         with pytest.raises(InputError, match="system file /dev/zero: is a character device"):
@@ -277,10 +278,12 @@ def test_a_one_gigabyte_line_is_refused_in_validation_quickly_and_without_readin
     cli_refused(proc, f"jsonl {f} line 1: longer than dataset.max_line_bytes=16777216 bytes")
     assert took < 30, took
     assert not (tmp_path / "a").exists()
+    # The peak of this process' own memory (VmHWM): ru_maxrss would also count the forked pytest worker's
+    # memory from before exec (Linux carries it over), which is large when the worker has loaded torch.
     peak = subprocess.run([sys.executable, "-c", (
-        "import resource, sys\nfrom harness.config import ParamsError, resolve\n"
+        "import re\nfrom harness.config import ParamsError, resolve\n"
         f"try: resolve(None, 'dataset.format=jsonl,dataset.path={f}', env={{}})\n"
-        "except ParamsError: print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")],
+        "except ParamsError: print(re.search(r'VmHWM:\\s*(\\d+)', open('/proc/self/status').read()).group(1))")],
         cwd=REPO, capture_output=True, text=True, timeout=60)
     assert peak.stdout.strip() and int(peak.stdout) < 400_000, (peak.stdout, peak.stderr[-2000:])  # KiB
 
@@ -312,7 +315,7 @@ def test_deeply_nested_json_is_a_dataset_error_not_a_traceback(tmp_path):
 def test_a_dataset_that_would_not_fit_in_memory_is_refused_before_it_is_read(tmp_path, monkeypatch):
     """Loading stops with one line saying how much memory the samples would need and how much is
     available, before reading past what fits (not killed by the kernel or aborted by a native library)."""
-    import harness.datasets as datasets
+    import harness.model.datasets as datasets
 
     f = tmp_path / "d.jsonl"
     f.write_bytes(b"".join(_jsonl_line(10_000) + b"\n" for _ in range(100)))
@@ -421,5 +424,7 @@ def test_the_torch_backend_keys_its_own_triton_section(artifacts):
     assert one != _keys("triton.endpoints=[127.0.0.1:8002]", DEFAULT)
     from pipeline import STAGES
     Register.clear_instance_cache()
-    reads = STAGES["LaunchServers"](params_file=str(DEFAULT)).reads
+    reads = STAGES["LaunchServers"](params_file=str(DEFAULT)).key_parts().reads
     assert reads == ("triton.bind", "triton.grpc_ports", "triton.endpoints", "triton.binary"), reads
+
+

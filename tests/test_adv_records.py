@@ -24,6 +24,7 @@ import pytest
 from conftest import FAST, REPO, run_luigi, tritonservers_under
 
 from harness.serving.processes import TOKEN_ENV, processes_with_token, spawn
+from harness.untrusted import records as untrusted
 
 pytestmark = pytest.mark.timeout(600)
 KEY = "0123456789abcdef"
@@ -106,8 +107,8 @@ def assert_clean(proc: subprocess.CompletedProcess) -> None:
 def _specs(tmp: Path):
     from harness.backends.trtllm.launch import ServerPorts, server_command
     from harness.backends.trtllm.layout import ServerPlan
-    from harness.serving.launcher import LaunchSpec
-    from harness.serving.tritonserver import cpu_spec
+    from harness.serving.spec import LaunchSpec
+    from harness.serving.triton.server import cpu_spec
 
     yield cpu_spec(0, tmp, ["tensorrt_llm"], (1, 2, 3), bind="127.0.0.1", backend_dir=tmp, env={})
     yield LaunchSpec(index=0, argv=["serve"], host="127.0.0.1", ports={"serve": 5}, models=("",),
@@ -127,8 +128,8 @@ def test_every_record_perfdag_writes_passes_its_own_schema(tmp_path):
         proc = spawn(["sleep", "30"], tmp_path / "logs" / "server_0.log")
         try:
             rec = json.loads(json.dumps({**record_of(spec, proc, tmp_path), "node": "n", "slurm_job": "12"}))
-            with records.collected() as said:
-                assert records.parse(records.ServerRecord, rec, "test") == rec, said
+            with untrusted.collected() as said:
+                assert untrusted.parse(records.ServerRecord, rec, "test") == rec, said
             assert rec["token"] == proc.token and rec["pid"] == proc.pid
         finally:
             proc.proc.kill()
@@ -291,13 +292,12 @@ def test_malformed_records_are_reported_and_never_acted_on(tmp_path, strangers):
 
 def test_a_malformed_lease_holds_nothing_and_stays(tmp_path):
     """A lease whose fields have the wrong types is reported and counts as no holder; it is not deleted."""
-    from harness.serving import records
     from harness.serving.registry import ServerRegistry
 
     leases = tmp_path / ".servers" / KEY / "leases"
     leases.mkdir(parents=True)
     (leases / "run.json").write_text(json.dumps({"run_id": "x", "pid": str(os.getpid())}))
-    with records.collected() as said:
+    with untrusted.collected() as said:
         assert ServerRegistry(tmp_path).holders(KEY) == []
     assert len(said) == 1 and str(leases / "run.json") in said[0] and "pid" in said[0]
     assert (leases / "run.json").is_file()
@@ -476,12 +476,12 @@ def _perfdag_semaphores(pid: int | None = None) -> list[str]:
 
 @pytest.fixture(scope="module")
 def echo_http(tmp_path_factory):
-    from harness.serving.openai_client import probe
+    from harness.serving.openai.client import probe
     from harness.serving.ports import free_port
     from harness.serving.processes import terminate
 
     port = free_port()
-    proc = spawn([sys.executable, "-m", "harness.serving.echo_openai", "--port", str(port), "--token-delay-ms", "5"],
+    proc = spawn([sys.executable, "-m", "harness.serving.testing.echo_openai", "--port", str(port), "--token-delay-ms", "5"],
                  tmp_path_factory.mktemp("echo") / "echo.log", cwd=REPO)
     url = f"127.0.0.1:{port}"
     deadline = time.monotonic() + 30

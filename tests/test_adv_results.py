@@ -20,26 +20,26 @@ import sys
 import time
 from pathlib import Path
 
+import mlperf_scoring_fixtures as MF
 import numpy as np
 import pytest
+import reasoning_scoring_fixtures as RF
 from conftest import REPO, run_records, statuses, tritonservers_under
 from test_faults import FAULT, VERDICT, Run, assert_no_orphans, root  # noqa: F401 (root: a fixture)
 from test_loadgen_sut import _start_server
 
-import mlperf_scoring_fixtures as MF
-import reasoning_scoring_fixtures as RF
-from harness import compare, nightly, sweep
 from harness.loadgen import run_loadgen
 from harness.loadgen.verdict import invalid_reason, is_valid, record_relaunches, relaunch_entry
-from harness.mlperf import scoring
+from harness.mlperf import benchmarks, scoring
 from harness.mlperf.accuracy import parse_accuracy_log
 from harness.mlperf.compliance import verify
-from harness.report import build_report, render_markdown, summary_text
-from harness.serving import cpu_server as CS
-from harness.serving import tritonserver as TS
-from harness.serving.echo_model import echo_tokens
-from harness.serving.openai_client import probe
+from harness.reports import compare, nightly, sweep
+from harness.reports.report import build_report, render_markdown, summary_text
+from harness.serving.openai.client import probe
 from harness.serving.ports import free_port
+from harness.serving.testing.echo_model import echo_tokens
+from harness.serving.triton import cpu_server as CS
+from harness.serving.triton import server as TS
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -203,7 +203,7 @@ def test_a_model_that_stops_at_once_logs_no_loadgen_error_over_grpc(echo, tmp_pa
 @pytest.fixture(scope="module")
 def openai_echo():
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "harness.serving.echo_openai", "--port", str(port),
+    proc = subprocess.Popen([sys.executable, "-m", "harness.serving.testing.echo_openai", "--port", str(port),
                              "--eos-id", str(END)], cwd=REPO)
     url = f"127.0.0.1:{port}"
     deadline = time.monotonic() + 30
@@ -220,7 +220,7 @@ def test_a_model_that_stops_at_once_logs_no_loadgen_error_over_http(openai_echo,
     """OpenAI HTTP (a vLLM-like server returns the end token in token_ids and stops): a stop at once is
     [end] from the server, logged [end, end] with n_tokens 2; x then the end is [x, end] as returned.
     No LoadGen error; the first token LoadGen got is the end token."""
-    from harness.serving.echo_openai import echo_tokens as http_tokens
+    from harness.serving.testing.echo_openai import echo_tokens as http_tokens
 
     api = {"kind": "vllm", "prompt": "token_ids", "output_tokens": "server"}
     samples = [[END - 1, 40, 30], [12, END - 1, 30], [13, 40, 30]] * 8
@@ -266,8 +266,8 @@ def test_padding_a_stop_at_once_with_end_tokens_leaves_every_score_but_the_token
     padded, added = _padded(log, tok.eos_token_id)
     assert added > 0  # the fixtures hold empty and one-token outputs
     runner = RF.fake_code_runner if fx is RF else None
-    before = scoring.score_log(benchmark, log, df, tok, code_runner=runner)
-    after = scoring.score_log(benchmark, padded, df, tok, code_runner=runner)
+    before = scoring.score_log(benchmarks.get(benchmark), log, df, tok, code_runner=runner)
+    after = scoring.score_log(benchmarks.get(benchmark), padded, df, tok, code_runner=runner)
     counts = ("gen_tok_len", "tokens_per_sample")
     for k, v in before.items():
         if not k.startswith("_") and k not in counts:

@@ -4,7 +4,6 @@ namespaces) and their neighbours (ptrace, /proc of host processes, mounts, /sys,
 is a real program run in the real sandbox, and the host side checks that nothing reached it."""
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import json
 import os
@@ -21,9 +20,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness import signing
+from harness.cache import signing
 from harness.errors import InputError
-from harness.mlperf import livecodebench as lcb, mbxp, sandbox, sandbox_uids, sandbox_view
+from harness.mlperf.codeexec import livecodebench as lcb
+from harness.mlperf.codeexec import mbxp, sandbox
+from harness.mlperf.codeexec import uids as sandbox_uids
+from harness.mlperf.codeexec import view as sandbox_view
 
 REPO = Path(__file__).resolve().parent.parent
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="leased uids exist only when perfdag runs as root")
@@ -430,7 +432,7 @@ def test_a_bad_uid_base_is_one_line_naming_it_and_never_breaks_import(monkeypatc
     """PERFDAG_SANDBOX_UID_BASE is read when a job needs a uid, never at import; a bad value is one line
     naming the variable."""
     monkeypatch.setenv(sandbox_uids.UID_BASE_ENV, value)
-    proc = subprocess.run([sys.executable, "-c", "import harness.mlperf.sandbox, pipeline.score_cli"], cwd=REPO,
+    proc = subprocess.run([sys.executable, "-c", "import harness.mlperf.codeexec.sandbox, pipeline.cli.score"], cwd=REPO,
                           env={**os.environ, sandbox_uids.UID_BASE_ENV: value}, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     with pytest.raises(InputError) as e:
@@ -483,10 +485,11 @@ def test_where_the_kernel_refuses_scoring_is_refused_unless_a_weaker_mode_is_all
 def test_score_with_a_bad_setting_is_one_line_not_a_traceback(tmp_path, refusing_bwrap):
     """`python -m pipeline score` on MBXP rows with PERFDAG_SANDBOX_UID_BASE=abc, or with a bwrap the
     kernel refuses, exits 2 with one line naming the setting; nothing is scored."""
-    from harness.corpus import standin_path, standin_rows
-    from harness.tiny_model import train_tokenizer
-    from transformers import AutoTokenizer
     import numpy as np
+    from transformers import AutoTokenizer
+
+    from harness.model.corpus import standin_path, standin_rows
+    from harness.model.tiny import train_tokenizer
 
     tok_dir = tmp_path / "tok"
     train_tokenizer(512, tok_dir)

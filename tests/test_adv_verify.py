@@ -20,12 +20,21 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import (FAST, REPO, copied_root, luigi_cmd, republish, run_luigi, run_records, statuses,
-                      tritonservers_under)
+from conftest import (
+    FAST,
+    REPO,
+    copied_root,
+    luigi_cmd,
+    republish,
+    run_luigi,
+    run_records,
+    statuses,
+    tritonservers_under,
+)
 
-from harness import hashing, integrity
+from harness.cache import hashing, integrity
+from harness.cache.store import ArtifactStore
 from harness.errors import ArtifactError, InputError
-from harness.store import ArtifactStore
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -145,7 +154,7 @@ def test_a_corrupt_artifact_is_moved_aside_not_deleted(tmp_path):
 def test_corrupt_artifacts_moved_aside_age_out_with_gc(tmp_path):
     """Evidence is not kept forever: gc lets a moved-aside artifact go after --keep-days, from the time it
     was moved (corrupt.txt dates it), never a recent one."""
-    from pipeline import gc
+    from harness.gc import collect as gc
 
     root = tmp_path / "root"
     old = root / "runs" / "20260101T000000000000Z-999999999" / "corrupt" / "BuildEngine-0123456789abcdef"

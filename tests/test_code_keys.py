@@ -15,7 +15,7 @@ import pytest
 from conftest import FAST, REPO
 from luigi.task_register import Register
 
-from harness.codehash import package_modules, import_closure, module_path
+from harness.cache.codehash import import_closure, module_path, package_modules
 from pipeline import STAGES
 
 ALL = set(STAGES)
@@ -27,30 +27,32 @@ H100 = "params/examples/llama2-70b-h100x8-offline.yaml"
 
 # Modules a stage may use without listing them, and why they cannot change its output.
 NOT_SHAPING = {
+    "harness": "where the checkout and its shipped data are (paths, not behaviour)",
     "harness.errors": "exception types",
-    "harness.versions": "tool versions enter keys as values",
+    "harness.cache.versions": "tool versions enter keys as values",
     "harness.config": "parameters enter keys as values", "harness.config.schema": "", "harness.config.resolve": "",
-    "harness.config.rules": "", "harness.config.yamlio": "",
-    "harness.hashing": "how keys are made", "harness.codehash": "", "harness.integrity": "", "harness.store": "",
-    "harness.executed": "",
+    "harness.config.rules": "", "harness.untrusted.yamlio": "",
+    "harness.cache.hashing": "how keys are made", "harness.cache.codehash": "", "harness.cache.integrity": "", "harness.cache.store": "",
+    "harness.cache.executed": "", "harness.cache": "",
+    "harness.cache.runs": "run records: what ran and was reused, not what a stage computes",
     # Benchmark data reach every stage through parameter validation; the stages whose output they
     # shape (the measuring stages: latency limits; CheckAccuracy: gates) declare them.
     "harness.mlperf": "", **{m: "" for m in package_modules(("harness.mlperf.benchmarks",))},
     # What FullRun prints on the terminal (why settings are not submittable, a sweep point's line),
     # not what it writes into its artifact.
-    "harness.mlperf.readiness": "terminal output only", "harness.sweep": "",
+    "harness.mlperf.readiness": "terminal output only", "harness.reports.sweep": "",
     "harness.backends": "dispatch", "harness.backends.base": "", "harness.backends.torch": "",
     "harness.backends.trtllm": "",
     "harness.serving.processes": "process plumbing: how processes start and die, not what they compute",
     "harness.serving.ports": "", "harness.serving.launcher": "", "harness.serving.registry": "",
-    "harness.serving.cleanup": "", "harness.serving.endpoints": "", "harness.serving.triton_client": "",
+    "harness.gc.leftovers": "", "harness.serving.endpoints": "", "harness.serving.triton.client": "",
     "harness.serving.records": "checks what is read back of servers, never what a stage computes",
     "harness.loadgen.semaphores": "names the driver's semaphores so they can be cleaned up; no results",
-    "harness.serving.tritonserver": "what it renders (argv, env) is keyed as executed",
-    "harness.serving.pbtxt": "what it renders (config.pbtxt) is keyed as executed",
+    "harness.serving.triton.server": "what it renders (argv, env) is keyed as executed",
+    "harness.serving.triton.pbtxt": "what it renders (config.pbtxt) is keyed as executed",
     "harness.backends.torch.repo": "what it renders (config.pbtxt) is keyed as executed",
     "harness.cpus": "how many torch threads run; unkeyed like the core count it replaces",
-    "harness.files": "opens a file or refuses it (not a regular file, too big); what is read is the caller's",
+    "harness.untrusted.files": "opens a file or refuses it (not a regular file, too big); what is read is the caller's",
 }
 KEYED_AS_EXECUTED = ("harness.backends.trtllm.",)  # the trtllm renderers: their commands are the key
 
@@ -76,11 +78,11 @@ def test_declared_code_covers_what_each_stage_imports(gpu_overrides):
         declared_any: set[str] = set()
         for params_file, overrides in cases:
             task = _task(name, params_file, overrides)
-            declared = {_dotted(m) for m in task.code()}
+            declared = {_dotted(m) for m in task.key_parts().code}
             declared_any |= declared
-            for m in task.code():
+            for m in task.key_parts().code:
                 module_path(m)  # every declared module exists
-            missing = {m for m in import_closure(task.code()) if not _allowed(_dotted(m), declared)}
+            missing = {m for m in import_closure(task.key_parts().code) if not _allowed(_dotted(m), declared)}
             assert not missing, f"{name} ({params_file}): uses {sorted(missing)} without declaring them in code()"
         src = Path(sys.modules[type(task).__module__].__file__)
         missing = {m for m in _harness_imports(src) if not _allowed(m, declared_any)}
@@ -88,7 +90,7 @@ def test_declared_code_covers_what_each_stage_imports(gpu_overrides):
 
 
 def _harness_imports(path: Path) -> set[str]:
-    from harness.codehash import _existing_module
+    from harness.cache.codehash import _existing_module
 
     out = set()
     for node in ast.walk(ast.parse(path.read_text())):
@@ -157,19 +159,19 @@ def docstring(text: str) -> str:
 
 MATRIX = [
     ("harness/mlperf/accuracy.py", {"CheckAccuracy", "RunTest07", "FullRun"}),
-    ("harness/report.py", {"FullRun"}),
+    ("harness/reports/report.py", {"FullRun"}),
     ("harness/mlperf/compliance.py", {"RunTest06", "RunTest07", "RunTest09"}),
     ("harness/backends/torch/engine.py", FROM_BUILD),
     ("harness/backends/torch/quantize.py", FROM_QUANTIZE),
-    ("harness/calibration.py", FROM_QUANTIZE),
-    ("harness/tiny_model.py", ALL),
-    ("harness/datasets.py", {"PrepareDataset"} | MEASURE),
-    ("harness/references.py", {"PrepareDataset"} | MEASURE),
+    ("harness/model/calibration.py", FROM_QUANTIZE),
+    ("harness/model/tiny.py", ALL),
+    ("harness/model/datasets.py", {"PrepareDataset"} | MEASURE),
+    ("harness/model/references.py", {"PrepareDataset"} | MEASURE),
     ("harness/backends/torch/triton_model/model.py", SERVE | MEASURE),
     ("harness/backends/torch/batcher.py", SERVE | MEASURE),
     ("harness/loadgen/driver.py", MEASURE),
     ("harness/loadgen/cores/triton_grpc.py", MEASURE),
-    ("harness/serving/contract.py", MEASURE),
+    ("harness/serving/triton/contract.py", MEASURE),
     ("harness/serving/launcher.py", set()),       # plumbing: the commands it runs are unchanged
     ("harness/serving/processes.py", set()),
     ("harness/backends/torch/repo.py", set()),    # the configs it renders are unchanged

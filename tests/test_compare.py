@@ -6,7 +6,7 @@ import json
 import pytest
 
 from harness.errors import InputError
-from pipeline.__main__ import main
+from pipeline.cli import main
 
 
 def fullrun(root, key16, tokens, tpot99, batch, run_id=None):
@@ -49,5 +49,5 @@ def test_compare_by_key_prefix_json_and_a_clear_error(artifacts, capsys):
     assert main(["compare", "aaaa", "nothing-like-it"]) == 2
     assert "not a report.json, a FullRun directory" in capsys.readouterr().err
     with pytest.raises(InputError):
-        from pipeline.compare_cli import resolve
+        from pipeline.cli.compare import resolve
         resolve("", artifacts)

@@ -6,9 +6,9 @@ only) and runs the export tests in TensorRT-LLM 1.2's stack.
 from __future__ import annotations
 
 import re
-import tomllib
 
 import pytest
+import tomllib
 from conftest import REPO
 from packaging.requirements import Requirement
 from packaging.version import Version

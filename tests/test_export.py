@@ -18,6 +18,7 @@ import pytest
 import torch
 import transformers
 
+from harness.backends.base import Work
 from harness.backends.export_checks import (
     SOURCE_CONFIG,
     hf_checkpoint_problems,
@@ -215,7 +216,8 @@ def test_export_check_stops_mismatched_rope_and_mixtral_before_trtllm_build(src,
         raise AssertionError("trtllm-build must not run on a mismatched checkpoint")
     monkeypatch.setattr(trt_build, "run_trtllm_build", no_build)
     with pytest.raises(trt_pkg.TrtllmError, match="rotary_base"):
-        trt_pkg.TrtllmBackend().build(out, tmp_path / "engine", p, lambda s: None)
+        trt_pkg.TrtllmBackend().build.run(Work(p, tmp_path, {"checkpoint": out}, out_dir=tmp_path / "engine",
+                                               log=lambda s: None))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, copied_root, SHORT, republish, run_luigi, run_records, statuses, tritonservers_under
+from conftest import REPO, SHORT, copied_root, republish, run_luigi, run_records, statuses, tritonservers_under
 
 
 @pytest.fixture

@@ -9,12 +9,12 @@ import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-import harness.serving.launcher
 import pytest
 from filelock import FileLock
 
-from pipeline import gc
-from pipeline.__main__ import main
+import harness.serving.launcher
+from harness.gc import collect as gc
+from pipeline.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
 NOW = datetime.now(timezone.utc)

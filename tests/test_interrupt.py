@@ -112,7 +112,7 @@ def test_a_signal_during_a_readiness_wait_ends_the_run_within_seconds(root, sig)
 
 
 def test_sigterm_during_warm_up_ends_the_run_within_seconds(root):
-    from harness.serving.triton_client import probe_ready
+    from harness.serving.triton.client import probe_ready
 
     hang_model(root, "execute")  # ready, but the warm-up request is never answered (120 s timeout)
     run = Run(root, "RunLoadgen", "--overrides", FAULT)

@@ -90,7 +90,7 @@ def test_cosmetic_changes_change_nothing(tmp_path):
 
 
 def test_tool_version_change_rekeys_its_stage_and_downstream(monkeypatch):
-    import harness.versions as versions
+    import harness.cache.versions as versions
 
     before = keys()
     real = versions.package_version

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+from pathlib import Path
 
 from conftest import REPO
 
@@ -27,7 +28,7 @@ def test_importing_pipeline_changes_no_global_state():
         "n_atexit = atexit._ncallbacks()\n"
         "loggers = {n: (list(l.filters), list(l.handlers), l.propagate) for n, l in logging.root.manager.loggerDict.items()"
         " if isinstance(l, logging.Logger)}\n"
-        "import pipeline, pipeline.__main__, pipeline.status, pipeline.gc\n"
+        "import pipeline, pipeline.__main__, pipeline.cli, pipeline.status, harness.gc.collect\n"
         "assert dict(os.environ) == env, set(os.environ.items()) ^ set(env.items())\n"
         "assert signal.getsignal(signal.SIGINT) is sig\n"
         "assert atexit._ncallbacks() == n_atexit\n"
@@ -66,10 +67,10 @@ def test_tasks_never_branch_on_the_backend_name():
 
 
 def test_one_tensor_contract():
-    """Only harness/serving/contract.py spells the contract's input table."""
+    """Only harness/serving/triton/contract.py spells the contract's input table."""
     hits = [f for f in (REPO / "harness").rglob("*.py")
             if '"request_output_len", "TYPE_INT32"' in f.read_text()]
-    assert [h.relative_to(REPO).as_posix() for h in hits] == ["harness/serving/contract.py"]
+    assert [h.relative_to(REPO).as_posix() for h in hits] == ["harness/serving/triton/contract.py"]
 
 
 def test_no_module_over_400_lines_without_a_reason():
@@ -92,5 +93,13 @@ def _imported(argv: list[str], env: dict) -> set[str]:
 def test_status_imports_no_torch(tmp_path):
     import os
     mods = _imported(["-m", "pipeline", "status"], {**os.environ, "PERFDAG_ARTIFACTS": str(tmp_path)})
-    assert "pipeline.status" in mods
+    assert "pipeline.cli.status" in mods
     assert not {m for m in mods if m.split(".")[0] in ("torch", "transformers", "modelopt", "matplotlib")}
+
+
+def test_import_contracts_hold():
+    """The architecture declared in pyproject.toml ([tool.importlinter]) holds: pipeline above tasks above
+    harness, harness without luigi, harness's packages in layers, and no import circles anywhere."""
+    proc = subprocess.run([str(Path(sys.executable).with_name("lint-imports")), "--no-cache"], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.mlperf import livecodebench as lcb
+from harness.mlperf.codeexec import livecodebench as lcb
 
 REPO = Path(__file__).resolve().parent.parent
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox needs root")
@@ -193,7 +193,8 @@ def test_score_command_runs_the_code_and_keeps_the_results(problems, tmp_path, c
 
     sys.path.insert(0, str(REPO / "tests"))
     import mlperf_scoring_fixtures as MF
-    from pipeline.__main__ import main
+
+    from pipeline.cli import main
 
     path, _ = problems
     tok_dir = MF.save_tokenizer(tmp_path / "tok")

@@ -1,5 +1,5 @@
 """The measuring side: datasets, accuracy scoring and the LoadGen SUT against a real
-tritonserver (CPU) serving the zero-cost echo model (harness/triton_model/echo_model.py).
+tritonserver (CPU) serving the zero-cost echo model (harness/serving/testing/echo_model.py).
 
 Server-backed tests share one module-scoped server (models ``echo``: zero cost, errors on
 prompts containing token 999; ``echo_slow``: 2 ms per token).  The server-death test starts
@@ -18,6 +18,13 @@ import numpy as np
 import psutil
 import pytest
 
+from harness.backends.torch.repo import render_torch_model_config
+from harness.loadgen import (
+    LoadgenError,
+    latency_constraints,
+    parse_summary,
+    run_loadgen,
+)
 from harness.mlperf.accuracy import (
     AccuracyLogError,
     check,
@@ -27,29 +34,23 @@ from harness.mlperf.accuracy import (
     score_outputs,
     score_texts,
 )
-from harness.backends.torch.repo import render_torch_model_config
-from harness.datasets import (
+from harness.model.datasets import (
     DatasetError,
     Sample,
     builtin_prompt_split,
     load_dataset,
     write_jsonl,
 )
-from harness.loadgen import (
-    LoadgenError,
-    latency_constraints,
-    parse_summary,
-    run_loadgen,
-)
-from harness.serving import cpu_server as CS
 from harness.serving import ports as P
-from harness.serving import tritonserver as TS
-from harness.serving.echo_model import echo_tokens
-from harness.serving.pbtxt import write_model_repo
+from harness.serving.testing.echo_model import echo_tokens
+from harness.serving.triton import cpu_server as CS
+from harness.serving import shm
+from harness.serving.triton import server as TS
+from harness.serving.triton.pbtxt import write_model_repo
 
 pytestmark = pytest.mark.timeout(240)
 
-ECHO_PY = Path(__file__).resolve().parent.parent / "harness" / "serving" / "echo_model.py"
+ECHO_PY = Path(__file__).resolve().parent.parent / "harness" / "serving" / "testing" / "echo_model.py"
 ERROR_TOKEN = 999
 MAX_NEW = 8
 
@@ -58,7 +59,7 @@ MAX_NEW = 8
 
 @pytest.fixture(scope="module")
 def tokenizer_dir(tmp_path_factory) -> Path:
-    from harness.tiny_model import train_tokenizer
+    from harness.model.tiny import train_tokenizer
 
     d = tmp_path_factory.mktemp("tok")
     train_tokenizer(512, d)
@@ -68,7 +69,7 @@ def tokenizer_dir(tmp_path_factory) -> Path:
 def test_builtin_dataset_is_deterministic_prefixes(tokenizer_dir):
     from transformers import AutoTokenizer
 
-    from harness.corpus import corpus_lines
+    from harness.model.corpus import corpus_lines
 
     a = load_dataset("builtin", None, tokenizer_dir, 20, max_input_len=64)
     b = load_dataset("builtin", None, tokenizer_dir, 20, max_input_len=64)
@@ -273,7 +274,7 @@ def echo_server(tmp_path_factory, backend_dir):
         yield h
     finally:
         CS.stop_server(h, timeout=20)
-    assert not TS.shm_regions(h.spec.shm_prefix), "the stopped server's shared memory is left in /dev/shm"
+    assert not shm.shm_regions(h.spec.shm_prefix), "the stopped server's shared memory is left in /dev/shm"
 
 
 def _prompts(n: int) -> list[list[int]]:

@@ -6,14 +6,16 @@ import hashlib
 import json
 from pathlib import Path
 
+import mlperf_scoring_fixtures as F
 import numpy as np
 import pandas as pd
 import pytest
 
-import mlperf_scoring_fixtures as F
 from harness.errors import InputError
-from harness.mlperf import scoring
-from harness.mlperf.scoring import common, llama3_405b, mixtral
+from harness.mlperf import benchmarks, scoring
+from harness.mlperf.scoring import common
+from harness.mlperf.scoring import llama3_1_405b as llama3_405b
+from harness.mlperf.scoring import mixtral_8x7b as mixtral
 
 GOLDEN = json.loads((Path(__file__).parent / "golden" / "mlperf_scoring" / "scripts.json").read_text())
 
@@ -56,9 +58,9 @@ def test_same_numbers_as_mlcommons_script(benchmark, tok):
                              "entry_point": entry_point, "response": t})
         return F.fake_code_runner(rows, texts)
 
-    result = scoring.score_log(benchmark, log, df, tok, code_runner=runner)
+    result = scoring.score_log(benchmarks.get(benchmark), log, df, tok, code_runner=runner)
     assert_same(result, GOLDEN[benchmark]["metrics"])
-    assert set(metrics_only(result)) <= set(scoring.metric_names(benchmark))
+    assert set(metrics_only(result)) <= set(benchmarks.get(benchmark).scoring().METRICS)
     if benchmark == "mixtral-8x7b":
         g = GOLDEN[benchmark]
         assert len(received) == g["mbxp_problems"]
@@ -79,18 +81,18 @@ def test_fixtures_have_the_edge_cases(tok):
 def test_mixtral_subsets_score_like_a_log_of_those_rows_only(tok):
     df, log = built("mixtral-8x7b", tok)
     theirs = GOLDEN["mixtral-8x7b/GSM8K-only"]["metrics"]
-    assert_same(scoring.score_log("mixtral-8x7b", F.only_subset(log, df, "GSM8K"), df, tok), theirs)
-    assert_same(scoring.score_log("mixtral-8x7b", log, df, tok, subsets=["GSM8K"]), theirs)
+    assert_same(scoring.score_log(benchmarks.get("mixtral-8x7b"), F.only_subset(log, df, "GSM8K"), df, tok), theirs)
+    assert_same(scoring.score_log(benchmarks.get("mixtral-8x7b"), log, df, tok, subsets=["GSM8K"]), theirs)
     with pytest.raises(InputError, match="subset.*OpenOrkka"):
-        scoring.score_log("mixtral-8x7b", log, df, tok, subsets=["OpenOrkka"])
+        scoring.score_log(benchmarks.get("mixtral-8x7b"), log, df, tok, subsets=["OpenOrkka"])
 
 
 def test_int64_logs_score_the_same_as_int32(tok):
     df, log = built("llama2-70b", tok)
     log64 = [{**e, "data": F.to_hex(common.decode_hex_ids(e["data"], np.int32, ""), np.int64)} for e in log]
-    assert_same(scoring.score_log("llama2-70b", log64, df, tok, dtype="int64"), GOLDEN["llama2-70b"]["metrics"])
+    assert_same(scoring.score_log(benchmarks.get("llama2-70b"), log64, df, tok, dtype="int64"), GOLDEN["llama2-70b"]["metrics"])
     with pytest.raises(InputError, match="not a whole number of int64"):
-        scoring.score_log("llama2-70b", log, df, tok, dtype="int64")
+        scoring.score_log(benchmarks.get("llama2-70b"), log, df, tok, dtype="int64")
 
 
 # ====================================================================== the pieces
@@ -138,7 +140,7 @@ def test_405b_metrics():
 
 def test_405b_detail_per_subset(tok):
     df, log = built("llama3.1-405b", tok)
-    detail = scoring.score_log("llama3.1-405b", log, df, tok)["_detail"]
+    detail = scoring.score_log(benchmarks.get("llama3.1-405b"), log, df, tok)["_detail"]
     assert set(detail["subsets"]) == {"govreport", "ruler_niah", "longbench_qa"}
     assert set(detail["subsets"]["govreport"]) == {"rougeL", "rows"}
 
@@ -162,7 +164,7 @@ def test_mixtral_counts_repeats_in_gen_num_only(tok):
     df = pd.DataFrame({"dataset": ["GSM8K", "GSM8K"], "gt_output": ["2", "3"], "id": ["a", "b"], "input": ["", ""]})
     ids = tok.encode("The answer is 2", add_special_tokens=False)
     log = [{"qsl_idx": 0, "data": F.to_hex(ids)}, {"qsl_idx": 0, "data": F.to_hex(ids + ids)}]
-    r = scoring.score_log("mixtral-8x7b", log, df, tok)
+    r = scoring.score_log(benchmarks.get("mixtral-8x7b"), log, df, tok)
     assert (r["gsm8k"], r["gen_num"], r["gen_tok_len"]) == (100.0, 2, len(ids))
     assert r["tokens_per_sample"] == round(len(ids) / 2, 1) and r["mbxp"] == 0 and "rouge1" not in r
 
@@ -171,9 +173,9 @@ def test_mbxp_absent_without_a_code_runner_and_gsm8k_absent_without_rows(tok):
     df = pd.DataFrame({"dataset": ["MBXP", "OpenOrca"], "gt_output": ["assert f()", "hi there."],
                        "id": ["python_f", "o"], "input": ["p", "q"]})
     log = [{"qsl_idx": i, "data": F.to_hex(tok.encode("hi there.", add_special_tokens=False))} for i in (0, 1)]
-    r = scoring.score_log("mixtral-8x7b", log, df, tok)
+    r = scoring.score_log(benchmarks.get("mixtral-8x7b"), log, df, tok)
     assert "mbxp" not in r and "gsm8k" not in r and r["rouge1"] == 100.0
-    r = scoring.score_log("mixtral-8x7b", log, df, tok, code_runner=lambda rows, texts: {"mbxp": 100.0 * len(texts)})
+    r = scoring.score_log(benchmarks.get("mixtral-8x7b"), log, df, tok, code_runner=lambda rows, texts: {"mbxp": 100.0 * len(texts)})
     assert r["mbxp"] == 100.0
 
 
@@ -193,40 +195,44 @@ def test_malformed_inputs_raise_one_line_input_errors(tok):
     ]
     for log, msg in cases:
         with pytest.raises(InputError, match=msg) as exc:
-            scoring.score_log("llama2-70b", log, df, tok, log_name="run/mlperf_log_accuracy.json")
+            scoring.score_log(benchmarks.get("llama2-70b"), log, df, tok, log_name="run/mlperf_log_accuracy.json")
         assert "\n" not in str(exc.value) and "mlperf_log_accuracy.json" in str(exc.value)
     with pytest.raises(InputError, match=r"mix.pkl: mixtral-8x7b needs column\(s\) 'dataset'.*'id'") as exc:
-        scoring.score_log("mixtral-8x7b", [], df.rename(columns={"output": "gt_output"}).assign(input=""), tok,
+        scoring.score_log(benchmarks.get("mixtral-8x7b"), [], df.rename(columns={"output": "gt_output"}).assign(input=""), tok,
                           dataset_name="mix.pkl")
     with pytest.raises(InputError, match="row 0: column 'output' must be text"):
-        scoring.score_log("llama2-70b", [{"qsl_idx": 0, "data": ""}], pd.DataFrame({"output": [None]}), tok)
+        scoring.score_log(benchmarks.get("llama2-70b"), [{"qsl_idx": 0, "data": ""}], pd.DataFrame({"output": [None]}), tok)
     odd = pd.DataFrame({"dataset": ["gsm8k"], "gt_output": ["1"], "id": ["x"], "input": [""]})
     with pytest.raises(InputError, match="row 0: column 'dataset' is 'gsm8k'"):
-        scoring.score_log("mixtral-8x7b", [{"qsl_idx": 0, "data": ""}], odd, tok)
+        scoring.score_log(benchmarks.get("mixtral-8x7b"), [{"qsl_idx": 0, "data": ""}], odd, tok)
     with pytest.raises(InputError, match="row 0: column 'metric' is 'bleu'"):
-        scoring.score_log("llama3.1-405b", [{"qsl_idx": 0, "data": ""}],
+        scoring.score_log(benchmarks.get("llama3.1-405b"), [{"qsl_idx": 0, "data": ""}],
                           pd.DataFrame({"gt_output": ["x"], "metric": ["bleu"]}), tok)
     with pytest.raises(InputError, match="dtype 'float'"):
-        scoring.score_log("llama2-70b", [{"qsl_idx": 0, "data": ""}], df, tok, dtype="float")
-    with pytest.raises(InputError, match="no scorer.*llama2-70b"):
-        scoring.score_log("llama2-7b", [], df, tok)
+        scoring.score_log(benchmarks.get("llama2-70b"), [{"qsl_idx": 0, "data": ""}], df, tok, dtype="float")
+    with pytest.raises(KeyError, match="unknown MLPerf benchmark 'llama2-7b'.*llama2-70b"):
+        scoring.score_log(benchmarks.get("llama2-7b"), [], df, tok)
 
 
 def test_interface_tables():
-    assert set(scoring.SCORERS) == {"llama2-70b", "llama3.1-8b", "mixtral-8x7b", "llama3.1-405b", "deepseek-r1",
-                                    "gpt-oss-120b"}
-    assert scoring.required_columns("llama2-70b") == ("output",)
-    assert scoring.required_columns("mixtral-8x7b") == ("dataset", "gt_output", "id")
-    assert scoring.required_columns("llama3.1-405b") == ("gt_output", "metric")
-    assert "gsm8k" in scoring.metric_names("mixtral-8x7b") and "mbxp" in scoring.metric_names("mixtral-8x7b")
-    assert "tokens_per_sample" not in scoring.metric_names("llama3.1-8b")
-    assert scoring.metric_names("llama3.1-405b")[:2] == ("rougeL", "exact_match")
+    """The one benchmark registry names each benchmark's scorer, a module of the benchmark's own name."""
+    assert set(benchmarks.REGISTRY) == {"llama2-70b", "llama3.1-8b", "mixtral-8x7b", "llama3.1-405b", "deepseek-r1",
+                                        "gpt-oss-120b"}
+    for b in benchmarks.REGISTRY.values():
+        assert b.scorer == b.name.replace(".", "_").replace("-", "_") == b.scoring().__name__.rsplit(".", 1)[1]
+    scorer = lambda name: benchmarks.get(name).scoring()  # noqa: E731
+    assert scorer("llama2-70b").REQUIRED_COLUMNS == ("output",)
+    assert scorer("mixtral-8x7b").REQUIRED_COLUMNS == ("dataset", "gt_output", "id")
+    assert scorer("llama3.1-405b").REQUIRED_COLUMNS == ("gt_output", "metric")
+    assert "gsm8k" in scorer("mixtral-8x7b").METRICS and "mbxp" in scorer("mixtral-8x7b").METRICS
+    assert "tokens_per_sample" not in scorer("llama3.1-8b").METRICS
+    assert benchmarks.get("llama3.1-405b").scoring().METRICS[:2] == ("rougeL", "exact_match")
 
 
 def test_pipeline_llama2_path_gives_the_same_numbers(tok, tmp_path):
     """harness.mlperf.accuracy (CheckAccuracy's scoring today) on the llama2 fixture."""
-    from harness.datasets import Sample
     from harness.mlperf.accuracy import parse_accuracy_log, score_outputs
+    from harness.model.datasets import Sample
 
     df, log = built("llama2-70b", tok)
     (tmp_path / "mlperf_log_accuracy.json").write_text(json.dumps(log))
@@ -236,13 +242,13 @@ def test_pipeline_llama2_path_gives_the_same_numbers(tok, tmp_path):
 
 def test_per_row_detail_adds_up_to_the_metrics(tok):
     df, log = built("mixtral-8x7b", tok)
-    r = scoring.score_log("mixtral-8x7b", log, df, tok)
+    r = scoring.score_log(benchmarks.get("mixtral-8x7b"), log, df, tok)
     rows = r["_detail"]["per_row"]
     gsm = [v for v in rows.values() if "correct" in v]
     assert len(gsm) == r["_detail"]["rows"]["GSM8K"] and 100 * sum(v["correct"] for v in gsm) / len(gsm) == r["gsm8k"]
     orca = [v["rouge1"] for v in rows.values() if "rouge1" in v]
     assert np.mean(orca) == pytest.approx(r["rouge1"], abs=1e-3)
     df, log = built("llama3.1-405b", tok)
-    r = scoring.score_log("llama3.1-405b", log, df, tok)
+    r = scoring.score_log(benchmarks.get("llama3.1-405b"), log, df, tok)
     em = [v["exact_match"] for v in r["_detail"]["per_row"].values() if "exact_match" in v]
     assert len(r["_detail"]["per_row"]) == r["gen_num"] and np.mean(em) == pytest.approx(r["exact_match"])

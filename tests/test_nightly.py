@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from harness import nightly
+from harness.reports import nightly
 
 VARIED = ["build.max_batch_size", "loadgen.scenario"]
 

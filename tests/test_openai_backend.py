@@ -9,9 +9,10 @@ import pytest
 from conftest import REPO
 from luigi.task_register import Register
 
+from harness.backends import resolve
 from harness.backends.openai.servers import llm_api_options, server_argv
-from harness.config import ParamsError, resolve
-from harness.executed import normalise
+from harness.cache.executed import normalise
+from harness.config import ParamsError
 from pipeline import STAGES
 
 GOLDEN = REPO / "tests" / "golden" / "openai"

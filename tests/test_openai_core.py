@@ -10,9 +10,9 @@ import pytest
 from conftest import REPO
 
 from harness.loadgen import LoadgenError, run_loadgen
-from harness.serving.echo_openai import echo_tokens
-from harness.serving.openai_client import probe
+from harness.serving.openai.client import probe
 from harness.serving.ports import free_port
+from harness.serving.testing.echo_openai import echo_tokens
 
 API = {"kind": "vllm", "prompt": "token_ids", "output_tokens": "server"}
 PROMPTS = [[10 + i, 20 + i % 7, 30] for i in range(40)]
@@ -21,7 +21,7 @@ PROMPTS = [[10 + i, 20 + i % 7, 30] for i in range(40)]
 @pytest.fixture(scope="module")
 def echo():
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "harness.serving.echo_openai", "--port", str(port),
+    proc = subprocess.Popen([sys.executable, "-m", "harness.serving.testing.echo_openai", "--port", str(port),
                              "--token-delay-ms", "1"], cwd=REPO)
     url = f"127.0.0.1:{port}"
     deadline = time.monotonic() + 30
@@ -64,7 +64,7 @@ def test_a_server_that_is_not_there_is_named(tmp_path):
 
 def _echo_server(*flags: str):
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "harness.serving.echo_openai", "--port", str(port), *flags],
+    proc = subprocess.Popen([sys.executable, "-m", "harness.serving.testing.echo_openai", "--port", str(port), *flags],
                             cwd=REPO)
     url = f"127.0.0.1:{port}"
     deadline = time.monotonic() + 30

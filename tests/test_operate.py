@@ -11,7 +11,7 @@ import sys
 import time
 
 import pytest
-from conftest import REPO, copied_root, SHORT, run_luigi, run_records, statuses, tritonservers_under
+from conftest import REPO, SHORT, copied_root, run_luigi, run_records, statuses, tritonservers_under
 
 
 def free_port() -> int:

@@ -5,7 +5,8 @@ import pytest
 import yaml
 from conftest import REPO, run_luigi
 
-from harness.config import ParamsError, resolve
+from harness.backends import resolve
+from harness.config import ParamsError
 from pipeline import BuildEngine, PrepareModel
 
 DEFAULT = REPO / "params" / "default.yaml"
@@ -116,7 +117,7 @@ def test_luigi_cli_exits_nonzero_with_one_line_per_problem(tmp_path):
 
 
 def test_status_cli_rejects_bad_params(tmp_path, capsys, artifacts):
-    from pipeline.__main__ import main
+    from pipeline.cli import main
 
     assert main(["status", "--overrides", "quantize.format=bogus"]) == 2
     assert "quantize.format" in capsys.readouterr().err

@@ -23,6 +23,7 @@ from harness.backends.torch.quantize import (
     quantize_in_memory,
 )
 
+
 def _has_w8a16() -> bool:
     """modelopt 0.37 (TensorRT-LLM 1.1/1.2's) has no INT8_WEIGHT_ONLY_CFG: int8 is refused there."""
     import modelopt.torch.quantization as mtq

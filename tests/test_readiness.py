@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.config import resolve
+from harness.backends import resolve
 from harness.mlperf.readiness import submission_warnings
 
 DEFAULT = Path(__file__).resolve().parent.parent / "params" / "default.yaml"

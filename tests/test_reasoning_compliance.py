@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 
+import mlperf_scoring_fixtures as MF
 import pandas as pd
 import pytest
-
-import mlperf_scoring_fixtures as MF
 import reasoning_scoring_fixtures as RF
+
+from harness.mlperf import benchmarks
 from harness.mlperf import compliance as C
 from harness.mlperf.scoring import score_log
 from harness.mlperf.submission import ScenarioRuns, accuracy_text, assemble, compliance_tests
@@ -46,7 +47,7 @@ def _gpqa(tok, n: int, right: int):
 @pytest.mark.parametrize("right,passed", [(61, True), (60, False), (0, False)])
 def test_test07_threshold(tok, tmp_path, right, passed):
     df, log = _gpqa(tok, 100, right)
-    r = C.verify_test07(log, lambda e: score_log("gpt-oss-120b", e, df, tok))
+    r = C.verify_test07(log, lambda e: score_log(benchmarks.get("gpt-oss-120b"), e, df, tok))
     assert r["exact_match"] == float(right) and r["passed"] is passed  # 60.698: 61% passes, 60% does not
     path = C.write_result(tmp_path, r)
     text = path.read_text()
@@ -89,14 +90,14 @@ def test_own_thresholds_come_from_the_references(tok, tmp_path):
     """A stand-in (reference_scores: self): TEST07's threshold is target x the references' exact_match,
     TEST09's band the references' mean length +-10%, both over the logged samples, repeats included."""
     df, refs = _gpqa(tok, 10, 10)  # the references: all right
-    threshold, ref = C.own_test07_threshold(refs, lambda e: score_log("gpt-oss-120b", e, df, tok), 0.9)
+    threshold, ref = C.own_test07_threshold(refs, lambda e: score_log(benchmarks.get("gpt-oss-120b"), e, df, tok), 0.9)
     assert (threshold, ref) == (90.0, 100.0)
     _, outputs = _gpqa(tok, 10, 9)  # 90% right: passes at 90.0, 80% does not
-    assert C.verify_test07(outputs, lambda e: score_log("gpt-oss-120b", e, df, tok), threshold)["passed"]
+    assert C.verify_test07(outputs, lambda e: score_log(benchmarks.get("gpt-oss-120b"), e, df, tok), threshold)["passed"]
     _, worse = _gpqa(tok, 10, 8)
-    assert not C.verify_test07(worse, lambda e: score_log("gpt-oss-120b", e, df, tok), threshold)["passed"]
+    assert not C.verify_test07(worse, lambda e: score_log(benchmarks.get("gpt-oss-120b"), e, df, tok), threshold)["passed"]
     with pytest.raises(Exception, match="cannot set the threshold"):
-        C.own_test07_threshold(worse[9:], lambda e: score_log("gpt-oss-120b", e, df, tok), 0.9)
+        C.own_test07_threshold(worse[9:], lambda e: score_log(benchmarks.get("gpt-oss-120b"), e, df, tok), 0.9)
     refs = [{"qsl_idx": i, "data": RF.to_hex([7] * n)} for i, n in enumerate([10, 30])]
     bounds, mean = C.own_test09_bounds(refs)
     assert mean == 20 and bounds == (18.0, 22.0)
@@ -119,12 +120,12 @@ def _loadgen_dir(path, accuracy_log: list[dict]):
 def test_submission_tree_has_test07_and_test09_where_the_checker_reads_them(tok, tmp_path):
     df, log = _gpqa(tok, 100, 70)
     runs = {}
-    for test, verdict in (("TEST07", C.verify_test07(log, lambda e: score_log("gpt-oss-120b", e, df, tok))),
+    for test, verdict in (("TEST07", C.verify_test07(log, lambda e: score_log(benchmarks.get("gpt-oss-120b"), e, df, tok))),
                           ("TEST09", C.verify_test09(log))):
         runs[test] = _loadgen_dir(tmp_path / test.lower(), log)
         C.write_result(runs[test], verdict)
     perf, acc = _loadgen_dir(tmp_path / "perf", []), _loadgen_dir(tmp_path / "acc", log)
-    scores = score_log("gpt-oss-120b", log, df, tok)
+    scores = score_log(benchmarks.get("gpt-oss-120b"), log, df, tok)
     files = assemble(tmp_path / "tree", division="open", submitter="perfdag", system="sys", benchmark="gpt-oss-120b",
                      maps_to=None, system_desc={}, measurements={}, src_readme="x", params_yaml="",
                      runs=[ScenarioRuns("Offline", perf, acc, scores, compliance=runs)])
@@ -145,7 +146,7 @@ def test_accuracy_txt_for_exact_match_benchmarks():
 
 
 def test_request_timeout_scales_with_the_requested_length():
-    from harness.measure import request_timeout
+    from harness.loadgen.measure import request_timeout
 
     assert request_timeout(300, 32) == 300 and request_timeout(300, 1024) == 300
     assert request_timeout(300, 20000) == pytest.approx(300 * 20000 / 1024)  # deepseek-r1's 20,000 tokens
@@ -156,6 +157,7 @@ def test_request_timeout_scales_with_the_requested_length():
                                               ("llama2-70b-99.9", {"test06"})])
 def test_submission_dag_runs_the_registry_s_compliance_tests(maps_to, expected):
     from conftest import REPO
+
     from pipeline.submission import Submission
 
     s = Submission(params_file="params/default.yaml", scenarios="Offline", system=str(REPO / "params/systems/cpu-example.yaml"),

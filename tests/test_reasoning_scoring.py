@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 import mlperf_scoring_fixtures as MF
+import pytest
 import reasoning_scoring_fixtures as RF
+
 from harness.errors import InputError
 from harness.mlperf import benchmarks
-from harness.mlperf.scoring import SCORERS, score_log
 from harness.mlperf.scoring import reasoning as R
+from harness.mlperf.scoring import score_log
 from harness.mlperf.scoring.math_grade import grade_answer
 
 GOLDEN = json.loads((Path(__file__).parent / "golden" / "mlperf_scoring" / "reasoning.json").read_text())
@@ -43,7 +43,7 @@ def _needs_latex():
 
 
 def test_registered():
-    assert set(SCORERS) >= {"deepseek-r1", "gpt-oss-120b"}
+    assert {"deepseek-r1", "gpt-oss-120b"} <= set(benchmarks.REGISTRY)
     ds, go = benchmarks.get("deepseek-r1"), benchmarks.get("gpt-oss-120b")
     assert ds.rounds == ("v5.1", "v6.0", "v6.1") and go.rounds == ("v6.0", "v6.1")
     assert go.accuracy_sample_count == 4395 and go.dataset_size == 6396 and ds.dataset_size == 4388
@@ -59,20 +59,20 @@ def test_registered():
 def test_deepseek_same_numbers_as_mlcommons_script(built, tok):
     _needs_latex()
     df, log = built["deepseek-r1"]
-    result = score_log("deepseek-r1", log, df, tok, code_runner=RF.fake_code_runner)
+    result = score_log(benchmarks.get("deepseek-r1"), log, df, tok, code_runner=RF.fake_code_runner)
     _same(result, GOLDEN["deepseek-r1"]["metrics"])
-    no_code = score_log("deepseek-r1", RF.without_code(df, log), df, tok)
+    no_code = score_log(benchmarks.get("deepseek-r1"), RF.without_code(df, log), df, tok)
     _same(no_code, GOLDEN["deepseek-r1/no-code"]["metrics"])
 
 
 def test_gpt_oss_same_numbers_as_mlcommons_script(built, tok):
     df, log = built["gpt-oss-120b"]
-    result = score_log("gpt-oss-120b", log, df, tok, code_runner=RF.fake_code_runner)
+    result = score_log(benchmarks.get("gpt-oss-120b"), log, df, tok, code_runner=RF.fake_code_runner)
     _same(result, GOLDEN["gpt-oss-120b"]["metrics"])
     g = GOLDEN["gpt-oss-120b"]["output_file"]
     assert round(result["_detail"]["exact_match_unrounded"], 4) == round(g["final_score_percentage"], 4)
     assert {k: [v["correct"], v["total"]] for k, v in result["_detail"]["per_dataset"].items()} == g["per_dataset"]
-    no_code = score_log("gpt-oss-120b", RF.without_code(df, log), df, tok)
+    no_code = score_log(benchmarks.get("gpt-oss-120b"), RF.without_code(df, log), df, tok)
     _same(no_code, GOLDEN["gpt-oss-120b/no-code"]["metrics"])
 
 
@@ -92,7 +92,7 @@ def test_no_code_runner_means_no_exact_match(built, tok):
         df, log = built[b]
         if b == "deepseek-r1":
             _needs_latex()
-        result = score_log(b, log, df, tok)
+        result = score_log(benchmarks.get(b), log, df, tok)
         assert "exact_match" not in result and "no code runner" in result["_detail"]["exact_match_missing"]
         assert "tokens_per_sample" in result  # the length is still reported
 
@@ -104,11 +104,11 @@ def test_gpt_oss_counts_every_entry_deepseek_only_the_first(tok):
     wrong = tok.encode("<|channel|>final<|message|>C<|return|>", add_special_tokens=False)
     df = pd.DataFrame({"dataset": ["gpqa_diamond"], "ground_truth": ["B"], "gt_output": ["B"]})
     log = [{"qsl_idx": 0, "data": RF.to_hex(ids)}, {"qsl_idx": 0, "data": RF.to_hex(wrong)}]
-    assert score_log("gpt-oss-120b", log, df, tok)["exact_match"] == 50.0
+    assert score_log(benchmarks.get("gpt-oss-120b"), log, df, tok)["exact_match"] == 50.0
     # deepseek: the harmony text has no "Answer:", so its first (and only scored) entry is wrong
     plain = tok.encode("Answer: B", add_special_tokens=False)
     log = [{"qsl_idx": 0, "data": RF.to_hex(plain)}, {"qsl_idx": 0, "data": RF.to_hex(wrong)}]
-    r = score_log("deepseek-r1", log, df, tok)
+    r = score_log(benchmarks.get("deepseek-r1"), log, df, tok)
     assert r["exact_match"] == 100.0 and r["num-samples"] == 1
 
 
@@ -176,9 +176,9 @@ def test_unknown_dataset_value_is_one_line_input_error(tok):
     log = [{"qsl_idx": 0, "data": RF.to_hex(tok.encode("Answer: A", add_special_tokens=False))}]
     for b in ("deepseek-r1", "gpt-oss-120b"):
         with pytest.raises(InputError, match="row 0: column 'dataset' is 'hellaswag'"):
-            score_log(b, log, df, tok)
+            score_log(benchmarks.get(b), log, df, tok)
     with pytest.raises(InputError, match="'gt_output' or 'ground_truth'"):
-        score_log("deepseek-r1", log, df[["dataset"]], tok)
+        score_log(benchmarks.get("deepseek-r1"), log, df[["dataset"]], tok)
 
 
 def test_deepseek_reads_ground_truth_where_there_is_no_gt_output(built, tok):
@@ -186,16 +186,16 @@ def test_deepseek_reads_ground_truth_where_there_is_no_gt_output(built, tok):
     _needs_latex()
     df, log = built["deepseek-r1"]
     renamed = df.rename(columns={"gt_output": "ground_truth"})
-    _same(score_log("deepseek-r1", RF.without_code(df, log), renamed, tok), GOLDEN["deepseek-r1/no-code"]["metrics"])
+    _same(score_log(benchmarks.get("deepseek-r1"), RF.without_code(df, log), renamed, tok), GOLDEN["deepseek-r1/no-code"]["metrics"])
     both = renamed.assign(gt_output="Z")  # gt_output wins: every answer is now wrong
-    assert score_log("deepseek-r1", RF.without_code(df, log), both, tok)["exact_match"] == 0.0
+    assert score_log(benchmarks.get("deepseek-r1"), RF.without_code(df, log), both, tok)["exact_match"] == 0.0
 
 
 def test_the_shipped_standins_are_what_make_standins_writes_and_scale_to_mlperf_size(tmp_path):
     """The shipped files hold exactly the rows make_standins writes (deterministic), and --full-size repeats a
     stand-in to its benchmark's MLPerf dataset size, rows unchanged (an MBXP id names its entry point)."""
-    from harness.corpus import STANDINS
     from harness.data import make_standins
+    from harness.model.corpus import STANDINS
 
     for name, rows in (("deepseek-r1", make_standins.deepseek_rows()),
                        ("livecodebench-problems", make_standins.livecodebench_problems())):

@@ -8,15 +8,14 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import REPO
 
 from harness.loadgen.results import parse_summary
-import numpy as np
-
-from harness.plots import arrival_bins, offsets, request_stats, stats_markdown
-from harness.report import plot
-from harness.sweep import lookup, point_kind, text_table, write_results
+from harness.reports.plots import arrival_bins, offsets, request_stats, stats_markdown
+from harness.reports.report import plot
+from harness.reports.sweep import lookup, point_kind, text_table, write_results
 
 # A LoadGen run against a SUT that answers at once (after `delay_s`), in its own process (one
 # LoadGen test per process): LoadGen's own verdicts, not made-up logs.
@@ -173,7 +172,7 @@ def test_sweep_plots_only_over_what_varied_with_one_series_per_other_value(tmp_p
     # server_target_qps took one value on the one Server point: no plot over it (nor Offline points against it)
     assert files == ["tokens_per_s_vs_build_max_batch_size.png", "tokens_per_s_vs_loadgen_offline_expected_qps.png",
                      "pareto_tpot.png"]
-    import harness.sweep as sweep_mod
+    import harness.reports.sweep as sweep_mod
 
     drawn, real = [], sweep_mod._series_panel
 
@@ -232,7 +231,7 @@ def test_third_party_chatter_is_kept_out_unless_verbose(tmp_path, verbose):
 @pytest.mark.parametrize("bound", [True, False])
 def test_report_and_summary_warn_when_the_client_was_the_bottleneck(tmp_path, bound):
     from harness.loadgen.results import client_usage
-    from harness.report import build_report, render_markdown, summary_text
+    from harness.reports.report import build_report, render_markdown, summary_text
 
     busy = {"cpu_s": 1.9, "wall_s": 2.0, "demand": 0.97 if bound else 0.4}
     usage = client_usage({"cpu_s": 0.1, "wall_s": 2.0, "demand": 0.05}, {0: {**busy, "peak_in_flight": 64}})

@@ -16,7 +16,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.mlperf import mbxp, sandbox, sandbox_uids
+from harness.mlperf.codeexec import mbxp, sandbox, view
+from harness.mlperf.codeexec import uids as sandbox_uids
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -317,7 +318,7 @@ def test_mbxp_hostile_rows_fail_and_leave_nothing_behind():
 NOBODY = 65534
 NON_ROOT_CHECK = r"""
 import json, os
-from harness.mlperf import sandbox as s
+from harness.mlperf.codeexec import sandbox as s
 def run(src):
     r = s.run_program(src, "python", timeout_s=3)
     return [r.status, r.stdout + r.stderr]
@@ -335,7 +336,7 @@ print(json.dumps(out))
 def test_not_root_isolates_with_a_user_namespace(tmp_path):
     # perfdag run by an ordinary user: no uid to drop to, so a user namespace does the isolating
     setpriv, python = shutil.which("setpriv"), sandbox.find_tool("python3")
-    if not (setpriv and python and sandbox.world_executable(str(REPO / "harness" / "mlperf"))):
+    if not (setpriv and python and view.world_executable(str(REPO / "harness" / "mlperf"))):
         pytest.skip("needs setpriv, a python3 and a checkout that other users can read")
     own = Path(tempfile.mkdtemp(prefix="perfdag-nobody-"))
     try:

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.corpus import standin_path, standin_rows
 from harness.mlperf import benchmarks
+from harness.model.corpus import standin_path, standin_rows
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.timeout(240)
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.timeout(240)
 
 @pytest.fixture(scope="module")
 def tokenizer_dir(tmp_path_factory) -> Path:
-    from harness.tiny_model import train_tokenizer
+    from harness.model.tiny import train_tokenizer
 
     d = tmp_path_factory.mktemp("tok")
     train_tokenizer(512, d)
@@ -40,7 +40,7 @@ def write_log(path: Path, tokenizer_dir: Path, texts: dict[int, str]) -> Path:
 @pytest.fixture
 def score(capsys):
     """The command in this process (as `python -m pipeline score ...` runs it): exit code and output."""
-    from pipeline.__main__ import main
+    from pipeline.cli import main
 
     def run(*args: str):
         code = main(["score", *args])

@@ -36,9 +36,8 @@ def serve_root(built_fast, tmp_path):
 
 
 def test_launch_reuse_relaunch_and_stop(serve_root):
-    from harness.serving.triton_client import generate
-
     from harness.backends.torch.engine import load_torch_engine
+    from harness.serving.triton.client import generate
 
     root = serve_root
     run_luigi("LaunchServers", "--overrides", FAST + ",loadgen.scenario=Server", artifacts=root)

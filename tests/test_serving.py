@@ -20,17 +20,17 @@ import pytest
 import torch
 
 from harness.backends.torch.repo import MODEL_PY, render_torch_model_config
-from harness.serving import cpu_server as CS
 from harness.serving import ports as P
-from harness.serving import triton_client as TC
-from harness.serving import tritonserver as TS
-from harness.serving.pbtxt import (
+from harness.serving.processes import ServerError
+from harness.serving.triton import client as TC
+from harness.serving.triton import cpu_server as CS
+from harness.serving.triton import server as TS
+from harness.serving.triton.pbtxt import (
     ModelConfigError,
     check_model_config,
     validate_model_config,
     write_model_repo,
 )
-from harness.serving.processes import ServerError
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -372,7 +372,7 @@ def test_server_vs_a_killed_launcher(tmp_path, backend_dir, die_with_parent):
 
     (tmp_path / "repo").mkdir()
     script = (
-        "import sys, time; from harness.serving import cpu_server as CS, ports as P\n"
+        "import sys, time; from harness.serving.triton import cpu_server as CS; from harness.serving import ports as P\n"
         "p = [P.free_port() for _ in range(3)]\n"
         f"h = CS.start_tritonserver({str(tmp_path / 'repo')!r}, {str(tmp_path / 's.log')!r}, grpc_port=p[0],"
         f" http_port=p[1], metrics_port=p[2], backend_dir={str(backend_dir)!r}, die_with_parent={die_with_parent})\n"

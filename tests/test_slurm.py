@@ -446,7 +446,8 @@ def test_an_array_task_runs_the_fullrun_the_worker_computed(tmp_path):
 
 
 def test_params_refuse_what_slurm_would_misread():
-    from harness.config import ParamsError, resolve
+    from harness.backends import resolve
+    from harness.config import ParamsError
 
     with pytest.raises(ParamsError) as e:
         resolve(REPO / "params" / "default.yaml",

@@ -1,5 +1,5 @@
 """The SSE parser against the shapes real OpenAI-compatible servers send."""
-from harness.serving.sse import DONE, SSEParser
+from harness.serving.openai.sse import DONE, SSEParser
 
 
 def parse(*chunks: bytes) -> list[str]:

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REPO, copied_root, SHORT, run_records, statuses, tritonservers_under
+from conftest import REPO, SHORT, copied_root, run_records, statuses, tritonservers_under
 
-from harness.mlperf.compliance import audit_config_text, verification_text, verify
 from harness.errors import InputError
+from harness.mlperf.compliance import audit_config_text, verification_text, verify
 from harness.mlperf.submission import accuracy_text, truncate_accuracy_log
-from harness.system_desc import REQUIRED, machine_facts, system_description
+from harness.mlperf.system_desc import REQUIRED, machine_facts, system_description
 
 SUBMIT = "submission.submitter=PerfDag,submission.system=cpu_tiny,submission.benchmark=tiny-llama-int8," \
          "submission.maps_to=llama2-70b-99.9"

@@ -25,7 +25,7 @@ from harness.backends.trtllm.repo import render_server_repos
 from harness.config.resolve import deep_merge, load_params_file
 from harness.config.rules import cross_field_problems
 from harness.config.schema import Params
-from harness.serving.pbtxt import validate_model_config
+from harness.serving.triton.pbtxt import validate_model_config
 
 EXAMPLES = REPO / "params" / "examples"
 GOLDEN = Path(__file__).resolve().parent / "golden" / "trtllm"
@@ -192,7 +192,7 @@ def test_tritonserver_accepts_every_generated_flag(placeholders, tmp_path):
     """Runs each generated rank's argv with the tritonserver bundled in nvidia-pytriton (CPU), on an
     empty repository: an unknown or malformed option makes it exit at once with a usage message."""
     from harness.serving.processes import ServerError
-    from harness.serving.tritonserver import server_env, tritonserver_binary
+    from harness.serving.triton.server import server_env, tritonserver_binary
     try:
         binary = str(tritonserver_binary())
     except ServerError as e:

@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 
 from harness.backends.trtllm.build import build_problems
-from harness.serving.endpoints import endpoint_problems, parse_endpoints
 from harness.backends.trtllm.rules import trtllm_notes, trtllm_problems
 from harness.config.schema import Params
+from harness.serving.endpoints import endpoint_problems, parse_endpoints
 
 # llama2-70b Server on 8x H100 (TP2 x DP4), as the example, with the built-in model and data.
 BASE = {

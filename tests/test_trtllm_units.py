@@ -79,7 +79,7 @@ def test_engine_config_matches_and_mismatches(tmp_path):
 def test_engine_key_tools_absent_and_present(monkeypatch):
     import torch
 
-    from harness.versions import package_version
+    from harness.cache.versions import package_version
 
     def no_smi(*a, **k):
         raise FileNotFoundError("nvidia-smi")

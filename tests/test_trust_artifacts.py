@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 from conftest import FAST, REPO, copied_root, run_luigi, run_records, statuses, tritonservers_under
 
-from harness import integrity
+from harness.cache import integrity
+from harness.cache.store import ArtifactStore
 from harness.errors import ArtifactError
-from harness.store import ArtifactStore
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -181,7 +181,7 @@ def test_a_stage_cannot_publish_a_link_out_or_a_special_file(tmp_path, plant, re
 
 
 def test_gc_never_follows_links(tmp_path, built_fast):
-    from pipeline import gc
+    from harness.gc import collect as gc
 
     root = tmp_path / "root"
     shutil.copytree(built_fast, root, ignore=shutil.ignore_patterns("runs"))  # no run references anything
@@ -212,7 +212,7 @@ def key_env(tmp_path) -> dict:
 
 def sign_all(root: Path, env: dict) -> None:
     """Signs a root's manifests as a key holder would have published them."""
-    from harness import signing
+    from harness.cache import signing
 
     key = signing.load_key(env["PERFDAG_SIGNING_KEY_FILE"])
     for f in root.glob("*/*/manifest.json"):

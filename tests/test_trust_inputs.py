@@ -229,7 +229,7 @@ def test_a_root_whose_path_a_shell_would_mangle_is_served(built_fast, tmp_path):
         from harness.serving.launcher import servers_live
 
         assert servers_live([srv])
-        from harness.serving.tritonserver import shell_safe_root
+        from harness.serving.triton.server import shell_safe_root
 
         served = shell_safe_root(root)  # what the server's argv names
         assert len(tritonservers_under(served)) == 1

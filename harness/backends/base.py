@@ -1,109 +1,91 @@
-"""The one interface every backend implements, stage by stage.
+"""The one interface every backend implements: four steps, each saying what enters its stage's key
+and doing the stage's work.
 
-A backend turns (checkpoint, quantize, build, runtime) into servers that speak a protocol the
-LoadGen SUT has a core for. Tasks ask `backend_for(params)` and call these methods; they never
-branch on a backend's name. Everything that decides *what* runs (command lines, configs, plans)
-is a pure function of the parameters, so it is tested on CPU and can enter the stage keys.
+A backend turns (checkpoint, quantize, build, runtime) into servers that speak a protocol the LoadGen
+SUT has a core for. It offers one step per stage it shapes - `quantize` (Quantize), `build`
+(BuildEngine), `configure` (FillTritonRepo: the servers' configuration), `launch` (LaunchServers) -
+and `check`, its validation of the parameters. Each step has the same two members: `key(work)`,
+what enters the stage's key, and `run(work)`, the work. A stage names its step and takes the key's
+parts from it; tasks never branch on a backend's name.
 
-Keys (harness/codehash.py, harness/executed.py): where perfdag's own code does a stage's work the
-backend lists those modules (`*_code`), and their digests enter the key; where an external tool
-does it (modelopt export, trtllm-build, tritonserver, mpirun) the backend renders what the tool
-is handed (`*_executed`), normalised, and that enters the key instead of the renderer's source.
+Keys (harness/cache/codehash.py, harness/cache/executed.py): where perfdag's own code does the work
+a step lists those modules (`code`), and their digests enter the key; where an external tool does it
+(modelopt export, trtllm-build, tritonserver, mpirun) the step renders what the tool is handed
+(`executed`), normalised, and that enters the key instead of the renderer's source. Everything that
+decides *what* runs is a pure function of the parameters, so it is tested on CPU.
 """
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Mapping
 
 Log = Callable[[str], None]
 
 
+@dataclass(frozen=True)
+class Key:
+    """What enters a stage's key from its step (beside the upstream keys)."""
+
+    reads: tuple[str, ...] = ()                        # params, by dotted path ('build' or 'build.dtype')
+    tools: Mapping[str, str] = field(default_factory=dict)  # versions of the tools that shape the output
+    code: tuple[str, ...] = ()                         # perfdag modules that do the work
+    executed: Mapping[str, Any] = field(default_factory=dict)  # what an external tool is handed
+    inputs: Mapping[str, Any] = field(default_factory=dict)    # other content it depends on (a corpus digest)
+
+
+@dataclass(frozen=True)
+class Work:
+    """What a step works on: the parameters, the artifacts root and its upstream artifacts (by name:
+    `model`, `checkpoint`, `engine`, `repo`); when it runs, where it writes (`out_dir`, published as
+    `final_dir`), how it logs and - launching - what it records the moment a process exists."""
+
+    params: Any
+    root: Path
+    inputs: Mapping[str, Path] = field(default_factory=dict)
+    out_dir: Path | None = None
+    final_dir: Path | None = None
+    layout: Mapping[str, Any] = field(default_factory=dict)  # launching: the configuration's layout
+    log: Log = print
+    on_spawn: Callable[[dict], None] = lambda rec: None
+
+    def rel(self, name: str) -> str:
+        """Upstream artifact `name` relative to the root: what configs and command lines name, so the
+        root can move."""
+        return os.path.relpath(self.inputs[name], self.root)
+
+
+class Step:
+    """One stage's work for one backend."""
+
+    def key(self, work: Work) -> Key:
+        return Key()
+
+    def run(self, work: Work) -> dict:
+        """Does the work under `work.out_dir`; returns manifest fields."""
+        raise NotImplementedError
+
+
+class LaunchStep(Step):
+    """Launching also says what its servers speak and which params section configures them."""
+
+    protocol: str = "triton-grpc"  # a record of serving/protocols.py
+    section: str = "triton"
+
+
+@dataclass(frozen=True)
+class Checks:
+    problems: list[str]  # 'field: what is wrong; the fix', refused before any stage runs
+    notes: list[str]     # advice that does not block a run
+
+
 class Backend:
     name: str = ""
-    protocol: str = "triton-grpc"   # what its servers speak: "triton-grpc" | "openai-http"
-    export: str = "hf"              # what Quantize writes; backends with the same export share it
-    server_section: str = "triton"  # the params section that configures its servers
+    quantize: Step
+    build: Step
+    configure: Step
+    launch: LaunchStep
 
-    # --- validation (before any stage runs) -------------------------------------------------
-    def problems(self, params) -> list[str]:
-        """Every 'field: what is wrong; the fix' this backend finds in the parameters."""
-        return []
-
-    def notes(self, params) -> list[str]:
-        """Advice that does not block a run."""
-        return []
-
-    # --- Quantize ---------------------------------------------------------------------------
-    def quantize_reads(self, params) -> tuple[str, ...]:
-        return ("quantize", "build.device")
-
-    def quantize_tools(self, params) -> dict[str, str]:
-        return {}
-
-    def quantize_code(self, params) -> tuple[str, ...]:
-        return ("harness.calibration", "harness.corpus")
-
-    def quantize_executed(self, params) -> dict:
-        return {}
-
-    def quantize(self, src: Path, out_dir: Path, params, log: Log, final_dir: Path) -> dict:
-        """Writes the quantized checkpoint under `out_dir` (published as `final_dir`); returns manifest
-        fields, with `checkpoint` the checkpoint's path relative to the artifact."""
-        raise NotImplementedError
-
-    # --- BuildEngine ------------------------------------------------------------------------
-    def build_tools(self, params) -> dict[str, str]:
-        return {}
-
-    def build_code(self, params) -> tuple[str, ...]:
-        return ()
-
-    def build_executed(self, params) -> dict:
-        return {}
-
-    def build(self, checkpoint: Path, out_dir: Path, params, log: Log, final_dir: Path | None = None) -> dict:
-        """Writes the engine to `out_dir/engine` (published as `final_dir`); returns manifest fields,
-        with `engine` the engine's path relative to the artifact."""
-        raise NotImplementedError
-
-    # --- FillTritonRepo (the servers' configuration) ----------------------------------------
-    def repo_reads(self, params) -> tuple[str, ...]:
-        return ("runtime", "triton.model_name", "build.backend", "build.tp_size", "build.pp_size")
-
-    def num_servers(self, params) -> int:
-        """Servers to launch: triton.num_servers, else 1 for Offline and one per data-parallel rank
-        for Server/Interactive (NVIDIA's convention). One rank unless a backend says otherwise."""
-        n = params.triton.num_servers
-        return int(n) if n is not None else 1
-
-    def repo_code(self, params) -> tuple[str, ...]:
-        return ()
-
-    def render_repos(self, params, engine_rel: str, decoupled: bool) -> dict[str, dict[str, str]]:
-        """{repo: {file name: text}}: the configuration the servers are handed (keyed)."""
-        return {}
-
-    def fill(self, engine_dir: Path, engine_rel: str, out_dir: Path, params, decoupled: bool) -> dict:
-        """Writes the servers' configuration under `out_dir`; returns the layout (manifest field).
-        `engine_rel` is the engine directory relative to the artifacts root (servers run there), so
-        the root can be moved."""
-        raise NotImplementedError
-
-    # --- LaunchServers ----------------------------------------------------------------------
-    def launch_reads(self, params) -> tuple[str, ...]:
-        """The fields of its server section that say which servers run or are measured: keyed even when
-        nothing is launched (external endpoints, where `launch_executed` is empty)."""
-        return ("triton.bind", "triton.grpc_ports", "triton.endpoints", "triton.binary")
-
-    def serving_tools(self, params) -> dict[str, str]:
-        return {}
-
-    def launch_executed(self, params, repo_rel: str) -> dict:
-        """The server command lines and environment, with placeholders for ports and paths."""
-        return {}
-
-    def launch(self, repo_rel: str, layout: dict, out_dir: Path, params, *, root: Path,
-               on_spawn: Callable[[dict], None], log: Log) -> list[dict]:
-        """Starts the servers (or checks external ones) in the artifacts root `root`, on the
-        configuration at `repo_rel` (relative to it); returns their records."""
-        raise NotImplementedError
+    def check(self, params) -> Checks:
+        return Checks([], [])

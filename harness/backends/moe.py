@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..errors import BuildError
+from harness.errors import BuildError
 
 
 class UnfusedMixtralExpert(nn.Module):

@@ -15,7 +15,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from ..errors import BuildError
+from harness.cache.versions import package_version
+from harness.errors import BuildError
 
 # quantize.format -> modelopt preset (an attribute of modelopt.torch.quantization).
 MODEL_PRESETS: dict[str, str | None] = {
@@ -43,7 +44,6 @@ def is_list_shaped(cfg: dict | None) -> bool:
 
 
 def modelopt_version() -> str:
-    from ..versions import package_version
     return package_version("nvidia-modelopt")
 
 

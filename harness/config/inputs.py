@@ -10,8 +10,11 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
-from ..errors import InputError, shorten
-from ..files import not_regular, open_regular
+from harness.errors import InputError, shorten
+from harness.mlperf import benchmarks
+from harness.mlperf.codeexec import livecodebench
+from harness.model.datasets import jsonl_lines, jsonl_record
+from harness.untrusted.files import not_regular, open_regular
 
 CONFIG_MAX_BYTES = 4 << 20         # a config.json is a few KiB; a bigger one is not a config
 HEAD_BYTES = 1 << 20               # how much of a big file (tokenizer.json, a dataset) is looked at
@@ -134,7 +137,6 @@ def dataset_problems(fmt: str, path: str | None, max_line_bytes: int | None = No
     line longer than `max_line_bytes` (read no further than that)."""
     if fmt != "jsonl" or not path:
         return []
-    from ..datasets import jsonl_lines, jsonl_record
 
     p = Path(path).expanduser()
     out: list[str] = []
@@ -154,7 +156,6 @@ def dataset_problems(fmt: str, path: str | None, max_line_bytes: int | None = No
 def livecodebench_problems(p) -> list[str]:
     """A dataset with LiveCodeBench rows (deepseek-r1, gpt-oss-120b) needs the local problems copy
     (accuracy.livecodebench_problems) holding each row's question_id: one line if not, before any stage."""
-    from ..mlperf import benchmarks, livecodebench
 
     try:
         bench = benchmarks.get(p.loadgen.mlperf_model).name
@@ -183,7 +184,6 @@ def _scorer_rows(fmt: str, path: str, size: int, mtime_ns: int, num_samples: int
     problem); memoised by the file's (path, size, mtime_ns): params are resolved once per stage."""
     keys = ("dataset", "gt_output", "ground_truth")
     if fmt == "jsonl":
-        from ..datasets import jsonl_lines
 
         rows = []
         with open_regular(path, "dataset file") as f:

@@ -9,16 +9,16 @@ import copy
 import os
 import re
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import yaml
 from pydantic import ValidationError
 
-from ..errors import InputError, shorten
-from . import yamlio
-from .names import non_ascii_problem
-from .rules import cross_field_problems
-from .schema import SECTIONS, Params
+from harness.config.names import non_ascii_problem
+from harness.config.rules import cross_field_problems
+from harness.config.schema import SECTIONS, Params
+from harness.errors import InputError, shorten
+from harness.untrusted import yamlio
 
 # Environment variables merged into the matching flag dicts, as NVIDIA's harness reads them.
 ENV_FLAGS = {
@@ -252,8 +252,10 @@ def _known_keys(loc: tuple) -> list[str]:
 
 
 def resolve(params_file: str | os.PathLike | None = None, overrides: str = "",
-            env: Mapping[str, str] | None = None) -> Params:
-    """The validated parameter document, or ParamsError listing every problem."""
+            env: Mapping[str, str] | None = None,
+            checks: Sequence[Callable[[Params], list[str]]] = ()) -> Params:
+    """The validated parameter document, or ParamsError listing every problem: the schema's, the
+    backend-free rules' and those of `checks` (harness.backends.resolve adds the chosen backend's)."""
     env = os.environ if env is None else env
     problems: list[str] = []
     doc: dict = {}
@@ -285,6 +287,8 @@ def resolve(params_file: str | os.PathLike | None = None, overrides: str = "",
     except ValidationError as e:
         raise ParamsError(problems + _pydantic_problems(e, origins)) from None
     problems += cross_field_problems(params)
+    for check in checks:
+        problems += check(params)
     if problems:
         raise ParamsError(problems)
     return params

@@ -1,15 +1,17 @@
 """Rules that need more than one field: each returns problems as 'field: what is wrong; the fix'.
 
-Rules every backend shares live here; the chosen backend adds its own (Backend.problems).
+Rules every backend shares live here (no backend is imported); the chosen backend adds its own
+(harness.backends.resolve runs both).
 """
 from __future__ import annotations
 
-from .schema import Params
+from harness.config.inputs import checkpoint_problems, dataset_problems, livecodebench_problems
+from harness.config.schema import Params
+from harness.mlperf import benchmarks
+from harness.model.datasets import builtin_capacity
 
 
 def cross_field_problems(p: Params) -> list[str]:
-    from ..backends import backend_for
-
     out: list[str] = []
     b, q = p.build, p.quantize
 
@@ -30,7 +32,6 @@ def cross_field_problems(p: Params) -> list[str]:
         out.append("dataset.format: builtin prompts come from the shipped corpus, which model.tiny.corpus: false "
                    "leaves out of training; use the taught stand-in's dataset file or set corpus: true")
     if p.dataset.format == "builtin":
-        from ..datasets import builtin_capacity
 
         if p.dataset.num_samples > (cap := builtin_capacity()):
             out.append(f"dataset.num_samples: {p.dataset.num_samples} exceeds the {cap} samples of the builtin dataset; "
@@ -43,24 +44,12 @@ def cross_field_problems(p: Params) -> list[str]:
 
     out += benchmark_problems(p)
 
-    from .inputs import checkpoint_problems, dataset_problems, livecodebench_problems  # input files, before any stage
 
     out += checkpoint_problems(p.model.checkpoint)
     out += dataset_problems(p.dataset.format, p.dataset.path, p.dataset.max_line_bytes)
     if not any(x.startswith("dataset.") for x in out):
         out += livecodebench_problems(p)
 
-    backend = backend_for(p)
-    for section in ("triton", "openai"):  # the other backends' server section is not read: say so
-        if section != backend.server_section:
-            for f in sorted(getattr(p, section).model_fields_set):
-                out.append(f"{section}.{f}: build.backend={b.backend} does not read {section}.*; remove it or use "
-                           f"{backend.server_section}.*")
-    out += backend.problems(p)
-    t = p.triton
-    n = backend.num_servers(p)
-    if t.grpc_ports and len(t.grpc_ports) != n:
-        out.append(f"triton.grpc_ports: {len(t.grpc_ports)} ports for {n} server(s) (triton.num_servers); give one per server or none to pick free ports")
     return out
 
 
@@ -73,7 +62,6 @@ def uses_mlperf_gates(p: Params) -> bool:
 def benchmark_problems(p: Params) -> list[str]:
     """The benchmark must be in the round, and a run judged by MLPerf's gates must use a target
     the round has for it (a run judged against its own references may use any fraction)."""
-    from ..mlperf import benchmarks
 
     lg = p.loadgen
     b = benchmarks.get(lg.mlperf_model)

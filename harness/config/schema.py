@@ -10,7 +10,9 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
-from ..files import not_regular
+from harness.cache.hashing import file_sha256
+from harness.mlperf import benchmarks
+from harness.untrusted.files import not_regular
 
 FlagValue = Union[bool, int, float, str]
 
@@ -229,8 +231,6 @@ class LoadgenSection(Section):
     @field_validator("mlperf_model")
     @classmethod
     def _known_benchmark(cls, v: str) -> str:
-        from ..mlperf import benchmarks
-
         if benchmarks.canonical_name(v) is None:
             raise ValueError(f"unknown MLPerf benchmark {v!r}; one of {', '.join(benchmarks.REGISTRY)} "
                              "(or their LoadGen names, e.g. llama3_1-405b)")
@@ -268,7 +268,6 @@ class DatasetSection(Section):
                              "set dataset.sha256 to the file's sha256 (a file that does not match is refused) or "
                              "dataset.allow_pickle: true if you trust the file")
         if self.sha256 and self.path is not None:
-            from ..hashing import file_sha256
             got = file_sha256(self.path)
             if got != self.sha256.lower():
                 raise ValueError(f"dataset.sha256: {self.path} has sha256 {got}, not {self.sha256}; "
@@ -277,8 +276,6 @@ class DatasetSection(Section):
 
 
 def _reference_scores_moved(v):
-    from ..mlperf import benchmarks
-
     if isinstance(v, str) and benchmarks.canonical_name(v):
         raise ValueError(f"the benchmark is now loadgen.mlperf_model; set loadgen.mlperf_model: {v} and "
                          "accuracy.reference_scores: mlperf")
@@ -303,7 +300,7 @@ class AccuracySection(Section):
     allow_code_network: bool = False
     # LiveCodeBench rows (deepseek-r1, gpt-oss-120b) run the extracted program against the problem's
     # tests, read from a LOCAL copy of livecodebench/code_generation_lite (JSON lines: question_id,
-    # public_test_cases, private_test_cases, metadata; harness/mlperf/livecodebench.py); nothing is
+    # public_test_cases, private_test_cases, metadata; harness/mlperf/codeexec/livecodebench.py); nothing is
     # downloaded. Required when the dataset has LiveCodeBench rows.
     livecodebench_problems: Optional[str] = None
     livecodebench_timeout_s: float = Field(60.0, gt=0, le=600)  # per test; MLCommons' eval_accuracy.py: 60
@@ -342,7 +339,7 @@ GPU_STAGES = (*SLURM_STAGES, "LaunchServers")  # gpus_per_stage: LaunchServers s
 
 
 class SlurmSection(Section):
-    """Where set, stages in `stages` run as Slurm jobs (tasks/slurm_exec.py). Never enters a key:
+    """Where set, stages in `stages` run as Slurm jobs (tasks/slurm/submit.py). Never enters a key:
     where a stage ran does not change what it made."""
 
     stages: list[Literal[SLURM_STAGES]] = list(SLURM_STAGES)  # type: ignore[valid-type]

@@ -38,7 +38,8 @@ import uuid
 import zlib
 from pathlib import Path
 
-from ..corpus import corpus_lines, standin_rows
+from harness.mlperf import benchmarks
+from harness.model.corpus import corpus_lines, standin_rows
 
 OUT = Path(__file__).with_name("standins")
 SEED = 20261125
@@ -321,7 +322,6 @@ def full_size(benchmark: str, out: Path) -> Path:
     """The stand-in's rows repeated, in order, up to the size of the benchmark's MLPerf dataset (what
     MLCommons' checker wants an accuracy run to cover). Rows are copied unchanged, ids included: an MBXP
     row's id is "<language>_<entry point>", which its scorer reads."""
-    from ..mlperf import benchmarks
 
     rows = standin_rows(benchmark)
     size = benchmarks.get(benchmark).dataset_size

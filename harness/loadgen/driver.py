@@ -33,13 +33,14 @@ from typing import Callable
 
 import numpy as np
 
-from .frontend import frontend_main
-from .progress import Progress
-from .messages import Alive, Done, Failed, First, Issue, Quit, Ready, Stopped
-from .results import client_usage, json_default, measured_stats, write_requests_csv
-from .semaphores import name_semaphores_as_perfdag
-from .settings import SettingsError, build_test_settings
-from .usage import Usage
+from harness.loadgen.frontend import frontend_main
+from harness.loadgen.messages import Alive, Done, Failed, First, Issue, Quit, Ready, Stopped
+from harness.loadgen.progress import Progress
+from harness.loadgen.results import client_usage, json_default, measured_stats, write_requests_csv
+from harness.loadgen.semaphores import name_semaphores_as_perfdag
+from harness.loadgen.settings import SettingsError, build_test_settings
+from harness.loadgen.usage import Usage
+from harness.serving.processes import pdeathsig_setter
 
 
 def _methods(clients: dict) -> dict:
@@ -378,7 +379,6 @@ def _driver_main(cfg_path: str) -> int:
                 os._exit(4)  # the caller is gone
 
     signal.signal(signal.SIGTERM, lambda *_: os._exit(143))
-    from ..serving.processes import pdeathsig_setter
     setter = pdeathsig_setter(signal.SIGKILL)  # the caller died: so do we (and, by theirs, the frontends)
     if setter is not None:
         setter()

@@ -12,11 +12,12 @@ import threading
 import time
 import traceback
 
-from .cores import core_class
-from .cores.base import Prompts
-from .cores.aioloop import BatchSink, FrontendLoop, PipeOut
-from .messages import Failed, Ready, Stopped
-from .usage import Usage
+from harness.loadgen.cores import core_class
+from harness.loadgen.cores.aioloop import BatchSink, FrontendLoop, PipeOut
+from harness.loadgen.cores.base import Prompts
+from harness.loadgen.messages import Failed, Ready, Stopped
+from harness.loadgen.usage import Usage
+from harness.serving.processes import pdeathsig_setter
 
 
 def _watch_parent(parent_pid: int) -> None:
@@ -28,8 +29,6 @@ def _watch_parent(parent_pid: int) -> None:
 
 
 def frontend_main(fe_idx: int, specs: list[dict], cfg: dict, prompts: Prompts, in_q, out_q, parent_pid: int) -> None:
-    from ..serving.processes import pdeathsig_setter
-
     setter = pdeathsig_setter(signal.SIGKILL)
     if setter is not None:
         setter()

@@ -27,3 +27,10 @@ def openai_api(params, samples, tokenizer_dir) -> tuple[dict, list[str] | None]:
         tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
         texts = tok.batch_decode([s.input_ids for s in samples], skip_special_tokens=True)
     return api, texts
+
+
+def request_settings(params) -> dict:
+    """What enters a measurement's key beside the core's code: the server kind and how prompts go out
+    and tokens come back (the OpenAI protocol's record names this)."""
+    o = params.openai
+    return {"openai": {"server": o.server, "methods": methods(o.server, o.prompt, o.output_tokens)}}

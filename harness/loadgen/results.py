@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .verdict import errors_reason, read_errors, run_validity
+from harness.loadgen.verdict import errors_reason, read_errors, run_validity
 
 
 def read_mllog(path: Path) -> dict[str, Any]:

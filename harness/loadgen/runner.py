@@ -29,13 +29,14 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import MeasurementError
-from . import semaphores
-from .cores.base import Prompts
-from .results import json_default, merge_measured, parse_summary, read_requests_csv
-from .settings import MODES, SCENARIOS, SETTINGS_KEYS
+from harness import CHECKOUT
+from harness.errors import MeasurementError
+from harness.loadgen import semaphores
+from harness.loadgen.cores.base import Prompts
+from harness.loadgen.results import json_default, merge_measured, parse_summary, read_requests_csv
+from harness.loadgen.settings import MODES, SCENARIOS, SETTINGS_KEYS
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = CHECKOUT
 LOADGEN_FILES = ("mlperf_log_summary.txt", "mlperf_log_detail.txt", "mlperf_log_accuracy.json",
                  "mlperf_log_trace.json")
 HEARTBEAT_TIMEOUT_S = 60.0
@@ -83,7 +84,7 @@ def run_loadgen(
     """Run one LoadGen test against ``endpoints`` speaking ``protocol`` (a client core: Triton gRPC
     or OpenAI HTTP) and return ``result.json``'s content plus ``requests`` (per-request latencies).
 
-    ``samples``: :class:`harness.datasets.Sample` list (or lists of input ids); the QSL index
+    ``samples``: :class:`harness.model.datasets.Sample` list (or lists of input ids); the QSL index
     is the position.  ``model_names``: one name for all endpoints or one per endpoint.
     ``settings``: LoadGen settings (keys :data:`SETTINGS_KEYS`; ``None`` values are skipped):
     built-in mlperf.conf values of ``mlperf_model`` (default llama2-70b; Interactive reads

@@ -18,6 +18,8 @@ import os
 import re
 import sys
 
+from harness.serving.processes import is_same_process, start_time
+
 SHM_DIR = "/dev/shm"
 PREFIX = "perfdag-lg"
 _NAME = re.compile(rf"sem\.{PREFIX}-([0-9]{{1,10}})-([0-9]{{1,16}})-[A-Za-z0-9_]{{1,16}}")
@@ -28,7 +30,6 @@ def name_semaphores_as_perfdag() -> None:
     elsewhere a named semaphore may hold 31 characters, and Python's names stay)."""
     import multiprocessing.process
 
-    from ..serving.processes import start_time
 
     started = start_time(os.getpid())
     if sys.platform.startswith("linux") and started is not None:
@@ -64,7 +65,6 @@ def remove_left_by(pid: int) -> list[str]:
 
 def orphans() -> list[str]:
     """Semaphores of drivers that no longer run (same pid and start time): a killed run's."""
-    from ..serving.processes import is_same_process
 
     return sorted(path for path, pid, started in _own_files() if not is_same_process(pid, started))
 

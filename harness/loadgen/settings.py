@@ -9,6 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
+from harness.mlperf import benchmarks
+from harness.mlperf.benchmarks import ROUND_SEEDS
+
 SCENARIOS = ("Offline", "Server", "Interactive")
 MODES = ("PerformanceOnly", "AccuracyOnly")
 
@@ -27,7 +30,6 @@ def latency_constraints(scenario: str, mlperf_model: str = DEFAULT_MLPERF_MODEL)
     (None for Offline). A model or scenario the registry has no limits for gets llama2-70b's."""
     if scenario == "Offline":
         return None
-    from ..mlperf import benchmarks
 
     name = benchmarks.canonical_name(mlperf_model) or DEFAULT_MLPERF_MODEL
     limits = benchmarks.REGISTRY[name].latency_ms
@@ -36,7 +38,6 @@ def latency_constraints(scenario: str, mlperf_model: str = DEFAULT_MLPERF_MODEL)
 
 def conf_model_name(mlperf_model: str) -> str:
     """The name LoadGen's mlperf.conf knows the benchmark by (llama3.1-405b -> llama3_1-405b)."""
-    from ..mlperf import benchmarks
 
     name = benchmarks.canonical_name(mlperf_model)
     return benchmarks.REGISTRY[name].loadgen_model if name else mlperf_model
@@ -132,7 +133,6 @@ def build_test_settings(lg, scenario: str, mode: str, st: Mapping[str, Any], n_s
         s.sample_index_rng_seed = seed + 1
         s.schedule_rng_seed = seed + 2
     elif st.get("round"):  # the round's official seeds, which its checker insists on
-        from ..mlperf.benchmarks import ROUND_SEEDS
 
         s.qsl_rng_seed, s.sample_index_rng_seed, s.schedule_rng_seed = ROUND_SEEDS[st["round"]]
     return s, perf

@@ -29,7 +29,9 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import MeasurementError
+from harness.errors import MeasurementError
+from harness.mlperf.benchmarks import get
+from harness.mlperf.scoring.common import postprocess_text, rouge_means
 
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL", "rougeLsum")
 #: Metrics checked as a band (MLPerf's checker: [0.9, 1.1] x reference) rather than a minimum.
@@ -43,7 +45,6 @@ class AccuracyLogError(MeasurementError, ValueError):
 def reference_scores_for(model: str) -> dict[str, float]:
     """MLPerf's reference scores of benchmark ``model`` (any spelling the registry knows), under
     the names its evaluation script prints."""
-    from .benchmarks import get
 
     try:
         return {m.name: m.reference for m in get(model).metrics}
@@ -102,7 +103,6 @@ def rouge_scores(predictions: Sequence[str], references: Sequence[str],
     """Mean per-sample ROUGE F-measure x 100 (rounded to 4 decimals), as MLPerf's llama2
     evaluation (``evaluate``'s rouge with ``use_stemmer=True, use_aggregator=False``), after
     its post-processing (strip, one sentence per line); see :mod:`.scoring.common`."""
-    from .scoring.common import postprocess_text, rouge_means
 
     if len(predictions) != len(references):
         raise ValueError(f"{len(predictions)} predictions but {len(references)} references")
@@ -117,7 +117,6 @@ def score_texts(predictions: Sequence[str], references: Sequence[str],
                 generated_token_counts: Sequence[int] | None = None) -> dict[str, float]:
     """ROUGE plus MLPerf's length statistics for already decoded predictions (``gen_len``
     counts the post-processed characters, as the script does)."""
-    from .scoring.common import postprocess_text
 
     result: dict[str, float] = dict(rouge_scores(predictions, references))
     preds, _ = postprocess_text(predictions, [])
@@ -135,7 +134,7 @@ def score_outputs(outputs: Mapping[int, Sequence[int]], samples: Sequence, token
                   *, tokenizer=None) -> dict[str, float]:
     """Score ``{sample index: generated token ids}`` against ``samples[i].reference_text``.
 
-    ``samples`` are :class:`harness.datasets.Sample` (or anything with ``index`` and
+    ``samples`` are :class:`harness.model.datasets.Sample` (or anything with ``index`` and
     ``reference_text``).  Samples without an output are not scored (``gen_num`` says how many
     were); an output for an unknown sample index is an error.
     """
@@ -218,7 +217,6 @@ def check(scores: Mapping[str, float], reference_scores: Mapping[str, float] | s
     upper: dict[str, float] = {}
     model = None
     if isinstance(reference_scores, str):
-        from .benchmarks import get
 
         bench = get(reference_scores)
         model = bench.name

@@ -17,8 +17,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..errors import InputError
-from ..system_desc import git_output
+from harness.errors import InputError
+from harness.mlperf.system_desc import git_output
 
 CHECKER_DIR = Path("tools") / "submission"
 MODULE = "submission_checker.main"

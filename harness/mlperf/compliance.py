@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import MeasurementError
+from harness.errors import MeasurementError
 
 #: TEST06's LoadGen overrides (keys `model.scenario.name`; `*` matches any): a performance run
 #: (mode 2) of at least 100 queries and no minimum duration, equal-issue padding off, and ~100

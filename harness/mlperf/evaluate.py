@@ -13,13 +13,17 @@ import json
 import os
 from functools import partial
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import InputError
-from . import benchmarks
-from .accuracy import AccuracyLogError, check_gates, failure_reasons, gates_for
+from harness.errors import InputError
+from harness.mlperf import benchmarks
+from harness.mlperf.accuracy import AccuracyLogError, check_gates, failure_reasons, gates_for
+from harness.mlperf.codeexec import livecodebench
+from harness.mlperf.codeexec.mbxp import score_mbxp
+from harness.mlperf.scoring import score_log
 
 #: How perfdag's SUT logs token ids (harness/loadgen): int32, like LoadGen's llama2 reference.
 LOG_DTYPE = "int32"
@@ -71,7 +75,6 @@ def code_runner_for(bench: benchmarks.Benchmark, *, workers: int, timeout_s: flo
     """The sandboxed code runner for benchmarks with a pass@1 metric, else None: mixtral's MBXP (tests from
     the dataset), deepseek-r1's and gpt-oss-120b's LiveCodeBench (tests from the local problems copy at
     `livecodebench_problems`, named `where` in errors; per-test timeout `livecodebench_timeout_s`)."""
-    from . import livecodebench
 
     if bench.name in livecodebench.RELEASES:
         return livecodebench.lazy_runner(
@@ -80,7 +83,6 @@ def code_runner_for(bench: benchmarks.Benchmark, *, workers: int, timeout_s: flo
             results_dir=results_dir, where=where or livecodebench.FIELD)
     if not any(m.name == "mbxp" for m in bench.metrics):
         return None
-    from .mbxp import score_mbxp
 
     return partial(score_mbxp, workers=workers, timeout_s=timeout_s, allow_network=allow_network,
                    results_dir=results_dir)
@@ -88,9 +90,8 @@ def code_runner_for(bench: benchmarks.Benchmark, *, workers: int, timeout_s: flo
 
 def score(bench: benchmarks.Benchmark, entries: list[dict], frame, tokenizer, *, dtype: str = LOG_DTYPE,
           code_runner=None, log_name: str = "mlperf_log_accuracy.json", dataset_name: str = "dataset") -> dict:
-    from .scoring import score_log
 
-    return score_log(bench.name, entries, frame, tokenizer, code_runner=code_runner, dtype=dtype,
+    return score_log(bench, entries, frame, tokenizer, code_runner=code_runner, dtype=dtype,
                      log_name=log_name, dataset_name=dataset_name)
 
 
@@ -129,7 +130,6 @@ def evaluate(log_path: str | os.PathLike, samples: Sequence, tokenizer, *, bench
     entries = read_log_entries(log_path)
     frame = samples_frame(samples, bench)
     # LiveCodeBench rows need the local problems copy: missing, unreadable or incomplete is one line, now.
-    from . import livecodebench
 
     logged = {int(e["qsl_idx"]) for e in entries if isinstance(e, dict) and str(e.get("qsl_idx", "")).isdigit()}
     livecodebench.require(bench.name, [r for i, r in enumerate(frame.to_dict("records")) if i in logged],
@@ -188,3 +188,54 @@ def _json_default(o):
     if hasattr(o, "tolist"):
         return o.tolist()
     return str(o)
+
+
+def read_tokenizer(path: Path):
+    """The Hugging Face tokenizer in `path` (`--tokenizer`), or one line saying it holds none."""
+    if not (path / "tokenizer_config.json").is_file() and not (path / "tokenizer.json").is_file():
+        raise InputError(f"--tokenizer: {path} holds no Hugging Face tokenizer (tokenizer.json / tokenizer_config.json)")
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(path))
+
+
+def read_scoring_dataset(path: Path, allow_pickle: bool) -> list:
+    """The dataset's rows as samples: the reference text and every column, in qsl_idx order."""
+    import pandas as pd
+
+    if not path.is_file():
+        raise InputError(f"--dataset: {path} is not a file")
+    if path.suffix == ".pkl":
+        if not allow_pickle:
+            raise InputError(f"--dataset: {path} is a pickle, and unpickling runs whatever code it holds; "
+                             "pass --allow-pickle if you trust it")
+        try:
+            df = pd.read_pickle(path)
+        except Exception as exc:
+            raise InputError(f"--dataset: {path}: not a pandas pickle ({type(exc).__name__}: {exc})") from None
+        if not isinstance(df, pd.DataFrame):
+            raise InputError(f"--dataset: {path}: holds a {type(df).__name__}, not a DataFrame")
+        rows = df.to_dict("records")
+    else:
+        rows = []
+        try:
+            with open(path, encoding="utf-8") as f:
+                for n, line in enumerate(f, 1):
+                    if line.strip():
+                        obj = json.loads(line)
+                        if not isinstance(obj, dict):
+                            raise InputError(f"--dataset: {path} line {n}: expected a JSON object")
+                        rows.append(obj)
+        except UnicodeDecodeError as exc:
+            raise InputError(f"--dataset: {path}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
+        except json.JSONDecodeError as exc:
+            raise InputError(f"--dataset: {path} line {n}: invalid JSON ({exc.msg})") from None
+    samples = []
+    for i, row in enumerate(rows):
+        ref = next((row[c] for c in ("gt_output", "output", "ref_output", "reference") if isinstance(row.get(c), str)), None)
+        cols = {k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in row.items()
+                if k not in ("tok_input", "tok_output", "tok_ref_output", "input_ids")}
+        samples.append(SimpleNamespace(index=i, reference_text=ref, reference_ids=None, meta={"columns": cols}))
+    if not samples:
+        raise InputError(f"--dataset: {path} has no rows")
+    return samples

@@ -28,8 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
-from ..hashing import file_sha256
+from harness.cache.hashing import file_sha256
+from harness.errors import InputError
+from harness.mlperf import benchmarks
 
 LOADGEN_LOGS = ("mlperf_log_detail.txt", "mlperf_log_summary.txt", "mlperf_log_accuracy.json")
 VIEWABLE_BYTES = 4096          # kept from each end of a long accuracy log
@@ -66,7 +67,6 @@ def needs_test06(benchmark: str) -> bool:
 def compliance_tests(benchmark: str) -> tuple[str, ...]:
     """The compliance tests the registry lists for `benchmark` (an MLPerf name or alias, maybe with
     its -99 suffix); () for a name the registry does not know."""
-    from . import benchmarks
 
     name = benchmarks.canonical_name(benchmark) or next(
         (b for b in benchmarks.REGISTRY if benchmark.startswith(b + "-")), None)

@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import contextlib
 import signal
-import socket
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
-from . import records
-from .ports import port_in_use
-from .processes import (
+from harness.cache.executed import normalise
+from harness.serving import records
+from harness.serving.ports import port_in_use
+from harness.serving.processes import (
     Process,
     ServerError,
     is_own_process,
@@ -30,38 +29,10 @@ from .processes import (
     start_time,
     terminate,
 )
-from .tritonserver import mapped_shm, remove_shm_files, shm_regions
-
-
-@dataclass(frozen=True)
-class LaunchSpec:
-    index: int
-    argv: list[str]
-    host: str
-    ports: dict[str, int]                 # by name; "serve" is the one clients use
-    models: tuple[str, ...]
-    env: dict[str, str] = field(default_factory=dict)   # set on top of base_env
-    base_env: dict[str, str] | None = None              # replaces the inherited environment
-    protocol: str = "triton-grpc"
-    mode: str = "single"
-    repo: str = ""
-    cwd: str | None = None
-    shm_prefix: str | None = None
-
-    @property
-    def url(self) -> str:
-        return f"{self.host}:{self.ports['serve']}"
-
-
-def protocol_for(name: str):
-    """Readiness and warm-up for a serving protocol."""
-    if name == "triton-grpc":
-        from .triton_client import TritonGrpc
-        return TritonGrpc()
-    if name == "openai-http":
-        from .openai_client import OpenAIHttp
-        return OpenAIHttp()
-    raise ValueError(f"unknown serving protocol {name!r}")
+from harness.serving.protocols import client_for
+from harness.serving.shm import mapped_shm, remove_shm_files, shm_regions
+from harness.serving.spec import LaunchSpec, on_this_host, url_of
+from harness.untrusted.records import ignored
 
 
 @contextlib.contextmanager
@@ -113,7 +84,6 @@ def _hold_signals() -> dict:
 def record_of(spec: LaunchSpec, proc: Process, out_dir: Path, names: dict[str, str] | None = None) -> dict:
     """What servers.json keeps of a launched server; `names` replace machine paths (the artifacts root
     becomes <root>, so the record stays true when the root moves)."""
-    from ..executed import normalise
 
     names = names or {}
     return {"pid": proc.pid, "create_time": start_time(proc.pid), "host": spec.host, "port": spec.ports["serve"],
@@ -141,7 +111,6 @@ def launch(specs: Sequence[LaunchSpec], out_dir: str | Path, *, ready_timeout_s:
     records: list[dict] = []
     shm_prefixes = [s.shm_prefix for s in specs if s.shm_prefix]
     with _stop_on_interrupt(started, shm_prefixes):
-        from ..executed import normalise
 
         for spec in specs:
             shown = " ".join([f"{k}={v}" for k, v in spec.env.items()] + list(spec.argv))
@@ -153,7 +122,7 @@ def launch(specs: Sequence[LaunchSpec], out_dir: str | Path, *, ready_timeout_s:
             records.append(rec)
             log(f"server {spec.index} ({spec.protocol}, {spec.mode}): pid {proc.pid}, {spec.url}, "
                 f"log logs/{proc.log_path.name} in the LaunchServers artifact")
-        proto = {s.protocol: protocol_for(s.protocol) for s in specs}
+        proto = {s.protocol: client_for(s.protocol) for s in specs}
 
         def ready_and_warm(spec: LaunchSpec, proc: Process) -> None:
             t0 = time.monotonic()
@@ -175,15 +144,6 @@ def launch(specs: Sequence[LaunchSpec], out_dir: str | Path, *, ready_timeout_s:
             pool.shutdown(wait=False, cancel_futures=True)
     return records
 
-
-def url_of(rec: dict) -> str:
-    return f"{rec['host']}:{rec.get('port', rec.get('grpc_port'))}"
-
-
-def on_this_host(rec: dict) -> bool:
-    """A server launched inside a Slurm job records its node; one on another node is not ours to
-    signal or probe by pid (its allocation owns it: ending the allocation stops it)."""
-    return not rec.get("node") or rec["node"] == socket.gethostname()
 
 
 def is_ours(rec: dict) -> bool:
@@ -229,7 +189,7 @@ def stop_recorded(recs: Sequence[dict], timeout: float = 30.0) -> list[int]:
             stopped.append(int(rec["pid"]))
         else:
             if is_same_process(rec.get("pid"), rec.get("create_time")):
-                records.ignored(rec.get("_file", "a server record"),
+                ignored(rec.get("_file", "a server record"),
                                 f"pid {rec.get('pid')} is not a process perfdag started (its environment lacks the "
                                 "record's launch token): left alone")
             stopped += kill_leftovers(rec)
@@ -274,7 +234,7 @@ def servers_live(records: Sequence[dict], timeout_s: float = 2.0, patience_s: fl
     for rec in records:
         if not rec.get("external") and not is_ours(rec):
             return False
-        proto = protocol_for(rec.get("protocol", "triton-grpc"))
+        proto = client_for(rec.get("protocol", "triton-grpc"))
         deadline, t = time.monotonic() + patience_s, timeout_s
         while not proto.probe(url_of(rec), rec["models"], t):
             if time.monotonic() + t > deadline or (not rec.get("external") and not is_ours(rec)):
@@ -286,7 +246,7 @@ def servers_live(records: Sequence[dict], timeout_s: float = 2.0, patience_s: fl
 def external_servers(endpoints: Sequence[str], models: Sequence[str], ready_timeout_s: float,
                      protocol: str = "triton-grpc") -> list[dict]:
     """Servers launched outside perfdag: readiness checks only, nothing spawned."""
-    proto = protocol_for(protocol)
+    proto = client_for(protocol)
     records = []
     for ep in endpoints:
         host, _, port = ep.rpartition(":")

@@ -52,3 +52,10 @@ def port_in_use(host: str, port: int) -> bool:
     with contextlib.suppress(OSError), socket.create_connection((host, int(port)), timeout=0.2):
         return True
     return False
+
+
+def port_count_problems(field: str, ports, n: int, why: str = "") -> list[str]:
+    """`field` (a list of ports) names one port per server, or none (free ports are picked)."""
+    if ports and len(ports) != n:
+        return [f"{field}: {len(ports)} ports for {n} server(s){why}; give one per server or none to pick free ports"]
+    return []

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from ..errors import ServingError
+from harness.errors import ServingError
 
 
 class ServerError(ServingError):

@@ -10,29 +10,19 @@ one line naming the file, and never acted on: nothing is signalled, deleted or p
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import re
 from pathlib import Path, PurePosixPath
-from typing import Annotated, Any, Iterator, Literal, TypeVar
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
-from ..errors import MAX_LINE, InputError
-from ..files import read_regular
-from .processes import TOKEN
-from .tritonserver import is_shm_prefix
+from harness.serving.processes import TOKEN
+from harness.serving.shm import is_shm_prefix
+from harness.untrusted.records import RunId, StrictRecord, Text, Time, Unreadable, ignored, matching, parse, read_json
 
 log = logging.getLogger("perfdag")
-MAX_BYTES = 1 << 20  # a record is a few hundred bytes (a servers.json a few KiB): more is not a record
 
-
-def _matching(pattern: re.Pattern, what: str):
-    def check(v: str) -> str:
-        if not pattern.fullmatch(v):
-            raise ValueError(f"not {what}")
-        return v
-    return AfterValidator(check)
 
 
 def _shm_prefix(v: str) -> str:
@@ -49,16 +39,9 @@ def _inside(v: str) -> str:
     return v
 
 
-Text = Annotated[str, Field(min_length=1, max_length=4096)]
 Port = Annotated[int, Field(ge=1, le=65535)]
-Time = Annotated[float, Field(allow_inf_nan=False, ge=0)]
-JobId = Annotated[str, _matching(re.compile(r"[0-9]{1,20}"), "a Slurm job id (digits)")]
-RunId = Annotated[str, _matching(re.compile(r"[A-Za-z0-9_.:-]{1,128}"), "a run id")]
+JobId = Annotated[str, matching(re.compile(r"[0-9]{1,20}"), "a Slurm job id (digits)")]
 
-
-class StrictRecord(BaseModel):
-    # Exact types; fields this perfdag does not know are dropped, never acted on.
-    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
 
 
 class ServerRecord(StrictRecord):
@@ -73,7 +56,7 @@ class ServerRecord(StrictRecord):
     models: list[Annotated[str, Field(max_length=4096)]] = Field(max_length=1024)  # '' = the server's one model
     pid: Annotated[int, Field(gt=0)] | None = None
     create_time: Time | None = None
-    token: Annotated[str, _matching(TOKEN, "a launch token (32 hex digits)")] | None = None
+    token: Annotated[str, matching(TOKEN, "a launch token (32 hex digits)")] | None = None
     shm_prefix: Annotated[str, AfterValidator(_shm_prefix)] | None = None
     log: Annotated[str, AfterValidator(_inside)] | None = None
     node: Text | None = None
@@ -109,102 +92,6 @@ class AllocationRecord(StrictRecord):
     submitted_at: Time | None = None
 
 
-# --- reporting --------------------------------------------------------------------------------
-_reported: set[str] = set()
-_sinks: list[list[str]] = []
-
-
-def ignored(source, why: str) -> None:
-    """Reports a record perfdag will not act on: once per process, one line naming the file (to the
-    innermost `collected()` list, else as a warning of the 'perfdag' logger)."""
-    line = "".join(c if c.isprintable() else repr(c)[1:-1] for c in f"ignoring {source}: {why}")  # one line
-    if len(line) > MAX_LINE:
-        line = line[:MAX_LINE] + "..."
-    if line in _reported:
-        return
-    _reported.add(line)
-    if _sinks:
-        _sinks[-1].append(line)
-    else:
-        log.warning("%s", line)
-
-
-@contextlib.contextmanager
-def collected() -> Iterator[list[str]]:
-    """Collects the lines `ignored` reports meanwhile (gc prints them with its report)."""
-    sink: list[str] = []
-    _sinks.append(sink)
-    try:
-        yield sink
-    finally:
-        _sinks.remove(sink)
-
-
-def _problems(err: ValidationError) -> str:
-    out = []
-    for e in err.errors()[:3]:
-        where = ".".join(str(x) for x in e["loc"]) or "record"
-        out.append(f"{where}: {e['msg'].removeprefix('Value error, ')}")
-    more = len(err.errors()) - 3
-    return "; ".join(out) + (f" (and {more} more)" if more > 0 else "")
-
-
-# --- reading ------------------------------------------------------------------------------------
-class _Unreadable(Exception):
-    pass
-
-
-def _read_json(path: Path, inside: Path | None):
-    """The JSON document in `path`: a regular file that is no link (harness.files: no FIFO or device,
-    at most MAX_BYTES read) and, with `inside`, really under that directory. FileNotFoundError when it
-    is gone (no report)."""
-    if inside is not None:
-        try:
-            real, base = path.resolve(), Path(inside).resolve()
-        except (OSError, RuntimeError) as e:
-            raise _Unreadable(str(e)) from None
-        if real != base and base not in real.parents:
-            raise _Unreadable(f"it lies outside {inside} (a link leads out)")
-    if path.is_symlink():
-        raise _Unreadable("a symbolic link, not a record")
-    try:
-        data = read_regular(path, "record", MAX_BYTES, "a record is a few KiB")
-    except InputError as e:
-        raise _Unreadable(str(e).removeprefix(f"record {path}: ")) from None
-    except FileNotFoundError:
-        raise
-    except OSError as e:
-        raise _Unreadable(e.strerror or str(e)) from None
-    try:
-        return json.loads(data)
-    except (ValueError, RecursionError) as e:
-        raise _Unreadable(f"not JSON ({e})") from None
-
-
-M = TypeVar("M", bound=StrictRecord)
-
-
-def parse(model: type[M], doc, source) -> dict | None:
-    """`doc` as `model` (the fields it holds, checked), or None after reporting why not."""
-    try:
-        return model.model_validate(doc).model_dump(exclude_unset=True)
-    except ValidationError as e:
-        ignored(source, f"malformed {model.__name__.removesuffix('Record').lower()} record ({_problems(e)}); "
-                        "perfdag does not act on it")
-        return None
-
-
-def read(model: type[M], path: Path, inside: Path | None = None) -> dict | None:
-    """The record in `path`, checked; None when it is absent, or unreadable or malformed (reported)."""
-    try:
-        doc = _read_json(Path(path), inside)
-    except FileNotFoundError:
-        return None
-    except _Unreadable as e:
-        ignored(path, f"{e}; perfdag does not act on it")
-        return None
-    return parse(model, doc, path)
-
 
 def servers_of(doc, source) -> list[dict] | None:
     """The server records of a servers.json document (or a manifest's `servers`): all of them
@@ -226,10 +113,10 @@ def servers_of(doc, source) -> list[dict] | None:
 def read_servers(path: Path, inside: Path | None = None) -> list[dict] | None:
     """The records of a LaunchServers artifact's servers.json; None when absent or not acted on."""
     try:
-        doc = _read_json(Path(path), inside)
+        doc = read_json(Path(path), inside)
     except FileNotFoundError:
         return None
-    except _Unreadable as e:
+    except Unreadable as e:
         ignored(path, f"{e}; perfdag does not act on it")
         return None
     return servers_of(doc, path)

@@ -25,10 +25,16 @@ import re
 import socket
 import time
 from pathlib import Path
+from typing import Callable
 
-from . import records as untrusted
-from .launcher import is_ours, on_this_host, remove_shm, stop_recorded
-from .processes import is_same_process, start_time
+from harness.cache.store import ArtifactStore
+from harness.errors import PerfdagError
+from harness.serving import records
+from harness.serving.launcher import is_ours, remove_shm, servers_live, stop_recorded
+from harness.serving.processes import is_same_process, start_time
+from harness.serving.spec import on_this_host
+from harness.slurm import cancel, job_lines, wait_ended
+from harness.untrusted.records import ignored, read
 
 DIR = ".servers"
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
@@ -69,7 +75,7 @@ class ServerRegistry:
         out = []
         for k in keys:
             for f in sorted((self._dir(k) / "procs").glob("*.json")):
-                rec = untrusted.read(untrusted.ServerRecord, f, inside=self.base)
+                rec = read(records.ServerRecord, f, inside=self.base)
                 if rec is not None:
                     out.append({**rec, "key16": k, "_file": str(f)})
         return out
@@ -77,13 +83,13 @@ class ServerRegistry:
     def keys(self) -> list[str]:
         return sorted(p.name for p in self.root.glob("*") if p.is_dir() and not p.is_symlink())
 
-    # --- the Slurm allocation holding the servers (tasks/slurm_serve.py) ------------------------
+    # --- the Slurm allocation holding the servers (tasks/slurm/serve.py) ------------------------
     def record_allocation(self, key16: str, doc: dict) -> None:
         """Written the moment the allocation's job exists, so a killed run's allocation is still found."""
         _write(self._dir(key16) / "slurm.json", doc)
 
     def allocation(self, key16: str) -> dict | None:
-        return untrusted.read(untrusted.AllocationRecord, self._dir(key16) / "slurm.json", inside=self.base)
+        return read(records.AllocationRecord, self._dir(key16) / "slurm.json", inside=self.base)
 
     def end_allocation(self, key16: str) -> str | None:
         """scancels the recorded allocation (its servers go with it) and waits until its processes
@@ -94,16 +100,14 @@ class ServerRegistry:
             return None
         job_id = doc["job_id"]
         if job_id != os.environ.get("SLURM_JOB_ID"):
-            from ..errors import PerfdagError
-            from ..slurm import cancel, job_lines, wait_ended
 
             try:
                 lines = job_lines(job_id)  # [] once Slurm has forgotten the job: nothing left to cancel
             except PerfdagError as e:  # no Slurm commands on this host
-                untrusted.ignored(self._dir(key16) / "slurm.json", f"allocation {job_id} not cancelled: {e}")
+                ignored(self._dir(key16) / "slurm.json", f"allocation {job_id} not cancelled: {e}")
                 return None
             if lines and not serves_key(lines[0], key16):
-                untrusted.ignored(self._dir(key16) / "slurm.json",
+                ignored(self._dir(key16) / "slurm.json",
                                   f"Slurm job {job_id} is {lines[0].get('JobName')!r} of {lines[0].get('UserId')}, "
                                   f"not perfdag-serve-{key16} of this user: not cancelled")
                 return None
@@ -156,6 +160,56 @@ class ServerRegistry:
             with contextlib.suppress(OSError):
                 (d / sub).rmdir() if sub else d.rmdir()
 
+    # --- a server's life: launch (replacing what a stale launch left), use, release -----------------
+    def replace(self, key16: str, stale: list[dict], start: Callable[[Callable[[dict], None]], list[dict]],
+                marks: dict | None = None) -> list[dict]:
+        """Launches `key16`'s servers anew (call under the key's lock): what a stale launch left (a dead
+        run's, or crashed servers) is stopped first, then `start(on_spawn)` launches, and each process is
+        recorded the moment it exists. `marks` (a Slurm job's node and allocation) go into every record."""
+        marks = marks or {}
+        stop_recorded(stale)
+        self.stop(key16)
+        servers = start(lambda rec: self.record(key16, {**rec, **marks}))
+        return [{**rec, **marks} for rec in servers]
+
+    @staticmethod
+    def live(records: list[dict], patience_s: float = 30.0) -> bool:
+        """The servers answer ready (a server busy with another run's measurement answers late, and is
+        not dead: `patience_s`)."""
+        return servers_live(records, patience_s=patience_s)
+
+    def hold(self, key16: str, run_id: str) -> None:
+        """The run `run_id` uses `key16`'s servers: nobody stops them until it releases them."""
+        self.lease(key16, run_holder(run_id))
+
+    def release_run(self, run_id: str, keys16: list[str] | None = None, *, keep: bool, grace_s: float = 30.0,
+                    log: Callable[[str], None] = lambda line: None) -> list[int]:
+        """Drops `run_id`'s leases (all it holds, or on `keys16`). `keep` marks the servers to be kept;
+        else servers no other live run holds, and nobody asked to keep, are stopped (SIGKILL after
+        `grace_s`). Decided under each key's lock, like launches. Returns the pids stopped."""
+        store = ArtifactStore(self.base)
+        stopped: list[int] = []
+        # Named keys are released whether this run used them or not (a FullRun whose measurements were
+        # all cached is still where its servers end); at exit, only what this run holds.
+        for key16 in self.leased_by(run_id) if keys16 is None else keys16:
+            if not self.records(key16) and not self.holders(key16):
+                continue
+            try:
+                with store.lock("LaunchServers", key16):  # no run starts using them meanwhile
+                    others = self.release(key16, run_id)
+                    if keep:
+                        self.keep(key16)
+                    elif not others and not self.kept(key16):
+                        alloc = self.allocation(key16)
+                        stopped += self.stop(key16, grace_s)
+                        if alloc:
+                            log(f"servers {key16}: ended their Slurm allocation {alloc.get('job_id')}")
+                    elif others:
+                        log(f"servers {key16} stay up: run(s) {', '.join(h['run_id'] for h in others)} still use them")
+            except OSError as e:
+                log(f"could not release servers {key16}: {e}")
+        return stopped
+
     # --- leases -------------------------------------------------------------------------------
     def lease(self, key16: str, holder: dict) -> None:
         _write(self._dir(key16) / "leases" / f"{_SAFE.sub('_', holder['run_id'])}.json", holder)
@@ -164,7 +218,7 @@ class ServerRegistry:
         """Live lease holders (a lease whose run is gone is removed)."""
         out = []
         for f in sorted((self._dir(key16) / "leases").glob("*.json")):
-            h = untrusted.read(untrusted.LeaseRecord, f, inside=self.base)
+            h = read(records.LeaseRecord, f, inside=self.base)
             if h is None:  # malformed (reported) or gone: no holder, and the file is left as it is
                 continue
             if is_same_process(h["pid"], h.get("create_time")):
@@ -195,3 +249,59 @@ def serves_key(job: dict, key16: str) -> bool:
     """Slurm's record of a job (scontrol show job) is this key's server allocation, of this user."""
     uid = job.get("UserId", "")
     return job.get("JobName") == f"perfdag-serve-{key16}" and (not uid or uid.endswith(f"({os.getuid()})"))
+
+
+def published(store: ArtifactStore) -> list[tuple[str, list[dict]]]:
+    """(key16, server records) of every published LaunchServers artifact."""
+    out = []
+    for f in sorted((store.root / "LaunchServers").glob("*/servers.json")):
+        recs = records.read_servers(f, inside=store.root / "LaunchServers")
+        if recs is not None:
+            out.append((f.parent.name, recs))
+    return out
+
+
+def list_servers(root: Path) -> list[dict]:
+    """One row per server recorded under the artifacts root `root`: its state and who holds it."""
+    store = ArtifactStore(root)
+    registry = ServerRegistry(store.root)
+    rows, seen = [], set()
+    for rec in registry.records():
+        key16 = rec["key16"]
+        seen.add((key16, rec.get("pid")))
+        state = "ready" if servers_live([rec]) else ("running" if is_ours(rec) else "gone")
+        rows.append(_row(key16, rec, state, registry))
+    for key16, recs in published(store):
+        for rec in recs:
+            if (key16, rec.get("pid")) in seen or not (rec.get("external") or is_ours(rec)):
+                continue
+            live = servers_live([rec])
+            if rec.get("external") and not live and not registry.holders(key16):
+                continue  # an endpoint someone else ran, gone and used by no run: history, not a server
+            rows.append(_row(key16, rec, "ready" if live else "down", registry))
+    return rows
+
+
+def _row(key16: str, rec: dict, state: str, registry: ServerRegistry) -> dict:
+    holders = registry.holders(key16)
+    return {"key": key16, "pid": rec.get("pid"), "address": f"{rec['host']}:{rec.get('port', rec.get('grpc_port'))}",
+            "protocol": rec.get("protocol", "triton-grpc"), "models": rec.get("models", []),
+            "external": bool(rec.get("external")), "state": state, "kept": registry.kept(key16),
+            "held_by": [h["run_id"] for h in holders]}
+
+
+def stop_servers(root: Path, key16: str | None) -> list[int]:
+    """Stops the servers of one LaunchServers key, or of all when key16 is None (leases or not:
+    the user asked), and removes the shared memory of dead ones."""
+    store = ArtifactStore(root)
+    registry = ServerRegistry(store.root)
+    stopped: list[int] = []
+    keys = [key16] if key16 else sorted(set(registry.keys()) | {k for k, _ in published(store)})
+    for k in keys:
+        with store.lock("LaunchServers", k):
+            stopped += registry.stop(k)
+            for kk, recs in published(store):
+                if kk == k:
+                    stopped += stop_recorded(recs)
+    registry.sweep_dead()
+    return sorted(set(stopped))

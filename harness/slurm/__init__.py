@@ -1,20 +1,20 @@
 """Slurm, with no luigi: render a stage's job script, submit it, watch it, cancel it.
 
-tasks/slurm_exec.py decides which stage goes to Slurm and what the job runs; this package only
+tasks/slurm/submit.py decides which stage goes to Slurm and what the job runs; this package only
 talks to Slurm's commands (sbatch, squeue, scontrol, scancel), so it works wherever they do.
 """
-from .jobs import (
-    JobError,
-    JobSpec,
-    SlurmJob,
-    cancel,
-    ended_error,
-    job_lines,
-    job_state,
-    render_script,
-    srun_argv,
-    submit,
-    wait_ended,
+from harness.slurm.jobs import (
+           JobError,
+           JobSpec,
+           SlurmJob,
+           cancel,
+           ended_error,
+           job_lines,
+           job_state,
+           render_script,
+           srun_argv,
+           submit,
+           wait_ended,
 )
 
 __all__ = ["JobError", "JobSpec", "SlurmJob", "cancel", "ended_error", "job_lines", "job_state", "render_script",

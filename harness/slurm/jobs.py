@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..errors import PerfdagError
+from harness.errors import PerfdagError
 
 # Job states that end a job (squeue/scontrol spellings), and what each means for a stage.
 ENDED = {

@@ -11,13 +11,19 @@ LaunchServers starts the servers (servers.py renders their argv).
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import yaml
 
-from ...versions import versions
-from ..base import Backend
-from ..torch import TorchBackend
+from harness.backends import torch as torch_backend
+from harness.backends.base import Backend, Checks, Key, LaunchStep, Step, Work
+from harness.backends.openai.endpoints import endpoint_problems, parse_endpoints
+from harness.backends.openai.plain import WEIGHT_ONLY, write_plain_checkpoint
+from harness.backends.openai.servers import dp_gpus, llm_api_options, served_name, server_argv, server_env
+from harness.cache.executed import normalise
+from harness.cache.versions import versions
+from harness.serving.launcher import external_servers, launch
+from harness.serving.ports import port_count_problems, server_ports
+from harness.serving.spec import LaunchSpec
 
 SERVER_PACKAGE = {"transformers": "transformers", "trtllm-serve": "tensorrt_llm", "vllm": "vllm",
                   "sglang": "sglang"}
@@ -27,160 +33,156 @@ TRANSFORMERS_IGNORES = ("num_gpus", "gpu_device_ids", "kv_cache_free_gpu_mem_fra
                         "batch_scheduler_policy", "max_queue_delay_microseconds")
 
 
-class OpenAIBackend(Backend):
-    name = "openai"
-    protocol = "openai-http"
-    server_section = "openai"
+def num_servers(p) -> int:
+    if p.openai.num_servers is not None:
+        return p.openai.num_servers
+    if p.openai.endpoints:
+        return len(p.openai.endpoints)
+    return 1 if p.loadgen.scenario == "Offline" else len(dp_gpus(p))
 
-    def problems(self, p) -> list[str]:
-        from .endpoints import endpoint_problems
-        from .plain import WEIGHT_ONLY
 
-        o, b, q = p.openai, p.build, p.quantize
-        out = []
-        for section in ("quantize", "build", "runtime"):
-            for key in getattr(p, section).flags:
-                out.append(f"{section}.flags.{key}: the openai backend takes no flags; use the section's keys "
-                           "(or openai.extra_args / openai.llm_api_options)")
-        if o.server == "transformers":
-            if q.format not in WEIGHT_ONLY:
-                out.append(f"quantize.format: {q.format} quantizes activations, which a plain checkpoint cannot carry; "
-                           f"transformers serve runs {', '.join(WEIGHT_ONLY)}")
-            if b.tp_size * b.pp_size != 1:
-                out.append("build.tp_size/pp_size: transformers serve runs one device per server; use 1")
-            if q.kv_cache_dtype != "none":
-                out.append("quantize.kv_cache_dtype: transformers serve keeps a full-precision KV cache; use none")
-            if b.device == "cpu" and b.dtype == "float16":
-                out.append("build.dtype: float16 is not supported on CPU; use float32 or bfloat16")
-            for f in sorted(set(TRANSFORMERS_IGNORES) & p.runtime.model_fields_set):
-                out.append(f"runtime.{f}: transformers serve ignores it; remove it")
-            if o.prompt == "token_ids":
-                out.append("openai.prompt: transformers serve refuses token-id prompts ('prompt must be a string'); "
-                           "use auto or text")
-            if o.output_tokens == "server":
-                out.append("openai.output_tokens: transformers serve returns no token ids; use auto or retokenize")
-            if o.llm_api_options:
-                out.append("openai.llm_api_options: only trtllm-serve reads it; remove it")
-        else:
-            if b.device != "cuda":
-                out.append(f"build.device: {o.server} runs on NVIDIA GPUs; set build.device=cuda "
-                           "(on CPU use openai.server=transformers)")
-            if o.llm_api_options and o.server != "trtllm-serve":
-                out.append(f"openai.llm_api_options: only trtllm-serve reads it, not {o.server}; use openai.extra_args")
-            ws = b.tp_size * b.pp_size
-            if p.runtime.num_gpus % ws:
-                out.append(f"runtime.num_gpus: {p.runtime.num_gpus} is not a multiple of tp*pp={ws}")
-        if o.ports and not o.endpoints and len(o.ports) != self.num_servers(p):
-            out.append(f"openai.ports: {len(o.ports)} ports for {self.num_servers(p)} server(s); give one per server "
-                       "or none to pick free ports")
-        return out + endpoint_problems(o.endpoints)
+def decoupled(p) -> bool:
+    return p.loadgen.scenario != "Offline"
 
-    # --- Quantize: modelopt, exported as an HF checkpoint (the torch backend's) ----------------
-    def quantize_tools(self, p):
-        return TorchBackend().quantize_tools(p)
 
-    def quantize_code(self, p):
-        return TorchBackend().quantize_code(p)
+def problems(p) -> list[str]:
+    o, b, q = p.openai, p.build, p.quantize
+    out = []
+    for section in ("quantize", "build", "runtime"):
+        for key in getattr(p, section).flags:
+            out.append(f"{section}.flags.{key}: the openai backend takes no flags; use the section's keys "
+                       "(or openai.extra_args / openai.llm_api_options)")
+    if o.server == "transformers":
+        if q.format not in WEIGHT_ONLY:
+            out.append(f"quantize.format: {q.format} quantizes activations, which a plain checkpoint cannot carry; "
+                       f"transformers serve runs {', '.join(WEIGHT_ONLY)}")
+        if b.tp_size * b.pp_size != 1:
+            out.append("build.tp_size/pp_size: transformers serve runs one device per server; use 1")
+        if q.kv_cache_dtype != "none":
+            out.append("quantize.kv_cache_dtype: transformers serve keeps a full-precision KV cache; use none")
+        if b.device == "cpu" and b.dtype == "float16":
+            out.append("build.dtype: float16 is not supported on CPU; use float32 or bfloat16")
+        for f in sorted(set(TRANSFORMERS_IGNORES) & p.runtime.model_fields_set):
+            out.append(f"runtime.{f}: transformers serve ignores it; remove it")
+        if o.prompt == "token_ids":
+            out.append("openai.prompt: transformers serve refuses token-id prompts ('prompt must be a string'); "
+                       "use auto or text")
+        if o.output_tokens == "server":
+            out.append("openai.output_tokens: transformers serve returns no token ids; use auto or retokenize")
+        if o.llm_api_options:
+            out.append("openai.llm_api_options: only trtllm-serve reads it; remove it")
+    else:
+        if b.device != "cuda":
+            out.append(f"build.device: {o.server} runs on NVIDIA GPUs; set build.device=cuda "
+                       "(on CPU use openai.server=transformers)")
+        if o.llm_api_options and o.server != "trtllm-serve":
+            out.append(f"openai.llm_api_options: only trtllm-serve reads it, not {o.server}; use openai.extra_args")
+        ws = b.tp_size * b.pp_size
+        if p.runtime.num_gpus % ws:
+            out.append(f"runtime.num_gpus: {p.runtime.num_gpus} is not a multiple of tp*pp={ws}")
+    if not o.endpoints:
+        out += port_count_problems("openai.ports", o.ports, num_servers(p))
+    return out + endpoint_problems(o.endpoints)
 
-    def quantize(self, src, out_dir, p, log, final_dir):
-        return TorchBackend().quantize(src, out_dir, p, log, final_dir)
 
-    # --- BuildEngine ------------------------------------------------------------------------
-    def build_tools(self, p):
-        return versions("torch", "transformers") if p.openai.server == "transformers" else {}
+class Build(Step):
+    """For `transformers serve`, the torch engine's weights saved as a plain checkpoint (what actually
+    runs); for the GPU servers, which load modelopt's export themselves, nothing (it points at it)."""
 
-    def build_code(self, p):
-        if p.openai.server != "transformers":
-            return ()
-        return ("harness.backends.openai.plain",) + TorchBackend().build_code(p)  # the torch engine, saved plain
+    def key(self, w: Work) -> Key:
+        if w.params.openai.server != "transformers":
+            return Key(reads=("build",))
+        torch_build = torch_backend.Build().key(w)  # the torch engine, saved plain
+        return Key(reads=("build",), tools=versions("torch", "transformers"),
+                   code=("harness.backends.openai.plain",) + torch_build.code)
 
-    def build(self, checkpoint: Path, out_dir: Path, p, log, final_dir: Path | None = None) -> dict:
-        b = p.build
+    def run(self, w: Work) -> dict:
+        p, b, checkpoint = w.params, w.params.build, w.inputs["checkpoint"]
         if p.openai.server != "transformers":  # the server loads modelopt's export itself
-            return {"engine": os.path.relpath(checkpoint, final_dir), "pass_through": True}
-        from .plain import write_plain_checkpoint
-
-        config = write_plain_checkpoint(checkpoint, out_dir / "engine", dtype=b.dtype, device=b.device,
+            return {"engine": os.path.relpath(checkpoint, w.final_dir), "pass_through": True}
+        config = write_plain_checkpoint(checkpoint, w.out_dir / "engine", dtype=b.dtype, device=b.device,
                                         max_batch_size=b.max_batch_size, max_num_tokens=b.max_num_tokens,
                                         max_seq_len=b.max_seq_len, max_input_len=b.max_input_len)
-        log(f"BuildEngine: plain checkpoint of the torch engine ({config['quantization']['format']}) for "
-            "transformers serve")
+        w.log(f"BuildEngine: plain checkpoint of the torch engine ({config['quantization']['format']}) for "
+              "transformers serve")
         return {"engine": "engine", "engine_config": config}
 
-    # --- FillTritonRepo (each server's configuration) ---------------------------------------
-    def repo_reads(self, p):
-        return ("openai.server", "openai.llm_api_options", "runtime", "quantize.kv_cache_dtype", "model.name")
 
-    def num_servers(self, p) -> int:
-        from .servers import dp_gpus
-        if p.openai.num_servers is not None:
-            return p.openai.num_servers
-        if p.openai.endpoints:
-            return len(p.openai.endpoints)
-        return 1 if p.loadgen.scenario == "Offline" else len(dp_gpus(p))
+class Configure(Step):
+    """Each server's configuration (trtllm-serve's --extra_llm_api_options YAML)."""
 
-    def render_repos(self, p, engine_rel: str, decoupled: bool) -> dict[str, dict[str, str]]:
-        from .servers import llm_api_options
+    def key(self, w: Work) -> Key:
+        return Key(reads=("openai.server", "openai.llm_api_options", "runtime", "quantize.kv_cache_dtype",
+                          "model.name"),
+                   executed={"repos": self.render(w.params)},
+                   inputs={"decoupled": decoupled(w.params), "num_servers": num_servers(w.params)})
 
+    def render(self, p) -> dict[str, dict[str, str]]:
         name = "extra_llm_api_options.yaml" if p.openai.server == "trtllm-serve" else "server.yaml"
         doc = llm_api_options(p) if p.openai.server == "trtllm-serve" else {"server": p.openai.server}
         text = yaml.safe_dump(doc, sort_keys=True)
-        return {f"server_{i}": {name: text} for i in range(self.num_servers(p))}
+        return {f"server_{i}": {name: text} for i in range(num_servers(p))}
 
-    def fill(self, engine_dir: Path, engine_rel: str, out_dir: Path, p, decoupled: bool) -> dict:
-        from .servers import served_name
-
-        for repo, files in self.render_repos(p, engine_rel, decoupled).items():
-            (out_dir / repo).mkdir(parents=True, exist_ok=True)
+    def run(self, w: Work) -> dict:
+        p, repos = w.params, self.render(w.params)
+        for repo, files in repos.items():
+            (w.out_dir / repo).mkdir(parents=True, exist_ok=True)
             for name, text in files.items():
-                (out_dir / repo / name).write_text(text)
-        return {"servers": [{"repo": repo, "models": [served_name(p)]} for repo in self.render_repos(p, "", decoupled)],
-                "decoupled": decoupled, "model": engine_rel, "server": p.openai.server}
+                (w.out_dir / repo / name).write_text(text)
+        return {"layout": {"servers": [{"repo": repo, "models": [served_name(p)]} for repo in repos],
+                           "decoupled": decoupled(p), "model": w.rel("engine"), "server": p.openai.server}}
 
-    # --- LaunchServers ----------------------------------------------------------------------
-    def launch_reads(self, p):  # its own section, never triton.*: another endpoint is another server
-        return ("openai.bind", "openai.ports", "openai.endpoints", "openai.binary")
 
-    def serving_tools(self, p):
-        return versions(SERVER_PACKAGE[p.openai.server], "httpx")
+class Launch(LaunchStep):
+    """The OpenAI-compatible servers (servers.py renders their argv), or external endpoints."""
+
+    protocol = "openai-http"
+    section = "openai"
+
+    def key(self, w: Work) -> Key:
+        # its own section, never triton.*: another endpoint is another server
+        return Key(reads=("openai.bind", "openai.ports", "openai.endpoints", "openai.binary"),
+                   tools=versions(SERVER_PACKAGE[w.params.openai.server], "httpx"), executed=self._executed(w))
 
     def _specs(self, p, repo_dir: str, model_dir: str, ports, root: str):
-        from ...serving.launcher import LaunchSpec
-        from .servers import dp_gpus, server_argv, server_env
-
         gpus = dp_gpus(p)
         specs = []
-        for i in range(self.num_servers(p)):
+        for i in range(num_servers(p)):
             cfg = os.path.join(repo_dir, f"server_{i}", "extra_llm_api_options.yaml") \
                 if p.openai.server == "trtllm-serve" else None
-            from .servers import served_name
             specs.append(LaunchSpec(index=i, argv=server_argv(p, model_dir, ports[i], config_path=cfg),
                                     host=p.openai.bind, ports={"serve": ports[i]}, models=(served_name(p),),
                                     env=server_env(p, gpus[i % len(gpus)]), protocol=self.protocol,
                                     mode=p.openai.server, repo=os.path.join(repo_dir, f"server_{i}"), cwd=root))
         return specs
 
-    def launch_executed(self, p, repo_rel: str) -> dict:
-        from ...executed import normalise
-
+    def _executed(self, w: Work) -> dict:
+        p = w.params
         if p.openai.endpoints:
             return {}
-        ports = p.openai.ports or ["<port>"] * self.num_servers(p)
-        specs = self._specs(p, f"<root>/{repo_rel}", "<model>", ports, "<root>")
+        ports = p.openai.ports or ["<port>"] * num_servers(p)
+        specs = self._specs(p, f"<root>/{w.rel('repo')}", "<model>", ports, "<root>")
         return normalise({"argv": [s.argv for s in specs], "env": [s.env for s in specs], "cwd": "<root>"})
 
-    def launch(self, repo_rel: str, layout: dict, out_dir: Path, p, *, root: Path, on_spawn, log) -> list[dict]:
-        from ...serving.launcher import external_servers, launch
-        from ...serving.ports import server_ports
-        from .endpoints import parse_endpoints
-        from .servers import served_name
-
-        o = p.openai
+    def run(self, w: Work) -> dict:
+        p, o, root = w.params, w.params.openai, w.root
         if o.endpoints:
-            return external_servers(parse_endpoints(o.endpoints), [served_name(p)], o.ready_timeout_s,
-                                    protocol=self.protocol)
-        ports = [t[0] for t in server_ports(self.num_servers(p), o.bind, o.ports, per_server=1)]
-        specs = self._specs(p, os.path.join(str(root), repo_rel), os.path.join(str(root), layout["model"]), ports,
-                            str(root))
-        return launch(specs, out_dir, ready_timeout_s=o.ready_timeout_s, warmup_prompt=[1, 2, 3, 4],
-                      streaming=layout["decoupled"], on_spawn=on_spawn, log=log, names={str(root): "<root>"})
+            return {"servers": external_servers(parse_endpoints(o.endpoints), [served_name(p)], o.ready_timeout_s,
+                                                protocol=self.protocol)}
+        ports = [t[0] for t in server_ports(num_servers(p), o.bind, o.ports, per_server=1)]
+        specs = self._specs(p, os.path.join(str(root), w.rel("repo")), os.path.join(str(root), w.layout["model"]),
+                            ports, str(root))
+        return {"servers": launch(specs, w.out_dir, ready_timeout_s=o.ready_timeout_s, warmup_prompt=[1, 2, 3, 4],
+                                  streaming=w.layout["decoupled"], on_spawn=w.on_spawn, log=w.log,
+                                  names={str(root): "<root>"})}
+
+
+class OpenAIBackend(Backend):
+    name = "openai"
+    quantize = torch_backend.Quantize()  # modelopt, exported as an HF checkpoint: the torch backend's
+    build = Build()
+    configure = Configure()
+    launch = Launch()
+
+    def check(self, p) -> Checks:
+        return Checks(problems(p), [])

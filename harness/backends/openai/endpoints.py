@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from ...serving.endpoints import HOST_PATTERN
+from harness.serving.endpoints import HOST_PATTERN
 
 _EP = re.compile(rf"^(?:http://)?(?P<host>{HOST_PATTERN}):(?P<port>\d{{1,5}})/?$")
 _FORM = "expected 'http://host:port' or 'host:port' (https is not supported)"

@@ -11,8 +11,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from ...errors import BuildError
-from ..checkpoint import TOKENIZER_FILES
+from harness.backends.checkpoint import TOKENIZER_FILES
+from harness.errors import BuildError
 
 WEIGHT_ONLY = ("none", "int8", "int4_awq")
 
@@ -24,7 +24,12 @@ def write_plain_checkpoint(checkpoint: Path, out_dir: Path, *, dtype: str, devic
     import torch
     from torch import nn
 
-    from ..torch.engine import QuantLinear, build_torch_engine, load_torch_engine
+    from harness.backends.torch.engine import (  # lazy: keeps torch off the no-op path (keys, status)
+        QuantLinear,
+        build_torch_engine,
+        load_torch_engine,
+    )
+
 
     work = out_dir.parent / f".{out_dir.name}-engine"
     config = build_torch_engine(checkpoint, work, dtype=dtype, device="cpu", max_batch_size=max_batch_size,

@@ -26,9 +26,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ...errors import BuildError
-from ..checkpoint import TOKENIZER_FILES, hf_dtype_kwargs
-from ..moe import unfused_shell
+from harness.backends.checkpoint import TOKENIZER_FILES, hf_dtype_kwargs
+from harness.backends.moe import unfused_shell
+from harness.errors import BuildError
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 

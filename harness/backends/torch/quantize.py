@@ -16,10 +16,11 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ...config.schema import CPU_QUANT_FORMATS as CPU_FORMATS
-from ..checkpoint import copy_tokenizer_files
-from ..export_checks import hf_checkpoint_problems, patch_hf_rope
-from ..mtq_config import QuantizeError, build_modelopt_config
+from harness.backends.checkpoint import copy_tokenizer_files, hf_dtype_kwargs
+from harness.backends.export_checks import hf_checkpoint_problems, patch_hf_rope
+from harness.backends.mtq_config import QuantizeError, build_modelopt_config
+from harness.config.schema import CPU_QUANT_FORMATS as CPU_FORMATS
+from harness.cpus import apply_torch_threads
 
 # format -> name of modelopt's preset config (looked up lazily: importing modelopt is slow).
 MTQ_CONFIGS = {
@@ -76,9 +77,8 @@ def load_fp32(src_dir, device: str = "cpu", unfuse: bool = True):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from ...cpus import apply_torch_threads
-    from ..checkpoint import hf_dtype_kwargs
-    from ..moe import unfuse_moe_experts
+    from harness.backends.moe import unfuse_moe_experts  # lazy: keeps torch off the no-op path (keys, status)
+
     apply_torch_threads()  # quantize and build run torch in this process: the CPUs it may use
     model = AutoModelForCausalLM.from_pretrained(str(src_dir), **hf_dtype_kwargs(torch.float32))
     if unfuse:  # transformers 5 Mixtral: modelopt's export needs per-expert linears

@@ -1,6 +1,6 @@
 """The torch backend's Triton repositories: a Python-backend model per engine instance.
 
-The config speaks the one tensor contract (rendered by harness/serving/pbtxt.py) with
+The config speaks the one tensor contract (rendered by harness/serving/triton/pbtxt.py) with
 `backend: "python"` and the engine directory as a model parameter; the model source is
 triton_model/model.py. Everything here is a pure function of its arguments except `fill_repos`.
 """
@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Mapping
 
-from ...serving.pbtxt import model_names, render_model_config, write_model_repo
+from harness.serving.triton.pbtxt import model_names, render_model_config, write_model_repo
 
 MODEL_PY = Path(__file__).resolve().parent / "triton_model" / "model.py"
 

@@ -16,11 +16,30 @@ thin wrappers around those plans. No luigi imports.
 from __future__ import annotations
 
 from functools import lru_cache
-from pathlib import Path
 
-from ...versions import versions
-from ..base import Backend
-from .common import TrtllmError
+from harness.backends.base import Backend, Checks, Key, LaunchStep, Step, Work
+from harness.backends.trtllm import build as trtllm_build  # trtllm_version: read at call time
+from harness.backends.trtllm.build import (
+    build_problems,
+    engine_key_tools,
+    run_trtllm_build,
+    trtllm_build_args,
+)
+from harness.backends.trtllm.common import TrtllmError, raise_if
+from harness.backends.trtllm.engine_check import check_engine_config
+from harness.backends.trtllm.launch import pick_ports, serving_key_tools, tritonserver_commands
+from harness.backends.trtllm.layout import num_servers, server_layout
+from harness.backends.trtllm.quant import checkpoint_config_problems, export_plan, quantize_for_trtllm
+from harness.backends.trtllm.repo import fill_trtllm_repos, render_server_repos
+from harness.backends.trtllm.rules import trtllm_notes, trtllm_problems
+from harness.cache.executed import normalise
+from harness.cache.versions import versions
+from harness.model.calibration import calibration_prompts
+from harness.model.corpus import corpus_sha256
+from harness.serving.endpoints import parse_endpoints
+from harness.serving.launcher import external_servers, launch
+from harness.serving.ports import free_port, port_count_problems
+from harness.serving.triton.pbtxt import model_names
 
 __all__ = ["TrtllmBackend", "TrtllmError"]
 
@@ -28,116 +47,103 @@ __all__ = ["TrtllmBackend", "TrtllmError"]
 @lru_cache(maxsize=1)
 def engine_key_tools_cached() -> dict:
     """TensorRT-LLM version + GPU architecture (runs nvidia-smi: once per process)."""
-    from .build import engine_key_tools
     return engine_key_tools()
 
 
-class TrtllmBackend(Backend):
-    name = "trtllm"
-    export = "trtllm-checkpoint"
+def decoupled(p) -> bool:
+    """Server and Interactive stream tokens: the tensorrt_llm model is decoupled; Offline: not."""
+    return p.loadgen.scenario != "Offline"
 
-    def problems(self, p) -> list[str]:
-        from .rules import trtllm_problems
-        return trtllm_problems(p)
 
-    def notes(self, p) -> list[str]:
-        from .rules import trtllm_notes
-        return trtllm_notes(p)
+class Quantize(Step):
+    """modelopt PTQ exported as a TensorRT-LLM checkpoint, sharded for tp x pp and cast to the dtype."""
 
-    # --- Quantize: a TensorRT-LLM checkpoint is sharded for tp x pp and cast to the dtype -----
-    def quantize_reads(self, p) -> tuple[str, ...]:
-        return super().quantize_reads(p) + ("build.tp_size", "build.pp_size", "build.dtype")
-
-    def quantize_code(self, p) -> tuple[str, ...]:
+    def key(self, w: Work) -> Key:
         # perfdag's own part of the checkpoint: the presets in modelopt's running shape, unfused
-        # transformers-5 experts, and the source's RoPE written after export (then checked).
-        return super().quantize_code(p) + ("harness.backends.mtq_config", "harness.backends.moe",
-                                           "harness.backends.export_checks", "harness.backends.checkpoint")
-
-    def quantize_tools(self, p) -> dict[str, str]:
-        from .build import trtllm_version
+        # transformers-5 experts, and the source's RoPE written after export (then checked); the export
+        # modelopt runs (presets, exporter and its arguments) is keyed as what it is handed.
         # modelopt's TensorRT-LLM exporter imports tensorrt_llm when it is installed.
-        return {**versions("nvidia-modelopt", "torch", "transformers"), "tensorrt_llm": trtllm_version()}
+        p = w.params
+        return Key(reads=("quantize", "build.device", "build.tp_size", "build.pp_size", "build.dtype"),
+                   tools={**versions("nvidia-modelopt", "torch", "transformers"), "tensorrt_llm": trtllm_build.trtllm_version()},
+                   code=("harness.model.calibration", "harness.model.corpus", "harness.backends.mtq_config",
+                         "harness.backends.moe", "harness.backends.export_checks", "harness.backends.checkpoint"),
+                   executed={"export": export_plan(p)},
+                   inputs={"calibration_corpus_sha256": corpus_sha256(), "export": "trtllm-checkpoint"})
 
-    def quantize_executed(self, p) -> dict:
-        # The export modelopt runs: presets, exporter and its arguments (not the code around it).
-        from .quant import export_plan
-        return {"export": export_plan(p)}
-
-    def quantize(self, src: Path, out_dir: Path, p, log, final_dir: Path) -> dict:
-        from ...calibration import calibration_prompts
-        from .common import raise_if
-        from .quant import checkpoint_config_problems, export_plan, quantize_for_trtllm
-
+    def run(self, w: Work) -> dict:
+        p, src = w.params, w.inputs["model"]
         plan = export_plan(p)
         prompts = calibration_prompts(src, plan["calib_size"], plan["calib_max_len"])
-        info = quantize_for_trtllm(src, out_dir / "checkpoint", p, prompts, log=log)
-        raise_if(checkpoint_config_problems(out_dir / "checkpoint", p))
+        info = quantize_for_trtllm(src, w.out_dir / "checkpoint", p, prompts, log=w.log)
+        raise_if(checkpoint_config_problems(w.out_dir / "checkpoint", p))
         return {"checkpoint": "checkpoint", "quantization": info, "export": plan}
 
-    # --- BuildEngine: an engine is never reused across TensorRT-LLM versions or GPU generations
-    def build_tools(self, p) -> dict[str, str]:
-        return engine_key_tools_cached()
 
-    def build_executed(self, p) -> dict:
-        from .build import trtllm_build_args
-        return {"argv": trtllm_build_args(p, "<checkpoint>", "<engine>")}
+class Build(Step):
+    """trtllm-build; an engine is never reused across TensorRT-LLM versions or GPU generations."""
 
-    def build(self, checkpoint: Path, out_dir: Path, p, log, final_dir: Path | None = None) -> dict:
-        from .build import build_problems, run_trtllm_build, trtllm_build_args
-        from .common import raise_if
-        from .engine_check import check_engine_config
-        from .quant import checkpoint_config_problems
+    def key(self, w: Work) -> Key:
+        return Key(reads=("build",), tools=engine_key_tools_cached(),
+                   executed={"argv": trtllm_build_args(w.params, "<checkpoint>", "<engine>")})
 
+    def run(self, w: Work) -> dict:
+        p, checkpoint = w.params, w.inputs["checkpoint"]
         raise_if(build_problems(p))
         # Cheap, before a build of hours: the checkpoint still says what the source model is.
         raise_if(checkpoint_config_problems(checkpoint, p))
-        args = trtllm_build_args(p, checkpoint, out_dir / "engine")
-        run_trtllm_build(args, out_dir / "trtllm-build.log")
-        raise_if(check_engine_config(out_dir / "engine", p, self.build_tools(p)))
+        args = trtllm_build_args(p, checkpoint, w.out_dir / "engine")
+        run_trtllm_build(args, w.out_dir / "trtllm-build.log")
+        raise_if(check_engine_config(w.out_dir / "engine", p, engine_key_tools_cached()))
         return {"engine": "engine", "trtllm_build_args": args}
 
-    # --- FillTritonRepo ---------------------------------------------------------------------
-    def num_servers(self, p) -> int:
-        from .layout import num_servers
-        return num_servers(p)
 
-    def render_repos(self, p, engine_rel: str, decoupled: bool) -> dict[str, dict[str, str]]:
-        from .repo import render_server_repos
-        return render_server_repos(p, engine_rel, decoupled=decoupled)  # tritonserver runs in the root
+class Configure(Step):
+    """The tensorrt_llm model's repositories, one per tritonserver process."""
 
-    def fill(self, engine_dir: Path, engine_rel: str, out_dir: Path, p, decoupled: bool) -> dict:
-        from .repo import fill_trtllm_repos
-        return fill_trtllm_repos(out_dir, engine_rel, p, decoupled=decoupled)
+    def key(self, w: Work) -> Key:
+        return Key(reads=("runtime", "triton.model_name", "build.backend", "build.tp_size", "build.pp_size"),
+                   executed={"repos": render_server_repos(w.params, w.rel("engine"), decoupled=decoupled(w.params))},
+                   inputs={"decoupled": decoupled(w.params), "num_servers": num_servers(w.params)})
 
-    # --- LaunchServers ----------------------------------------------------------------------
-    def serving_tools(self, p) -> dict[str, str]:
-        from .launch import serving_key_tools
-        return {**serving_key_tools(), **versions("tritonclient")}
+    def run(self, w: Work) -> dict:  # tritonserver runs in the root: the engine by its path from there
+        return {"layout": fill_trtllm_repos(w.out_dir, w.rel("engine"), w.params, decoupled=decoupled(w.params))}
 
-    def launch_executed(self, p, repo_rel: str) -> dict:
-        from ...executed import normalise
-        from .launch import tritonserver_commands
-        from .layout import server_layout
 
+class Launch(LaunchStep):
+    """tritonserver (mpirun for tp*pp > 1) with the tensorrtllm backend, or external endpoints."""
+
+    def key(self, w: Work) -> Key:
+        return Key(reads=("triton.bind", "triton.grpc_ports", "triton.endpoints", "triton.binary"),
+                   tools={**serving_key_tools(), **versions("tritonclient")}, executed=self._executed(w))
+
+    def _executed(self, w: Work) -> dict:
+        p = w.params
         if p.triton.endpoints:
             return {}
         ports = [(g, "<http_port>", "<metrics_port>") for g in
                  (p.triton.grpc_ports or ["<grpc_port>"] * len(server_layout(p)))]
-        specs = tritonserver_commands(p, f"<root>/{repo_rel}", ports, cwd="<root>")
+        specs = tritonserver_commands(p, f"<root>/{w.rel('repo')}", ports, cwd="<root>")
         return normalise({"argv": [s.argv for s in specs], "env": [s.env for s in specs], "cwd": "<root>"})
 
-    def launch(self, repo_rel: str, layout: dict, out_dir: Path, p, *, root: Path, on_spawn, log) -> list[dict]:
-        from ...serving.endpoints import parse_endpoints
-        from ...serving.launcher import external_servers, launch
-        from ...serving.pbtxt import model_names
-        from ...serving.ports import free_port
-        from .launch import pick_ports, tritonserver_commands
-
-        t = p.triton
+    def run(self, w: Work) -> dict:
+        p, t, root = w.params, w.params.triton, w.root
         if t.endpoints:
-            return external_servers(parse_endpoints(t.endpoints),
-                                    model_names(t.model_name, p.runtime.instances_per_server), t.ready_timeout_s)
-        specs = tritonserver_commands(p, f"{root}/{repo_rel}", pick_ports(p, free_port), cwd=str(root))
-        return launch(specs, out_dir, ready_timeout_s=t.ready_timeout_s, warmup_prompt=[1, 2, 3, 4],
-                      streaming=layout["decoupled"], on_spawn=on_spawn, log=log, names={str(root): "<root>"})
+            return {"servers": external_servers(parse_endpoints(t.endpoints),
+                                                model_names(t.model_name, p.runtime.instances_per_server),
+                                                t.ready_timeout_s)}
+        specs = tritonserver_commands(p, f"{root}/{w.rel('repo')}", pick_ports(p, free_port), cwd=str(root))
+        return {"servers": launch(specs, w.out_dir, ready_timeout_s=t.ready_timeout_s, warmup_prompt=[1, 2, 3, 4],
+                                  streaming=w.layout["decoupled"], on_spawn=w.on_spawn, log=w.log,
+                                  names={str(root): "<root>"})}
+
+
+class TrtllmBackend(Backend):
+    name = "trtllm"
+    quantize = Quantize()
+    build = Build()
+    configure = Configure()
+    launch = Launch()
+
+    def check(self, p) -> Checks:
+        return Checks(trtllm_problems(p) + port_count_problems("triton.grpc_ports", p.triton.grpc_ports, num_servers(p), " (triton.num_servers)"), trtllm_notes(p))

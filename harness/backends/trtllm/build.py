@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from .common import as_bool, as_int, suggest
+from harness.backends.checkpoint import architecture
+from harness.backends.trtllm.common import as_bool, as_int, suggest
+from harness.cache.versions import package_version
 
 PLUGIN_DTYPES = ("auto", "float16", "float32", "bfloat16", "int32", "disable")
 
@@ -150,7 +152,6 @@ def _effective_switch(flags, name) -> bool:
 
 def model_architecture(params) -> str | None:
     """The HF architecture of model.checkpoint (config.json), the tiny Llama for builtin; None if unreadable."""
-    from ..checkpoint import architecture
 
     ckpt = params.model.checkpoint
     if ckpt == "builtin":
@@ -331,7 +332,6 @@ def build_notes(params) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 
 def trtllm_version() -> str:
-    from ...versions import package_version
     for dist in ("tensorrt_llm", "tensorrt-llm"):
         v = package_version(dist)
         if v != "absent":

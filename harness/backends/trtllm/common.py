@@ -4,7 +4,7 @@ from __future__ import annotations
 import difflib
 from typing import Any, Iterable
 
-from ...errors import InputError
+from harness.errors import InputError
 
 
 class TrtllmError(InputError):

@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 from typing import Mapping
 
-from .build import BUILD_FLAGS, flag_value
+from harness.backends.trtllm.build import BUILD_FLAGS, flag_value
+from harness.backends.trtllm.quant import export_plan
 
 
 def load_engine_config(engine_dir_or_config) -> dict:
@@ -25,7 +26,6 @@ def check_engine_config(engine_dir_or_config, params, tools: Mapping[str, str] |
     "build_config": {"max_batch_size", "max_num_tokens", "max_seq_len", "max_input_len", "kv_cache_type",
     "plugin_config": {...}}}.
     """
-    from .quant import export_plan
 
     cfg = load_engine_config(engine_dir_or_config)
     b = params.build

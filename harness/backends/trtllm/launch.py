@@ -16,8 +16,10 @@ from __future__ import annotations
 import os
 from typing import Callable, NamedTuple, Sequence
 
-from ...serving.launcher import LaunchSpec
-from .layout import ServerPlan, server_layout
+from harness.backends.trtllm import build as trtllm_build  # trtllm_version: read at call time
+from harness.backends.trtllm.layout import ServerPlan, server_layout
+from harness.serving.ports import server_ports
+from harness.serving.spec import LaunchSpec
 
 DEFAULT_BINARY = "/opt/tritonserver/bin/tritonserver"  # NVIDIA's Triton + TRT-LLM container
 
@@ -96,7 +98,6 @@ def tritonserver_commands(params, repo_dir, ports: Sequence[ServerPorts | tuple[
 
 def pick_ports(params, free_port: Callable[[str], int]) -> list[ServerPorts]:
     """triton.grpc_ports (or free ones) plus free HTTP and metrics ports, one triple per server."""
-    from ...serving.ports import server_ports
 
     triples = server_ports(len(server_layout(params)), params.triton.bind, params.triton.grpc_ports, pick=free_port)
     return [ServerPorts(*t) for t in triples]
@@ -108,6 +109,5 @@ def pick_ports(params, free_port: Callable[[str], int]) -> list[ServerPorts]:
 
 def serving_key_tools() -> dict[str, str]:
     """tritonserver (NVIDIA containers export NVIDIA_TRITON_SERVER_VERSION) and TensorRT-LLM versions."""
-    from .build import trtllm_version
     return {"tritonserver": os.environ.get("NVIDIA_TRITON_SERVER_VERSION") or "absent",
-            "tensorrt_llm": trtllm_version()}
+            "tensorrt_llm": trtllm_build.trtllm_version()}

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...serving.pbtxt import model_names
+from harness.serving.triton.pbtxt import model_names
 
 
 @dataclass(frozen=True)

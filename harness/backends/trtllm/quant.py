@@ -21,8 +21,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from ...errors import BuildError
-from ..mtq_config import (
+from harness.backends.checkpoint import architecture, copy_tokenizer_files, hf_dtype_kwargs
+from harness.backends.export_checks import SOURCE_CONFIG, patch_trtllm_rope, trtllm_checkpoint_problems
+from harness.backends.mtq_config import (
     KV_PRESETS,
     MODEL_PRESETS,
     QuantizeError,
@@ -30,7 +31,8 @@ from ..mtq_config import (
     merge_kv_entries,
     set_awq_block_size,
 )
-from .common import as_int, raise_if, suggest
+from harness.backends.trtllm.common import as_int, raise_if, suggest
+from harness.errors import BuildError
 
 # What the exported checkpoint's config.json says (pretrained_config.quantization).
 QUANT_ALGO = {"none": None, "int8": "W8A16", "int8_sq": "W8A8_SQ_PER_CHANNEL", "fp8": "FP8",
@@ -187,8 +189,8 @@ def load_for_export(src_dir, *, dtype: str, device: str, unfuse: bool = True):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from ..checkpoint import hf_dtype_kwargs
-    from ..moe import unfuse_moe_experts
+    from harness.backends.moe import unfuse_moe_experts  # lazy: keeps torch off the no-op path (keys, status)
+
 
     kwargs = {"device_map": "auto"} if device.startswith("cuda") else {}
     model = AutoModelForCausalLM.from_pretrained(str(src_dir), **hf_dtype_kwargs(getattr(torch, dtype)), **kwargs)
@@ -232,7 +234,6 @@ def export_checkpoint(model, plan: dict, out_dir, src_cfg: dict | None, *, fix_r
     from modelopt.torch.export import export_tensorrt_llm_checkpoint
     from modelopt.torch.export.model_utils import get_model_type
 
-    from ..export_checks import patch_trtllm_rope
 
     kw = plan["kwargs"]
     decoder = kw["decoder_type"] or get_model_type(model)
@@ -253,8 +254,6 @@ def export_trtllm_checkpoint(src_dir, out_dir, plan: dict, calib_prompts: list[l
     source (export_checks). CPU works (tests); the stage runs it on CUDA."""
     import modelopt
 
-    from ..checkpoint import copy_tokenizer_files
-    from ..export_checks import SOURCE_CONFIG, trtllm_checkpoint_problems
 
     src_cfg = source_config(src_dir)
     t0 = time.monotonic()
@@ -279,7 +278,6 @@ def quantize_for_trtllm(src_dir, out_dir, params, calib_prompts: list[list[int]]
     """Calibrates on CUDA with modelopt and exports a TensorRT-LLM checkpoint to `out_dir` (the stage)."""
     import torch
 
-    from ..checkpoint import architecture
 
     if not torch.cuda.is_available():
         raise BuildError("quantize_for_trtllm needs a CUDA GPU (build.backend=trtllm); torch sees none")
@@ -291,7 +289,6 @@ def quantize_for_trtllm(src_dir, out_dir, params, calib_prompts: list[list[int]]
 def checkpoint_config_problems(ckpt_dir, params) -> list[str]:
     """An exported TensorRT-LLM checkpoint's config.json against the plan (mapping, quant algos) and,
     when the source config was kept beside it, against the source model (RoPE, MoE, sizes)."""
-    from ..export_checks import SOURCE_CONFIG, trtllm_checkpoint_problems
 
     cfg = json.loads((Path(ckpt_dir) / "config.json").read_text())
     plan = export_plan(params)

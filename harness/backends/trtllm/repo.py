@@ -16,9 +16,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ...serving.pbtxt import render_model_config, validate_model_config
-from .common import as_bool, as_float, as_int, raise_if, suggest
-from .layout import server_layout
+from harness.backends.trtllm import build as trtllm_build  # trtllm_version: read at call time
+from harness.backends.trtllm.common import as_bool, as_float, as_int, raise_if, suggest
+from harness.backends.trtllm.layout import server_layout
+from harness.serving.triton.pbtxt import render_model_config, validate_model_config
 
 # runtime.flags -> (backend parameter, kind, choices or minimum). Kinds: bool, int, float, choice, str.
 RUNTIME_FLAGS: dict[str, tuple[str, str, Any]] = {
@@ -79,9 +80,8 @@ def trt_overlap_problem(value: bool) -> str | None:
     """Why runtime.flags.enable_trt_overlap would be ignored here, or None when the backend applies it."""
     if not value:
         return None  # false is every backend's behaviour: nothing to write
-    from .build import trtllm_version
 
-    version = trtllm_version()
+    version = trtllm_build.trtllm_version()
     release = _release(version)
     if release is not None and release >= TRT_OVERLAP_APPLIED_FROM:
         return None

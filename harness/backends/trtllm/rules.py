@@ -5,11 +5,11 @@ any stage runs. The length checks that rules already makes for every backend are
 """
 from __future__ import annotations
 
-from ...serving.endpoints import endpoint_problems
-from .build import build_notes, build_problems, model_architecture
-from .layout import data_parallel_layout, dp_ranks, num_servers, world_size
-from .quant import checkpoint_flag_problems
-from .repo import runtime_flag_problems
+from harness.backends.trtllm.build import build_notes, build_problems, model_architecture
+from harness.backends.trtllm.layout import data_parallel_layout, dp_ranks, num_servers, world_size
+from harness.backends.trtllm.quant import checkpoint_flag_problems
+from harness.backends.trtllm.repo import runtime_flag_problems
+from harness.serving.endpoints import endpoint_problems
 
 # quantize.format x quantize.kv_cache_dtype combinations TensorRT-LLM cannot build.
 BAD_QUANT_COMBOS = {

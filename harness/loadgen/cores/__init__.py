@@ -1,16 +1,8 @@
-"""Client cores, one module per protocol; `core_class(protocol)` picks one."""
+"""Client cores, one module per protocol; the protocol's record (serving/protocols.py) names its core."""
 from __future__ import annotations
 
-import importlib
-
-CORES = {
-    "triton-grpc": "harness.loadgen.cores.triton_grpc:TritonGrpcCore",
-    "openai-http": "harness.loadgen.cores.openai_http:OpenAIHttpCore",
-}
+from harness.serving.protocols import protocol
 
 
-def core_class(protocol: str):
-    if protocol not in CORES:
-        raise ValueError(f"no LoadGen client core for protocol {protocol!r}; known: {', '.join(CORES)}")
-    module, _, cls = CORES[protocol].partition(":")
-    return getattr(importlib.import_module(module), cls)
+def core_class(name: str):
+    return protocol(name).load("core")

@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from ..messages import Alive, Done, Failed, First
+from harness.loadgen.messages import Alive, Done, Failed, First
 
 #: The fewest tokens a completion may report: LoadGen (use_token_latencies, as in every LLM run) logs
 #: an error for 0 ("n_tokens argument missing or attempted to record 0 as number of tokens") and, since

@@ -4,7 +4,7 @@ Each frontend process runs one event loop (aioloop.py) with one aiohttp session:
 connection for every request its clients may have in flight; a core is a client lane with its
 own share of that limit. Where the server returns token ids, a streamed response is scanned as
 bytes: every complete event of a read at once, ids counted (kept only when LoadGen logs them).
-Text that must be re-tokenized is parsed with harness/serving/sse.py. The first chunk that
+Text that must be re-tokenized is parsed with harness/serving/openai/sse.py. The first chunk that
 carries tokens is the first token (FirstTokenComplete), whatever its number of tokens.
 
 Per server kind (`cfg["openai"]["kind"]`) only the request keys that server accepts are sent:
@@ -25,13 +25,11 @@ import time
 
 import numpy as np
 
-from ...serving.openai_client import base_url
-from ...serving.sse import DONE, SSEParser
-from ..openai_api import TOKEN_ID_SERVERS, methods
-from .aioloop import FrontendLoop
-from .base import Core
-
-
+from harness.loadgen.cores.aioloop import FrontendLoop
+from harness.loadgen.cores.base import Core
+from harness.loadgen.openai_api import TOKEN_ID_SERVERS, methods
+from harness.serving.openai.client import base_url
+from harness.serving.openai.sse import DONE, SSEParser
 
 TOKEN_IDS = re.compile(rb'"token_ids"\s*:\s*\[([^\]]*)\]')
 _I32 = struct.Struct("<i")

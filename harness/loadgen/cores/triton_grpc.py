@@ -19,9 +19,9 @@ import struct
 import time
 import traceback
 
-from ...serving.contract import OUTPUT_NAMES, request_arrays
-from .aioloop import FrontendLoop
-from .base import Core
+from harness.loadgen.cores.aioloop import FrontendLoop
+from harness.loadgen.cores.base import Core
+from harness.serving.triton.contract import OUTPUT_NAMES, request_arrays
 
 MAX_MESSAGE = 2**31 - 1
 STREAM_METHOD = "/inference.GRPCInferenceService/ModelStreamInfer"

@@ -3,13 +3,13 @@ and `loadgen.round`. Everything per benchmark that perfdag needs (gates, latency
 counts, compliance tests, generation settings) is read from here, nowhere else."""
 from __future__ import annotations
 
-from .base import DEFAULT_ROUND, ROUND_SEEDS, ROUNDS, TARGETS, Benchmark, Generation, Metric
-from .deepseek_r1 import BENCHMARK as DEEPSEEK_R1
-from .gpt_oss_120b import BENCHMARK as GPT_OSS_120B
-from .llama2_70b import BENCHMARK as LLAMA2_70B
-from .llama3_1_405b import BENCHMARK as LLAMA3_1_405B
-from .llama3_1_8b import BENCHMARK as LLAMA3_1_8B
-from .mixtral_8x7b import BENCHMARK as MIXTRAL_8X7B
+from harness.mlperf.benchmarks.base import DEFAULT_ROUND, ROUND_SEEDS, ROUNDS, TARGETS, Benchmark, Generation, Metric
+from harness.mlperf.benchmarks.deepseek_r1 import BENCHMARK as DEEPSEEK_R1
+from harness.mlperf.benchmarks.gpt_oss_120b import BENCHMARK as GPT_OSS_120B
+from harness.mlperf.benchmarks.llama2_70b import BENCHMARK as LLAMA2_70B
+from harness.mlperf.benchmarks.llama3_1_8b import BENCHMARK as LLAMA3_1_8B
+from harness.mlperf.benchmarks.llama3_1_405b import BENCHMARK as LLAMA3_1_405B
+from harness.mlperf.benchmarks.mixtral_8x7b import BENCHMARK as MIXTRAL_8X7B
 
 REGISTRY: dict[str, Benchmark] = {b.name: b for b in (LLAMA2_70B, LLAMA3_1_8B, MIXTRAL_8X7B, LLAMA3_1_405B,
                                                    DEEPSEEK_R1, GPT_OSS_120B)}

@@ -6,7 +6,9 @@ reference implementation under `language/<benchmark>/` (generation settings).
 """
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Mapping
 
 #: Rounds the registry knows, oldest first. The default is the newest.
@@ -57,6 +59,10 @@ class Benchmark:
     loadgen_model: str  # the name LoadGen's mlperf.conf uses: llama2-70b, llama3_1-405b, ...
     dataset: str  # what the dataset is, in MLCommons' words
     columns: tuple[str, ...]  # the dataset columns the scorer reads
+    #: its scorer, a module of harness/mlperf/scoring/ (REQUIRED_COLUMNS, METRICS, score()), named
+    #: rather than imported: what the registry says of a benchmark reaches every stage through
+    #: parameter validation, and a scorer shapes only CheckAccuracy's output
+    scorer: str
     generation: Generation
     metrics: tuple[Metric, ...]
     #: round -> the accuracy targets that round has ("99", "99.9").
@@ -78,6 +84,10 @@ class Benchmark:
     aliases: tuple[str, ...] = ()
     #: Where the script's quirks and perfdag's deviations are written down.
     notes: str = ""
+
+    def scoring(self) -> ModuleType:
+        """The scorer module."""
+        return importlib.import_module(f"harness.mlperf.scoring.{self.scorer}")
 
     @property
     def rounds(self) -> tuple[str, ...]:

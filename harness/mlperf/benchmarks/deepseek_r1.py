@@ -3,7 +3,7 @@ scored by the rule its `dataset` column names (language/deepseek-r1/eval_accurac
 choice, \\boxed{} math graded as PRM800K does, AIME integers, LiveCodeBench pass@1. exact_match is
 the mean over all rows; tokens_per_sample the mean output length. In v5.1, v6.0 and v6.1 (the
 same numbers in each round's checker constants; v5.1 has no Interactive scenario)."""
-from .base import Benchmark, Generation, Metric
+from harness.mlperf.benchmarks.base import Benchmark, Generation, Metric
 
 BENCHMARK = Benchmark(
     name="deepseek-r1", loadgen_model="deepseek-r1",
@@ -11,6 +11,7 @@ BENCHMARK = Benchmark(
             "ground_truth; a LiveCodeBench row's question_id), question, tok_input",
     # The scorer reads gt_output, or ground_truth where there is none (MLCommons' pickle has the latter).
     columns=("dataset",),
+    scorer="deepseek_r1",
     # utils/backend_registry.py: MAX_OSL = 20,000, temperature 0 (greedy), the model's chat template
     # applied to the question (the dataset's tok_input holds the templated ids), stop at EOS.
     generation=Generation(max_output_tokens=20000, min_output_tokens=1, greedy=True,

@@ -2,13 +2,14 @@
 the accuracy run, 6,396 in the performance dataset (language/gpt-oss-120b/eval_mlperf_accuracy.py).
 exact_match is each dataset's correct / repeats summed, over the same sum of totals. Compliance:
 TEST07 (GPQA accuracy in performance mode) and TEST09 (mean output length). In v6.0 and v6.1."""
-from .base import Benchmark, Generation, Metric
+from harness.mlperf.benchmarks.base import Benchmark, Generation, Metric
 
 BENCHMARK = Benchmark(
     name="gpt-oss-120b", loadgen_model="gpt-oss-120b",
     dataset="AIME25 + GPQA Diamond + LiveCodeBench v6 (harmony prompts): dataset, ground_truth (a "
             "LiveCodeBench row's question_id), tok_input; 4,395 accuracy rows, 6,396 performance rows",
     columns=("dataset", "ground_truth"),
+    scorer="gpt_oss_120b",
     # README "Generation Configuration": temperature 1.0, top_p 1.0, top_k 0 (sampling), streaming,
     # skip_special_tokens false; accuracy runs 32,768 tokens and reasoning_effort high, performance
     # runs 10,240 and low. Stop at the harmony end tokens (<|return|>).

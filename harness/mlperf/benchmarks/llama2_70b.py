@@ -1,10 +1,11 @@
 """llama2-70b: OpenOrca (24,576 rows), ROUGE and tokens per sample (language/llama2-70b/)."""
-from .base import Benchmark, Generation, Metric
+from harness.mlperf.benchmarks.base import Benchmark, Generation, Metric
 
 BENCHMARK = Benchmark(
     name="llama2-70b", loadgen_model="llama2-70b",
     dataset="OpenOrca GPT-4 answers, 24,576 sampled rows: tok_input (Llama 2 chat prompt ids), output (reference text)",
     columns=("output",),
+    scorer="llama2_70b",
     generation=Generation(max_output_tokens=1024, min_output_tokens=1),
     metrics=(Metric("rouge1", 44.4312), Metric("rouge2", 22.0352), Metric("rougeL", 28.6162),
              Metric("tokens_per_sample", 294.45, kind="length")),

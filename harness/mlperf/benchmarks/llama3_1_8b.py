@@ -1,11 +1,12 @@
 """llama3.1-8b: CNN-DailyMail summarisation (13,368 rows), ROUGE-1/2/L/Lsum and gen_len
 (language/llama3.1-8b/). The length gate is on gen_len (total characters), not tokens/sample."""
-from .base import Benchmark, Generation, Metric
+from harness.mlperf.benchmarks.base import Benchmark, Generation, Metric
 
 BENCHMARK = Benchmark(
     name="llama3.1-8b", loadgen_model="llama3_1-8b",
     dataset="CNN-DailyMail validation, 13,368 rows: tok_input (Llama 3.1 instruct prompt ids), output (highlights)",
     columns=("output",),
+    scorer="llama3_1_8b",
     generation=Generation(max_output_tokens=128, min_output_tokens=1),
     metrics=(Metric("rouge1", 38.7792), Metric("rouge2", 15.9075), Metric("rougeL", 24.4957),
              Metric("rougeLsum", 35.793), Metric("gen_len", 8167644, kind="length")),

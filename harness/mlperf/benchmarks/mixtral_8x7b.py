@@ -2,12 +2,13 @@
 `dataset` column to its own metric (language/mixtral-8x7b/): ROUGE on OpenOrca, GSM8K exact match
 of the extracted number, MBXP pass@1 of the generated code run against the row's tests.
 In v5.1 and v6.0; v6.1 dropped it."""
-from .base import Benchmark, Generation, Metric
+from harness.mlperf.benchmarks.base import Benchmark, Generation, Metric
 
 BENCHMARK = Benchmark(
     name="mixtral-8x7b", loadgen_model="mixtral-8x7b",
     dataset="OpenOrca + GSM8K (5-shot) + MBXP, 5,000 rows each: dataset, id, tok_input, gt_output",
     columns=("dataset", "gt_output", "id"),
+    scorer="mixtral_8x7b",
     generation=Generation(max_output_tokens=1024, min_output_tokens=2),
     metrics=(Metric("rouge1", 45.5989, subset="OpenOrca"), Metric("rouge2", 23.3526, subset="OpenOrca"),
              Metric("rougeL", 30.4608, subset="OpenOrca"), Metric("gsm8k", 73.66, subset="GSM8K"),

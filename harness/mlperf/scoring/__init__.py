@@ -2,7 +2,7 @@
 benchmark computes, quirks included (one module per benchmark family; :mod:`.common` holds
 what they share and the deviations they all make).
 
-    score_log("mixtral-8x7b", entries, df, tokenizer, code_runner=score_mbxp)
+    score_log(benchmarks.get("mixtral-8x7b"), entries, df, tokenizer, code_runner=score_mbxp)
 
 returns MLCommons' metric names with the script's values and rounding, plus ``_detail``
 (anything under a key starting with "_" is detail, not a metric): ``per_row`` by qsl_idx (ROUGE
@@ -11,52 +11,29 @@ report.  No luigi imports.
 """
 from __future__ import annotations
 
-from types import ModuleType
 from typing import Iterable
 
-from . import deepseek_r1, gpt_oss_120b, llama2, llama3_8b, llama3_405b, mixtral
-from .common import (DEFAULT_DTYPE, DatasetColumnError, LogEntryError, ScoringInputError, all_entries, check_columns,
-                     first_entries)
+from harness.mlperf.scoring.common import (
+    DEFAULT_DTYPE,
+    DatasetColumnError,
+    LogEntryError,
+    ScoringInputError,
+    all_entries,
+    check_columns,
+    first_entries,
+)
 
-#: benchmark -> scorer module (``REQUIRED_COLUMNS``, ``METRICS``, ``score``).
-SCORERS: dict[str, ModuleType] = {
-    "llama2-70b": llama2,
-    "llama3.1-8b": llama3_8b,
-    "mixtral-8x7b": mixtral,
-    "llama3.1-405b": llama3_405b,
-    "deepseek-r1": deepseek_r1,
-    "gpt-oss-120b": gpt_oss_120b,
-}
-
-__all__ = ["SCORERS", "score_log", "metric_names", "required_columns", "ScoringInputError", "LogEntryError",
-           "DatasetColumnError"]
+__all__ = ["score_log", "ScoringInputError", "LogEntryError", "DatasetColumnError"]
 
 
-def _scorer(benchmark: str) -> ModuleType:
-    try:
-        return SCORERS[benchmark]
-    except KeyError:
-        raise ScoringInputError(f"benchmark {benchmark!r} has no scorer; known: {', '.join(SCORERS)}") from None
-
-
-def metric_names(benchmark: str) -> tuple[str, ...]:
-    """The metrics ``benchmark``'s script computes, under its names."""
-    return tuple(_scorer(benchmark).METRICS)
-
-
-def required_columns(benchmark: str) -> tuple[str, ...]:
-    """The dataset columns ``benchmark``'s scorer reads."""
-    return tuple(_scorer(benchmark).REQUIRED_COLUMNS)
-
-
-def score_log(benchmark: str, log_entries: list[dict], dataset, tokenizer, *, code_runner=None,
+def score_log(benchmark, log_entries: list[dict], dataset, tokenizer, *, code_runner=None,
               subsets: Iterable[str] | None = None, dtype=DEFAULT_DTYPE,
               log_name: str = "mlperf_log_accuracy.json", dataset_name: str = "dataset") -> dict:
-    """Score LoadGen's parsed ``mlperf_log_accuracy.json`` the way ``benchmark``'s MLCommons
-    script does.
+    """Score LoadGen's parsed ``mlperf_log_accuracy.json`` the way the benchmark's MLCommons script
+    does. ``benchmark``: its registry entry (``benchmarks.get(name)``), which names its scorer module.
 
-    ``dataset``: the benchmark's MLPerf DataFrame, row i = qsl_idx i (see
-    :func:`required_columns`).  ``tokenizer``: a HF tokenizer (``batch_decode``).
+    ``dataset``: the benchmark's MLPerf DataFrame, row i = qsl_idx i (see the
+    scorer's ``REQUIRED_COLUMNS``).  ``tokenizer``: a HF tokenizer (``batch_decode``).
     ``code_runner(rows, texts) -> {"mbxp": percent, ...}`` scores mixtral's MBXP rows;
     for deepseek-r1 and gpt-oss-120b ``code_runner(question_ids, codes) -> [passed, ...]`` runs
     LiveCodeBench programs.
@@ -65,8 +42,8 @@ def score_log(benchmark: str, log_entries: list[dict], dataset, tokenizer, *, co
     ``dtype``: of the logged ids, "int32" (what the SUTs log) or "int64".
     ``log_name`` / ``dataset_name`` name the inputs in error messages.
     """
-    scorer = _scorer(benchmark)
-    check_columns(dataset, scorer.REQUIRED_COLUMNS, benchmark, dataset_name)
+    scorer = benchmark.scoring()
+    check_columns(dataset, scorer.REQUIRED_COLUMNS, benchmark.name, dataset_name)
     samples = first_entries(log_entries, len(dataset), dtype, log_name)  # validates every entry
     if subsets is not None:
         log_entries = _only_subsets(log_entries, dataset, set(subsets), dataset_name)

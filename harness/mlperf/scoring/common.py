@@ -35,7 +35,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from ...errors import InputError
+from harness.errors import InputError
 
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL", "rougeLsum")
 #: numpy dtypes of the logged token ids, by the name the scripts' ``--dtype`` takes.

@@ -17,8 +17,8 @@ Deviations besides those of :mod:`.common`:
 """
 from __future__ import annotations
 
-from . import reasoning as r
-from .common import DatasetColumnError, LogSamples, column_values, decode
+from harness.mlperf.scoring import reasoning as r
+from harness.mlperf.scoring.common import DatasetColumnError, LogSamples, column_values, decode
 
 REQUIRED_COLUMNS = ("dataset",)  # and gt_output or ground_truth
 METRICS = ("exact_match", "tokens_per_sample", "num-samples")

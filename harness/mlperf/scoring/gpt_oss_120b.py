@@ -15,9 +15,9 @@ to run has no ``exact_match``; an entry outside the dataset is refused (the scri
 """
 from __future__ import annotations
 
-from . import reasoning as r
-from .common import DatasetColumnError, LogSamples, as_list, column_values
-from .deepseek_r1 import run_code
+from harness.mlperf.scoring import reasoning as r
+from harness.mlperf.scoring.common import DatasetColumnError, LogSamples, as_list, column_values
+from harness.mlperf.scoring.deepseek_r1 import run_code
 
 REQUIRED_COLUMNS = ("dataset", "ground_truth")
 METRICS = ("exact_match", "tokens_per_sample", "num-samples")

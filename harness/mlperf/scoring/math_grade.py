@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from .common import ScoringInputError
+from harness.mlperf.scoring.common import ScoringInputError
 
 _UNITS = ("degree", "cm", "centimeter", "meter", "mile", "second", "minute", "hour", "day", "week",
           "month", "year", "foot", "feet", "inch", "yard")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import re
 
-from .math_grade import grade_answer
+from harness.mlperf.scoring.math_grade import grade_answer
 
 FAMILIES = ("gpqa", "mmlu_pro", "math500", "aime", "livecodebench")
 GPT_OSS_FAMILIES = FAMILIES + ("mmlu",)

@@ -1,6 +1,6 @@
 """Triton Python-backend model serving a perfdag torch engine with in-flight batching.
 
-It speaks the one tensor contract (harness/serving/contract.py, TensorRT-LLM's), so clients
+It speaks the one tensor contract (harness/serving/triton/contract.py, TensorRT-LLM's), so clients
 written for TensorRT-LLM drive it unchanged. `execute` only parses requests and hands them to
 the `InflightBatcher` (harness/backends/torch/batcher.py). Streaming responses carry the new
 token(s) only, the last one flagged final; a non-streaming response carries prompt + generated
@@ -30,7 +30,7 @@ except ImportError:  # pragma: no cover
     pb_utils = None
 
 from harness.backends.torch.batcher import GenRequest, InflightBatcher, load_engine
-from harness.serving.triton_python import (
+from harness.serving.triton.python_model import (
     error_response,
     flag,
     param,

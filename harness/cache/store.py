@@ -1,0 +1,242 @@
+"""The content-addressed artifact store: artifacts/<Stage>/<key16>/, published atomically.
+
+A result is a directory holding manifest.json, moved into place by one rename, so a reader never
+sees a half-built one. The manifest lists every published file with its size, mtime and digest
+(harness/cache/integrity.py), so reuse can tell a corrupted or edited artifact from a good one. Builds
+run in `.tmp-*` siblings under a per-key flock, which the kernel releases when the holder dies,
+so a killed worker leaves no lock that blocks anyone. With a signing key (harness/cache/signing.py) every
+manifest is signed at publish, and one without a valid signature is not trusted.
+"""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import socket
+import tempfile
+import time
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
+
+from filelock import FileLock, Timeout
+
+from harness.cache import integrity, signing
+from harness.errors import ArtifactError, PerfdagError
+
+MANIFEST = integrity.MANIFEST
+# A disk that fills or fails while an artifact is written: one line, not a traceback.
+STORAGE_ERRNOS = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded",
+                  errno.EIO: "I/O error", errno.EROFS: "read-only file system"}
+
+
+class PublishError(PerfdagError, OSError):
+    """An artifact could not be written or published: the path, and the space it needs."""
+
+
+def _tree_bytes(path: Path) -> int:
+    total = 0
+    for dirpath, _, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, f)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def publish_error(stage: str, key: str, e: OSError, tmp: Path, final: Path, root: Path) -> PublishError:
+    """The one line for a disk that failed under a build: the path, what the build had written
+    (a lower bound of the space it needs) and what is free."""
+    where = e.filename or final  # a failed write() names no file: the artifact being written
+    written = _tree_bytes(tmp)
+    try:
+        free = _human(shutil.disk_usage(root).free)
+    except OSError:
+        free = "unknown"
+    fix = (f"free more than {_human(written)} under {root} (the artifact had {_human(written)} when the disk "
+           f"filled; {free} free now) and rerun") if e.errno in (errno.ENOSPC, errno.EDQUOT) else \
+        f"check the disk under {root} and rerun"
+    return PublishError(f"{stage} {key[:16]}: cannot write {where}: {STORAGE_ERRNOS[e.errno]}; {fix}")
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _remove(path: Path) -> None:
+    """Removes a tree, or a file or link, never following a link."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+class ArtifactStore:
+    def __init__(self, root: str | os.PathLike, signing_key: bytes | None = None):
+        self.root = Path(root).resolve()
+        self.signing_key = signing_key
+
+    def path(self, stage: str, key: str) -> Path:
+        return self.root / stage / key[:16]
+
+    def manifest(self, stage: str, key: str) -> dict | None:
+        """The published manifest, or None. A prefix collision (other full key) is not ours."""
+        f = self.path(stage, key) / MANIFEST
+        try:
+            m = json.loads(f.read_text())
+        except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError, UnicodeDecodeError):
+            return None
+        return m if isinstance(m, dict) and m.get("key") == key else None
+
+    def is_published(self, stage: str, key: str) -> bool:
+        return self.manifest(stage, key) is not None
+
+    def manifests(self, stage: str) -> list[dict]:
+        """Every published manifest of a stage, newest first."""
+        out = []
+        for f in (self.root / stage).glob(f"*/{MANIFEST}"):
+            try:
+                m = json.loads(f.read_text())
+            except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+                continue
+            if isinstance(m, dict):
+                m["_dir"] = str(f.parent)
+                out.append(m)
+        return sorted(out, key=lambda m: m.get("finished_at", ""), reverse=True)
+
+    def problems(self, stage: str, key: str, manifest: dict, *, full: bool = False) -> list[str]:
+        """How the artifact on disk differs from what was published, or why its manifest is not
+        trusted (empty: intact)."""
+        if why := signing.problem(manifest, self.signing_key):
+            return [why]
+        files, links = manifest.get("files"), manifest.get("links") or {}
+        if not isinstance(files, dict) or not isinstance(links, dict):
+            return ["manifest lists no files (published by an older perfdag); rebuild it"]
+        return integrity.problems(self.path(stage, key), files, links=links, full=full,
+                                  skip=manifest.get("volatile", ()))
+
+    def move_aside(self, stage: str, key: str, dest: Path, finished_at: str | None) -> Path | None:
+        """Moves a corrupt published artifact to `dest` (kept as evidence; `gc` ages it out), so the
+        next build publishes afresh. Call under lock(). None, and nothing moved, when what is published
+        now is not the artifact found corrupt (`finished_at` differs: rebuilt meanwhile)."""
+        final = self.path(stage, key)
+        m = self.manifest(stage, key)
+        if m is None or m.get("finished_at") != finished_at or final.is_symlink():
+            return None
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        n, where = 1, dest
+        while os.path.lexists(where):  # the same artifact twice in a run: keep both
+            n += 1
+            where = dest.with_name(f"{dest.name}-{n}")
+        os.replace(final, where)  # under the root: one rename
+        return where
+
+    @contextmanager
+    def lock(self, stage: str, key: str) -> Iterator[None]:
+        path = lock_path(self.root, stage, key[:16])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(path)):
+            yield
+
+    def _clear_stale_tmp(self, stage: str, key: str) -> None:
+        # Only called under the key's lock: any tmp dir for this key is a dead builder's.
+        for d in (self.root / stage).glob(f".tmp-{key[:16]}-*"):
+            shutil.rmtree(d, ignore_errors=True)
+
+    def build(self, stage: str, key: str, make: Callable[[Path], dict], manifest: dict,
+              volatile: Iterable[str] = ()) -> dict:
+        """Builds the artifact in a temp dir and publishes it by one rename, replacing any old one.
+
+        `make(tmp_dir)` fills the directory and returns extra manifest fields. Files under
+        `volatile` (e.g. logs a running server keeps writing) are not checksummed. Call under lock().
+        """
+        self._clear_stale_tmp(stage, key)
+        final = self.path(stage, key)
+        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{key[:16]}-", dir=final.parent))
+        started, t0 = utc_now(), time.monotonic()
+        try:
+            extra = make(tmp) or {}
+            volatile = sorted(volatile)
+            try:
+                integrity.own_inodes(tmp, skip=volatile)  # no other name may edit what is published
+                files, links = integrity.describe(tmp, skip=volatile)
+            except integrity.UnpublishableEntry as e:
+                raise ArtifactError(f"{stage} {key[:16]}: not published: {e}") from None
+            doc = {**manifest, "stage": stage, "key": key, "host": socket.gethostname(),
+                   "pid": os.getpid(), "started_at": started, "finished_at": utc_now(),
+                   "wall_seconds": round(time.monotonic() - t0, 3), **extra,
+                   "files": files, "links": links, "volatile": volatile,
+                   "content_digest": integrity.content_digest(files, links)}
+            doc = json.loads(json.dumps(doc, default=str))  # signed as it will be read back
+            if self.signing_key is not None:
+                doc[signing.FIELD] = signing.signature(doc, self.signing_key)
+            (tmp / MANIFEST).write_text(json.dumps(doc, indent=2, sort_keys=True, default=str))
+            if os.path.lexists(final):  # an old artifact, or whatever replaced it (a file, a link)
+                trash = final.parent / f".trash-{key[:16]}-{os.getpid()}"
+                os.replace(final, trash)
+                _remove(trash)
+            os.replace(tmp, final)
+        except OSError as e:
+            err = publish_error(stage, key, e, tmp, final, self.root) if e.errno in STORAGE_ERRNOS else None
+            shutil.rmtree(tmp, ignore_errors=True)
+            if err is None:
+                raise
+            raise err from e
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return doc
+
+    def ensure(self, stage: str, key: str, make: Callable[[Path], dict], manifest: dict, *,
+               reusable: Callable[[dict], bool] = lambda m: True,
+               hold: Callable[[dict], None] = lambda m: None,
+               volatile: Iterable[str] = (),
+               on_fail: Callable[[], None] = lambda: None) -> tuple[str, dict]:
+        """('reused' | 'built', manifest). Under the key's lock: a published artifact that
+        `reusable` accepts is reused, anything else is (re)built; `hold` runs on the result before
+        the lock is released (e.g. to take a lease on servers). `on_fail` runs, still under the lock,
+        when building fails or is interrupted (e.g. to stop servers the build launched, before another
+        run may launch their replacements)."""
+        self.path(stage, key).parent.mkdir(parents=True, exist_ok=True)
+        with self.lock(stage, key):
+            existing = self.manifest(stage, key)
+            if existing is not None and reusable(existing):
+                status, doc = "reused", existing
+            else:
+                try:
+                    status, doc = "built", self.build(stage, key, make, manifest, volatile)
+                except BaseException:
+                    on_fail()
+                    raise
+            hold(doc)
+            return status, doc
+
+
+def lock_path(root: Path, stage: str, key16: str) -> Path:
+    """The flock a key's builders (and gc, and server stops) take: one file per stage and key."""
+    return root / stage / ".locks" / f"{key16}.lock"
+
+
+def lock_held(root: Path, stage: str, key16: str) -> bool:
+    """Someone (a building stage) holds the key's flock. A missing lock file is a free lock."""
+    p = lock_path(root, stage, key16)
+    if not p.exists():
+        return False
+    lock = FileLock(str(p), timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        return True
+    lock.release()
+    return False

@@ -1,0 +1,106 @@
+"""The built-in tiny Llama: a BPE tokenizer and a seeded Llama trained briefly on shipped text.
+
+A random model's near-flat logits flip under any quantization, so it is trained until its
+next-token distributions are peaked like a real model's. Deterministic for a given seed,
+torch version and thread count.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable
+
+from harness.cpus import apply_torch_threads
+from harness.model.corpus import corpus_lines, standin_rows
+
+SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<pad>"]
+
+
+def train_tokenizer(vocab_size: int, out_dir: Path, extra_texts: list[str] = (), corpus: bool = True):
+    """A byte-level BPE tokenizer trained on the shipped corpus (and the taught stand-in texts),
+    saved as a HF fast tokenizer."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator([*(corpus_lines() if corpus else []), *extra_texts], trainer=trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>",
+                                   eos_token="</s>", pad_token="<pad>")
+    fast.save_pretrained(out_dir)
+    return fast
+
+
+def build_tiny_llama(cfg, out_dir: str | Path, log: Callable[[str], None] = print) -> dict:
+    """Trains tokenizer + model per `cfg` (schema.TinyModel) and saves a normal HF directory."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+
+    apply_torch_threads()  # the CPUs this process may use, not the machine's
+    out_dir = Path(out_dir)
+    t0 = time.monotonic()
+    lessons = [(r["input"], r["canonical_solution"]) for b in cfg.teach for r in standin_rows(b)]
+    lines = corpus_lines() if cfg.corpus else []
+    tok = train_tokenizer(cfg.vocab_size, out_dir, [p + a for p, a in lessons], corpus=cfg.corpus)
+    ids = [i for line in lines for i in [tok.bos_token_id, *tok.encode(line), tok.eos_token_id]]
+    # A question and its answer are encoded apart, as the dataset's prompt and the model's output
+    # are: the model learns the very tokens it must produce after the prompt, then EOS.
+    for _ in range(cfg.teach_repeats if lessons else 0):
+        for prompt, answer in lessons:
+            ids += [tok.bos_token_id, *tok.encode(prompt), *tok.encode(answer), tok.eos_token_id]
+    data = torch.tensor(ids, dtype=torch.long)
+
+    torch.manual_seed(cfg.seed)
+    config = LlamaConfig(
+        vocab_size=len(tok), hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_kv_heads, max_position_embeddings=cfg.max_position_embeddings,
+        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+        tie_word_embeddings=False, dtype="float32")
+    model = LlamaForCausalLM(config)
+    n_params = sum(p.numel() for p in model.parameters())
+    log(f"tiny llama: {n_params / 1e6:.2f}M parameters, {len(tok)} tokens vocab, {len(ids)} training tokens")
+
+    losses = _train(model, data, cfg, log)
+    model.eval()
+    model.save_pretrained(out_dir, safe_serialization=True)
+    return {"parameters": n_params, "vocab_size": len(tok), "train_tokens": len(ids),
+            "final_loss": losses[-1] if losses else None, "first_loss": losses[0] if losses else None,
+            "train_seconds": round(time.monotonic() - t0, 2)}
+
+
+def _train(model, data, cfg, log) -> list[float]:
+    import torch
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    if cfg.train_steps == 0:
+        return []
+    gen = torch.Generator().manual_seed(cfg.seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.learning_rate, total_steps=cfg.train_steps,
+                                                pct_start=0.1)
+    model.train()
+    losses = []
+    span = cfg.train_seq_len
+    with Progress(TextColumn("training tiny llama"), BarColumn(), TextColumn("{task.completed}/{task.total} loss {task.fields[loss]}"),
+                  TimeRemainingColumn(), transient=False) as bar:
+        task = bar.add_task("train", total=cfg.train_steps, loss="-")
+        for step in range(cfg.train_steps):
+            starts = torch.randint(0, len(data) - span, (cfg.train_batch_size,), generator=gen)
+            batch = torch.stack([data[s:s + span] for s in starts])
+            # HF shifts the labels by one itself: labels == inputs is the causal LM loss.
+            loss = model(input_ids=batch, labels=batch).loss
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            losses.append(round(loss.item(), 4))
+            bar.update(task, advance=1, loss=f"{losses[-1]:.3f}")
+    log(f"trained {cfg.train_steps} steps: loss {losses[0]:.3f} -> {losses[-1]:.3f}")
+    return losses

@@ -1,0 +1,164 @@
+"""FullRun's report: report.json, report.md and PNG plots from the performance and accuracy runs."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from harness.loadgen.verdict import invalid_reason, is_valid, relaunch_lines
+from harness.reports.plots import plot_all, stats_markdown
+
+PCTS = ("p50", "p90", "p99")
+
+
+def _pcts(d: dict | None) -> dict:
+    d = d or {}
+    return {p: d.get(p) for p in PCTS}
+
+
+def build_report(stage_keys: dict[str, str], perf: dict, accuracy: dict, model_name: str) -> dict:
+    s = accuracy["scores"]
+    return {
+        "model": model_name,
+        "stages": stage_keys,
+        "performance": {
+            # The run's verdict (harness/loadgen/verdict.py: LoadGen's, failed by any LoadGen error) as a
+            # boolean; LoadGen's own word and its errors beside it.
+            "scenario": perf["scenario"], "valid": is_valid(perf), "invalid_reason": invalid_reason(perf),
+            "loadgen_valid": perf.get("loadgen_valid", perf.get("valid")),
+            "loadgen_errors": perf.get("loadgen_errors") or {"count": perf.get("num_errors") or 0, "first": []},
+            # servers that crashed mid-measurement and were relaunched (tasks/measuring.py)
+            "relaunches": perf.get("relaunches") or [], "measured_attempt": perf.get("measured_attempt"),
+            "samples_per_second": perf["samples_per_s"], "tokens_per_second": perf["tokens_per_s"],
+            "ttft_ms": _pcts(perf.get("ttft_ms")), "tpot_ms": _pcts(perf.get("tpot_ms")),
+            "latency_ms": _pcts(perf.get("latency_ms")), "early_stopping": perf.get("early_stopping"),
+            # MLPerf's p99 limits this run was held to (Server / Interactive; None for Offline)
+            "ttft_limit_ms": perf.get("ttft_constraint_ms"), "tpot_limit_ms": perf.get("tpot_constraint_ms"),
+            # whether the client, not the server, may have set the pace; the in-flight limit and peak
+            "client_bound": perf.get("client_bound"), "client_bound_reason": perf.get("client_bound_reason"),
+            "max_in_flight": (perf.get("harness") or {}).get("max_in_flight"),
+            "peak_in_flight": (perf.get("harness") or {}).get("peak_in_flight"),
+        },
+        # The benchmark's required metrics (its gates), under MLCommons' names, plus tokens/sample.
+        "accuracy": {**{m: s.get(m) for m in _required(accuracy)},
+                     "tokens_per_sample": s.get("tokens_per_sample"), "target": accuracy["target"],
+                     "benchmark": accuracy.get("benchmark", "llama2-70b"), "metrics": _required(accuracy),
+                     "reference": accuracy["reference_scores"], "passed": accuracy["passed"],
+                     "why": accuracy.get("why")},
+    }
+
+
+def _required(accuracy: dict) -> list[str]:
+    return list(accuracy.get("required") or ("rouge1", "rouge2", "rougeL", "tokens_per_sample"))
+
+
+#: How the summary names a metric (MLCommons' name otherwise).
+_LABELS = {"rouge1": "ROUGE-1", "rouge2": "ROUGE-2", "rougeL": "ROUGE-L", "rougeLsum": "ROUGE-Lsum",
+           "tokens_per_sample": "tokens/sample", "exact_match": "exact match", "gen_len": "gen_len"}
+
+
+def _accuracy_line(a: dict) -> str:
+    parts = []
+    for m in a.get("metrics") or ("rouge1", "rouge2", "rougeL", "tokens_per_sample"):
+        v = a.get(m)
+        spec = ".1f" if m == "tokens_per_sample" else (".0f" if m == "gen_len" else ".2f")
+        parts.append(f"{_LABELS.get(m, m)} {'missing' if v is None else format(v, spec)}")
+    return "  ".join(parts)
+
+
+def _fmt(v, spec=".1f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def _errors(p: dict) -> tuple[int, list[str]]:
+    """LoadGen's error count and its first error lines, each distinct line once with its count."""
+    e = p.get("loadgen_errors") or {}
+    kinds = e.get("kinds") or {}
+    lines = [f"{k} (x{n})" for k, n in kinds.items()] if kinds else list(e.get("first") or [])
+    return int(e.get("count") or 0), lines
+
+
+def render_markdown(report: dict, plots: list[str]) -> str:
+    p, a = report["performance"], report["accuracy"]
+    n_err, first = _errors(p)
+    lines = [f"# perfdag report: {report['model']}", "",
+             f"**{p['scenario']}**: {'VALID' if p['valid'] else 'INVALID'}"
+             + (f" ({p['invalid_reason']})" if p.get("invalid_reason") else "")
+             + f"; accuracy **{'PASS' if a['passed'] else 'FAIL'}**", ""]
+    if n_err:
+        lines += [f"> **LoadGen logged {n_err} error(s)** (mlperf_log_detail.txt), so the run is INVALID whatever "
+                  f"LoadGen's own verdict ({p.get('loadgen_valid') or '-'}); the first:", ">"]
+        lines += [f"> - `{x}`" for x in first] + [""]
+    for line in relaunch_lines(p):
+        lines += [f"> **Server relaunched mid-measurement**: {line}", ""]
+    lines += ["| metric | value |", "|---|---|",
+             f"| samples/s | {_fmt(p['samples_per_second'], '.2f')} |",
+             f"| tokens/s | {_fmt(p['tokens_per_second'], '.1f')} |",
+             f"| in flight: limit / peak | {_fmt(p.get('max_in_flight'), 'd')} / {_fmt(p.get('peak_in_flight'), 'd')} |"]
+    if p.get("client_bound"):
+        lines[2:2] = [f"> **Warning: the client may have been the bottleneck**: {p['client_bound_reason']}", ""]
+    for name in ("ttft_ms", "tpot_ms", "latency_ms"):  # LoadGen's percentiles (mlperf_log_detail.txt)
+        lines.append(f"| {name} p50 / p90 / p99 (LoadGen) | " + " / ".join(_fmt(p[name][q], ".2f") for q in PCTS) + " |")
+    lines += ["", "| accuracy | score | reference | needed |", "|---|---|---|---|"]
+    for m in a.get("metrics") or ("rouge1", "rouge2", "rougeL", "tokens_per_sample"):
+        ref = a["reference"].get(m)
+        if m in ("tokens_per_sample", "gen_len"):
+            lines.append(f"| {m} | {_fmt(a.get(m))} | {_fmt(ref)} | ±10% |")
+        else:
+            lines.append(f"| {m} | {_fmt(a.get(m), '.4f')} | {_fmt(ref, '.4f')} | "
+                         f"{_fmt(ref * a['target'] if ref else None, '.4f')} |")
+    if a.get("why"):
+        lines += ["", f"Accuracy FAIL: {a['why']}"]
+
+    lines += stats_markdown(report.get("client_stats") or {}, report.get("client_vs_loadgen") or {})
+    lines += ["", "## Stages", "", "| stage | key |", "|---|---|"]
+    lines += [f"| {k} | `{v[:16]}` |" for k, v in report["stages"].items()]
+    lines += [""] + [f"![{Path(f).stem}]({f})" for f in plots]
+    return "\n".join(lines) + "\n"
+
+
+def plot(requests: list[dict], out_dir: Path, title: str, performance: dict | None = None) -> list[str]:
+    """The report's PNGs (harness/reports/plots.py): throughput by token arrival; for streamed runs latency
+    over time and the per-request distributions; request lengths."""
+
+    return plot_all(requests, out_dir, title, performance or {})
+
+
+def color_wanted(stream=None) -> bool:
+    """Red for what went wrong, on a terminal only (and never under NO_COLOR)."""
+    stream = stream or sys.stdout
+    return "NO_COLOR" not in os.environ and hasattr(stream, "isatty") and stream.isatty()
+
+
+def _red(text: str, color: bool) -> str:
+    return f"\033[31m{text}\033[0m" if color else text
+
+
+def summary_text(report: dict, report_dir: Path, color: bool = False) -> str:
+    p, a = report["performance"], report["accuracy"]
+    n_err, first = _errors(p)
+    verdict = "VALID" if p["valid"] else _red("INVALID", color)
+    return "\n".join([
+        "",
+        f"perfdag FullRun: {report['model']}, {p['scenario']}",
+        f"  result     {verdict}" + (f" ({p['invalid_reason']})" if p.get("invalid_reason") else ""),
+        *([_red(f"  ERRORS     LoadGen logged {n_err} error(s) (LoadGen's own verdict: {p.get('loadgen_valid') or '-'});"
+                " the first:", color)] + [f"               {x}" for x in first] if n_err else []),
+        *[_red(f"  RELAUNCH   {line}", color) for line in relaunch_lines(p)],
+        f"  throughput {_fmt(p['samples_per_second'], '.2f')} samples/s, {_fmt(p['tokens_per_second'], '.1f')} tokens/s",
+        f"  in flight  limit {_fmt(p.get('max_in_flight'), 'd')}, peak {_fmt(p.get('peak_in_flight'), 'd')}",
+        *([f"  WARNING    client-bound: {p['client_bound_reason']}"] if p.get("client_bound") else []),
+        f"  TTFT ms    (LoadGen) p50 {_fmt(p['ttft_ms']['p50'], '.2f')}  p90 {_fmt(p['ttft_ms']['p90'], '.2f')}  p99 {_fmt(p['ttft_ms']['p99'], '.2f')}",
+        f"  TPOT ms    (LoadGen) p50 {_fmt(p['tpot_ms']['p50'], '.2f')}  p90 {_fmt(p['tpot_ms']['p90'], '.2f')}  p99 {_fmt(p['tpot_ms']['p99'], '.2f')}",
+        f"  accuracy   {'PASS' if a['passed'] else 'FAIL'}: {_accuracy_line(a)} (target {a['target']})",
+        f"  report     {report_dir / 'report.md'}",
+        "",
+    ])
+
+
+def write_report(out_dir: Path, report: dict, requests: list[dict]) -> list[str]:
+    plots = plot(requests, out_dir, f"{report['model']} {report['performance']['scenario']}", report["performance"])
+    (out_dir / "report.json").write_text(json.dumps(report, indent=2, default=str))
+    (out_dir / "report.md").write_text(render_markdown(report, plots))
+    return plots

@@ -1,0 +1,54 @@
+"""The serving protocols perfdag measures through: one record each, the only place a protocol's name
+is tied to its parts. A new protocol is one record here, a client module under serving/ (readiness,
+warm-up, probes) and a core under loadgen/cores/ (the LoadGen client side).
+
+Parts are named as "module:attribute" and imported when used: serving/ sits below loadgen/, so it
+names the core without importing it, and no protocol's libraries load until that protocol is used.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Protocol:
+    name: str
+    client: str          # readiness, warm-up and probes: a class with wait_ready, warmup, probe
+    core: str            # the LoadGen client core (loadgen/cores/), a cores.base.Core subclass
+    tools: tuple[str, ...]  # distributions whose versions enter every measurement's key
+    code: tuple[str, ...]   # perfdag modules whose digests enter it (the core's module among them)
+    request_settings: str = ""  # params -> what else shapes its requests (enters the key); "": nothing
+    core_setup: str = ""  # (params, samples, tokenizer dir) -> (the core's `api` settings, prompts as text)
+
+    def load(self, part: str):
+        module, _, attr = getattr(self, part).partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+
+PROTOCOLS = {p.name: p for p in (
+    Protocol("triton-grpc",
+             client="harness.serving.triton.client:TritonGrpc",
+             core="harness.loadgen.cores.triton_grpc:TritonGrpcCore",
+             tools=("tritonclient",),
+             code=("harness.loadgen.cores.triton_grpc", "harness.serving.triton.contract")),
+    Protocol("openai-http",
+             client="harness.serving.openai.client:OpenAIHttp",
+             core="harness.loadgen.cores.openai_http:OpenAIHttpCore",
+             tools=("httpx", "aiohttp"),  # httpx: readiness and warm-up; aiohttp: the core's requests
+             code=("harness.loadgen.cores.openai_http", "harness.serving.openai.sse",
+                   "harness.serving.openai.client"),
+             request_settings="harness.loadgen.openai_api:request_settings",
+             core_setup="harness.loadgen.openai_api:openai_api"),
+)}
+
+
+def protocol(name: str) -> Protocol:
+    if name not in PROTOCOLS:
+        raise ValueError(f"unknown serving protocol {name!r}; known: {', '.join(PROTOCOLS)}")
+    return PROTOCOLS[name]
+
+
+def client_for(name: str):
+    """Readiness, warm-up and probes for a serving protocol."""
+    return protocol(name).load("client")()

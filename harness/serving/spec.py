@@ -1,0 +1,35 @@
+"""What a backend hands the launcher: one server's command line, environment, ports and models."""
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    index: int
+    argv: list[str]
+    host: str
+    ports: dict[str, int]                 # by name; "serve" is the one clients use
+    models: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)   # set on top of base_env
+    base_env: dict[str, str] | None = None              # replaces the inherited environment
+    protocol: str = "triton-grpc"
+    mode: str = "single"
+    repo: str = ""
+    cwd: str | None = None
+    shm_prefix: str | None = None
+
+    @property
+    def url(self) -> str:
+        return f"{self.host}:{self.ports['serve']}"
+
+
+def url_of(rec: dict) -> str:
+    return f"{rec['host']}:{rec.get('port', rec.get('grpc_port'))}"
+
+
+def on_this_host(rec: dict) -> bool:
+    """A server launched inside a Slurm job records its node; one on another node is not ours to
+    signal or probe by pid (its allocation owns it: ending the allocation stops it)."""
+    return not rec.get("node") or rec["node"] == socket.gethostname()

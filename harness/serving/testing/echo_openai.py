@@ -1,0 +1,137 @@
+"""A zero-cost OpenAI-compatible server: what a client core and the harness cost, measured alone.
+
+    python -m harness.serving.testing.echo_openai --port 8000 [--token-delay-ms 0] [--token-ids]
+                                          [--tokens-per-chunk 1] [--cache] [--eos-id N]
+
+`GET /health` answers 200; `POST /v1/completions` streams `max_tokens` events (SSE over chunked
+HTTP/1.1, keep-alive), one token each: token k of a prompt p is (p[k % len(p)] + 1) % 32000 (the
+echo Triton model's rule), as `token_ids` when asked (`return_token_ids` / `detokenize: false`, or
+--token-ids) and as text (" t<id>"); the last event carries finish_reason and usage, then
+`data: [DONE]`. For benches and tests of the HTTP path only; no model behind it.
+`--tokens-per-chunk k` puts k tokens in each event (a server with a stream interval);
+`--cache` answers a repeated request with its encoded stream written at once, so the server
+costs almost nothing per token and the client is what limits (client-bound tests). `--eos-id N`
+stops a completion at its first token N, which `token_ids` include and the text leaves out (vLLM).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+
+
+def echo_tokens(prompt, n: int, eos_id: int | None = None) -> list[int]:
+    """The tokens answered; with `eos_id`, up to and including the first end token (vLLM returns it in
+    `token_ids` and stops; the text leaves it out)."""
+    ids = [int(x) for x in prompt] if isinstance(prompt, list) else [ord(c) for c in str(prompt)] or [0]
+    out = [(ids[k % len(ids)] + 1) % 32000 for k in range(int(n))]
+    if eos_id is not None and eos_id in out:
+        out = out[:out.index(eos_id) + 1]
+    return out
+
+
+def _text(toks: list[int], eos_id: int | None) -> str:
+    return "".join(f" t{t}" for t in toks if t != eos_id)
+
+
+async def _read_request(reader) -> tuple[str, str, bytes] | None:
+    line = await reader.readline()
+    if not line:
+        return None
+    method, path, _ = line.decode("latin-1").split(" ", 2)
+    length = 0
+    while True:
+        h = await reader.readline()
+        if h in (b"\r\n", b"\n", b""):
+            break
+        name, _, value = h.decode("latin-1").partition(":")
+        if name.strip().lower() == "content-length":
+            length = int(value.strip())
+    return method, path, await reader.readexactly(length) if length else b""
+
+
+def _head(status: str, extra: str) -> bytes:
+    return f"HTTP/1.1 {status}\r\n{extra}Connection: keep-alive\r\n\r\n".encode()
+
+
+async def _complete(writer, body: dict, args) -> None:
+    toks = echo_tokens(body.get("prompt", ""), body.get("max_tokens", 16), args.eos_id)
+    ids = args.token_ids or body.get("return_token_ids") or body.get("detokenize") is False
+    finish = "stop" if args.eos_id is not None and toks and toks[-1] == args.eos_id else "length"
+    if not body.get("stream"):
+        doc = {"choices": [{"index": 0, "text": _text(toks, args.eos_id), "finish_reason": finish,
+                            **({"token_ids": toks} if ids else {})}],
+               "usage": {"completion_tokens": len(toks)}}
+        payload = json.dumps(doc).encode()
+        writer.write(_head("200 OK", f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n") + payload)
+        return
+    head = _head("200 OK", "Content-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n")
+    key = (json.dumps(body.get("prompt")), len(toks), bool(ids)) if args.cache else None
+    if key is not None and key in _CACHE:
+        writer.write(head + _CACHE[key])
+        return
+    writer.write(head)
+    k = max(1, int(args.tokens_per_chunk))
+    parts = []
+    for i in range(0, len(toks), k):
+        if args.token_delay_ms:
+            await asyncio.sleep(args.token_delay_ms * (len(toks[i:i + k])) / 1000)
+        part = toks[i:i + k]
+        choice = {"index": 0, "text": _text(part, args.eos_id), **({"token_ids": part} if ids else {})}
+        parts.append(_chunk(json.dumps({"choices": [choice]})))
+        writer.write(parts[-1])
+        if i // k % 8 == 7:
+            await writer.drain()
+    end = {"choices": [{"index": 0, "text": "", "finish_reason": finish}], "usage": {"completion_tokens": len(toks)}}
+    tail = _chunk(json.dumps(end)) + _chunk("[DONE]") + b"0\r\n\r\n"
+    writer.write(tail)
+    if key is not None:
+        _CACHE[key] = b"".join(parts) + tail
+
+
+_CACHE: dict = {}
+
+
+def _chunk(data: str) -> bytes:
+    raw = f"data: {data}\n\n".encode()
+    return f"{len(raw):x}\r\n".encode() + raw + b"\r\n"
+
+
+async def _serve(reader, writer, args) -> None:
+    try:
+        while (req := await _read_request(reader)) is not None:
+            method, path, body = req
+            if method == "GET" and path.startswith("/health"):
+                writer.write(_head("200 OK", "Content-Length: 2\r\n") + b"ok")
+            elif method == "POST" and path.startswith("/v1/completions"):
+                await _complete(writer, json.loads(body or b"{}"), args)
+            else:
+                writer.write(_head("404 Not Found", "Content-Length: 0\r\n"))
+            await writer.drain()
+    except (ConnectionError, asyncio.IncompleteReadError):
+        pass
+    finally:
+        writer.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--token-delay-ms", type=float, default=0.0)
+    ap.add_argument("--token-ids", action="store_true", help="always return token_ids")
+    ap.add_argument("--tokens-per-chunk", type=int, default=1, help="tokens per SSE event")
+    ap.add_argument("--cache", action="store_true", help="repeat a repeated request's encoded stream at once")
+    ap.add_argument("--eos-id", type=int, default=None, help="stop at this token, included in token_ids (as vLLM)")
+    args = ap.parse_args()
+
+    async def run():
+        server = await asyncio.start_server(lambda r, w: _serve(r, w, args), args.host, args.port, backlog=1024)
+        async with server:
+            await server.serve_forever()
+
+    asyncio.run(run())
+
+
+if __name__ == "__main__":
+    main()
