@@ -1,4 +1,5 @@
 """One-shot check of the torch backend on CUDA: perfdag's own code paths, no Triton, no TensorRT-LLM.
+Over 400 lines because a lent GPU session runs one script: every part lives here so one carry and one call cover it.
 
 Made for a lent GPU machine with a few minutes on it (bench/gpu_cuda.sh installs the carried
 wheels and runs this). Each part runs in its own try/except, so one failure keeps the others and

@@ -1,4 +1,5 @@
 """The parameter document: one pydantic model per section, validated as a whole.
+Over 400 lines because it is the whole parameter document, one short model per section; splitting it would scatter the cross-section rules.
 
 Every section forbids unknown keys so a typo is an error, not a silently ignored setting.
 Cross-section rules live on `Params` because they need more than one section.

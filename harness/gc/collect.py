@@ -1,4 +1,5 @@
 """`python -m pipeline gc`: remove artifacts no recent run referenced; dry run unless --delete.
+Over 400 lines because what stays is one closure over runs, leases, locks and manifests, computed in one pass.
 
 What stays:
 - every artifact a run referenced (built or reused, as recorded in runs/<id>/run.json) whose

@@ -1,4 +1,5 @@
 """The LoadGen driver process: LoadGen itself, the query scheduler, and the completer thread.
+Over 400 lines because LoadGen's callbacks, the scheduler and the completer share the driver's one process state.
 
     python -m harness.loadgen.driver --driver cfg.pkl     (started by runner.run_loadgen)
 

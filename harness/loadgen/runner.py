@@ -1,5 +1,6 @@
 """The caller side of a LoadGen run: `run_loadgen` validates, starts the driver process, shows
 progress, and turns the driver's outcome into result.json or a LoadgenError naming the server.
+Over 400 lines because validation, progress and the outcome of one run share the caller's one state machine.
 
 Process layout of one run::
 

@@ -1,4 +1,5 @@
 """In-flight (continuous) batching greedy decoder over a torch causal LM, and engine loading.
+Over 400 lines because the scheduler, the KV-cache merging and the loader share one batch state; split, each piece would reach into the others.
 
 The Triton model (triton_model/model.py) hands requests to `InflightBatcher`, whose background
 thread runs one scheduling iteration per step: admit queued requests (FIFO) while the batch has

@@ -1,4 +1,5 @@
 """LiveCodeBench pass@1 for the reasoning benchmarks (deepseek-r1, gpt-oss-120b), on top of the sandbox.
+Over 400 lines because it follows MLCommons' grading step by step, and each step is kept next to the one before it.
 
 How MLCommons grades a program, step by step: harness/mlperf/codeexec/lcb_runner.py, which does
 the same inside the sandbox.
