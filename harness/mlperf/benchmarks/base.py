@@ -84,6 +84,12 @@ class Benchmark:
     aliases: tuple[str, ...] = ()
     #: Where the script's quirks and perfdag's deviations are written down.
     notes: str = ""
+    #: The OpenAI endpoint the reference sends to ("completions", or "chat" for /v1/chat/completions),
+    #: and what its accuracy log holds ("token_ids", or "text": the answer's UTF-8 content).
+    api: str = "completions"
+    accuracy_log: str = "token_ids"
+    #: The chat system prompt the reference sends before each sample's user message ("": none).
+    system_prompt: str = ""
 
     def scoring(self) -> ModuleType:
         """The scorer module."""
