@@ -90,6 +90,12 @@ class Benchmark:
     accuracy_log: str = "token_ids"
     #: The chat system prompt the reference sends before each sample's user message ("": none).
     system_prompt: str = ""
+    #: scenario -> LoadGen's target (end-to-end) latency in ms where that, not TTFT/TPOT, is the limit
+    #: (use_token_latencies = 0 in mlperf.conf: qwen3-vl).
+    target_latency_ms: Mapping[str, float] = field(default_factory=dict)
+    #: Server options that must stay off for the benchmark, as each server spells them (qwen3-vl:
+    #: prefix caching). server kind -> option; checked by the openai backend before any stage.
+    forbidden_prefix_caching: bool = False
 
     def scoring(self) -> ModuleType:
         """The scorer module."""
