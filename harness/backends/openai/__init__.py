@@ -21,6 +21,7 @@ from harness.backends.openai.plain import WEIGHT_ONLY, write_plain_checkpoint
 from harness.backends.openai.servers import dp_gpus, llm_api_options, served_name, server_argv, server_env
 from harness.cache.executed import normalise
 from harness.config.openai import protocol as openai_protocol
+from harness.mlperf import benchmarks
 from harness.cache.versions import versions
 from harness.serving.launcher import external_servers, launch
 from harness.serving.ports import port_count_problems, server_ports
@@ -83,7 +84,27 @@ def problems(p) -> list[str]:
             out.append(f"runtime.num_gpus: {p.runtime.num_gpus} is not a multiple of tp*pp={ws}")
     if not o.endpoints:
         out += port_count_problems("openai.ports", o.ports, num_servers(p))
-    return out + endpoint_problems(o.endpoints)
+    return out + endpoint_problems(o.endpoints) + prefix_caching_problems(p)
+
+
+def prefix_caching_problems(p) -> list[str]:
+    """A benchmark whose rules forbid prefix caching (qwen3-vl): the server options that would turn it
+    back on behind runtime.enable_kv_cache_reuse=false (which rules.py checks) are refused too."""
+    name = benchmarks.canonical_name(p.loadgen.mlperf_model)
+    if not name or not benchmarks.REGISTRY[name].forbidden_prefix_caching:
+        return []
+    o, out = p.openai, []
+    why = f"{name}'s rules forbid prefix caching"
+    for a in o.extra_args:
+        flag = str(a).split("=", 1)[0]
+        if flag == "--enable-prefix-caching":
+            out.append(f"openai.extra_args: {a} turns prefix caching on and {why}; remove it")
+        elif flag == "--mm-processor-kwargs":  # README: no pixel budgets, images as the dataset has them
+            out.append(f"openai.extra_args: {flag} may resize images and {name}'s rules forbid it; remove it")
+    reuse = (o.llm_api_options.get("kv_cache_config") or {}).get("enable_block_reuse")
+    if o.server == "trtllm-serve" and reuse:
+        out.append(f"openai.llm_api_options.kv_cache_config.enable_block_reuse: {why}; set it false or remove it")
+    return out
 
 
 class Build(Step):
