@@ -49,3 +49,33 @@ def test_a_log_that_is_not_text_is_named():
     """Bytes that are not UTF-8 are refused naming the entry, not scored as something else."""
     with pytest.raises(LogEntryError, match="entry 0 .*not UTF-8"):
         text_entries([{"qsl_idx": 0, "data": "ff"}], 1)
+
+
+def _files(tmp_path, rows, log):
+    ds, lg = tmp_path / "ds.jsonl", tmp_path / "mlperf_log_accuracy.json"
+    ds.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    lg.write_text(json.dumps(log))
+    return ds, lg
+
+
+def test_score_command_equals_the_script_and_judges_the_gate(tmp_path):
+    """`python -m pipeline score --benchmark qwen3-vl-235b-a22b` (no tokenizer: the log is text) prints the
+    script's F1_HIERARCHICAL and fails the 0.99 x 0.7903 gate with exit 11; the truths answered as JSON pass."""
+    import subprocess
+    import sys
+
+    rows, log = fx.rows_and_log()
+    ds, lg = _files(tmp_path, rows, log)
+    cmd = [sys.executable, "-m", "pipeline", "score", "--benchmark", "qwen3-vl", "--dataset", str(ds), "--json"]
+    bad = subprocess.run([*cmd, "--log", str(lg)], cwd=REPO, capture_output=True, text=True)
+    assert bad.returncode == 11, bad.stderr
+    doc = json.loads(bad.stdout)
+    f1 = doc["check"]["metrics"]["f1"]
+    assert doc["scores"]["f1"] == GOLDEN["runs"][0]["f1"] and (f1["reference"], f1["passed"]) == (0.7903, False)
+    truth = [{"qsl_idx": i, "data": json.dumps({"category": r["ground_truth_category"], "brand": r["ground_truth_brand"],
+                                                "is_secondhand": r["ground_truth_is_secondhand"]}).encode().hex()}
+             for i, r in enumerate(rows)]
+    lg.write_text(json.dumps(truth))
+    good = subprocess.run([*cmd, "--log", str(lg)], cwd=REPO, capture_output=True, text=True)
+    assert good.returncode == 0, good.stdout[-500:] + good.stderr[-500:]
+    assert json.loads(good.stdout)["scores"] == {"f1": 1.0, "brand_f1": 1.0, "is_secondhand_f1": 1.0}
