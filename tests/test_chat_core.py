@@ -18,7 +18,7 @@ from conftest import REPO
 
 from harness.errors import InputError
 from harness.loadgen import run_loadgen
-from harness.loadgen.openai_api import chat_parts
+from harness.loadgen.openai_chat_api import chat_parts
 from harness.model.datasets import Sample
 from harness.model.tiny import train_tokenizer
 from harness.serving.openai import chat

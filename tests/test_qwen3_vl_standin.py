@@ -18,7 +18,7 @@ from conftest import REPO
 from harness import loadgen
 from harness.data.make_vl_standin import OUT as STANDIN
 from harness.data.make_vl_standin import rows as standin_rows
-from harness.loadgen.openai_api import chat_parts
+from harness.loadgen.openai_chat_api import chat_parts
 from harness.mlperf import benchmarks
 from harness.mlperf.scoring import score_log
 from harness.model.datasets import load_dataset

@@ -46,9 +46,10 @@ PROTOCOLS = {p.name: p for p in (
              core="harness.loadgen.cores.openai_chat:OpenAIChatCore",
              tools=("httpx", "aiohttp"),
              code=("harness.loadgen.cores.openai_chat", "harness.loadgen.cores.openai_http",
-                   "harness.serving.openai.chat", "harness.serving.openai.sse", "harness.serving.openai.client"),
-             request_settings="harness.loadgen.openai_api:chat_request_settings",
-             core_setup="harness.loadgen.openai_api:chat_api"),
+                   "harness.loadgen.openai_chat_api", "harness.serving.openai.chat", "harness.serving.openai.sse",
+                   "harness.serving.openai.client"),
+             request_settings="harness.loadgen.openai_chat_api:chat_request_settings",
+             core_setup="harness.loadgen.openai_chat_api:chat_api"),
 )}
 
 

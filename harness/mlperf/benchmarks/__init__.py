@@ -29,10 +29,22 @@ def get(name: str) -> Benchmark:
     return REGISTRY[key]
 
 
+def reference_api(name: str) -> str:
+    """The OpenAI endpoint `name`'s reference sends to ("chat" or "completions"; unknown: completions)."""
+    key = canonical_name(name)
+    return REGISTRY[key].api if key else "completions"
+
+
+def accuracy_log_of(name: str) -> str:
+    """What `name`'s accuracy log holds: "text" (qwen3-vl) or "token_ids" (unknown: token ids)."""
+    key = canonical_name(name)
+    return REGISTRY[key].accuracy_log if key else "token_ids"
+
+
 def target_name(target: float) -> str:
     """0.99 -> "99", 0.999 -> "99.9"; another fraction -> "" (not an MLPerf target)."""
     return next((k for k, v in TARGETS.items() if abs(v - target) < 1e-12), "")
 
 
 __all__ = ["Benchmark", "DEFAULT_ROUND", "Generation", "Metric", "REGISTRY", "ROUND_SEEDS", "ROUNDS", "TARGETS",
-           "canonical_name", "get", "target_name"]
+           "accuracy_log_of", "canonical_name", "get", "reference_api", "target_name"]
