@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 from conftest import REPO
+from luigi.task_register import Register
 
 from harness.backends import resolve
 from harness.config import ParamsError
 from harness.config.openai import endpoint, protocol
-from pipeline import FullRun
+from pipeline import STAGES, FullRun
 
 QWEN = "build.backend=openai,loadgen.mlperf_model=qwen3-vl-235b-a22b"
 GPU = "build.device=cuda,build.dtype=bfloat16,runtime.num_gpus=1"
@@ -60,3 +61,15 @@ def test_qwen3_vl_measures_through_chat_unless_told():
     assert endpoint(p) == "chat" and protocol(p) == "openai-chat"
     p = resolve(REPO / "params" / "default.yaml", f"{QWEN},openai.api=completions")
     assert protocol(p) == "openai-http"
+
+
+def test_the_measuring_stages_key_the_chat_core_only_when_they_use_it():
+    """RunLoadgen's key names the chat core's code and request settings for a chat run, and a completions
+    run's key names nothing of chat (changing openai.api re-measures; chat code never re-keys completions)."""
+    def parts(overrides):
+        Register.clear_instance_cache()
+        return STAGES["RunLoadgen"](params_file=str(REPO / "params" / "default.yaml"), overrides=overrides).key_parts()
+
+    chat, plain = parts(QWEN), parts(f"{QWEN},openai.api=completions")
+    assert "harness.loadgen.cores.openai_chat" in chat.code and "harness.loadgen.openai_chat_api" in chat.code
+    assert not any("chat" in m for m in plain.code)
