@@ -281,7 +281,62 @@ def triton_stream_loop(url, prompts, in_flight, tokens, streaming, warm, conns, 
     return tally.result(secs)
 
 
+def chat_text(ids) -> str:
+    """The user message a chat run sends for a prompt (the same for every client)."""
+    return " ".join(str(i) for i in ids)
+
+
+def _chat_body(ids, tokens: int, streaming: bool) -> bytes:
+    return json.dumps({"messages": [{"role": "user", "content": chat_text(ids)}], "max_tokens": tokens,
+                       "temperature": 0, "stream": streaming,
+                       **({"stream_options": {"include_usage": True}} if streaming else {})}).encode()
+
+
+def _sse_output_events(buf: bytes):
+    """(how many complete events carried content or reasoning text, rest of the buffer)."""
+    n = 0
+    while True:
+        i = buf.find(b"\n\n")
+        if i < 0:
+            return n, buf
+        ev, buf = buf[:i], buf[i + 2:]
+        if not ev.startswith(b"data:") or ev[5:].strip() == b"[DONE]":
+            continue
+        delta = (json.loads(ev[5:]).get("choices") or [{}])[0].get("delta") or {}
+        if delta.get("content") or delta.get("reasoning_content"):
+            n += 1
+
+
+def aiohttp_chat_loop(url, prompts, in_flight, tokens, streaming, warm, **_) -> dict:
+    """aiohttp against /v1/chat/completions: a response is an event with output text; a request's token
+    count is its usage.completion_tokens (what perfdag's chat core reports)."""
+    import aiohttp
+
+    async def main():
+        conn = aiohttp.TCPConnector(limit=in_flight, limit_per_host=in_flight)
+        async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=300)) as s:
+            async def one(ids, sample, tally):
+                t = time.monotonic_ns()
+                async with s.post(f"http://{url}/v1/chat/completions", data=_chat_body(ids, tokens, streaming),
+                                  headers=HTTP_HEADERS) as r:
+                    r.raise_for_status()
+                    if not streaming:
+                        obj = json.loads(await r.read())
+                        tally.event(sample, t, obj["usage"]["completion_tokens"])
+                        return
+                    buf = b""
+                    async for chunk in r.content.iter_any():
+                        n, buf = _sse_output_events(buf + chunk)
+                        for _ in range(n):
+                            tally.event(sample, t, 1)
+            return await _closed_loop(prompts, in_flight, one, warm)
+
+    tally, secs = asyncio.run(main())
+    return tally.result(secs)
+
+
 LOOPS = {
     "grpc": {"tritonclient-aio": triton_aio_loop, "tritonclient-stream": triton_stream_loop},
     "http": {"aiohttp": aiohttp_loop, "httpx": httpx_loop},
+    "chat": {"aiohttp-chat": aiohttp_chat_loop},
 }

@@ -4,7 +4,8 @@ Servers cost (almost) nothing, so what differs is the client: the echo Triton mo
 (harness/serving/testing/echo_model.py) on a CPU tritonserver, and the echo OpenAI server
 (harness/serving/testing/echo_openai.py, token ids as vLLM returns them). Bare loops (bench/bare_clients.py):
 tritonclient.grpc.aio and tritonclient's threaded streams; aiohttp and httpx with a connection
-for every in-flight request.
+for every in-flight request; for chat completions (`--protocols chat`: perfdag's chat core, the
+same echo server's /v1/chat/completions), aiohttp.
 
 Method (the same for every client):
 * the same prompts, `--tokens` tokens per request, `--in-flight` requests outstanding over
@@ -76,6 +77,13 @@ def perfdag_run(spec: dict, prompts) -> dict:
     extra = {}
     if "max_in_flight" in inspect.signature(run_loadgen).parameters:  # not in a --before tree
         extra["max_in_flight"] = spec["in_flight"]
+    api = {"kind": "vllm", "prompt": "token_ids", "output_tokens": "server"}
+    if spec["protocol"] == "chat":  # the bare chat loop's user messages, encoded once as the core sends them
+        from bench.bare_clients import chat_text
+        from harness.serving.openai.chat import sample_part
+
+        extra["prompt_texts"] = [sample_part([{"role": "user", "content": chat_text(p)}]) for p in prompts]
+        api = {"kind": "vllm", "log": "text"}
     with tempfile.TemporaryDirectory(prefix="perfdag_bench_lg_") as out:
         t0 = time.monotonic()
         r = run_loadgen([spec["url"]], "echo" if spec["protocol"] == "grpc" else "", prompts,
@@ -84,8 +92,8 @@ def perfdag_run(spec: dict, prompts) -> dict:
                         out, scenario="Offline", frontends=spec.get("frontends", 1), clients_per_frontend=spec["conns"],
                         warmup_queries=spec["warm"], max_new_tokens=spec["tokens"],
                         streaming=spec["streaming"], request_timeout_s=120, progress=False,
-                        protocol={"grpc": "triton-grpc", "http": "openai-http"}[spec["protocol"]],
-                        api={"kind": "vllm", "prompt": "token_ids", "output_tokens": "server"}, **extra)
+                        protocol={"grpc": "triton-grpc", "http": "openai-http", "chat": "openai-chat"}[spec["protocol"]],
+                        api=api, **extra)
         wall = time.monotonic() - t0
     m = r["measured"]
     h = r["harness"]
@@ -152,7 +160,7 @@ def start_echo_http(root: Path):
 
 # ------------------------------------------------------------------ rounds and summary
 
-BARE = {"grpc": ("tritonclient-aio", "tritonclient-stream"), "http": ("aiohttp", "httpx")}
+BARE = {"grpc": ("tritonclient-aio", "tritonclient-stream"), "http": ("aiohttp", "httpx"), "chat": ("aiohttp-chat",)}
 
 
 def per_response_us(runs: list[dict], small: int, large: int) -> float | None:

@@ -73,6 +73,11 @@ class LaunchStep(Step):
     protocol: str = "triton-grpc"  # a record of serving/protocols.py
     section: str = "triton"
 
+    def protocol_for(self, params) -> str:
+        """The protocol its servers are measured through for these params (a backend whose servers
+        speak more than one, as the OpenAI servers do completions and chat, says which)."""
+        return self.protocol
+
 
 @dataclass(frozen=True)
 class Checks:

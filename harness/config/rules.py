@@ -82,4 +82,12 @@ def benchmark_problems(p: Params) -> list[str]:
             values = " or ".join(str(benchmarks.TARGETS[t]) for t in allowed)
             out.append(f"accuracy.target: {p.accuracy.target} is not a target of {b.name} in {lg.round} "
                        f"(it has {', '.join(f'{b.name}-{t}' for t in allowed)}); set accuracy.target to {values}")
+    if b.forbidden_prefix_caching and p.runtime.enable_kv_cache_reuse:
+        out.append(f"runtime.enable_kv_cache_reuse: {b.name}'s rules forbid prefix caching; set it false "
+                   f"({PREFIX_CACHING_OFF})")
     return out
+
+
+#: How each server is told not to cache prefixes (what runtime.enable_kv_cache_reuse=false renders).
+PREFIX_CACHING_OFF = ("vLLM --no-enable-prefix-caching, SGLang --disable-radix-cache, trtllm-serve "
+                      "kv_cache_config.enable_block_reuse: false, Triton's TensorRT-LLM backend enable_kv_cache_reuse: false")

@@ -185,6 +185,9 @@ class OpenAISection(Section):
     # returns them (trtllm-serve, vLLM, SGLang), text and re-tokenized text for transformers serve.
     prompt: Literal["auto", "token_ids", "text"] = "auto"
     output_tokens: Literal["auto", "server", "retokenize"] = "auto"
+    # Which endpoint requests go to: /v1/completions or /v1/chat/completions (the chat core: messages,
+    # images, tools, reasoning); "auto": what loadgen.mlperf_model's reference sends (harness/config/openai.py).
+    api: Literal["auto", "completions", "chat"] = "auto"
     # trtllm-serve: written to the --extra_llm_api_options YAML (TensorRT-LLM's LLM API keys).
     llm_api_options: dict[str, Any] = {}
     # Extra command-line arguments for the server, appended as given (checked for control characters).

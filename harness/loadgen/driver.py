@@ -234,8 +234,8 @@ class _Driver(Progress):
                 self.server_out[s] -= 1
                 self.server_done[s] += 1
                 self.server_last[s] = max(self.server_last[s], t_done)
-                if data:
-                    arr = np.frombuffer(data, dtype=np.int32)
+                if data:  # bytes LoadGen logs as they are: token ids, or a chat answer's UTF-8 text
+                    arr = np.frombuffer(data, dtype=np.uint8)
                     keep.append(arr)
                     resps.append(lg.QuerySampleResponse(qid, arr.ctypes.data, arr.nbytes, int(n)))
                 else:  # a performance run: the count only

@@ -36,6 +36,13 @@ def latency_constraints(scenario: str, mlperf_model: str = DEFAULT_MLPERF_MODEL)
     return limits.get(scenario) or benchmarks.REGISTRY[DEFAULT_MLPERF_MODEL].latency_ms[scenario]
 
 
+def target_latency_ms(scenario: str, mlperf_model: str = DEFAULT_MLPERF_MODEL) -> float | None:
+    """The end-to-end latency limit (ms) where that, not TTFT/TPOT, is the benchmark's constraint in
+    `scenario` (qwen3-vl: mlperf.conf's use_token_latencies = 0 and target_latency); else None."""
+    name = benchmarks.canonical_name(mlperf_model)
+    return benchmarks.REGISTRY[name].target_latency_ms.get(scenario) if name else None
+
+
 def conf_model_name(mlperf_model: str) -> str:
     """The name LoadGen's mlperf.conf knows the benchmark by (llama3.1-405b -> llama3_1-405b)."""
 
@@ -67,10 +74,14 @@ def user_conf_text(conf_model: str, lg_scen: str, scenario: str, model: str, st:
     else:
         if "server_target_qps" in st:
             lines.append(f"{pre}target_qps = {_num(st['server_target_qps'])}")
-        ttft, tpot = latency_constraints(scenario, model)
-        lines += [f"{pre}target_latency = 0",
-                  f"{pre}ttft_latency = {_num(st.get('ttft_latency_ms', ttft))}",
-                  f"{pre}tpot_latency = {_num(st.get('tpot_latency_ms', tpot))}"]
+        e2e = target_latency_ms(scenario, model)
+        if e2e is not None:
+            lines += [f"{pre}use_token_latencies = 0", f"{pre}target_latency = {_num(e2e)}"]
+        else:
+            ttft, tpot = latency_constraints(scenario, model)
+            lines += [f"{pre}target_latency = 0",
+                      f"{pre}ttft_latency = {_num(st.get('ttft_latency_ms', ttft))}",
+                      f"{pre}tpot_latency = {_num(st.get('tpot_latency_ms', tpot))}"]
     for key, name in (("min_duration_ms", "min_duration"), ("max_duration_ms", "max_duration"),
                       ("min_query_count", "min_query_count"), ("max_query_count", "max_query_count")):
         if key in st:
@@ -110,10 +121,15 @@ def build_test_settings(lg, scenario: str, mode: str, st: Mapping[str, Any], n_s
     if rc != 0:
         raise SettingsError(f"LoadGen could not read {user_conf} (FromConfig returned {rc})")
     s.mode = lg.TestMode.AccuracyOnly if mode == "AccuracyOnly" else lg.TestMode.PerformanceOnly
-    s.use_token_latencies = True
+    e2e = target_latency_ms(scenario, model)
+    s.use_token_latencies = e2e is None
     if lg_scen == "Offline":
         if "offline_expected_qps" in st:
             s.offline_expected_qps = float(st["offline_expected_qps"])
+    elif e2e is not None:  # end-to-end latency is the constraint (qwen3-vl)
+        s.server_target_latency_ns = int(e2e * 1e6)
+        if "server_target_qps" in st:
+            s.server_target_qps = float(st["server_target_qps"])
     else:
         s.server_target_latency_ns = 0  # LLMs: only TTFT/TPOT constrain (as mlperf.conf)
         if "server_target_qps" in st:

@@ -40,6 +40,16 @@ PROTOCOLS = {p.name: p for p in (
                    "harness.serving.openai.client"),
              request_settings="harness.loadgen.openai_api:request_settings",
              core_setup="harness.loadgen.openai_api:openai_api"),
+    # the same servers, asked through /v1/chat/completions (openai.api: chat, or a benchmark that is chat)
+    Protocol("openai-chat",
+             client="harness.serving.openai.client:OpenAIChat",
+             core="harness.loadgen.cores.openai_chat:OpenAIChatCore",
+             tools=("httpx", "aiohttp"),
+             code=("harness.loadgen.cores.openai_chat", "harness.loadgen.cores.openai_http",
+                   "harness.loadgen.openai_chat_api", "harness.serving.openai.chat", "harness.serving.openai.sse",
+                   "harness.serving.openai.client"),
+             request_settings="harness.loadgen.openai_chat_api:chat_request_settings",
+             core_setup="harness.loadgen.openai_chat_api:chat_api"),
 )}
 
 

@@ -16,11 +16,13 @@ def add_parser(sub) -> None:
     sc = sub.add_parser("score", help="score an mlperf_log_accuracy.json as MLCommons' script does; exit 0 pass, 11 fail",
                         description=__doc__)
     sc.add_argument("--benchmark", required=True, help="llama2-70b, llama3.1-8b, mixtral-8x7b, llama3.1-405b, "
-                                                      "deepseek-r1, gpt-oss-120b (MLPerf's and LoadGen's spellings too)")
+                                                      "deepseek-r1, gpt-oss-120b, qwen3-vl-235b-a22b (MLPerf's and "
+                                                      "LoadGen's spellings too)")
     sc.add_argument("--log", required=True, metavar="FILE", help="mlperf_log_accuracy.json")
     sc.add_argument("--dataset", required=True, metavar="FILE",
                     help="the benchmark's dataset: MLPerf's pickle (.pkl, with --allow-pickle) or JSON lines (.jsonl)")
-    sc.add_argument("--tokenizer", required=True, metavar="DIR", help="a Hugging Face tokenizer directory")
+    sc.add_argument("--tokenizer", default=None, metavar="DIR",
+                    help="a Hugging Face tokenizer directory (not for a log of text answers: qwen3-vl-235b-a22b)")
     sc.add_argument("--round", default="", help="MLPerf round whose gates apply (default: the newest that has it)")
     sc.add_argument("--target", type=float, default=0.0, help="0.99 or 0.999 (default: the round's lowest)")
     sc.add_argument("--dtype", default="int32", choices=["int32", "int64"], help="of the logged token ids")
@@ -56,7 +58,9 @@ def run(args) -> int:
         allowed = ", ".join(str(benchmarks.TARGETS[t]) for t in bench.targets[round_])
         raise InputError(f"--target: {target} is not a target of {bench.name} in {round_}; use {allowed}")
     samples = read_scoring_dataset(Path(args.dataset), args.allow_pickle)
-    tokenizer = read_tokenizer(Path(args.tokenizer))
+    if args.tokenizer is None and bench.accuracy_log != "text":
+        raise InputError(f"--tokenizer: {bench.name}'s log holds token ids; give the tokenizer directory that made them")
+    tokenizer = read_tokenizer(Path(args.tokenizer)) if args.tokenizer else None
     out = Path(args.out) if args.out else None
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)

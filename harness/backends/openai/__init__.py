@@ -20,6 +20,8 @@ from harness.backends.openai.endpoints import endpoint_problems, parse_endpoints
 from harness.backends.openai.plain import WEIGHT_ONLY, write_plain_checkpoint
 from harness.backends.openai.servers import dp_gpus, llm_api_options, served_name, server_argv, server_env
 from harness.cache.executed import normalise
+from harness.config.openai import protocol as openai_protocol
+from harness.mlperf import benchmarks
 from harness.cache.versions import versions
 from harness.serving.launcher import external_servers, launch
 from harness.serving.ports import port_count_problems, server_ports
@@ -82,7 +84,27 @@ def problems(p) -> list[str]:
             out.append(f"runtime.num_gpus: {p.runtime.num_gpus} is not a multiple of tp*pp={ws}")
     if not o.endpoints:
         out += port_count_problems("openai.ports", o.ports, num_servers(p))
-    return out + endpoint_problems(o.endpoints)
+    return out + endpoint_problems(o.endpoints) + prefix_caching_problems(p)
+
+
+def prefix_caching_problems(p) -> list[str]:
+    """A benchmark whose rules forbid prefix caching (qwen3-vl): the server options that would turn it
+    back on behind runtime.enable_kv_cache_reuse=false (which rules.py checks) are refused too."""
+    name = benchmarks.canonical_name(p.loadgen.mlperf_model)
+    if not name or not benchmarks.REGISTRY[name].forbidden_prefix_caching:
+        return []
+    o, out = p.openai, []
+    why = f"{name}'s rules forbid prefix caching"
+    for a in o.extra_args:
+        flag = str(a).split("=", 1)[0]
+        if flag == "--enable-prefix-caching":
+            out.append(f"openai.extra_args: {a} turns prefix caching on and {why}; remove it")
+        elif flag == "--mm-processor-kwargs":  # README: no pixel budgets, images as the dataset has them
+            out.append(f"openai.extra_args: {flag} may resize images and {name}'s rules forbid it; remove it")
+    reuse = (o.llm_api_options.get("kv_cache_config") or {}).get("enable_block_reuse")
+    if o.server == "trtllm-serve" and reuse:
+        out.append(f"openai.llm_api_options.kv_cache_config.enable_block_reuse: {why}; set it false or remove it")
+    return out
 
 
 class Build(Step):
@@ -139,10 +161,15 @@ class Launch(LaunchStep):
     protocol = "openai-http"
     section = "openai"
 
+    def protocol_for(self, params) -> str:
+        return openai_protocol(params)  # completions or chat: how servers are warmed up and measured
+
     def key(self, w: Work) -> Key:
         # its own section, never triton.*: another endpoint is another server
         return Key(reads=("openai.bind", "openai.ports", "openai.endpoints", "openai.binary"),
-                   tools=versions(SERVER_PACKAGE[w.params.openai.server], "httpx"), executed=self._executed(w))
+                   tools=versions(SERVER_PACKAGE[w.params.openai.server], "httpx"), executed=self._executed(w),
+                   # chat servers are warmed up through chat; completions keys stay as they were
+                   inputs={"protocol": proto} if (proto := self.protocol_for(w.params)) != self.protocol else {})
 
     def _specs(self, p, repo_dir: str, model_dir: str, ports, root: str):
         gpus = dp_gpus(p)
@@ -152,7 +179,7 @@ class Launch(LaunchStep):
                 if p.openai.server == "trtllm-serve" else None
             specs.append(LaunchSpec(index=i, argv=server_argv(p, model_dir, ports[i], config_path=cfg),
                                     host=p.openai.bind, ports={"serve": ports[i]}, models=(served_name(p),),
-                                    env=server_env(p, gpus[i % len(gpus)]), protocol=self.protocol,
+                                    env=server_env(p, gpus[i % len(gpus)]), protocol=self.protocol_for(p),
                                     mode=p.openai.server, repo=os.path.join(repo_dir, f"server_{i}"), cwd=root))
         return specs
 
@@ -168,7 +195,7 @@ class Launch(LaunchStep):
         p, o, root = w.params, w.params.openai, w.root
         if o.endpoints:
             return {"servers": external_servers(parse_endpoints(o.endpoints), [served_name(p)], o.ready_timeout_s,
-                                                protocol=self.protocol)}
+                                                protocol=self.protocol_for(p))}
         ports = [t[0] for t in server_ports(num_servers(p), o.bind, o.ports, per_server=1)]
         specs = self._specs(p, os.path.join(str(root), w.rel("repo")), os.path.join(str(root), w.layout["model"]),
                             ports, str(root))

@@ -10,9 +10,10 @@ from harness.mlperf.benchmarks.llama2_70b import BENCHMARK as LLAMA2_70B
 from harness.mlperf.benchmarks.llama3_1_8b import BENCHMARK as LLAMA3_1_8B
 from harness.mlperf.benchmarks.llama3_1_405b import BENCHMARK as LLAMA3_1_405B
 from harness.mlperf.benchmarks.mixtral_8x7b import BENCHMARK as MIXTRAL_8X7B
+from harness.mlperf.benchmarks.qwen3_vl_235b_a22b import BENCHMARK as QWEN3_VL_235B_A22B
 
 REGISTRY: dict[str, Benchmark] = {b.name: b for b in (LLAMA2_70B, LLAMA3_1_8B, MIXTRAL_8X7B, LLAMA3_1_405B,
-                                                   DEEPSEEK_R1, GPT_OSS_120B)}
+                                                   DEEPSEEK_R1, GPT_OSS_120B, QWEN3_VL_235B_A22B)}
 _ALIASES = {a: b.name for b in REGISTRY.values() for a in (b.loadgen_model, *b.aliases)}
 
 
@@ -28,10 +29,22 @@ def get(name: str) -> Benchmark:
     return REGISTRY[key]
 
 
+def reference_api(name: str) -> str:
+    """The OpenAI endpoint `name`'s reference sends to ("chat" or "completions"; unknown: completions)."""
+    key = canonical_name(name)
+    return REGISTRY[key].api if key else "completions"
+
+
+def accuracy_log_of(name: str) -> str:
+    """What `name`'s accuracy log holds: "text" (qwen3-vl) or "token_ids" (unknown: token ids)."""
+    key = canonical_name(name)
+    return REGISTRY[key].accuracy_log if key else "token_ids"
+
+
 def target_name(target: float) -> str:
     """0.99 -> "99", 0.999 -> "99.9"; another fraction -> "" (not an MLPerf target)."""
     return next((k for k, v in TARGETS.items() if abs(v - target) < 1e-12), "")
 
 
 __all__ = ["Benchmark", "DEFAULT_ROUND", "Generation", "Metric", "REGISTRY", "ROUND_SEEDS", "ROUNDS", "TARGETS",
-           "canonical_name", "get", "target_name"]
+           "accuracy_log_of", "canonical_name", "get", "reference_api", "target_name"]

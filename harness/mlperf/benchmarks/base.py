@@ -84,6 +84,18 @@ class Benchmark:
     aliases: tuple[str, ...] = ()
     #: Where the script's quirks and perfdag's deviations are written down.
     notes: str = ""
+    #: The OpenAI endpoint the reference sends to ("completions", or "chat" for /v1/chat/completions),
+    #: and what its accuracy log holds ("token_ids", or "text": the answer's UTF-8 content).
+    api: str = "completions"
+    accuracy_log: str = "token_ids"
+    #: The chat system prompt the reference sends before each sample's user message ("": none).
+    system_prompt: str = ""
+    #: scenario -> LoadGen's target (end-to-end) latency in ms where that, not TTFT/TPOT, is the limit
+    #: (use_token_latencies = 0 in mlperf.conf: qwen3-vl).
+    target_latency_ms: Mapping[str, float] = field(default_factory=dict)
+    #: Server options that must stay off for the benchmark, as each server spells them (qwen3-vl:
+    #: prefix caching). server kind -> option; checked by the openai backend before any stage.
+    forbidden_prefix_caching: bool = False
 
     def scoring(self) -> ModuleType:
         """The scorer module."""

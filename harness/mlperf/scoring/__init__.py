@@ -21,6 +21,7 @@ from harness.mlperf.scoring.common import (
     all_entries,
     check_columns,
     first_entries,
+    text_entries,
 )
 
 __all__ = ["score_log", "ScoringInputError", "LogEntryError", "DatasetColumnError"]
@@ -44,6 +45,9 @@ def score_log(benchmark, log_entries: list[dict], dataset, tokenizer, *, code_ru
     """
     scorer = benchmark.scoring()
     check_columns(dataset, scorer.REQUIRED_COLUMNS, benchmark.name, dataset_name)
+    if getattr(scorer, "LOG", "token_ids") == "text":  # answers logged as text, every entry scored (qwen3-vl)
+        return scorer.score(text_entries(log_entries, len(dataset), log_name), dataset, tokenizer,
+                            dataset_name=dataset_name)
     samples = first_entries(log_entries, len(dataset), dtype, log_name)  # validates every entry
     if subsets is not None:
         log_entries = _only_subsets(log_entries, dataset, set(subsets), dataset_name)

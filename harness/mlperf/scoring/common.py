@@ -80,7 +80,7 @@ def resolve_dtype(dtype) -> np.dtype:
             raise ScoringInputError(f"dtype {dtype!r} is not supported; use one of {', '.join(DTYPES)}")
         return np.dtype(DTYPES[dtype])
     dt = np.dtype(dtype)
-    if dt not in (np.dtype(np.int32), np.dtype(np.int64)):
+    if dt not in (np.dtype(np.int32), np.dtype(np.int64), np.dtype(np.uint8)):
         raise ScoringInputError(f"dtype {dt.name} is not supported; use one of {', '.join(DTYPES)}")
     return dt
 
@@ -126,6 +126,29 @@ def all_entries(log_entries, num_rows: int, dtype=DEFAULT_DTYPE,
     ids = [decode_hex_ids(e["data"], dt, f"{log_name} entry {n} (qsl_idx {q})")
            for n, (e, q) in enumerate(zip(log_entries, idxs))]
     return LogSamples(idxs, ids, len(log_entries))
+
+
+@dataclass
+class LogTexts:
+    """Every log entry as text (a chat answer's UTF-8 content, as the qwen3-vl reference logs it)."""
+
+    qsl_idxs: list[int]
+    texts: list[str]
+    entries: int
+
+
+def text_entries(log_entries, num_rows: int, log_name: str = "mlperf_log_accuracy.json") -> LogTexts:
+    """Every entry in log order, its hex `data` decoded as UTF-8 (entries checked as first_entries does)."""
+    first_entries(log_entries, num_rows, np.uint8, log_name)
+    idxs, texts = [], []
+    for n, e in enumerate(log_entries):
+        q = int(e["qsl_idx"])
+        try:
+            texts.append(bytes.fromhex(e["data"]).decode("utf-8"))
+        except UnicodeDecodeError:
+            raise LogEntryError(f"{log_name} entry {n} (qsl_idx {q}): field 'data' is not UTF-8 text") from None
+        idxs.append(q)
+    return LogTexts(idxs, texts, len(log_entries))
 
 
 def decode_hex_ids(data, dtype, where: str) -> np.ndarray:

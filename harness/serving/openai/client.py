@@ -38,6 +38,20 @@ def completion(url: str, model: str, prompt, max_tokens: int = 4, timeout_s: flo
     return r.json()
 
 
+def chat_completion(url: str, model: str, text: str, max_tokens: int = 4, timeout_s: float = 300.0) -> dict:
+    """One non-streamed greedy chat completion of a one-message conversation (warm-up, smoke tests)."""
+    import httpx
+
+    body = {"messages": [{"role": "user", "content": text}], "max_tokens": max_tokens, "temperature": 0,
+            "stream": False}
+    if model:
+        body["model"] = model
+    r = httpx.post(f"{base_url(url)}/v1/chat/completions", json=body, timeout=timeout_s)
+    if r.status_code != 200:
+        raise ServerError(f"chat completion at {url} failed: HTTP {r.status_code} {r.text[:300]}")
+    return r.json()
+
+
 class OpenAIHttp:
     name = "openai-http"
 
@@ -59,3 +73,13 @@ class OpenAIHttp:
         # Text works on every server (transformers serve refuses token ids); the first request
         # pays lazy initialisation (continuous batching sizes its cache then).
         completion(url, model, "Hello", max_tokens=4)
+
+
+class OpenAIChat(OpenAIHttp):
+    """The same servers, warmed up through the chat endpoint they are measured through (a model with a
+    chat template, or a vision-language model, may answer only there)."""
+
+    name = "openai-chat"
+
+    def warmup(self, url: str, model: str, prompt: Sequence[int], streaming: bool) -> None:
+        chat_completion(url, model, "Hello", max_tokens=4)

@@ -12,11 +12,20 @@ echo Triton model's rule), as `token_ids` when asked (`return_token_ids` / `deto
 `--cache` answers a repeated request with its encoded stream written at once, so the server
 costs almost nothing per token and the client is what limits (client-bound tests). `--eos-id N`
 stops a completion at its first token N, which `token_ids` include and the text leaves out (vLLM).
+
+`POST /v1/chat/completions` answers the same way from the conversation's text (its text parts and
+string contents, joined): `--reasoning-tokens R` sends the first R tokens as `reasoning_content`
+deltas (" r<id>"), the rest as `content`. Each `image_url` part is hashed as it arrived (a data
+URL's decoded bytes, else the URL's) and the answer's content starts with "[sha256:<hex>]" per image,
+so a test sees what the server received. A request with `tools` ends with a call of the first tool;
+`--no-usage` leaves usage out (a server that sends none).
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
+import hashlib
 import json
 
 
@@ -92,6 +101,68 @@ async def _complete(writer, body: dict, args) -> None:
 _CACHE: dict = {}
 
 
+def image_digest(url: str) -> str:
+    """sha256 of what an image part carries: a data URL's decoded bytes, else the URL itself."""
+    if url.startswith("data:") and ";base64," in url:
+        return hashlib.sha256(base64.b64decode(url.split(";base64,", 1)[1], validate=True)).hexdigest()
+    return hashlib.sha256(url.encode()).hexdigest()
+
+
+def chat_answer(body: dict, reasoning: int) -> tuple[list[tuple[str, str]], list[str], str | None]:
+    """(deltas as (field, text), image digests, the tool to call) for a chat request."""
+    texts, digests = [], []
+    for m in body.get("messages") or ():
+        content = m.get("content")
+        for part in ([{"type": "text", "text": content}] if isinstance(content, str) else content or ()):
+            if part.get("type") == "text":
+                texts.append(part.get("text") or "")
+            elif part.get("type") == "image_url":
+                url = part["image_url"]["url"] if isinstance(part["image_url"], dict) else part["image_url"]
+                digests.append(image_digest(url))
+    toks = echo_tokens("".join(texts), body.get("max_tokens") or 16)
+    deltas = [("reasoning_content" if k < reasoning else "content", f" {'r' if k < reasoning else 't'}{t}")
+              for k, t in enumerate(toks)]
+    prefix = "".join(f"[sha256:{d}]" for d in digests)
+    if prefix:
+        first = next((k for k, (f, _) in enumerate(deltas) if f == "content"), None)
+        if first is None:
+            deltas.append(("content", prefix))
+        else:
+            deltas[first] = ("content", prefix + deltas[first][1])
+    tools = body.get("tools") or ()
+    return deltas, digests, (tools[0].get("function") or {}).get("name") if tools else None
+
+
+async def _chat(writer, body: dict, args) -> None:
+    deltas, _, tool = chat_answer(body, args.reasoning_tokens)
+    n = len(deltas)  # one token a delta
+    usage = {} if args.no_usage else {"usage": {"prompt_tokens": 1, "completion_tokens": n, "total_tokens": n + 1}}
+    call = [{"index": 0, "id": "call_0", "type": "function",
+             "function": {"name": tool, "arguments": json.dumps({"echo": len(deltas)})}}] if tool else None
+    finish = "tool_calls" if tool else "length"
+    if not body.get("stream"):
+        msg = {"role": "assistant", "content": "".join(t for f, t in deltas if f == "content") or None,
+               "reasoning_content": "".join(t for f, t in deltas if f == "reasoning_content") or None,
+               **({"tool_calls": call} if call else {})}
+        payload = json.dumps({"object": "chat.completion", "choices": [
+            {"index": 0, "message": msg, "finish_reason": finish}], **usage}).encode()
+        writer.write(_head("200 OK", f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n") + payload)
+        return
+    writer.write(_head("200 OK", "Content-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"))
+    writer.write(_chunk(json.dumps({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})))
+    for i, (f, text) in enumerate(deltas):
+        if args.token_delay_ms:
+            await asyncio.sleep(args.token_delay_ms / 1000)
+        writer.write(_chunk(json.dumps({"object": "chat.completion.chunk",
+                                        "choices": [{"index": 0, "delta": {f: text}, "finish_reason": None}]})))
+        if i % 8 == 7:
+            await writer.drain()
+    if call:
+        writer.write(_chunk(json.dumps({"choices": [{"index": 0, "delta": {"tool_calls": call}}]})))
+    end = {"choices": [{"index": 0, "delta": {}, "finish_reason": finish}], **usage}
+    writer.write(_chunk(json.dumps(end)) + _chunk("[DONE]") + b"0\r\n\r\n")
+
+
 def _chunk(data: str) -> bytes:
     raw = f"data: {data}\n\n".encode()
     return f"{len(raw):x}\r\n".encode() + raw + b"\r\n"
@@ -103,6 +174,8 @@ async def _serve(reader, writer, args) -> None:
             method, path, body = req
             if method == "GET" and path.startswith("/health"):
                 writer.write(_head("200 OK", "Content-Length: 2\r\n") + b"ok")
+            elif method == "POST" and path.startswith("/v1/chat/completions"):
+                await _chat(writer, json.loads(body or b"{}"), args)
             elif method == "POST" and path.startswith("/v1/completions"):
                 await _complete(writer, json.loads(body or b"{}"), args)
             else:
@@ -123,6 +196,8 @@ def main() -> None:
     ap.add_argument("--tokens-per-chunk", type=int, default=1, help="tokens per SSE event")
     ap.add_argument("--cache", action="store_true", help="repeat a repeated request's encoded stream at once")
     ap.add_argument("--eos-id", type=int, default=None, help="stop at this token, included in token_ids (as vLLM)")
+    ap.add_argument("--reasoning-tokens", type=int, default=0, help="chat: the first R tokens as reasoning_content")
+    ap.add_argument("--no-usage", action="store_true", help="chat: send no usage (count with a tokenizer)")
     args = ap.parse_args()
 
     async def run():

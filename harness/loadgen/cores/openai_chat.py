@@ -1,0 +1,190 @@
+"""The OpenAI chat core: `/v1/chat/completions`, streamed, over the frontend's HTTP pool.
+
+The completions core's pool and discipline (openai_http.py), for chat: each sample's request is
+encoded once (harness/serving/openai/chat.py: messages, images as the dataset has them, tools), and
+a stream is scanned as bytes, every complete event of a read at once. The first event with output
+(content, reasoning or a tool call) is the first token; `usage.completion_tokens` is the count.
+A performance run decodes nothing unless the server sent no usage (then the answer's text is decoded
+once and counted with the tokenizer). An accuracy run decodes each answer: content goes to LoadGen's
+accuracy log (as UTF-8 text or as the content's token ids, `api["log"]`), and content, reasoning and
+tool calls, kept apart, to `chat_answers.<client>.jsonl` beside it.
+
+`info["output_tokens"]` says where counts came from ("usage" or "tokenizer"): result.json's
+`harness.methods.output_tokens`.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from harness.loadgen.cores.aioloop import FrontendLoop
+from harness.loadgen.cores.base import MIN_TOKENS, Core
+from harness.loadgen.cores.openai_http import _Pool  # one pool per frontend, shared by both OpenAI cores
+from harness.serving.openai import chat
+from harness.serving.openai.client import base_url
+
+_JSON = {"Content-Type": "application/json"}
+
+
+class OpenAIChatCore(Core):
+    protocol = "openai-chat"
+
+    def connect(self) -> None:
+        import httpx
+
+        api = self.cfg["openai"]
+        self.kind = api["kind"]
+        self.log_as = api.get("log", "token_ids")
+        if self.prompts.texts is None:
+            raise RuntimeError("the chat core was given no chat requests")
+        self.tokenizer = None
+        if api.get("tokenizer"):
+            from transformers import AutoTokenizer  # heavy: loaded only where a run needs it
+            self.tokenizer = AutoTokenizer.from_pretrained(api["tokenizer"])
+        if self.log_as == "token_ids" and self.tokenizer is None:
+            raise RuntimeError("logging token ids needs a tokenizer (api['tokenizer'])")
+        self.eos = b"" if self.log_as == "text" else self.eos  # no end-token padding inside text
+        self.base = base_url(self.url)
+        self.endpoint = f"{self.base}/v1/chat/completions"
+        r = httpx.get(f"{self.base}/health", timeout=min(30.0, self.cfg["request_timeout_s"]))
+        if r.status_code != 200:
+            raise RuntimeError(f"GET /health answered {r.status_code}")
+        size = sum(c.get("cap") or 1 for c in self.cfg["clients"] if c["frontend"] == self.frontend)
+        self.fl = FrontendLoop.get()
+        self.pool = _Pool.get(self.fl, size, self.cfg["request_timeout_s"])
+        self.tasks: set = set()
+        self.run_part = chat.run_part(self.kind, self.model, self.cfg["max_new_tokens"], self.streaming)
+        self.bodies: dict[int, bytes] = {}
+        self.answers = None
+        if self.keep_tokens and self.cfg.get("out_dir"):
+            path = Path(self.cfg["out_dir"]) / f"chat_answers.{self.g}.jsonl"
+            self.answers = open(path, "w", encoding="utf-8")
+        self.info = {"streaming": self.streaming, "prompt": "chat", "output_tokens": "usage", "server": self.kind,
+                     "pool": self.pool.size, "log": self.log_as}
+
+    # --- sending (on the frontend's loop) ------------------------------------------------------
+    def enqueue(self, qid, sample: int) -> None:
+        self.enqueue_many([(qid, sample)])
+
+    def enqueue_many(self, items) -> None:
+        self.fl.call(self._take, items)
+
+    def _take(self, items) -> None:
+        self.waiting.extend(items)
+        self._pump()
+
+    def _pump(self) -> None:
+        while (item := self.next_request()) is not None:
+            t = self.fl.loop.create_task(self._request(*item))
+            self.tasks.add(t)
+            t.add_done_callback(self.tasks.discard)
+
+    def _pump_later(self) -> None:
+        if self.waiting:
+            self.fl.loop.call_soon(self._pump)
+
+    def _body(self, sample: int) -> bytes:
+        """The encoded request for a sample, made once (Offline and Server repeat samples)."""
+        b = self.bodies.get(sample)
+        if b is None:
+            b = self.bodies[sample] = chat.body(self.run_part, self.prompts.texts[sample])
+        return b
+
+    async def _request(self, qid, sample: int) -> None:
+        try:
+            async with self.pool.session.post(self.endpoint, data=self._body(sample), headers=_JSON) as r:
+                if r.status != 200:
+                    raise RuntimeError(f"HTTP {r.status}: {(await r.read())[:300]!r}")
+                if self.streaming:
+                    t_first, raw, usage = await self._stream(qid, r.content)
+                else:
+                    t_first, raw = 0, await r.read()
+                    usage = chat.usage_tokens(raw)
+            self.sent += 1
+            data, n = self._finish(qid, sample, raw, usage)
+        except Exception as exc:  # a request that fails ends the run, naming the server
+            if not self.closing:
+                self.fail(f"{type(exc).__name__}: {exc}", qid)
+            return
+        finally:
+            self._pump_later()
+        self.on_done(qid, t_first, data, time.monotonic_ns(), n)
+
+    async def _stream(self, qid, content) -> tuple[int, bytes, int | None]:
+        """A streamed answer scanned as bytes: complete events of each read at once; the first with
+        output is the first token. The bytes are kept until the answer is done (its text may be needed)."""
+        regions: list[bytes] = []
+        usage = None
+        t_first = 0
+        rest = b""
+        while True:
+            chunk = await content.readany()
+            if not chunk:
+                region, rest = rest, b""
+                if not region.strip():
+                    break
+            else:
+                if b"\r" in chunk:
+                    chunk = chunk.replace(b"\r\n", b"\n")
+                buf = rest + chunk
+                end = buf.rfind(b"\n\n")
+                if end < 0:
+                    rest = buf
+                    continue
+                region, rest = buf[:end + 2], buf[end + 2:]
+            now = time.monotonic_ns()
+            if b'"error"' in region:
+                chat.raise_errors(region)
+            if t_first:
+                self.on_alive(now)
+            elif chat.FIRST_OUTPUT.search(region):
+                t_first = now
+                self.on_first(qid, now, b"")
+            if b'"completion_tokens"' in region:
+                usage = chat.usage_tokens(region)
+            regions.append(region)
+            if not chunk:
+                break
+        return t_first, b"".join(regions), usage
+
+    def _finish(self, qid, sample: int, raw: bytes, usage: int | None) -> tuple[bytes, int]:
+        """(what LoadGen logs, the token count) for a complete answer."""
+        keep = self.keep_tokens and not isinstance(qid, str)
+        if not keep and usage is not None:
+            return b"", usage  # performance: nothing decoded
+        answer = chat.decode(raw, self.streaming)
+        n = usage if usage is not None else answer.usage
+        counted = "usage"
+        if n is None:
+            if self.tokenizer is None:
+                raise RuntimeError("the server sent no usage and no tokenizer was given to count tokens")
+            n = len(self.tokenizer.encode(answer.generated_text(), add_special_tokens=False))
+            counted = self.info["output_tokens"] = "tokenizer"
+        if not keep:
+            return b"", n
+        if self.log_as == "text":
+            data = answer.text.encode("utf-8")
+            # LoadGen refuses a count under 2 (cores/base.py MIN_TOKENS); the text stays as it came
+            n = max(n, MIN_TOKENS)
+        else:
+            data = np.asarray(self.tokenizer.encode(answer.text, add_special_tokens=False), dtype=np.int32).tobytes()
+        if self.answers is not None:
+            self.answers.write(json.dumps({"sample": sample, "content": answer.text,
+                                           "reasoning_content": answer.reasoning_text, "tool_calls": answer.calls(),
+                                           "completion_tokens": n, "counted_by": counted},
+                                          ensure_ascii=False) + "\n")
+        return data, n
+
+    def close(self) -> None:
+        deadline = time.monotonic() + 10
+        while self.tasks and time.monotonic() < deadline and not self.failed:
+            time.sleep(0.05)
+        self.closing = True
+        for t in list(self.tasks):
+            self.fl.loop.call_soon_threadsafe(t.cancel)
+        self.pool.release()
+        if self.answers is not None:
+            self.answers.close()

@@ -1,0 +1,75 @@
+"""qwen3-vl-235b-a22b's rules, refused before any stage: no prefix caching (named for every server), no
+image resizing through server options; its chat endpoint chosen by default."""
+from __future__ import annotations
+
+import pytest
+from conftest import REPO
+from luigi.task_register import Register
+
+from harness.backends import resolve
+from harness.config import ParamsError
+from harness.config.openai import endpoint, protocol
+from pipeline import STAGES, FullRun
+
+QWEN = "build.backend=openai,loadgen.mlperf_model=qwen3-vl-235b-a22b"
+GPU = "build.device=cuda,build.dtype=bfloat16,runtime.num_gpus=1"
+
+
+def _params_file(tmp_path, body: str):
+    f = tmp_path / "qwen.yaml"
+    f.write_text(f"extends: {REPO / 'params' / 'default.yaml'}\n" + body)
+    return f
+
+
+def test_a_params_file_enabling_prefix_caching_is_refused_before_any_stage(tmp_path, artifacts):
+    """runtime.enable_kv_cache_reuse: true for qwen3-vl stops the run at validation, naming the field and
+    each server's switch; nothing is written."""
+    f = _params_file(tmp_path, "build: {backend: openai}\nloadgen: {mlperf_model: qwen3-vl-235b-a22b}\n"
+                               "runtime: {enable_kv_cache_reuse: true}\n")
+    with pytest.raises(ParamsError) as e:
+        FullRun(params_file=str(f))
+    msg = str(e.value)
+    assert "runtime.enable_kv_cache_reuse: qwen3-vl-235b-a22b's rules forbid prefix caching" in msg
+    for flag in ("--no-enable-prefix-caching", "--disable-radix-cache", "enable_block_reuse: false"):
+        assert flag in msg
+    assert not artifacts.exists()
+
+
+@pytest.mark.parametrize("server, change, field", [
+    ("vllm", "openai.extra_args=[--enable-prefix-caching]", "openai.extra_args: --enable-prefix-caching"),
+    ("vllm", "openai.extra_args=[--mm-processor-kwargs]", "openai.extra_args: --mm-processor-kwargs"),
+    ("trtllm-serve", "openai.llm_api_options={kv_cache_config: {enable_block_reuse: true}}",
+     "openai.llm_api_options.kv_cache_config.enable_block_reuse"),
+])
+def test_server_options_that_turn_it_back_on_are_refused(server, change, field):
+    """Behind enable_kv_cache_reuse=false, a server option that re-enables prefix caching (or resizes
+    images) is refused too, naming the option."""
+    with pytest.raises(ParamsError, match=field.replace("[", r"\[").replace("{", r"\{")):
+        resolve(REPO / "params" / "default.yaml", f"{QWEN},{GPU},openai.server={server},{change}")
+
+
+def test_the_same_options_pass_for_another_benchmark():
+    """The rule is qwen3-vl's: llama2-70b may cache prefixes."""
+    p = resolve(REPO / "params" / "default.yaml", f"build.backend=openai,{GPU},openai.server=vllm,"
+                                                   "runtime.enable_kv_cache_reuse=true")
+    assert p.runtime.enable_kv_cache_reuse and endpoint(p) == "completions" and protocol(p) == "openai-http"
+
+
+def test_qwen3_vl_measures_through_chat_unless_told():
+    """The benchmark's reference sends chat completions: auto picks chat; openai.api overrides."""
+    p = resolve(REPO / "params" / "default.yaml", QWEN)
+    assert endpoint(p) == "chat" and protocol(p) == "openai-chat"
+    p = resolve(REPO / "params" / "default.yaml", f"{QWEN},openai.api=completions")
+    assert protocol(p) == "openai-http"
+
+
+def test_the_measuring_stages_key_the_chat_core_only_when_they_use_it():
+    """RunLoadgen's key names the chat core's code and request settings for a chat run, and a completions
+    run's key names nothing of chat (changing openai.api re-measures; chat code never re-keys completions)."""
+    def parts(overrides):
+        Register.clear_instance_cache()
+        return STAGES["RunLoadgen"](params_file=str(REPO / "params" / "default.yaml"), overrides=overrides).key_parts()
+
+    chat, plain = parts(QWEN), parts(f"{QWEN},openai.api=completions")
+    assert "harness.loadgen.cores.openai_chat" in chat.code and "harness.loadgen.openai_chat_api" in chat.code
+    assert not any("chat" in m for m in plain.code)
