@@ -40,7 +40,7 @@ class MeasuringStage(StageTask):
 
     @property
     def protocol(self) -> str:
-        return backend_for(self.params).launch.protocol
+        return backend_for(self.params).launch.protocol_for(self.params)
 
     def key_inputs(self):
         out = {"nightly_date": self.nightly_date} if self.nightly_date else {}

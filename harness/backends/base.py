@@ -73,6 +73,10 @@ class LaunchStep(Step):
     protocol: str = "triton-grpc"  # a record of serving/protocols.py
     section: str = "triton"
 
+    def protocol_for(self, params) -> str:
+        """The protocol its servers are spoken to with under `params` (a record of serving/protocols.py)."""
+        return self.protocol
+
 
 @dataclass(frozen=True)
 class Checks:

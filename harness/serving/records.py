@@ -18,7 +18,6 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, model_validator
 
 from harness.serving.processes import TOKEN
-from harness.serving.protocols import PROTOCOLS
 from harness.serving.shm import is_shm_prefix
 from harness.untrusted.records import RunId, StrictRecord, Text, Time, Unreadable, ignored, matching, parse, read_json
 
@@ -53,7 +52,9 @@ class ServerRecord(StrictRecord):
     grpc_port: Port | None = None
     http_port: Port | None = None
     metrics_port: Port | None = None
-    protocol: Literal[tuple(PROTOCOLS)] = "triton-grpc"  # type: ignore[valid-type]  (the names of serving/protocols.py)
+    # the names of serving/protocols.py's records (not imported: that would put the protocols' table in
+    # the key of every stage that reads records; tests/test_triton_generate.py checks they agree)
+    protocol: Literal["triton-grpc", "triton-generate", "openai-http"] = "triton-grpc"
     models: list[Annotated[str, Field(max_length=4096)]] = Field(max_length=1024)  # '' = the server's one model
     pid: Annotated[int, Field(gt=0)] | None = None
     create_time: Time | None = None
