@@ -242,7 +242,7 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=16)
     ap.add_argument("--in-flight", type=int, default=64)
     ap.add_argument("--conns", type=int, default=4, help="gRPC streams / perfdag clients")
-    ap.add_argument("--protocols", default="grpc,http")
+    ap.add_argument("--protocols", default="grpc,http,generate")
     ap.add_argument("--modes", default="stream,nostream")
     ap.add_argument("--servers", default="burst,paced", help="server modes: burst, paced")
     ap.add_argument("--pace-ms", type=float, default=1.0, help="paced servers: ms per token")
