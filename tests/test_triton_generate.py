@@ -78,6 +78,25 @@ def test_server_records_accept_every_protocol_and_no_other():
         ServerRecord(host="h", port=1, protocol="triton-http", models=["m"])
 
 
+def test_the_protocol_setting_keys_only_when_set_and_is_refused_where_not_offered(gpu_overrides, artifacts):
+    """triton.protocol=grpc spelled out changes no key (artifacts of before keep theirs); an unknown
+    value and generate with the trtllm backend are one-line errors naming the field, nothing written."""
+    from luigi.task_register import Register
+
+    from harness.config import ParamsError
+    from pipeline import STAGES
+
+    def keys(overrides="", params_file="params/default.yaml"):
+        Register.clear_instance_cache()
+        return {n: cls(params_file=params_file, overrides=overrides).key for n, cls in STAGES.items()}
+    assert keys("triton.protocol=grpc") == keys()
+    with pytest.raises(ParamsError, match="triton.protocol"):
+        keys("triton.protocol=http")
+    with pytest.raises(ParamsError, match="triton.protocol: generate is offered with build.backend=torch only"):
+        keys(f"{gpu_overrides},triton.protocol=generate", "params/examples/llama2-70b-h100x8-offline.yaml")
+    assert not artifacts.exists()
+
+
 # ---------------------------------------------------------------------- one real tritonserver
 
 @pytest.fixture(scope="module")
