@@ -6,12 +6,17 @@ first-token time and counts its tokens, and returns how many *responses* carried
 usage-only or empty final SSE event is not a response). No perfdag code on the response path:
 perfdag's contract helpers build the gRPC request tensors only.
 
+Every asyncio loop runs twice over: on uvloop, the event loop perfdag's frontends run on
+(harness/loadgen/cores/aioloop.py), and on asyncio's own; the label says which (`aiohttp-uvloop`,
+`aiohttp-asyncio`). tritonclient's threaded streams are a third gRPC baseline, with no event loop.
+
 Every loop returns {"responses", "tokens", "requests", "seconds", "ttft_ns": {sample: ns},
 "n_tokens": {sample: n}} for the timed requests (warm-up ones excluded).
 """
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import json
 import threading
@@ -25,6 +30,22 @@ def _http_body(ids, tokens: int, streaming: bool) -> bytes:
     return json.dumps({"prompt": ids, "max_tokens": tokens, "temperature": 0, "stream": streaming,
                        "return_token_ids": True, **({"stream_options": {"include_usage": True}} if streaming else {})
                        }).encode()
+
+
+EVENT_LOOPS = ("uvloop", "asyncio")
+
+
+def _run(main, loop: str):
+    """Runs the coroutine function `main` to its end on a new `loop` ("uvloop" or "asyncio")."""
+    if loop == "uvloop":
+        import uvloop
+        factory = uvloop.new_event_loop
+    elif loop == "asyncio":
+        factory = asyncio.new_event_loop
+    else:
+        raise ValueError(f"unknown event loop {loop!r}; known: {', '.join(EVENT_LOOPS)}")
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(main())
 
 
 class _Tally:
@@ -80,7 +101,7 @@ async def _closed_loop(prompts, in_flight: int, one, warm: int) -> tuple[_Tally,
     return tally, time.monotonic() - t0
 
 
-def aiohttp_loop(url, prompts, in_flight, tokens, streaming, warm, **_) -> dict:
+def aiohttp_loop(url, prompts, in_flight, tokens, streaming, warm, loop="uvloop", **_) -> dict:
     import aiohttp
 
     async def main():
@@ -102,11 +123,11 @@ def aiohttp_loop(url, prompts, in_flight, tokens, streaming, warm, **_) -> dict:
                             tally.event(sample, t, n)
             return await _closed_loop(prompts, in_flight, one, warm)
 
-    tally, secs = asyncio.run(main())
+    tally, secs = _run(main, loop)
     return tally.result(secs)
 
 
-def httpx_loop(url, prompts, in_flight, tokens, streaming, warm, **_) -> dict:
+def httpx_loop(url, prompts, in_flight, tokens, streaming, warm, loop="uvloop", **_) -> dict:
     import httpx
 
     async def main():
@@ -129,7 +150,46 @@ def httpx_loop(url, prompts, in_flight, tokens, streaming, warm, **_) -> dict:
                             tally.event(sample, t, n)
             return await _closed_loop(prompts, in_flight, one, warm)
 
-    tally, secs = asyncio.run(main())
+    tally, secs = _run(main, loop)
+    return tally.result(secs)
+
+
+def _generate_tokens(payload: bytes) -> int:
+    """Tokens in one Triton generate_stream event's JSON: output_ids is a number or a list."""
+    obj = json.loads(payload)
+    if "error" in obj:
+        raise RuntimeError(f"server error: {obj['error']}")
+    ids = obj.get("output_ids", ())
+    return 1 if isinstance(ids, int) else len(ids)
+
+
+def aiohttp_generate_loop(url, prompts, in_flight, tokens, streaming, warm, model="echo", loop="uvloop", **_) -> dict:
+    """Triton's generate extension (POST /v2/models/<model>/generate_stream, server-sent events) with
+    aiohttp: a connection for every in-flight request, each event decoded with json.loads."""
+    import aiohttp
+
+    from harness.serving.triton.contract import generate_body
+
+    endpoint = f"http://{url}/v2/models/{model}/generate_stream"
+
+    async def main():
+        conn = aiohttp.TCPConnector(limit=in_flight, limit_per_host=in_flight)
+        async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=300)) as s:
+            async def one(ids, sample, tally):
+                t = time.monotonic_ns()
+                body = json.dumps(generate_body(ids, tokens, None, streaming, exclude_input_in_output=True)).encode()
+                async with s.post(endpoint, data=body, headers=HTTP_HEADERS) as r:
+                    r.raise_for_status()
+                    buf = b""
+                    async for chunk in r.content.iter_any():
+                        buf += chunk
+                        while (i := buf.find(b"\n\n")) >= 0:
+                            ev, buf = buf[:i], buf[i + 2:]
+                            if ev.startswith(b"data:"):
+                                tally.event(sample, t, _generate_tokens(ev[5:]))
+            return await _closed_loop(prompts, in_flight, one, warm)
+
+    tally, secs = _run(main, loop)
     return tally.result(secs)
 
 
@@ -138,7 +198,8 @@ def _triton_inputs(ids, tokens, streaming):
     return request_inputs(ids, tokens, None, streaming, exclude_input_in_output=True)
 
 
-def triton_aio_loop(url, prompts, in_flight, tokens, streaming, warm, conns, model="echo", **_) -> dict:
+def triton_aio_loop(url, prompts, in_flight, tokens, streaming, warm, conns, model="echo", loop="uvloop",
+                    **_) -> dict:
     """tritonclient.grpc.aio: `conns` clients, one bidirectional stream each, in_flight/conns
     requests outstanding per stream. The echo model flags its last token's response final and
     makes exactly `tokens` tokens, so a request is done when its tokens are in (streaming) or at
@@ -201,7 +262,7 @@ def triton_aio_loop(url, prompts, in_flight, tokens, streaming, warm, conns, mod
         await asyncio.gather(*(stream(k, shares[k], True) for k in range(conns)))
         return tally, time.monotonic() - t0
 
-    tally, secs = asyncio.run(main())
+    tally, secs = _run(main, loop)
     return tally.result(secs)
 
 
@@ -307,7 +368,7 @@ def _sse_output_events(buf: bytes):
             n += 1
 
 
-def aiohttp_chat_loop(url, prompts, in_flight, tokens, streaming, warm, **_) -> dict:
+def aiohttp_chat_loop(url, prompts, in_flight, tokens, streaming, warm, loop="uvloop", **_) -> dict:
     """aiohttp against /v1/chat/completions: a response is an event with output text; a request's token
     count is its usage.completion_tokens (what perfdag's chat core reports)."""
     import aiohttp
@@ -331,12 +392,19 @@ def aiohttp_chat_loop(url, prompts, in_flight, tokens, streaming, warm, **_) -> 
                             tally.event(sample, t, 1)
             return await _closed_loop(prompts, in_flight, one, warm)
 
-    tally, secs = asyncio.run(main())
+    tally, secs = _run(main, loop)
     return tally.result(secs)
 
 
+def _on_loops(**fns) -> dict:
+    """Each event-loop client under one label per event loop: {"aiohttp-uvloop": ..., ...}."""
+    return {f"{name}-{loop}": functools.partial(fn, loop=loop) for name, fn in fns.items() for loop in EVENT_LOOPS}
+
+
+#: protocol -> client label -> loop(url, prompts, in_flight, tokens, streaming, warm, conns=, model=)
 LOOPS = {
-    "grpc": {"tritonclient-aio": triton_aio_loop, "tritonclient-stream": triton_stream_loop},
-    "http": {"aiohttp": aiohttp_loop, "httpx": httpx_loop},
-    "chat": {"aiohttp-chat": aiohttp_chat_loop},
+    "grpc": {**_on_loops(**{"tritonclient-aio": triton_aio_loop}), "tritonclient-stream": triton_stream_loop},
+    "http": _on_loops(aiohttp=aiohttp_loop, httpx=httpx_loop),
+    "generate": _on_loops(aiohttp=aiohttp_generate_loop),
+    "chat": _on_loops(**{"aiohttp-chat": aiohttp_chat_loop}),
 }

@@ -2,10 +2,14 @@
 
 Servers cost (almost) nothing, so what differs is the client: the echo Triton model
 (harness/serving/testing/echo_model.py) on a CPU tritonserver, and the echo OpenAI server
-(harness/serving/testing/echo_openai.py, token ids as vLLM returns them). Bare loops (bench/bare_clients.py):
-tritonclient.grpc.aio and tritonclient's threaded streams; aiohttp and httpx with a connection
-for every in-flight request; for chat completions (`--protocols chat`: perfdag's chat core, the
-same echo server's /v1/chat/completions), aiohttp.
+(harness/serving/testing/echo_openai.py, token ids as vLLM returns them); the same tritonserver over
+HTTP through Triton's generate extension (`--protocols generate`: perfdag's triton-generate core
+against the gRPC stream core on one server). Each server runs in two modes: burst
+(a request's responses sent at once, so one read carries many) and paced (`--pace-ms` per token,
+one response per read). Bare loops (bench/bare_clients.py): tritonclient.grpc.aio, aiohttp and
+httpx (aiohttp alone for generate_stream), each on uvloop (perfdag's frontends' loop) and on asyncio's own; tritonclient's threaded
+streams. For chat completions (`--protocols chat`: perfdag's chat core, the same echo
+server's /v1/chat/completions), aiohttp on each loop.
 
 Method (the same for every client):
 * the same prompts, `--tokens` tokens per request, `--in-flight` requests outstanding over
@@ -15,12 +19,15 @@ Method (the same for every client):
   after the run was reaped: perfdag's caller, driver and frontends), and the cost per response
   is the difference of a `--small` and a `--large` run over the difference of their responses,
   so start-up and warm-up cancel;
-* a round runs every (client, size, mode) once in a shuffled order; ratios perfdag / best bare
-  are formed within a round; min / median / max over `--rounds`.
+* a round runs every (client, size, mode, server) once in a shuffled order; ratios perfdag / best
+  bare are formed within a round; min / median / max over `--rounds`;
+* the 1-minute load average is recorded at start and before each round; at 1 or more the bench
+  refuses to start (a shared machine's figures do not reproduce) unless `--allow-load`.
 
-    python bench/harness_overhead.py [--rounds 5] [--protocols grpc,http] [--modes stream,nostream]
+    python bench/harness_overhead.py [--rounds 5] [--protocols grpc,http,generate] [--modes stream,nostream]
+                                     [--servers burst,paced] [--pace-ms 1]
     python bench/harness_overhead.py --scaling 1,2 [--protocols grpc,http]   # throughput by frontends
-    python bench/harness_overhead.py --table bench/results/<file>.json       # the README's table
+    python bench/harness_overhead.py --table bench/results/<file>.json       # a results file's table
 
 Raw results: bench/results/harness_overhead-<UTC time>.json (every run, every round).
 """
@@ -42,8 +49,16 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+from bench.overhead_table import summarise, table  # noqa: E402  (REPO on the path first)
 RESULTS = REPO / "bench" / "results"
 ECHO_PY = REPO / "harness" / "serving" / "testing" / "echo_model.py"
+TRITON_MODELS = {"burst": "echo", "paced": "echo_paced"}  # the echo model in each server mode
+# the bench's protocols: Triton over gRPC, the OpenAI echo server, Triton's generate extension (HTTP)
+PERFDAG_PROTOCOLS = {"grpc": "triton-grpc", "http": "openai-http", "generate": "triton-generate",
+                     "chat": "openai-chat"}
+OPENAI = ("http", "chat")  # the protocols the echo OpenAI server answers
+MAX_LOAD = 1.0  # the 1-minute load average at or above which a run's figures are not a result
 
 
 def prompts_for(n: int) -> list[list[int]]:
@@ -62,7 +77,7 @@ def worker(spec: dict) -> dict:
 
     out = LOOPS[spec["protocol"]][spec["client"]](
         spec["url"], prompts, spec["in_flight"], spec["tokens"], spec["streaming"], spec["warm"],
-        conns=spec["conns"])
+        conns=spec["conns"], model=spec.get("model", "echo"))
     out.pop("ttft_ns")
     out["n_tokens_distinct"] = sorted(set(out.pop("n_tokens").values()))  # every request's count, deduplicated
     return out
@@ -86,14 +101,13 @@ def perfdag_run(spec: dict, prompts) -> dict:
         api = {"kind": "vllm", "log": "text"}
     with tempfile.TemporaryDirectory(prefix="perfdag_bench_lg_") as out:
         t0 = time.monotonic()
-        r = run_loadgen([spec["url"]], "echo" if spec["protocol"] == "grpc" else "", prompts,
+        r = run_loadgen([spec["url"]], spec.get("model", "echo") if spec["protocol"] not in OPENAI else "", prompts,
                         {"offline_expected_qps": 1, "min_duration_ms": 0, "min_query_count": n,
                          "performance_sample_count": n},
                         out, scenario="Offline", frontends=spec.get("frontends", 1), clients_per_frontend=spec["conns"],
                         warmup_queries=spec["warm"], max_new_tokens=spec["tokens"],
                         streaming=spec["streaming"], request_timeout_s=120, progress=False,
-                        protocol={"grpc": "triton-grpc", "http": "openai-http", "chat": "openai-chat"}[spec["protocol"]],
-                        api=api, **extra)
+                        protocol=PERFDAG_PROTOCOLS[spec["protocol"]], api=api, **extra)
         wall = time.monotonic() - t0
     m = r["measured"]
     h = r["harness"]
@@ -123,135 +137,73 @@ def run_child(spec: dict) -> dict:
 
 # ------------------------------------------------------------------ servers
 
-def start_triton(root: Path):
+def start_triton(root: Path, pace_ms: float) -> tuple[dict, callable]:
+    """One CPU tritonserver serving the echo model burst ("echo") and paced ("echo_paced"); its
+    URLs per protocol (grpc, generate) and server mode."""
     from harness.backends.torch.repo import render_torch_model_config
     from harness.serving import ports as P
     from harness.serving.triton import cpu_server as CS
     from harness.serving.triton.pbtxt import write_model_repo
 
-    repo = write_model_repo(root / "repo", {"echo": render_torch_model_config(
-        "echo", decoupled=True, max_batch_size=64, engine_dir="unused", instance_count=1)}, ECHO_PY.read_text())
+    configs = {name: render_torch_model_config(
+        name, decoupled=True, max_batch_size=64, engine_dir="unused", instance_count=1,
+        extra_parameters={"token_delay_ms": str(pace_ms)} if server == "paced" else None)
+        for server, name in TRITON_MODELS.items()}
+    repo = write_model_repo(root / "repo", configs, ECHO_PY.read_text())
     ports = P.free_ports(3)
     h = CS.start_tritonserver(repo, root / "server.log", grpc_port=ports[0], http_port=ports[1], metrics_port=ports[2])
     CS.wait_ready(h, timeout_s=120)
-    return h.grpc_url, lambda: CS.stop_server(h, timeout=20)
+    http = f"{h.spec.host}:{ports[1]}"
+    return ({"grpc": {server: h.grpc_url for server in TRITON_MODELS},
+             "generate": {server: http for server in TRITON_MODELS}}, lambda: CS.stop_server(h, timeout=20))
 
 
-def start_echo_http(root: Path):
+def start_echo_http(root: Path, pace_ms: float) -> tuple[dict, callable]:
+    """Two echo OpenAI servers: burst, and paced at `pace_ms` per token."""
     from harness.serving import ports as P
     from harness.serving.openai.client import probe
 
-    port = P.free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "harness.serving.testing.echo_openai", "--port", str(port), "--token-ids"],
-                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    url = f"127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while not probe(url):
-        if time.monotonic() > deadline or proc.poll() is not None:
-            proc.kill()
-            raise RuntimeError("echo OpenAI server did not start")
-        time.sleep(0.1)
+    procs, urls = [], {}
+    for server, delay in (("burst", 0.0), ("paced", pace_ms)):
+        port = P.free_port()
+        procs.append(subprocess.Popen([sys.executable, "-m", "harness.serving.testing.echo_openai", "--port", str(port),
+                                       "--token-ids", "--token-delay-ms", str(delay)],
+                                      cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))
+        urls[server] = f"127.0.0.1:{port}"
 
     def stop():
-        proc.terminate()
-        proc.wait(10)
-    return url, stop
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(10)
+    deadline = time.monotonic() + 30
+    for proc, url in zip(procs, urls.values()):
+        while not probe(url):
+            if time.monotonic() > deadline or proc.poll() is not None:
+                stop()
+                raise RuntimeError("echo OpenAI server did not start")
+            time.sleep(0.1)
+    return {"http": urls, "chat": urls}, stop  # chat completions: the same echo server
 
 
 # ------------------------------------------------------------------ rounds and summary
 
-BARE = {"grpc": ("tritonclient-aio", "tritonclient-stream"), "http": ("aiohttp", "httpx"), "chat": ("aiohttp-chat",)}
-
-
-def per_response_us(runs: list[dict], small: int, large: int) -> float | None:
-    by = {r["n"]: r for r in runs}
-    if small not in by or large not in by:
-        return None
-    d_resp = by[large]["responses"] - by[small]["responses"]
-    return (by[large]["cpu_s"] - by[small]["cpu_s"]) * 1e6 / d_resp if d_resp > 0 else None
-
-
-def summarise(doc: dict) -> list[dict]:
-    """One row per (protocol, mode): perfdag's and each bare loop's µs/response per round, the
-    ratio perfdag / best bare within each round, min/median/max."""
-    a = doc["args"]
-    rows = []
-    for proto in a["protocols"]:
-        for mode in a["modes"]:
-            per_round = []
-            for rnd in range(a["rounds"]):
-                cell = [r for r in doc["runs"] if r["round"] == rnd and r["protocol"] == proto and r["mode"] == mode]
-                costs = {c: per_response_us([r for r in cell if r["client"] == c], a["small"], a["large"])
-                         for c in ("perfdag", "perfdag-before", *BARE[proto])}
-                bare = {c: v for c, v in costs.items() if c in BARE[proto] and v}
-                if not costs["perfdag"] or not bare:
-                    continue
-                best = min(bare, key=bare.get)
-                loads = [r["load1"] for r in cell]
-                per_round.append({"round": rnd, "costs": costs, "best_bare": best,
-                                  "ratio": costs["perfdag"] / bare[best], "load": [min(loads), max(loads)]})
-            if not per_round:
-                continue
-            ratios = [p["ratio"] for p in per_round]
-
-            def med(c):
-                v = [p["costs"][c] for p in per_round if p["costs"].get(c)]
-                return statistics.median(v) if v else None
-            before = [p["costs"]["perfdag-before"] / p["costs"]["perfdag"] for p in per_round
-                      if p["costs"].get("perfdag-before")]
-            rows.append({"protocol": proto, "mode": mode, "rounds": len(per_round),
-                         "perfdag_us": med("perfdag"), "bare_us": {c: med(c) for c in BARE[proto]},
-                         "before_us": med("perfdag-before"),
-                         "before_over_now_median": statistics.median(before) if before else None,
-                         "ratio_min": min(ratios), "ratio_median": statistics.median(ratios),
-                         "ratio_max": max(ratios),
-                         "load": [min(p["load"][0] for p in per_round), max(p["load"][1] for p in per_round)],
-                         "per_round": per_round})
-    return rows
-
-
-def table(doc: dict) -> str:
-    a = doc["args"]
-    lines = [f"{a['small']} and {a['large']} samples x {a['tokens']} tokens, {a['in_flight']} in flight over "
-             f"{a['conns']} streams/clients; {doc['machine']['cpus']} CPUs; {doc['started']}"]
-    rows = [] if doc.get("scaling") else (doc.get("summary") or summarise(doc))
-    if rows:
-        lines += ["", "| protocol | mode | perfdag µs/resp | bare µs/resp (median) | perfdag / best bare: "
-                  "min / median / max | rounds | load (1 min) |", "|---|---|---|---|---|---|---|"]
-    for r in rows:
-        bare = ", ".join(f"{c} {v:.0f}" for c, v in r["bare_us"].items() if v)
-        lines.append(f"| {r['protocol']} | {'streaming' if r['mode'] == 'stream' else 'non-streaming'} | "
-                     f"{r['perfdag_us']:.0f} | {bare} | {r['ratio_min']:.2f} / {r['ratio_median']:.2f} / "
-                     f"{r['ratio_max']:.2f} | {r['rounds']} | {r['load'][0]:.1f}-{r['load'][1]:.1f} |")
-    if any(r.get("before_us") for r in rows):
-        lines += ["", "| protocol | mode | perfdag before µs/resp | now µs/resp | before / now (median of rounds) |",
-                  "|---|---|---|---|---|"]
-        for r in rows:
-            if r.get("before_us"):
-                lines.append(f"| {r['protocol']} | {r['mode']} | {r['before_us']:.0f} | {r['perfdag_us']:.0f} | "
-                             f"{r['before_over_now_median']:.2f} |")
-    if doc.get("scaling"):
-        lines += ["", f"{a['large']} samples per run, {a['in_flight']} in flight per frontend; client CPU of the "
-                  "whole run (start-up included) per response", "",
-                  "| protocol | frontends | responses/s (median) | client CPU µs/resp | client-bound |",
-                  "|---|---|---|---|---|"]
-        for s in doc["scaling"]:
-            lines.append(f"| {s['protocol']} | {s['frontends']} | {s['responses_per_s']:.0f} | "
-                         f"{s['cpu_us']:.0f} | {', '.join(s['client_bound'])} |")
-    return "\n".join(lines)
+def bare_loops(proto: str) -> tuple[str, ...]:
+    from bench.bare_clients import LOOPS
+    return tuple(LOOPS[proto])
 
 
 def scaling(args, urls) -> list[dict]:
     """perfdag's streamed responses/s against harness.frontends (one large run each, rounds
-    interleaved); CPU per response of the whole run, start-up included."""
+    interleaved, burst servers); CPU per response of the whole run, start-up included."""
     runs = []
     for rnd in range(args.rounds):
         cells = [(p, f) for p in args.protocols for f in args.scaling]
         random.shuffle(cells)
         for proto, fe in cells:
-            spec = {"client": "perfdag", "protocol": proto, "url": urls[proto], "n": args.large, "tokens": args.tokens,
-                    "in_flight": args.in_flight * fe, "conns": args.conns, "frontends": fe, "streaming": True,
-                    "warm": args.conns * fe, "mode": "stream", "round": rnd}
+            spec = {"client": "perfdag", "protocol": proto, "url": urls[proto]["burst"], "n": args.large,
+                    "tokens": args.tokens, "in_flight": args.in_flight * fe, "conns": args.conns, "frontends": fe,
+                    "streaming": True, "warm": args.conns * fe, "mode": "stream", "server": "burst", "round": rnd}
             r = run_child(spec)
             runs.append(r)
             print(f"  scaling {proto} frontends={fe}: {r['responses'] / r['seconds']:.0f} resp/s "
@@ -267,20 +219,46 @@ def scaling(args, urls) -> list[dict]:
     return out
 
 
+def cost_rounds(args, urls, doc: dict, out: Path) -> None:
+    """Every (protocol, mode, server, client, size) once per round, in a shuffled order."""
+    only = set(args.clients.split(",")) - {""}
+    mine = ("perfdag", "perfdag-before") if args.before else ("perfdag",)
+    for rnd in range(args.rounds):
+        doc["load_before_round"].append(os.getloadavg()[0])
+        cells = [(p, m, srv, c, n) for p in args.protocols for m in args.modes for srv in args.servers
+                 for c in (*mine, *bare_loops(p)) if not only or c in only for n in (args.small, args.large)]
+        random.shuffle(cells)
+        for proto, mode, server, client, n in cells:
+            spec = {"client": client, "protocol": proto, "url": urls[proto][server], "n": n, "tokens": args.tokens,
+                    "in_flight": args.in_flight, "conns": args.conns, "streaming": mode == "stream",
+                    "warm": args.conns, "mode": mode, "server": server, "round": rnd,
+                    **({"model": TRITON_MODELS[server]} if proto not in OPENAI else {}),
+                    **({"tree": str(Path(args.before).resolve())} if client == "perfdag-before" else {})}
+            r = run_child(spec)
+            doc["runs"].append(r)
+            print(f"round {rnd} {proto:4} {mode:8} {server:5} {client:24} n={n:5} cpu {r['cpu_s']:.2f}s "
+                  f"responses {r['responses']} load {r['load1']:.1f}", flush=True)
+        out.write_text(json.dumps(doc, indent=1))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--worker", help=argparse.SUPPRESS)
-    ap.add_argument("--table", metavar="JSON", help="print the README table of a results file and exit")
+    ap.add_argument("--table", metavar="JSON", help="print the table of a results file and exit")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--small", type=int, default=400)
     ap.add_argument("--large", type=int, default=2400)
     ap.add_argument("--tokens", type=int, default=16)
     ap.add_argument("--in-flight", type=int, default=64)
     ap.add_argument("--conns", type=int, default=4, help="gRPC streams / perfdag clients")
-    ap.add_argument("--protocols", default="grpc,http")
+    ap.add_argument("--protocols", default="grpc,http,generate")
     ap.add_argument("--modes", default="stream,nostream")
-    ap.add_argument("--clients", default="", help="limit to these clients (perfdag,aiohttp,...)")
+    ap.add_argument("--servers", default="burst,paced", help="server modes: burst, paced")
+    ap.add_argument("--pace-ms", type=float, default=1.0, help="paced servers: ms per token")
+    ap.add_argument("--clients", default="", help="limit to these clients (perfdag,aiohttp-uvloop,...)")
     ap.add_argument("--scaling", default="", help="frontend counts: throughput rows instead of the cost table")
+    ap.add_argument("--allow-load", action="store_true",
+                    help=f"run even at a load average of {MAX_LOAD:g} or more (a smoke run, not a result)")
     ap.add_argument("--out", default="", help="results file (default bench/results/harness_overhead-<time>.json)")
     ap.add_argument("--before", default="", metavar="DIR",
                     help="also run perfdag from this checkout (e.g. `git archive <commit> | tar -x -C DIR`) "
@@ -294,40 +272,42 @@ def main() -> int:
         return 0
     args.protocols = args.protocols.split(",")
     args.modes = args.modes.split(",")
+    args.servers = args.servers.split(",")
     args.scaling = [int(x) for x in args.scaling.split(",") if x]
+    bad = [s for s in args.servers if s not in TRITON_MODELS] + [p for p in args.protocols if p not in PERFDAG_PROTOCOLS]
+    if bad or args.pace_ms <= 0:
+        print(f"error: --servers takes {', '.join(TRITON_MODELS)}, --protocols {', '.join(PERFDAG_PROTOCOLS)} and "
+              f"--pace-ms a positive number (got {', '.join(bad) or args.pace_ms})", file=sys.stderr)
+        return 2
+    load = os.getloadavg()[0]
+    if load >= MAX_LOAD:
+        if not args.allow_load:
+            print(f"error: the load average is {load:.2f} (>= {MAX_LOAD:g}): other work would be measured with the "
+                  "clients; run on a quiet machine, or pass --allow-load for a smoke run (not a result)",
+                  file=sys.stderr)
+            return 2
+        print(f"WARNING: load average {load:.2f} >= {MAX_LOAD:g}: a smoke run, its figures are not a result",
+              file=sys.stderr, flush=True)
     started = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H%M%SZ")
     doc = {"started": started, "args": {k: v for k, v in vars(args).items() if k not in ("worker", "table")},
            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
-           "runs": []}
-    out = Path(args.out) if args.out else RESULTS / f"harness_overhead-{'scaling-' if args.scaling else ''}{started}.json"
+           "load_at_start": load, "load_before_round": [], "smoke": load >= MAX_LOAD, "runs": []}
+    name = f"harness_overhead-{'scaling-' if args.scaling else ''}{'smoke-' if doc['smoke'] else ''}{started}.json"
+    out = Path(args.out) if args.out else RESULTS / name
     out.parent.mkdir(parents=True, exist_ok=True)
     stops = []
     try:
         with tempfile.TemporaryDirectory(prefix="perfdag_bench_") as tmp:
             urls = {}
             for proto in args.protocols:
-                url, stop = (start_triton if proto == "grpc" else start_echo_http)(Path(tmp) / proto)
-                urls[proto] = url
-                stops.append(stop)
+                if proto not in urls:  # grpc and generate share one tritonserver, http and chat one echo server
+                    got, stop = (start_echo_http if proto in OPENAI else start_triton)(Path(tmp) / proto, args.pace_ms)
+                    urls.update(got)
+                    stops.append(stop)
             if args.scaling:
                 doc["scaling"] = scaling(args, urls)
             else:
-                only = set(args.clients.split(",")) - {""}
-                for rnd in range(args.rounds):
-                    mine = ("perfdag", "perfdag-before") if args.before else ("perfdag",)
-                    cells = [(p, m, c, n) for p in args.protocols for m in args.modes
-                             for c in (*mine, *BARE[p]) if not only or c in only for n in (args.small, args.large)]
-                    random.shuffle(cells)
-                    for proto, mode, client, n in cells:
-                        spec = {"client": client, "protocol": proto, "url": urls[proto], "n": n, "tokens": args.tokens,
-                                "in_flight": args.in_flight, "conns": args.conns, "streaming": mode == "stream",
-                                "warm": args.conns, "mode": mode, "round": rnd,
-                                **({"tree": str(Path(args.before).resolve())} if client == "perfdag-before" else {})}
-                        r = run_child(spec)
-                        doc["runs"].append(r)
-                        print(f"round {rnd} {proto:4} {mode:8} {client:20} n={n:5} cpu {r['cpu_s']:.2f}s "
-                              f"responses {r['responses']} load {r['load1']:.1f}", flush=True)
-                    out.write_text(json.dumps(doc, indent=1))
+                cost_rounds(args, urls, doc, out)
                 doc["summary"] = summarise(doc)
     finally:
         for stop in stops:

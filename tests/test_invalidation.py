@@ -39,6 +39,7 @@ MATRIX = [
     ("runtime", "env", ("TRTLLM_RUNTIME_FLAGS", "batch_scheduler_policy:guaranteed_no_evict"), SERVE | MEASURE),
     ("triton", "override", "triton.num_servers=2", SERVE | MEASURE),
     ("triton", "override", "triton.bind=0.0.0.0", {"LaunchServers"} | MEASURE),
+    ("triton", "override", "triton.protocol=generate", {"LaunchServers"} | MEASURE),  # HTTP port, another core
     ("openai", "override", "build.backend=openai", FROM_BUILD),  # the quantized checkpoint is shared
     ("harness", "override", "harness.clients_per_frontend=8", MEASURE),
     ("loadgen", "override", "loadgen.min_duration_ms=5000", {"RunLoadgen", "RunTest06", "RunTest07", "RunTest09",

@@ -165,6 +165,9 @@ class TritonSection(Section):
     ready_timeout_s: float = Field(180, gt=0)
     # Path of the tritonserver binary; "auto" takes the one bundled with nvidia-pytriton.
     binary: str = "auto"
+    # How LoadGen's clients talk to the servers: "grpc" (ModelStreamInfer / ModelInfer) or "generate"
+    # (HTTP, Triton's generate extension: /v2/models/<m>/generate_stream, server-sent events).
+    protocol: Literal["grpc", "generate"] = "grpc"
 
 
 class OpenAISection(Section):

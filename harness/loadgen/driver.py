@@ -79,6 +79,8 @@ class _Driver(Progress):
         self.server_last = [0] * self.n_servers
         self.server_done = [0] * self.n_servers
         self.clients_of = [[c["g"] for c in self.clients if c["server"] == s] for s in range(self.n_servers)]
+        self.server_of = [c["server"] for c in self.clients]      # by global client number
+        self.frontend_of = [c["frontend"] for c in self.clients]
         self.rr = itertools.count()
         self.rr_server = itertools.count()
         self.issued = 0
@@ -124,27 +126,38 @@ class _Driver(Progress):
     def _pick(self) -> int:
         if self.scenario == "Offline":
             return next(self.rr) % len(self.clients)
-        start = next(self.rr_server) % self.n_servers
-        best_s = min(range(self.n_servers), key=lambda s: (self.server_out[s], (s - start) % self.n_servers))
-        cl = self.clients_of[best_s]
-        return min(cl, key=lambda g: self.client_out[g])
+        if self.n_servers == 1:  # the one server (its rotation has nothing to rotate)
+            best_s = 0
+        else:
+            start = next(self.rr_server) % self.n_servers
+            best_s = min(range(self.n_servers), key=lambda s: (self.server_out[s], (s - start) % self.n_servers))
+        return min(self.clients_of[best_s], key=self.client_out.__getitem__)
 
     def issue_queries(self, query_samples) -> None:
+        # Per query (Server issues one per call): no dict lookups of client specs, no per-call
+        # defaultdict; one list per frontend that has queries
         now = time.monotonic_ns()
-        per_fe: dict[int, list] = collections.defaultdict(list)
+        per_fe: dict[int, list] = {}
+        server_of, frontend_of, pick = self.server_of, self.frontend_of, self._pick
+        client_out, server_out, inflight = self.client_out, self.server_out, self.inflight
         with self.lock:
             if not self.t0:
                 self.t0 = now
             for qs in query_samples:
-                g = self._pick()
-                s = self.clients[g]["server"]
-                self.inflight[qs.id] = [qs.index, g, now]
-                self.client_out[g] += 1
-                if self.server_out[s] == 0:
+                g = pick()
+                s = server_of[g]
+                qid, idx = qs.id, qs.index
+                inflight[qid] = [idx, g, now]
+                client_out[g] += 1
+                if server_out[s] == 0:
                     self.server_busy_since[s] = now
-                self.server_out[s] += 1
-                per_fe[self.clients[g]["frontend"]].append(Issue(qs.id, qs.index, g))
-                self.issued += 1
+                server_out[s] += 1
+                fe = frontend_of[g]
+                items = per_fe.get(fe)
+                if items is None:
+                    items = per_fe[fe] = []
+                items.append(Issue(qid, idx, g))
+            self.issued += len(query_samples)
         for fe, items in per_fe.items():
             self.in_qs[fe].put(items)
 
@@ -175,7 +188,7 @@ class _Driver(Progress):
                     elif isinstance(m, Done):
                         dones.append(m)
                     elif isinstance(m, Alive):
-                        s = self.clients[m.client]["server"]
+                        s = self.server_of[m.client]
                         self.server_last[s] = max(self.server_last[s], m.t)
                     elif isinstance(m, Ready):
                         self.ready.add(m.frontend)
@@ -211,7 +224,7 @@ class _Driver(Progress):
                 st = self.inflight.get(qid)
                 if st is None:
                     continue
-                s = self.clients[st[1]]["server"]
+                s = self.server_of[st[1]]
                 self.server_last[s] = max(self.server_last[s], t)
                 arr = np.frombuffer(data, dtype=np.int32) if data else np.zeros(1, dtype=np.int32)[:0]
                 keep.append(arr)
@@ -228,8 +241,8 @@ class _Driver(Progress):
                 st = self.inflight.pop(qid, None)
                 if st is None:
                     continue
-                sidx, g, t_issue = st[0], st[1], st[2]
-                s = self.clients[g]["server"]
+                sidx, g, t_issue = st
+                s = self.server_of[g]
                 self.client_out[g] -= 1
                 self.server_out[s] -= 1
                 self.server_done[s] += 1

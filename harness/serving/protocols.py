@@ -32,11 +32,19 @@ PROTOCOLS = {p.name: p for p in (
              core="harness.loadgen.cores.triton_grpc:TritonGrpcCore",
              tools=("tritonclient",),
              code=("harness.loadgen.cores.triton_grpc", "harness.serving.triton.contract")),
+    # Triton's generate extension over HTTP (server-sent events): the same server and tensors as
+    # triton-grpc, a cheaper client per streamed token (docs/measuring.md: which to choose)
+    Protocol("triton-generate",
+             client="harness.serving.triton.generate:TritonGenerate",
+             core="harness.loadgen.cores.triton_generate:TritonGenerateCore",
+             tools=("aiohttp", "httpx"),  # aiohttp: the core's requests; httpx: readiness and warm-up
+             code=("harness.loadgen.cores.triton_generate", "harness.loadgen.cores.http_pool",
+                   "harness.serving.triton.contract", "harness.serving.triton.generate")),
     Protocol("openai-http",
              client="harness.serving.openai.client:OpenAIHttp",
              core="harness.loadgen.cores.openai_http:OpenAIHttpCore",
              tools=("httpx", "aiohttp"),  # httpx: readiness and warm-up; aiohttp: the core's requests
-             code=("harness.loadgen.cores.openai_http", "harness.serving.openai.sse",
+             code=("harness.loadgen.cores.openai_http", "harness.loadgen.cores.http_pool", "harness.serving.openai.sse",
                    "harness.serving.openai.client"),
              request_settings="harness.loadgen.openai_api:request_settings",
              core_setup="harness.loadgen.openai_api:openai_api"),

@@ -143,11 +143,21 @@ class Configure(Step):
         return {"layout": fill_repos(w.out_dir, self.render(w), decoupled=decoupled(w.params))}
 
 
+#: triton.protocol -> (the serving protocol, the port its clients use)
+TRITON_PROTOCOLS = {"grpc": ("triton-grpc", "grpc"), "generate": ("triton-generate", "http")}
+
+
 class Launch(LaunchStep):
     """CPU tritonservers (pytriton's binary) on the repositories, or external endpoints."""
 
+    def protocol_for(self, params) -> str:
+        return TRITON_PROTOCOLS[params.triton.protocol][0]
+
     def key(self, w: Work) -> Key:
-        return Key(reads=("triton.bind", "triton.grpc_ports", "triton.endpoints", "triton.binary"),
+        # triton.protocol is keyed only when set: at its default the servers and records are those
+        # of before it existed, so their artifacts keep their keys
+        chosen = ("triton.protocol",) if w.params.triton.protocol != "grpc" else ()
+        return Key(reads=("triton.bind", "triton.grpc_ports", "triton.endpoints", "triton.binary", *chosen),
                    tools=versions("nvidia-pytriton", "tritonclient"), executed=self._executed(w))
 
     def _backend_dir(self) -> str:
@@ -157,9 +167,10 @@ class Launch(LaunchStep):
     def _specs(self, p, repo: str, servers, ports, root, env, shm=None):
         # Servers run in the artifacts root; their argv names it (ps shows which root a server serves).
         binary = None if p.triton.binary == "auto" else p.triton.binary
+        protocol, serve = TRITON_PROTOCOLS[p.triton.protocol]
         return [cpu_spec(i, os.path.join(str(root), repo, srv["repo"]), srv["models"], ports[i],
                          bind=p.triton.bind, backend_dir=os.path.join(str(root), self._backend_dir()), cwd=root,
-                         env=env, shm=shm, binary=binary)
+                         env=env, shm=shm, binary=binary, protocol=protocol, serve=serve)
                 for i, srv in enumerate(servers)]
 
     def _executed(self, w: Work) -> dict:
@@ -178,7 +189,8 @@ class Launch(LaunchStep):
         p, t, root = w.params, w.params.triton, w.root
         if t.endpoints:
             names = model_names(t.model_name, p.runtime.instances_per_server)
-            return {"servers": external_servers(parse_endpoints(t.endpoints), names, t.ready_timeout_s)}
+            return {"servers": external_servers(parse_endpoints(t.endpoints), names, t.ready_timeout_s,
+                                                protocol=self.protocol_for(p))}
         prepare_backend_dir(Path(root) / self._backend_dir())
         ports = server_ports(len(w.layout["servers"]), t.bind, t.grpc_ports)
         served = shell_safe_root(root)  # the Python backend starts its stub through a shell

@@ -146,4 +146,6 @@ class TrtllmBackend(Backend):
     launch = Launch()
 
     def check(self, p) -> Checks:
-        return Checks(trtllm_problems(p) + port_count_problems("triton.grpc_ports", p.triton.grpc_ports, num_servers(p), " (triton.num_servers)"), trtllm_notes(p))
+        generate = ["triton.protocol: generate is offered with build.backend=torch only so far; use grpc"] \
+            if p.triton.protocol != "grpc" else []
+        return Checks(trtllm_problems(p) + generate + port_count_problems("triton.grpc_ports", p.triton.grpc_ports, num_servers(p), " (triton.num_servers)"), trtllm_notes(p))

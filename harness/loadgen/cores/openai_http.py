@@ -20,55 +20,19 @@ import contextlib
 import json
 import re
 import struct
-import threading
 import time
 
 import numpy as np
 
 from harness.loadgen.cores.aioloop import FrontendLoop
 from harness.loadgen.cores.base import Core
+from harness.loadgen.cores.http_pool import HttpPool as _Pool
 from harness.loadgen.openai_api import TOKEN_ID_SERVERS, methods
 from harness.serving.openai.client import base_url
 from harness.serving.openai.sse import DONE, SSEParser
 
 TOKEN_IDS = re.compile(rb'"token_ids"\s*:\s*\[([^\]]*)\]')
 _I32 = struct.Struct("<i")
-
-
-class _Pool:
-    """One aiohttp session (connection pool) per frontend process, on the frontend's loop, with a
-    connection for every request its clients may have in flight."""
-
-    _instance: "_Pool | None" = None
-    _lock = threading.Lock()
-
-    def __init__(self, fl: FrontendLoop, size: int, timeout_s: float):
-        import aiohttp
-
-        async def make():
-            conn = aiohttp.TCPConnector(limit=size, limit_per_host=0, keepalive_timeout=60)
-            return aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(
-                total=None, sock_connect=30.0, sock_read=timeout_s), auto_decompress=False)
-
-        self.fl = fl
-        self.size = size
-        self.users = 0
-        self.session = fl.run(make(), timeout=30)
-
-    @classmethod
-    def get(cls, fl: FrontendLoop, size: int, timeout_s: float) -> "_Pool":
-        with cls._lock:
-            if cls._instance is None:
-                cls._instance = cls(fl, size, timeout_s)
-            cls._instance.users += 1
-            return cls._instance
-
-    def release(self) -> None:
-        with self._lock:
-            self.users -= 1
-            if self.users == 0:
-                with contextlib.suppress(Exception):
-                    self.fl.run(self.session.close(), timeout=10)
 
 
 def request_body(kind: str, model: str, prompt, max_tokens: int, stream: bool, output: str) -> dict:

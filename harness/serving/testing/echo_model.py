@@ -20,6 +20,10 @@ default 0), ``first_token_delay_ms`` (default ``token_delay_ms``), ``shift`` (de
 testing how a harness handles failed requests), ``tokens_per_response`` (default 1: k tokens
 per streamed response, as a server with a stream interval sends them).  With delays a
 single scheduler thread emits tokens at their due times, so ``execute`` never blocks.
+
+Two modes for benches: burst (no delay: a request's responses are sent at once) and paced
+(``token_delay_ms`` > 0: one response per token at its due time, so a client that keeps up reads
+one response at a time, as from a GPU server at moderate load).
 """
 from __future__ import annotations
 

@@ -8,6 +8,9 @@ HTTP/1.1, keep-alive), one token each: token k of a prompt p is (p[k % len(p)] +
 echo Triton model's rule), as `token_ids` when asked (`return_token_ids` / `detokenize: false`, or
 --token-ids) and as text (" t<id>"); the last event carries finish_reason and usage, then
 `data: [DONE]`. For benches and tests of the HTTP path only; no model behind it.
+Two modes: burst (no delay: a request's events are written at once, so a client's read carries many)
+and paced (`--token-delay-ms D`: each event written and flushed alone D ms after the last, so a
+client that keeps up reads one event per read, as from a GPU server at moderate load).
 `--tokens-per-chunk k` puts k tokens in each event (a server with a stream interval);
 `--cache` answers a repeated request with its encoded stream written at once, so the server
 costs almost nothing per token and the client is what limits (client-bound tests). `--eos-id N`
@@ -89,7 +92,7 @@ async def _complete(writer, body: dict, args) -> None:
         choice = {"index": 0, "text": _text(part, args.eos_id), **({"token_ids": part} if ids else {})}
         parts.append(_chunk(json.dumps({"choices": [choice]})))
         writer.write(parts[-1])
-        if i // k % 8 == 7:
+        if args.token_delay_ms or i // k % 8 == 7:  # paced: each event flushed alone, one per read
             await writer.drain()
     end = {"choices": [{"index": 0, "text": "", "finish_reason": finish}], "usage": {"completion_tokens": len(toks)}}
     tail = _chunk(json.dumps(end)) + _chunk("[DONE]") + b"0\r\n\r\n"

@@ -56,6 +56,15 @@ def request_arrays(input_ids: Sequence[int], max_new_tokens: int, end_id: int | 
     return arrays
 
 
+def generate_body(input_ids: Sequence[int], max_new_tokens: int, end_id: int | None, streaming: bool,
+                  pad_id: int | None = None, exclude_input_in_output: bool | None = None) -> dict:
+    """One request as Triton's generate extension takes it (POST /v2/models/<m>/generate_stream):
+    a JSON member per input tensor, the same tensors as over gRPC, without the batch dimension
+    (Triton adds it for a batching model)."""
+    return {name: arr.reshape(-1).tolist() for name, arr in request_arrays(
+        input_ids, max_new_tokens, end_id, streaming, pad_id, exclude_input_in_output).items()}
+
+
 def request_inputs(input_ids: Sequence[int], max_new_tokens: int, end_id: int | None, streaming: bool,
                    pad_id: int | None = None, exclude_input_in_output: bool | None = None):
     """The tritonclient gRPC InferInputs of one request."""

@@ -183,9 +183,10 @@ def cpu_argv(repo_dir: str, *, grpc_port: int | str, http_port: int | str, metri
 
 def cpu_spec(index: int, repo_dir: str | os.PathLike, models: Sequence[str], ports: Sequence, *, bind: str,
              backend_dir: str | os.PathLike, cwd: str | os.PathLike | None = None, env: dict | None = None,
-             shm: str | None = None, binary: str | None = None):
+             shm: str | None = None, binary: str | None = None, protocol: str = "triton-grpc", serve: str = "grpc"):
     """The LaunchSpec of one CPU tritonserver on `repo_dir` (ports: gRPC, HTTP, metrics). Paths may
-    be relative to `cwd` (default: the repository itself)."""
+    be relative to `cwd` (default: the repository itself). `serve`: the port its clients use ("grpc"
+    or "http"), for `protocol`."""
     import uuid
 
     grpc, http, metrics = ports
@@ -195,5 +196,6 @@ def cpu_spec(index: int, repo_dir: str | os.PathLike, models: Sequence[str], por
                     backend_dir=os.fspath(backend_dir), shm=shm, binary=binary)
     return LaunchSpec(index=index, argv=argv, host=bind, models=tuple(models),
                       base_env=server_env() if env is None else env,
-                      ports={"serve": grpc, "http": http, "metrics": metrics}, repo=repo,
+                      ports={"serve": http, "grpc": grpc, "metrics": metrics} if serve == "http" else
+                      {"serve": grpc, "http": http, "metrics": metrics}, protocol=protocol, repo=repo,
                       cwd=os.fspath(cwd) if cwd is not None else repo, shm_prefix=shm)

@@ -1,0 +1,151 @@
+"""The Triton HTTP core: Triton's generate extension (POST /v2/models/<model>/generate_stream,
+server-sent events) over the frontend's aiohttp pool, the same tensors as the gRPC core sends.
+
+Every request goes to /generate_stream: streamed, one event per model response; not streamed, one
+event (the model's one response; /generate refuses decoupled models). Events are scanned as bytes,
+every complete event of a read at once: `"output_ids"` is a number (one token) or a flat list, cut
+to `"sequence_length"` as the gRPC core cuts it, so TTFT and n_tokens match the gRPC path's on the
+same requests. A request is complete when its stream ends (an empty final response sends no event).
+"""
+from __future__ import annotations
+
+import json
+import re
+import struct
+import time
+
+from harness.loadgen.cores.aioloop import FrontendLoop
+from harness.loadgen.cores.base import Core
+from harness.loadgen.cores.http_pool import HttpPool
+from harness.serving.triton.contract import generate_body
+from harness.serving.triton.generate import base_url, event_tokens
+
+_IDS = re.compile(rb'"output_ids":\s*(\[[^\]]*\]|-?\d+)')
+_SEQ = re.compile(rb'"sequence_length":\s*\[?\s*(\d+)')
+_I32 = struct.Struct("<i")
+_JSON = {"Content-Type": "application/json"}
+
+
+def scan_event(event: bytes) -> list[int]:
+    """The new tokens of one event's bytes (`data: {...}`); raises on an error event."""
+    m = _IDS.search(event)
+    if m is None:
+        if b'"error"' in event:
+            event_tokens(json.loads(event.partition(b":")[2]))  # raises with the server's words
+        return []
+    raw = m.group(1).strip(b"[] ")
+    ids = [int(x) for x in raw.split(b",")] if raw else []
+    s = _SEQ.search(event)
+    return ids[:int(s.group(1))] if s else ids
+
+
+class TritonGenerateCore(Core):
+    protocol = "triton-generate"
+
+    def connect(self) -> None:
+        import httpx
+
+        self.base = base_url(self.url)
+        timeout = min(30.0, self.cfg["request_timeout_s"])
+        if httpx.get(f"{self.base}/v2/models/{self.model}/ready", timeout=timeout).status_code != 200:
+            raise RuntimeError(f"model {self.model!r} is not ready")
+        mc = httpx.get(f"{self.base}/v2/models/{self.model}/config", timeout=timeout).json()
+        self.decoupled = bool((mc.get("model_transaction_policy") or {}).get("decoupled", False))
+        self.streaming = bool(self.cfg["streaming"] and self.decoupled)  # a non-decoupled model never streams
+        self.endpoint = f"{self.base}/v2/models/{self.model}/generate_stream"
+        size = sum(c.get("cap") or 1 for c in self.cfg["clients"] if c["frontend"] == self.frontend)
+        self.fl = FrontendLoop.get()
+        self.pool = HttpPool.get(self.fl, size, self.cfg["request_timeout_s"])
+        self.tasks: set = set()
+        self.bodies: dict[int, bytes] = {}
+        self.info = {"streaming": self.streaming, "decoupled": self.decoupled, "prompt": "token_ids",
+                     "output_tokens": "server", "rpc": "generate_stream", "pool": self.pool.size}
+
+    # --- sending (on the frontend's loop) ------------------------------------------------------
+    def enqueue(self, qid, sample: int) -> None:
+        self.enqueue_many([(qid, sample)])
+
+    def enqueue_many(self, items) -> None:
+        self.fl.call(self._take, items)
+
+    def _take(self, items) -> None:
+        self.waiting.extend(items)
+        self._pump()
+
+    def _pump(self) -> None:
+        while (item := self.next_request()) is not None:
+            t = self.fl.loop.create_task(self._request(*item))
+            self.tasks.add(t)
+            t.add_done_callback(self.tasks.discard)
+
+    def _body(self, sample: int) -> bytes:
+        """The encoded request for a sample, made once (Offline and Server repeat samples)."""
+        body = self.bodies.get(sample)
+        if body is None:
+            body = self.bodies[sample] = json.dumps(generate_body(
+                self.prompts.ids(sample), self.cfg["max_new_tokens"], self.cfg["end_id"], self.streaming,
+                pad_id=self.cfg["pad_id"], exclude_input_in_output=True)).encode()
+        return body
+
+    async def _request(self, qid, sample: int) -> None:
+        try:
+            async with self.pool.session.post(self.endpoint, data=self._body(sample), headers=_JSON) as r:
+                if r.status != 200:
+                    raise RuntimeError(f"HTTP {r.status}: {(await r.read())[:300]!r}")
+                t_first, data, n = await self._events(qid, r.content)
+            self.sent += 1
+        except Exception as exc:  # a request that fails ends the run, naming the server
+            if not self.closing:
+                self.fail(f"{type(exc).__name__}: {exc}", qid)
+            return
+        finally:
+            if self.waiting:  # this request's slot frees when on_done runs; send the next one after it
+                self.fl.loop.call_soon(self._pump)
+        self.on_done(qid, t_first, data, time.monotonic_ns(), n)
+
+    async def _events(self, qid, content) -> tuple[int, bytes, int]:
+        keep = self.keep_tokens
+        kept: list[int] = []
+        n = t_first = 0
+        rest = b""
+        while True:
+            chunk = await content.readany()
+            if not chunk:
+                region, rest = rest, b""
+                if not region.strip():
+                    break
+            else:
+                buf = rest + chunk
+                end = buf.rfind(b"\n\n")
+                if end < 0:
+                    rest = buf
+                    continue
+                region, rest = buf[:end], buf[end + 2:]
+            now = time.monotonic_ns()
+            got = 0
+            for event in region.split(b"\n\n"):
+                ids = scan_event(event)
+                if not ids:
+                    continue
+                got += len(ids)
+                if not t_first:
+                    t_first = now
+                    self.on_first(qid, now, _I32.pack(ids[0]))
+                if keep:
+                    kept += ids
+            if got:
+                n += got
+                self.on_alive(now)
+            if not chunk:
+                break
+        data = struct.pack(f"<{len(kept)}i", *kept) if keep else b""
+        return t_first, data, n
+
+    def close(self) -> None:
+        deadline = time.monotonic() + 10
+        while self.tasks and time.monotonic() < deadline and not self.failed:
+            time.sleep(0.05)
+        self.closing = True
+        for t in list(self.tasks):
+            self.fl.loop.call_soon_threadsafe(t.cancel)
+        self.pool.release()
