@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The client-cost benches (harness_overhead.py over HTTP, driver_qps.py) on a lent quiet host that
+# has python3 but not perfdag's dependencies and no network: installs the wheels carried in
+# .whl-bench/ (cp312; gRPC's tritonserver is too large to carry, so Triton paths are left out)
+# into a venv over the host's own packages (the benches start their workers with sys.executable, and
+# perfdag's runner gives the LoadGen driver a clean environment, so PYTHONPATH would not reach them),
+# checks the load average, and writes the raw results to $OUT (or bench/results/).
+#   bash bench/quiet_host_client_cost.sh [ROUNDS]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-bench/results}
+ROUNDS=${1:-3}
+python3 -m venv --system-site-packages /tmp/bench-venv && /tmp/bench-venv/bin/python -m pip install -q --no-index \
+  --no-deps .whl-bench/*.whl || exit 3
+PY=/tmp/bench-venv/bin/python
+echo "host: $(nproc) CPUs, $($PY -V), load $(cut -d' ' -f1-3 /proc/loadavg)"
+stamp=$(date -u +%Y-%m-%dT%H%M%SZ)
+quiet() {  # the load average under 1 before a bench starts (the one before raised it)
+  for _ in $(seq 60); do awk '{exit !($1 < 1)}' /proc/loadavg && return; sleep 2; done
+}
+[ -n "${SKIP_DRIVER:-}" ] || { quiet; $PY bench/driver_qps.py --rounds "$ROUNDS" --out "$OUT/driver_qps-quiethost-$stamp.json" 2>&1 | tail -25; }
+quiet
+$PY bench/harness_overhead.py --protocols http,chat --rounds "$ROUNDS" \
+  --out "$OUT/harness_overhead-quiethost-$stamp.json" 2>&1 | grep -v '^round ' | tail -40
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
