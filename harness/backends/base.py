@@ -73,6 +73,11 @@ class LaunchStep(Step):
     protocol: str = "triton-grpc"  # a record of serving/protocols.py
     section: str = "triton"
 
+    def serves_elsewhere(self, params) -> bool:
+        """Its servers run already and serve nothing perfdag built (so build.* sizes nothing there, and
+        prompts go whole): `pipeline bench`'s servers."""
+        return False
+
 
 @dataclass(frozen=True)
 class Checks:

@@ -11,6 +11,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from harness.loadgen.chunks import chunk_stats, concat
 from harness.loadgen.verdict import errors_reason, read_errors, run_validity
 
 
@@ -302,8 +303,9 @@ def write_requests_csv(path: Path, records: Sequence[tuple], t0: int) -> None:
             w.writerow([sidx, s, f"{(ti - t0) / 1e6:.3f}", ttft, f"{(td - ti) / 1e6:.3f}", n, tpot])
 
 
-def measured_stats(records: Sequence[tuple]) -> dict:
-    """Harness-side throughput and latency percentiles from the per-request records."""
+def measured_stats(records: Sequence[tuple], chunks: Sequence[bytes] = ()) -> dict:
+    """Harness-side throughput and latency percentiles from the per-request records, and the
+    inter-token latency of their streamed chunks (chunks.py)."""
     if not records:
         return {}
     rec = np.array([(r[2], r[3], r[4], r[5]) for r in records], dtype=np.float64)
@@ -326,7 +328,14 @@ def measured_stats(records: Sequence[tuple]) -> dict:
         "latency_ms": pct((td - ti) / 1e6),
         "ttft_ms": pct((tf[has_first] - ti[has_first]) / 1e6),
         "tpot_ms": pct((td[multi] - tf[multi]) / 1e6 / (n[multi] - 1)),
+        **_chunk_stats(chunks),
     }
+
+
+def _chunk_stats(per_request: Sequence[bytes]) -> dict:
+    if not any(per_request):
+        return {}
+    return chunk_stats(*concat(per_request))
 
 
 #: A client process whose busiest thread ran or waited to run more than this share of the timed

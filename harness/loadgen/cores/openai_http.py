@@ -71,11 +71,15 @@ class _Pool:
                     self.fl.run(self.session.close(), timeout=10)
 
 
-def request_body(kind: str, model: str, prompt, max_tokens: int, stream: bool, output: str) -> dict:
-    """The request for one greedy completion, with only the keys `kind` accepts."""
+def request_body(kind: str, model: str, prompt, max_tokens: int, stream: bool, output: str,
+                 ignore_eos: bool = False) -> dict:
+    """The request for one greedy completion, with only the keys `kind` accepts (`ignore_eos`: generate
+    max_tokens whatever the model says, where the server can: synthetic workloads)."""
     body = {"prompt": prompt, "max_tokens": int(max_tokens), "temperature": 0, "stream": stream}
     if model:
         body["model"] = model
+    if ignore_eos and kind in TOKEN_ID_SERVERS:
+        body["ignore_eos"] = True
     if kind in TOKEN_ID_SERVERS and stream:
         body["stream_options"] = {"include_usage": True}
     if output == "server":
@@ -145,8 +149,8 @@ class OpenAIHttpCore(Core):
         body = self.bodies.get(sample)
         if body is None:
             body = self.bodies[sample] = json.dumps(request_body(
-                self.kind, self.model, self._prompt(sample), self.cfg["max_new_tokens"], self.streaming,
-                self.output_method)).encode()
+                self.kind, self.model, self._prompt(sample), self.prompts.max_tokens(sample, self.cfg["max_new_tokens"]),
+                self.streaming, self.output_method, bool(self.cfg["openai"].get("ignore_eos")))).encode()
         return body
 
     async def _request(self, qid, sample: int) -> None:
@@ -215,6 +219,7 @@ class OpenAIHttpCore(Core):
                         ids += new
             if got:
                 n += got
+                self.on_chunk(qid, now, got)
                 self.on_alive(now)
             if not chunk:
                 break
@@ -236,7 +241,15 @@ class OpenAIHttpCore(Core):
             toks = np.asarray(state["ids"], dtype=np.int32)
         else:
             toks = self._ids("".join(state["text"]))
+            self._recount_chunks(qid, [t for t in state["text"] if t])
         return state["t_first"], toks.tobytes(), int(toks.size)
+
+    def _recount_chunks(self, qid, texts: list[str]) -> None:
+        """Re-tokenized text: each chunk's tokens are its own text's, counted once the response is whole
+        (a merge across two chunks' texts may make their sum differ from the whole text's by a token)."""
+        c = self.chunks.get(qid)
+        if c is not None and len(c[1]) == len(texts):
+            c[1][:] = [len(ids) for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
 
     def _event(self, qid, data: str, state: dict) -> None:
         if data == DONE:

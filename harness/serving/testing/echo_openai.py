@@ -8,7 +8,9 @@ HTTP/1.1, keep-alive), one token each: token k of a prompt p is (p[k % len(p)] +
 echo Triton model's rule), as `token_ids` when asked (`return_token_ids` / `detokenize: false`, or
 --token-ids) and as text (" t<id>"); the last event carries finish_reason and usage, then
 `data: [DONE]`. For benches and tests of the HTTP path only; no model behind it.
-`--tokens-per-chunk k` puts k tokens in each event (a server with a stream interval);
+`--token-delay-ms d` sends token k at k x d ms after the request (a known inter-token delay: a late
+wake-up is not carried on to the next token); `--tokens-per-chunk k` puts k tokens in each event (a
+server with a stream interval);
 `--cache` answers a repeated request with its encoded stream written at once, so the server
 costs almost nothing per token and the client is what limits (client-bound tests). `--eos-id N`
 stops a completion at its first token N, which `token_ids` include and the text leaves out (vLLM).
@@ -73,9 +75,11 @@ async def _complete(writer, body: dict, args) -> None:
     writer.write(head)
     k = max(1, int(args.tokens_per_chunk))
     parts = []
+    loop = asyncio.get_running_loop()
+    start = loop.time()
     for i in range(0, len(toks), k):
-        if args.token_delay_ms:
-            await asyncio.sleep(args.token_delay_ms * (len(toks[i:i + k])) / 1000)
+        if args.token_delay_ms:  # each event at its own time from the start: a late wake-up is not carried on
+            await asyncio.sleep(max(0.0, start + args.token_delay_ms * (i + len(toks[i:i + k])) / 1000 - loop.time()))
         part = toks[i:i + k]
         choice = {"index": 0, "text": _text(part, args.eos_id), **({"token_ids": part} if ids else {})}
         parts.append(_chunk(json.dumps({"choices": [choice]})))
