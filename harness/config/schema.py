@@ -295,9 +295,9 @@ class DatasetSection(Section):
             return v
         p = Path(v).expanduser()
         if not p.is_dir():
-            raise ValueError(f"dataset.tokenizer {v!r} is not a directory; give a Hugging Face tokenizer directory")
+            raise ValueError(f"{v!r} is not a directory; give a Hugging Face tokenizer directory")
         if not any((p / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
-            raise ValueError(f"dataset.tokenizer {v!r} holds no tokenizer.json, tokenizer_config.json or "
+            raise ValueError(f"{v!r} holds no tokenizer.json, tokenizer_config.json or "
                              "tokenizer.model; give a Hugging Face tokenizer directory")
         return str(p.resolve())
 
