@@ -141,12 +141,12 @@ def test_itl_matches_a_servers_known_inter_token_delay(paced, tmp_path):
     r = _measure(paced, tmp_path)
     m = r["measured"]
     assert m["itl_ms"]["p50"] == pytest.approx(10, rel=0.10)
-    assert m["itl_ms"]["n"] == len(PROMPTS) * 15
     assert m["chunk_gap_ms"]["p50"] == pytest.approx(10, rel=0.10)
     # one token per event; two events the client read at once (a late wake-up) are one chunk of two
     assert m["tokens_per_chunk"]["mean"] < 1.1
     offsets, chunks = read_chunks(tmp_path / CHUNKS_FILE)
     assert offsets.size == len(r["requests"]) + 1 and chunks["tokens"].sum() == 16 * len(PROMPTS)
+    assert m["itl_ms"]["n"] == 16 * len(PROMPTS) - chunks["tokens"][offsets[:-1]].sum()  # first chunks: TTFT
     # percentiles p1 .. p99.9, in order
     keys = [k for k in m["itl_ms"] if k.startswith("p")]
     assert keys[0] == "p1" and keys[-1] == "p99_9"
@@ -160,17 +160,18 @@ def test_bursts_are_shown_as_chunks_of_several_tokens_not_as_fast_tokens(bursty,
     m = r["measured"]
     assert m["itl_ms"]["p50"] == pytest.approx(5, rel=0.10)
     assert m["chunk_gap_ms"]["p50"] == pytest.approx(20, rel=0.10)
-    assert m["itl_ms"]["n"] == len(PROMPTS) * (16 - 4)  # each token once; the first chunk's 4 are TTFT's
-    assert m["tokens_per_chunk"]["mean"] == 4 and m["tokens_per_chunk"]["multi_token_share"] == 1.0
+    offsets, chunks = read_chunks(tmp_path / "run" / CHUNKS_FILE)
+    assert m["itl_ms"]["n"] == 16 * len(PROMPTS) - chunks["tokens"][offsets[:-1]].sum()  # each token once
+    assert m["tokens_per_chunk"]["mean"] >= 4 and m["tokens_per_chunk"]["multi_token_share"] == 1.0
 
     report = build_report({"RunLoadgen": "0" * 64}, r, None, "echo")
     assert report["performance"]["itl_ms"]["p50"] == m["itl_ms"]["p50"]
-    plots = write_report(tmp_path, report, r["requests"], read_chunks(tmp_path / "run" / CHUNKS_FILE))
+    plots = write_report(tmp_path, report, r["requests"], (offsets, chunks))
     assert "itl.png" in plots and (tmp_path / "itl.png").stat().st_size > 0
     md = (tmp_path / "report.md").read_text()
     assert "| ITL ms p50 / p90 / p99 (client, per token) |" in md
     assert "inter-chunk gap ms" in md
-    assert f"{len(PROMPTS) * 4:,} of {len(PROMPTS) * 4:,} chunks, 100% of tokens" in md
+    assert f"{chunks.size:,} of {chunks.size:,} chunks, 100% of tokens" in md
     assert "performance only" in md and "| accuracy |" not in md
 
 
@@ -181,3 +182,28 @@ def test_offline_keeps_no_chunks(paced, tmp_path):
     assert not (tmp_path / CHUNKS_FILE).exists()
     md = render_markdown(build_report({}, r, None, "echo"), [])
     assert "ITL" not in md
+
+
+def test_a_streamed_closed_loop_offline_run_measures_ttft_and_itl_at_its_concurrency(paced, tmp_path):
+    """harness.stream in Offline with an in-flight limit: a closed loop at that concurrency whose TTFT and
+    ITL the client measures (LoadGen's Offline has no first tokens), never more requests in flight."""
+    r = run_loadgen([paced], "", PROMPTS, {"offline_expected_qps": 1, "min_duration_ms": 0,
+                                           "min_query_count": len(PROMPTS)}, tmp_path,
+                    scenario="Offline", frontends=1, clients_per_frontend=1, warmup_queries=0, max_new_tokens=8,
+                    progress=False, protocol="openai-http", api=API, streaming=True, max_in_flight=4)
+    m = r["measured"]
+    assert r["ttft_source"] == "harness" and m["ttft_ms"]["p50"] > 0  # the client's: LoadGen has none
+    offsets, chunks = read_chunks(tmp_path / CHUNKS_FILE)
+    first = chunks["tokens"][offsets[:-1]].sum()  # tokens that came with a first chunk are TTFT's
+    assert m["itl_ms"]["n"] == len(PROMPTS) * 8 - first and m["itl_ms"]["p50"] >= 9.0  # never faster than the pace
+    assert r["harness"]["peak_in_flight"] == 4
+    assert all(q["ttft_ms"] is not None for q in r["requests"])
+
+
+def test_stream_false_is_refused_where_loadgen_needs_first_tokens():
+    from harness.config import ParamsError
+    from tasks.base import load_params
+
+    with pytest.raises(ParamsError, match="harness.stream: false leaves LoadGen's Server run without first tokens"):
+        load_params("params/default.yaml", "loadgen.scenario=Server,harness.stream=false")
+    assert load_params("params/default.yaml", "harness.stream=true").harness.stream is True

@@ -36,6 +36,10 @@ def cross_field_problems(p: Params) -> list[str]:
     if p.model.checkpoint == "builtin" and b.max_seq_len > p.model.tiny.max_position_embeddings:
         out.append(f"build.max_seq_len: {b.max_seq_len} exceeds model.tiny.max_position_embeddings ({p.model.tiny.max_position_embeddings})")
 
+    if p.harness.stream is False and p.loadgen.scenario != "Offline":
+        out.append(f"harness.stream: false leaves LoadGen's {p.loadgen.scenario} run without first tokens (TTFT and "
+                   "TPOT would read 0); remove it (only Offline may stream or not)")
+
     t = p.model.tiny
     if p.model.checkpoint == "builtin" and not t.corpus and not t.teach:
         out.append("model.tiny.corpus: false leaves the tiny model nothing to learn; set model.tiny.teach "

@@ -206,6 +206,9 @@ class HarnessSection(Section):
     # Requests in flight per server at most (HTTP connections, gRPC requests per stream follow);
     # unset: build.max_batch_size, what one server batches at once.
     max_in_flight: Optional[int] = Field(None, ge=1, le=65536)
+    # Streamed responses. Unset: Server/Interactive stream, Offline does not. true in Offline: a closed-loop
+    # run (max_in_flight) whose TTFT and inter-token latency the client measures (LoadGen's Offline has none).
+    stream: Optional[bool] = None
     warmup_queries: int = Field(8, ge=0)
     request_timeout_s: float = Field(300, gt=0)  # for outputs up to 1024 tokens; scaled beyond (measure.py)
     # A server that crashes mid-measurement is relaunched and the measurement started over, this many
