@@ -10,11 +10,9 @@ from __future__ import annotations
 from pipeline.full_run import FullRun
 from tasks import RunLoadgen
 from tasks.external_servers import check_endpoint_params
-from tasks.registry import register
 
 
-@register
-class Bench(FullRun):
+class Bench(FullRun):  # not in STAGES (status, the invalidation tests): it takes pipeline bench's parameters
     stage = "Bench"
     reads = ("model.name", "openai.model")  # the report is labelled with the served name
 

@@ -18,7 +18,6 @@ from harness.config.resolve import ParamsError
 from harness.serving.launcher import external_servers, servers_live
 from harness.serving.records import read_servers
 from tasks.base import StageTask
-from tasks.registry import register
 
 SERVERS_FILE = "servers.json"
 PROTOCOL = "openai-http"
@@ -40,8 +39,7 @@ def check_endpoint_params(p) -> None:
         raise ParamsError(problems)
 
 
-@register
-class ExternalServers(StageTask):
+class ExternalServers(StageTask):  # not in STAGES: only Bench builds it, on pipeline bench's parameters
     stage = "ExternalServers"
     reads = ("openai.endpoints", "openai.server", "openai.model", "model.name")
     volatile = (SERVERS_FILE,)  # the servers' state, not content: a later check rewrites nothing measured
@@ -49,8 +47,8 @@ class ExternalServers(StageTask):
     def tools(self):
         return versions("httpx")
 
-    def code(self):
-        return ("harness.serving.launcher", "harness.backends.openai.endpoints")
+    def code(self):  # what its record says: the addresses and the model name requests carry
+        return ("harness.backends.openai.endpoints", "harness.backends.openai.servers")
 
     def servers(self) -> list[dict]:
         """The published server records (untrusted input: [] when malformed)."""

@@ -57,7 +57,8 @@ class PrepareDataset(StageTask):
 
     def code(self):
         return ("harness.model.datasets", "harness.model.corpus", "harness.model.synthetic") + (
-            ("harness.model.references",) if self.greedy_references else ())
+            ("harness.model.references",) if self.greedy_references else ()) + (
+            ("harness.backends.checkpoint",) if self.params.dataset.tokenizer else ())  # the tokenizer files copied
 
     def key_inputs(self):
         d = self.params.dataset
