@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from harness.loadgen.chunks import chunk_stats, concat
+from harness.loadgen.chunks import chunk_stats, concat, distribution
 from harness.loadgen.verdict import errors_reason, read_errors, run_validity
 
 
@@ -312,12 +312,7 @@ def measured_stats(records: Sequence[tuple], chunks: Sequence[bytes] = ()) -> di
     ti, tf, td, n = rec[:, 0], rec[:, 1], rec[:, 2], rec[:, 3]
     span = (td.max() - ti.min()) / 1e9
 
-    def pct(x):
-        if x.size == 0:
-            return None
-        return {"p50": round(float(np.percentile(x, 50)), 3), "p90": round(float(np.percentile(x, 90)), 3),
-                "p99": round(float(np.percentile(x, 99)), 3), "mean": round(float(x.mean()), 3)}
-
+    pct = distribution  # n, mean, min, max, p1 .. p99.9
     has_first = tf > 0
     multi = has_first & (n > 1)
     return {
@@ -328,6 +323,7 @@ def measured_stats(records: Sequence[tuple], chunks: Sequence[bytes] = ()) -> di
         "latency_ms": pct((td - ti) / 1e6),
         "ttft_ms": pct((tf[has_first] - ti[has_first]) / 1e6),
         "tpot_ms": pct((td[multi] - tf[multi]) / 1e6 / (n[multi] - 1)),
+        "output_tokens": pct(n),
         **_chunk_stats(chunks),
     }
 

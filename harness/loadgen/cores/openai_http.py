@@ -186,6 +186,8 @@ class OpenAIHttpCore(Core):
         ids: list[int] = []
         n = t_first = 0
         rest = b""
+        times: list[int] = []   # each chunk's arrival and tokens (ITL), kept here: no lookup per chunk
+        counts: list[int] = []
         while True:
             chunk = await content.readany()
             if not chunk:
@@ -219,10 +221,13 @@ class OpenAIHttpCore(Core):
                         ids += new
             if got:
                 n += got
-                self.on_chunk(qid, now, got)
+                times.append(now)
+                counts.append(got)
                 self.on_alive(now)
             if not chunk:
                 break
+        if not isinstance(qid, str):
+            self.chunks[qid] = (times, counts)
         return t_first, np.asarray(ids, dtype=np.int32).tobytes() if keep else b"", n
 
     async def _decoded(self, qid, r) -> tuple[int, bytes, int]:
