@@ -3,6 +3,7 @@
 Importing this package defines the tasks and nothing else: no logging, signal or exit handlers;
 those are installed when a run starts (tasks/lifecycle.py).
 """
+from pipeline.bench import Bench
 from pipeline.full_run import FullRun
 from pipeline.nightly import Nightly
 from pipeline.submission import Submission
@@ -11,6 +12,7 @@ from tasks import (
                    STAGES,
                    BuildEngine,
                    CheckAccuracy,
+                   ExternalServers,
                    FillTritonRepo,
                    LaunchServers,
                    PrepareDataset,
@@ -25,5 +27,6 @@ from tasks import (
 )
 
 __all__ = ["STAGES", "StageTask", "PrepareModel", "Quantize", "BuildEngine", "FillTritonRepo",
-           "LaunchServers", "PrepareDataset", "RunLoadgen", "RunAccuracy", "CheckAccuracy", "FullRun", "Sweep", "Nightly",
+           "LaunchServers", "ExternalServers", "PrepareDataset", "RunLoadgen", "RunAccuracy", "CheckAccuracy", "FullRun",
+           "Bench", "Sweep", "Nightly",
            "RunTest06", "RunTest07", "RunTest09", "Submission"]

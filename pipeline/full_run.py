@@ -10,11 +10,12 @@ from pathlib import Path
 
 import luigi
 
+from harness.loadgen.chunks import CHUNKS_FILE, read_chunks
 from harness.loadgen.results import read_requests_csv
 from harness.loadgen.verdict import is_valid
 from harness.mlperf.readiness import submission_warnings
 from harness.reports.plots import offsets, request_stats
-from harness.reports.report import build_report, color_wanted, summary_text, write_report
+from harness.reports.report import accuracy_passed, build_report, color_wanted, summary_text, write_report
 from harness.reports.sweep import fmt
 from tasks import CheckAccuracy, LaunchServers, RunLoadgen
 from tasks.base import StageTask, log
@@ -39,7 +40,8 @@ class FullRun(StageTask):
         return {"performance": self.clone(RunLoadgen), "accuracy": self.clone(CheckAccuracy)}
 
     def code(self):  # the report, its plots and stats, and the request log they read
-        return ("harness.reports.report", "harness.reports.plots", "harness.loadgen.results", "harness.loadgen.verdict")
+        return ("harness.reports.report", "harness.reports.plots", "harness.loadgen.results", "harness.loadgen.verdict",
+                "harness.loadgen.chunks")
 
     def stage_keys(self) -> dict[str, str]:
         keys, todo = {}, [self]
@@ -51,19 +53,22 @@ class FullRun(StageTask):
 
     def build(self, out_dir: Path) -> dict:
         up = self.upstream()
-        perf_dir, acc_dir = up["performance"].artifact_dir, up["accuracy"].artifact_dir
+        perf_dir = up["performance"].artifact_dir
         perf = json.loads((perf_dir / "result.json").read_text())
-        accuracy = json.loads((acc_dir / "accuracy.json").read_text())
+        accuracy = json.loads((up["accuracy"].artifact_dir / "accuracy.json").read_text()) if "accuracy" in up else None
 
-        report = build_report(self.stage_keys(), perf, accuracy, self.params.model.name)
+        report = build_report(self.stage_keys(), perf, accuracy, self.report_name())
         requests = read_requests_csv(perf_dir / "requests.csv")
         lengths = self._input_lengths(up["performance"])
         for r in requests:
             r["input_tokens"] = lengths.get(r["sample_index"])
         report["client_stats"] = request_stats(requests)  # client-side timings, labelled as such
         report["client_vs_loadgen"] = offsets(report["performance"], report["client_stats"])
-        write_report(out_dir, report, requests)
+        write_report(out_dir, report, requests, read_chunks(perf_dir / CHUNKS_FILE))
         return {"report": report}
+
+    def report_name(self) -> str:
+        return self.params.model.name
 
     @staticmethod
     def _input_lengths(perf_task) -> dict[int, int]:
@@ -99,14 +104,14 @@ class FullRun(StageTask):
                    if p["ttft_ms"].get("p99") is not None else "")
         log.info("sweep point %s (%s): %s, %s tokens/s%s, accuracy %s", self.point_label or self.key[:16], how,
                  "VALID" if is_valid(p) else "INVALID", fmt(p["tokens_per_second"]), latency,
-                 "PASS" if a["passed"] else "FAIL")
+                 "-" if a is None else "PASS" if a["passed"] else "FAIL")
 
     def _note(self, persist: bool) -> None:
         if self.as_point:
             self._point_progress("cached")
             return
         r = self.report()
-        note_result(self.task_id, valid=is_valid(r["performance"]), accuracy=r["accuracy"]["passed"],
+        note_result(self.task_id, valid=is_valid(r["performance"]), accuracy=accuracy_passed(r),
                     summary=self.summary(r), persist=persist)
 
     def is_done(self) -> bool:
@@ -122,6 +127,9 @@ class FullRun(StageTask):
             return
         r = self.report()
         print(self.summary(r), flush=True)  # now, above the server release line
-        note_result(self.task_id, valid=is_valid(r["performance"]), accuracy=r["accuracy"]["passed"])
+        note_result(self.task_id, valid=is_valid(r["performance"]), accuracy=accuracy_passed(r))
+        self.release()
+
+    def release(self) -> None:
         release_servers([self.clone(LaunchServers).key[:16]], keep=self.keep_servers,
                         why="FullRun done; --keep-servers keeps them")

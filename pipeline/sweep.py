@@ -13,7 +13,16 @@ from pathlib import Path
 import luigi
 
 from harness.config import ParamsError
-from harness.config.sweeps import SweepError, duplicate_points, load_sweep, point_names, point_overrides, points
+from harness.config.sweeps import (
+    SweepError,
+    SweepFile,
+    duplicate_points,
+    load_sweep,
+    parse_grid,
+    point_names,
+    point_overrides,
+    points,
+)
 from harness.reports.sweep import fmt, lookup, row, text_table, write_results
 from pipeline.full_run import FullRun
 from pipeline.sweep_array import fans_out, run_array
@@ -38,13 +47,22 @@ def point_problems(sweep, base, overrides: str) -> list[str]:
 
 class Sweep(StageTask):  # not in STAGES: it takes a sweep file, not one params document
     stage = "Sweep"  # --overrides apply to every point, after the sweep's own values
-    sweep = luigi.Parameter(description="sweep file, e.g. params/sweeps/batch.yaml")
+    sweep = luigi.Parameter(default="", description="sweep file, e.g. params/sweeps/batch.yaml")
+    grid = luigi.Parameter(default="", description="axes without a file: 'loadgen.server_target_qps=10,20,40' "
+                           "(several separated by ';'), on --params-file; with --sweep, added to its grid")
     keep_servers = luigi.BoolParameter(default=False, significant=False)
 
     @cached_property
     def _loaded(self):
         try:
-            sweep, base = load_sweep(self.sweep)
+            if not self.sweep and not self.grid:
+                raise SweepError("Sweep: give --sweep FILE or --grid 'section.key=v1,v2,...'")
+            if self.sweep:
+                sweep, base = load_sweep(self.sweep)
+            else:
+                sweep, base = SweepFile(base=self.params_file, grid=parse_grid(self.grid)), Path(self.params_file)
+            if self.sweep and self.grid:
+                sweep = sweep.model_copy(update={"grid": {**sweep.grid, **parse_grid(self.grid)}})
         except SweepError as e:
             raise ParamsError(e.problems or [str(e)]) from None
         problems = duplicate_points(sweep) + point_problems(sweep, base, self.overrides)
@@ -68,7 +86,7 @@ class Sweep(StageTask):  # not in STAGES: it takes a sweep file, not one params 
         """Names Nightly/<name>/: the sweep's name, else its file's stem; never a path."""
         import re
 
-        name = self.definition.name or Path(self.sweep).stem
+        name = self.definition.name or (Path(self.sweep).stem if self.sweep else "grid")
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}", name) or ".." in name:
             raise ParamsError([f"sweep name {name!r} cannot name a directory; set name: to letters, digits, "
                                "'_', '.', '-' in the sweep file"])

@@ -3,6 +3,7 @@ tasks never import pipeline/ (pipeline composes them into FullRun, Sweep and the
 from tasks.base import StageTask
 from tasks.build_engine import BuildEngine
 from tasks.check_accuracy import CheckAccuracy
+from tasks.external_servers import ExternalServers
 from tasks.fill_triton_repo import FillTritonRepo
 from tasks.launch_servers import LaunchServers
 from tasks.prepare_dataset import PrepareDataset
@@ -16,5 +17,5 @@ from tasks.run_test07 import RunTest07
 from tasks.run_test09 import RunTest09
 
 __all__ = ["STAGE_ORDER", "STAGES", "StageTask", "PrepareModel", "Quantize", "BuildEngine", "FillTritonRepo",
-           "LaunchServers", "PrepareDataset", "RunLoadgen", "RunAccuracy", "CheckAccuracy",
+           "LaunchServers", "ExternalServers", "PrepareDataset", "RunLoadgen", "RunAccuracy", "CheckAccuracy",
            "RunTest06", "RunTest07", "RunTest09"]

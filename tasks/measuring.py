@@ -2,6 +2,8 @@
 a time, the nightly date in their keys, and the SUT's code."""
 from __future__ import annotations
 
+import luigi
+
 from harness.backends import backend_for
 from harness.cache import runs as runlog
 from harness.cache.codehash import package_modules
@@ -14,6 +16,7 @@ from harness.serving.protocols import protocol
 from harness.serving.records import log_file
 from tasks.base import StageTask, host_resource, log
 from tasks.evidence import keep_attempt
+from tasks.external_servers import ExternalServers, check_endpoint_params
 from tasks.launch_servers import LaunchServers
 from tasks.prepare_dataset import PrepareDataset, read_samples
 from tasks.slurm import serve as slurm_serve
@@ -23,17 +26,27 @@ SUT_CODE = ("harness.loadgen.measure", "harness.loadgen", "harness.loadgen.runne
             "harness.loadgen.frontend", "harness.loadgen.settings", "harness.loadgen.results",
             "harness.loadgen.messages", "harness.loadgen.cores", "harness.loadgen.cores.base",
             "harness.loadgen.openai_api", "harness.loadgen.usage", "harness.loadgen.progress",
-            "harness.loadgen.cores.aioloop",
+            "harness.loadgen.cores.aioloop", "harness.loadgen.chunks",
             "harness.loadgen.verdict",  # result.json's verdict (LoadGen errors) and its relaunch record
             "harness.serving.protocols",  # which core and readiness probe a protocol name means
             ) + package_modules(("harness.mlperf.benchmarks",))  # latency limits, LoadGen names: user.conf
 
 
 class MeasuringStage(StageTask):
+    # Significant: it changes the upstream, so the key (`pipeline bench` sets it).
+    endpoint = luigi.BoolParameter(default=False, description="measure the running servers at openai.endpoints "
+                                   "as they are (ExternalServers): no model stages; needs dataset.tokenizer")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.endpoint:
+            check_endpoint_params(self.params)
+
     # Not self-contained: a measurement is of the servers, their repository and engine; with those
     # gone from the root it is measured again rather than reported unreproducible.
     def upstream(self):
-        return {"servers": self.clone(LaunchServers), "dataset": self.clone(PrepareDataset)}
+        servers = self.clone(ExternalServers) if self.endpoint else self.clone(LaunchServers)
+        return {"servers": servers, "dataset": self.clone(PrepareDataset)}
 
     @property
     def resources(self):  # measurements on one host never overlap, whatever the worker count

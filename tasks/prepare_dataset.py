@@ -7,9 +7,12 @@ scores apply is CheckAccuracy's business, so changing them never re-prepares the
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
-from harness.cache.hashing import dir_content_hash
+from harness.backends import backend_for
+from harness.backends.checkpoint import TOKENIZER_FILES, copy_tokenizer_files
+from harness.cache.hashing import dir_content_hash, file_sha256
 from harness.cache.versions import versions
 from harness.model.corpus import corpus_sha256
 from harness.model.datasets import Sample, load_dataset, write_jsonl
@@ -20,34 +23,51 @@ from tasks.registry import register
 from tasks.settings import may_write_root
 
 SAMPLES_FILE = "samples.jsonl"
+TOKENIZER_DIR = "tokenizer"  # dataset.tokenizer's files, copied: the measurements read them from here
 
 
 @register
 class PrepareDataset(StageTask):
     stage = "PrepareDataset"
-    reads = ("dataset", "build.max_input_len")
-    # not self-contained: the tokenizer the measurements and the scorer use is the model's
+
+    @property
+    def reads(self):  # prompts longer than the engine takes are cut; a server run elsewhere takes them whole
+        return ("dataset",) if self.whole_prompts else ("dataset", "build.max_input_len")
+
+    @property
+    def whole_prompts(self) -> bool:
+        return backend_for(self.params).launch.serves_elsewhere(self.params)
+    # not self-contained: the tokenizer the measurements and the scorer use is the model's (or, with
+    # dataset.tokenizer, its own copy of that one)
 
     @property
     def greedy_references(self) -> bool:
-        """The built-in dataset, scored against the unquantized model's own outputs."""
+        """The built-in dataset, scored against the unquantized model's own outputs (there is no model
+        with dataset.tokenizer: the dataset's own references stay)."""
         p = self.params
-        return p.dataset.format == "builtin" and p.accuracy.reference_scores != "mlperf"
+        return p.dataset.format == "builtin" and p.accuracy.reference_scores != "mlperf" and not p.dataset.tokenizer
 
     def upstream(self):
+        if self.params.dataset.tokenizer:  # a server perfdag did not build: no model to prepare
+            return {}
         return {"model": self.clone(PrepareModel)}
 
     def tools(self):
         return versions("transformers", "torch")
 
     def code(self):
-        return ("harness.model.datasets", "harness.model.corpus") + (("harness.model.references",) if self.greedy_references else ())
+        return ("harness.model.datasets", "harness.model.corpus", "harness.model.synthetic") + (
+            ("harness.model.references",) if self.greedy_references else ()) + (
+            ("harness.backends.checkpoint",) if self.params.dataset.tokenizer else ())  # the tokenizer files copied
 
     def key_inputs(self):
         d = self.params.dataset
         out = {"greedy_references": self.greedy_references}
-        if d.format == "builtin":  # prompts are cut from the shipped corpus
+        if d.format in ("builtin", "synthetic"):  # prompts are cut from the shipped corpus
             out["corpus_sha256"] = corpus_sha256()
+        if d.tokenizer is not None:  # its files only: the directory may hold a model's weights too
+            out["tokenizer_files"] = {f: file_sha256(Path(d.tokenizer) / f) for f in (*TOKENIZER_FILES, "config.json")
+                                      if (Path(d.tokenizer) / f).is_file()}
         if d.path is not None:
             out["dataset_sha256"] = dir_content_hash(d.path, self.store.root / ".hashcache" / "files.json",
                                                      update=may_write_root(), rehash=self.full_verify)
@@ -58,10 +78,19 @@ class PrepareDataset(StageTask):
 
 
         p, d = self.params, self.params.dataset
-        up = self.upstream()["model"]
-        model_dir = checkpoint_dir(up.artifact_dir, up.manifest())
-        samples = load_dataset(d.format, d.path, model_dir, d.num_samples, p.build.max_input_len, sha256=d.sha256,
-                               max_line_bytes=d.max_line_bytes)
+        if d.tokenizer:
+            model_dir = out_dir / TOKENIZER_DIR
+            model_dir.mkdir()
+            copy_tokenizer_files(d.tokenizer, model_dir)
+            if (Path(d.tokenizer) / "config.json").is_file():  # some tokenizers name their class only there
+                shutil.copy2(Path(d.tokenizer) / "config.json", model_dir / "config.json")
+        else:
+            up = self.upstream()["model"]
+            model_dir = checkpoint_dir(up.artifact_dir, up.manifest())
+        cap = None if self.whole_prompts else p.build.max_input_len
+        samples = load_dataset(d.format, d.path, model_dir, d.num_samples, cap, sha256=d.sha256,
+                               max_line_bytes=d.max_line_bytes, synthetic=d.synthetic,
+                               max_new_tokens=d.max_new_tokens)
         tok = AutoTokenizer.from_pretrained(str(model_dir))
         source = "the dataset's reference outputs"
         if self.greedy_references:
@@ -72,7 +101,8 @@ class PrepareDataset(StageTask):
             source = "unquantized model, transformers greedy"
         write_jsonl(samples, out_dir / SAMPLES_FILE)
         return {"num_samples": len(samples), "reference_source": source, "end_id": tok.eos_token_id,
-                "pad_id": tok.pad_token_id, "tokenizer": os.path.relpath(model_dir, self.artifact_dir)}
+                "pad_id": tok.pad_token_id,
+                "tokenizer": TOKENIZER_DIR if d.tokenizer else os.path.relpath(model_dir, self.artifact_dir)}
 
 
 def read_samples(artifact_dir: Path, manifest: dict) -> list[Sample]:

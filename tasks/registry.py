@@ -9,9 +9,11 @@ if TYPE_CHECKING:  # an annotation only: the base registers its subclasses, it i
 
 
 # The DAG's topological order; STAGES (filled by tasks/ as classes are defined) follows it.
-STAGE_ORDER = ("PrepareModel", "Quantize", "BuildEngine", "FillTritonRepo", "LaunchServers",
+# ExternalServers and Bench (pipeline bench) are ordered here for reports but not registered: they
+# take only pipeline bench's parameters.
+STAGE_ORDER = ("PrepareModel", "Quantize", "BuildEngine", "FillTritonRepo", "LaunchServers", "ExternalServers",
                "PrepareDataset", "RunLoadgen", "RunAccuracy", "CheckAccuracy", "RunTest06", "RunTest07", "RunTest09",
-               "FullRun")
+               "FullRun", "Bench")
 
 
 STAGES: dict[str, type[StageTask]] = {}

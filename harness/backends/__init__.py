@@ -11,6 +11,7 @@ from typing import Mapping
 from harness.backends.base import Backend
 from harness.config import Params
 from harness.config import resolve as resolve_document
+from harness.config.rules import length_problems
 
 # build.backend -> "module:class"; a new backend is a package plus one line here.
 BACKENDS = {
@@ -36,6 +37,8 @@ def problems(p: Params) -> list[str]:
     section = backend.launch.section
     out = [f"{other}.{f}: build.backend={p.build.backend} does not read {other}.*; remove it or use {section}.*"
            for other in SERVER_SECTIONS if other != section for f in sorted(getattr(p, other).model_fields_set)]
+    if not backend.launch.serves_elsewhere(p):  # else the servers' limits are their own, not build.*
+        out += length_problems(p)
     return out + backend.check(p).problems
 
 

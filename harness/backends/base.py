@@ -78,6 +78,11 @@ class LaunchStep(Step):
         speak more than one, as the OpenAI servers do completions and chat, says which)."""
         return self.protocol
 
+    def serves_elsewhere(self, params) -> bool:
+        """Its servers run already and serve nothing perfdag built (so build.* sizes nothing there, and
+        prompts go whole): `pipeline bench`'s servers."""
+        return False
+
 
 @dataclass(frozen=True)
 class Checks:

@@ -11,18 +11,34 @@ from harness.mlperf import benchmarks
 from harness.model.datasets import builtin_capacity
 
 
-def cross_field_problems(p: Params) -> list[str]:
-    out: list[str] = []
-    b, q = p.build, p.quantize
-
+def length_problems(p: Params) -> list[str]:
+    """The lengths the engine perfdag builds holds: prompts, outputs, both. The backends apply them
+    (harness.backends.problems) unless their servers run already and serve nothing perfdag built."""
+    b, out = p.build, []
     if b.max_input_len >= b.max_seq_len:
         out.append(f"build.max_input_len: {b.max_input_len} must be below build.max_seq_len ({b.max_seq_len}) to leave room for output")
     if b.max_num_tokens < b.max_input_len and not p.runtime.enable_chunked_context:
         out.append(f"build.max_num_tokens: {b.max_num_tokens} is below build.max_input_len ({b.max_input_len}); raise it or set runtime.enable_chunked_context=true")
     if p.dataset.max_new_tokens > b.max_seq_len - b.max_input_len:
         out.append(f"dataset.max_new_tokens: {p.dataset.max_new_tokens} exceeds build.max_seq_len - build.max_input_len ({b.max_seq_len - b.max_input_len})")
+    syn = p.dataset.synthetic
+    if p.dataset.format == "synthetic" and syn.isl_mean + 3 * syn.isl_sd > b.max_input_len:
+        out.append(f"dataset.synthetic: isl_mean + 3 isl_sd = {syn.isl_mean + 3 * syn.isl_sd:g} tokens exceeds "
+                   f"build.max_input_len ({b.max_input_len}), which cuts longer prompts; raise build.max_input_len "
+                   "(and build.max_seq_len) or lower the input length")
+    return out
+
+
+def cross_field_problems(p: Params) -> list[str]:
+    out: list[str] = []
+    b, q = p.build, p.quantize
+
     if p.model.checkpoint == "builtin" and b.max_seq_len > p.model.tiny.max_position_embeddings:
         out.append(f"build.max_seq_len: {b.max_seq_len} exceeds model.tiny.max_position_embeddings ({p.model.tiny.max_position_embeddings})")
+
+    if p.harness.stream is False and p.loadgen.scenario != "Offline":
+        out.append(f"harness.stream: false leaves LoadGen's {p.loadgen.scenario} run without first tokens (TTFT and "
+                   "TPOT would read 0); remove it (only Offline may stream or not)")
 
     t = p.model.tiny
     if p.model.checkpoint == "builtin" and not t.corpus and not t.teach:
@@ -54,9 +70,10 @@ def cross_field_problems(p: Params) -> list[str]:
 
 
 def uses_mlperf_gates(p: Params) -> bool:
-    """Whether the run is scored against MLPerf's reference scores (else its own references)."""
+    """Whether the run is scored against MLPerf's reference scores (else its own references; a
+    synthetic dataset is no benchmark's)."""
     r = p.accuracy.reference_scores
-    return r == "mlperf" or (r == "auto" and p.dataset.format != "builtin")
+    return r == "mlperf" or (r == "auto" and p.dataset.format not in ("builtin", "synthetic"))
 
 
 def benchmark_problems(p: Params) -> list[str]:

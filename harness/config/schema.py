@@ -3,6 +3,8 @@ Over 400 lines because it is the whole parameter document, one short model per s
 
 Every section forbids unknown keys so a typo is an error, not a silently ignored setting.
 Cross-section rules live on `Params` because they need more than one section.
+The module is over 400 lines because every section's fields are declared here, each with the
+comment that says what it means: one place to read the whole document.
 """
 from __future__ import annotations
 
@@ -180,6 +182,9 @@ class OpenAISection(Section):
     ports: Ports = []  # empty: free ports at launch
     # Servers launched outside perfdag: ["http://host:8000", "host:8001", ...]; nothing is spawned.
     endpoints: Endpoints = []
+    # The model name requests carry; unset: model.name (none for transformers serve, which perfdag
+    # pins to its one model). A server started elsewhere serves its model under its own name.
+    model: Optional[str] = Field(None, min_length=1)
     # The server's command; "auto": `transformers`, `trtllm-serve`, `vllm` from this venv's PATH,
     # `python -m sglang.launch_server`.
     binary: str = "auto"
@@ -208,6 +213,9 @@ class HarnessSection(Section):
     # Requests in flight per server at most (HTTP connections, gRPC requests per stream follow);
     # unset: build.max_batch_size, what one server batches at once.
     max_in_flight: Optional[int] = Field(None, ge=1, le=65536)
+    # Streamed responses. Unset: Server/Interactive stream, Offline does not. true in Offline: a closed-loop
+    # run (max_in_flight) whose TTFT and inter-token latency the client measures (LoadGen's Offline has none).
+    stream: Optional[bool] = None
     warmup_queries: int = Field(8, ge=0)
     request_timeout_s: float = Field(300, gt=0)  # for outputs up to 1024 tokens; scaled beyond (measure.py)
     # A server that crashes mid-measurement is relaunched and the measurement started over, this many
@@ -244,11 +252,39 @@ class LoadgenSection(Section):
         return v
 
 
+class SyntheticSection(Section):
+    """dataset.format=synthetic (harness/model/synthetic.py): lengths ~ Normal(mean, sd), seeded."""
+
+    # The defaults fit the CPU default's engine (build.max_input_len 128, dataset.max_new_tokens 32).
+    isl_mean: float = Field(64, ge=1)
+    isl_sd: float = Field(0, ge=0)
+    osl_mean: float = Field(32, ge=2)
+    osl_sd: float = Field(0, ge=0)
+    # Every prompt starts with one of prefix_groups shared prefixes of prefix_tokens tokens (in the ISL).
+    prefix_tokens: int = Field(0, ge=0)
+    prefix_groups: int = Field(1, ge=1, le=1 << 20)
+    seed: int = 0
+
+
+def _synthetic_fits(d) -> None:
+    """Synthetic lengths the dataset's settings can hold: outputs under the cap, prompts beyond their prefix."""
+    s = d.synthetic
+    if s.osl_mean + 3 * s.osl_sd > d.max_new_tokens:
+        need = int(-(-(s.osl_mean + 3 * s.osl_sd) // 1))
+        raise ValueError(f"dataset.max_new_tokens {d.max_new_tokens} would cut synthetic output lengths "
+                         f"(osl_mean + 3 osl_sd = {s.osl_mean + 3 * s.osl_sd:g}); set dataset.max_new_tokens={need}")
+    if s.prefix_tokens and s.prefix_tokens >= s.isl_mean:
+        raise ValueError(f"dataset.synthetic.prefix_tokens {s.prefix_tokens} leaves no room in isl_mean "
+                         f"{s.isl_mean:g}; shared prefixes are part of the input length")
+
+
 class DatasetSection(Section):
-    # "builtin": prompts cut from the shipped corpus; otherwise a file of the given format.
+    # "builtin": prompts cut from the shipped corpus; "synthetic": made here (dataset.synthetic);
+    # otherwise a file of the given format.
     name: str = "builtin"
     path: Optional[str] = None
-    format: Literal["builtin", "mlperf_pickle", "jsonl"] = "builtin"
+    format: Literal["builtin", "mlperf_pickle", "jsonl", "synthetic"] = "builtin"
+    synthetic: SyntheticSection = SyntheticSection()
     num_samples: int = Field(256, ge=1)
     max_new_tokens: int = Field(32, ge=1)
     # A pickle runs whatever code it holds when loaded: name its sha256, or say you trust it.
@@ -258,12 +294,30 @@ class DatasetSection(Section):
     # the longest MLPerf sample (a 128k-token prompt as text and token ids, with its reference) is under
     # 2 MiB, and one gigabyte-long line made tokenizers abort the process. Enters no key.
     max_line_bytes: int = Field(16 << 20, ge=1024, le=1 << 31)
+    # A Hugging Face tokenizer directory that tokenizes the dataset instead of the model's: the
+    # dataset then needs no PrepareModel (`pipeline bench` measures a server perfdag did not build).
+    tokenizer: Optional[str] = None
+
+    @field_validator("tokenizer")
+    @classmethod
+    def _tokenizer_dir(cls, v: Optional[str]) -> Optional[str]:
+        if v is None:
+            return v
+        p = Path(v).expanduser()
+        if not p.is_dir():
+            raise ValueError(f"{v!r} is not a directory; give a Hugging Face tokenizer directory")
+        if not any((p / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
+            raise ValueError(f"{v!r} holds no tokenizer.json, tokenizer_config.json or "
+                             "tokenizer.model; give a Hugging Face tokenizer directory")
+        return str(p.resolve())
 
     @model_validator(mode="after")
     def _path_matches_format(self):
-        if self.format == "builtin":
+        if self.format in ("builtin", "synthetic"):
             if self.path is not None:
                 raise ValueError("path is only used with format mlperf_pickle or jsonl")
+            if self.format == "synthetic":
+                _synthetic_fits(self)
         elif self.path is None:
             raise ValueError(f"format {self.format} needs dataset.path")
         elif kind := not_regular(Path(self.path).expanduser()):  # a FIFO would block the stage, a device never end

@@ -6,11 +6,13 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from harness.config.resolve import parse_scalar
 from harness.errors import InputError
 from harness.untrusted import yamlio
 
@@ -64,6 +66,27 @@ def load_sweep(path: str | Path) -> tuple[SweepFile, Path]:
     if not base.is_absolute() and not base.exists():
         base = Path(os.path.normpath(path.parent / base))
     return sweep, base
+
+
+def parse_grid(text: str) -> dict[str, list[Any]]:
+    """`--grid` as a sweep's grid: axes 'section.key=v1,v2,...' separated by ';' or spaces, each value
+    read as YAML (so 10 is a number and true a boolean, as in a file)."""
+    grid: dict[str, list[Any]] = {}
+    problems = []
+    for item in (x for x in re.split(r"[;\s]+", text.strip()) if x):
+        key, sep, values = item.partition("=")
+        if not sep or not re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+", key) or not values.strip(","):
+            problems.append(f"--grid: {item!r} is not section.key=v1,v2,... (e.g. loadgen.server_target_qps=10,20,40)")
+            continue
+        if key in grid:
+            problems.append(f"--grid: {key} is given twice; list all its values once")
+            continue
+        grid[key] = [parse_scalar(v.strip()) for v in values.split(",") if v.strip()]
+    if problems:
+        raise SweepError("", problems)
+    if not grid:
+        raise SweepError("--grid: no axis given; e.g. --grid loadgen.server_target_qps=10,20,40")
+    return grid
 
 
 def _value(v: Any) -> str:

@@ -34,6 +34,7 @@ from typing import Callable
 
 import numpy as np
 
+from harness.loadgen.chunks import CHUNKS_FILE, write_chunks
 from harness.loadgen.frontend import frontend_main
 from harness.loadgen.messages import Alive, Done, Failed, First, Issue, Quit, Ready, Stopped
 from harness.loadgen.progress import Progress
@@ -88,6 +89,7 @@ class _Driver(Progress):
         self.tokens = 0
         self.t0 = 0
         self.records: list[tuple] = []
+        self.chunks: list[bytes] = []  # each record's streamed chunks, packed (chunks.py)
         # the progress line's p99 over the latest completions (its cost goes with wall time)
         self.ttfts = collections.deque(maxlen=4096)
         self.lats = collections.deque(maxlen=4096)
@@ -237,7 +239,7 @@ class _Driver(Progress):
     def _complete_done(self, lg, msgs) -> None:
         keep, resps = [], []
         with self.lock:
-            for qid, t_first, t_done, data, n in msgs:
+            for qid, t_first, t_done, data, n, chunks in msgs:
                 st = self.inflight.pop(qid, None)
                 if st is None:
                     continue
@@ -254,6 +256,7 @@ class _Driver(Progress):
                 else:  # a performance run: the count only
                     resps.append(lg.QuerySampleResponse(qid, 0, 0, int(n)))
                 self.records.append((sidx, s, t_issue, t_first, t_done, int(n)))
+                self.chunks.append(chunks)
                 self.completed += 1
                 self.tokens += int(n)
                 self.lats.append((t_done - t_issue) / 1e6)
@@ -363,11 +366,13 @@ class _Driver(Progress):
         lg.DestroySUT(sut)
         lg.DestroyQSL(qsl)
         write_requests_csv(Path(cfg["out_dir"]) / "requests.csv", self.records, self.t0)
+        if any(self.chunks):
+            write_chunks(Path(cfg["out_dir"]) / CHUNKS_FILE, self.chunks)
         per_server = [{"endpoint": cfg["endpoints"][s], "model": cfg["models"][s], "completed": self.server_done[s]}
                       for s in range(self.n_servers)]
         stats = {**self._stats_brief(), "test_s": round(test_s, 3), "warmup_s": round(warm_s, 3),
                  "warmup_requests": warm_n, "streaming": any(streaming.values()) if streaming else None,
-                 "per_server": per_server, "measured": measured_stats(self.records),
+                 "per_server": per_server, "measured": measured_stats(self.records, self.chunks),
                  "methods": _methods(clients), "max_in_flight": cfg.get("max_in_flight"),
                  **client_usage(driver_usage, self.frontend_usage)}
         self.emit({"event": "done", "stats": stats, "final_progress": final})

@@ -46,7 +46,7 @@ def _run(servers, samples, params, out_dir: Path, *, mode: str, settings: dict, 
                        frontends=h.frontends, clients_per_frontend=h.clients_per_frontend, warmup_queries=warmup,
                        end_id=end_id, pad_id=pad_id, max_new_tokens=params.dataset.max_new_tokens,
                        request_timeout_s=request_timeout(h.request_timeout_s, params.dataset.max_new_tokens),
-                       protocol=name,
+                       protocol=name, streaming=h.stream,
                        max_in_flight=max(in_flight_per_server(params) * len(eps), h.frontends * h.clients_per_frontend),
                        **extra)
 

@@ -28,6 +28,7 @@ class Done(NamedTuple):
     t_done: int
     data: bytes          # every generated token
     n_tokens: int
+    chunks: bytes = b""  # its streamed chunks, packed (chunks.py); empty when not streamed
 
 
 class Alive(NamedTuple):

@@ -19,7 +19,8 @@ def openai_api(params, samples, tokenizer_dir) -> tuple[dict, list[str] | None]:
     """The core's settings, and the prompts as text when the server takes only text."""
     o = params.openai
     prompt, _ = methods(o.server, o.prompt, o.output_tokens)
-    api = {"kind": o.server, "prompt": o.prompt, "output_tokens": o.output_tokens, "tokenizer": str(tokenizer_dir)}
+    api = {"kind": o.server, "prompt": o.prompt, "output_tokens": o.output_tokens, "tokenizer": str(tokenizer_dir),
+           "ignore_eos": ignore_eos(params)}
     texts = None
     if prompt == "text":
         from transformers import AutoTokenizer
@@ -33,4 +34,12 @@ def request_settings(params) -> dict:
     """What enters a measurement's key beside the core's code: the server kind and how prompts go out
     and tokens come back (the OpenAI protocol's record names this)."""
     o = params.openai
-    return {"openai": {"server": o.server, "methods": methods(o.server, o.prompt, o.output_tokens)}}
+    out = {"openai": {"server": o.server, "methods": methods(o.server, o.prompt, o.output_tokens)}}
+    if ignore_eos(params):
+        out["openai"]["ignore_eos"] = True
+    return out
+
+
+def ignore_eos(params) -> bool:
+    """Synthetic workloads set each output's length: servers that can are asked to ignore the end token."""
+    return params.dataset.format == "synthetic" and params.openai.server in TOKEN_ID_SERVERS

@@ -11,6 +11,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from harness.loadgen.chunks import chunk_stats, concat, distribution
 from harness.loadgen.verdict import errors_reason, read_errors, run_validity
 
 
@@ -302,20 +303,16 @@ def write_requests_csv(path: Path, records: Sequence[tuple], t0: int) -> None:
             w.writerow([sidx, s, f"{(ti - t0) / 1e6:.3f}", ttft, f"{(td - ti) / 1e6:.3f}", n, tpot])
 
 
-def measured_stats(records: Sequence[tuple]) -> dict:
-    """Harness-side throughput and latency percentiles from the per-request records."""
+def measured_stats(records: Sequence[tuple], chunks: Sequence[bytes] = ()) -> dict:
+    """Harness-side throughput and latency percentiles from the per-request records, and the
+    inter-token latency of their streamed chunks (chunks.py)."""
     if not records:
         return {}
     rec = np.array([(r[2], r[3], r[4], r[5]) for r in records], dtype=np.float64)
     ti, tf, td, n = rec[:, 0], rec[:, 1], rec[:, 2], rec[:, 3]
     span = (td.max() - ti.min()) / 1e9
 
-    def pct(x):
-        if x.size == 0:
-            return None
-        return {"p50": round(float(np.percentile(x, 50)), 3), "p90": round(float(np.percentile(x, 90)), 3),
-                "p99": round(float(np.percentile(x, 99)), 3), "mean": round(float(x.mean()), 3)}
-
+    pct = distribution  # n, mean, min, max, p1 .. p99.9
     has_first = tf > 0
     multi = has_first & (n > 1)
     return {
@@ -326,7 +323,15 @@ def measured_stats(records: Sequence[tuple]) -> dict:
         "latency_ms": pct((td - ti) / 1e6),
         "ttft_ms": pct((tf[has_first] - ti[has_first]) / 1e6),
         "tpot_ms": pct((td[multi] - tf[multi]) / 1e6 / (n[multi] - 1)),
+        "output_tokens": pct(n),
+        **_chunk_stats(chunks),
     }
+
+
+def _chunk_stats(per_request: Sequence[bytes]) -> dict:
+    if not any(per_request):
+        return {}
+    return chunk_stats(*concat(per_request))
 
 
 #: A client process whose busiest thread ran or waited to run more than this share of the timed

@@ -33,7 +33,7 @@ import numpy as np
 from harness import CHECKOUT
 from harness.errors import MeasurementError
 from harness.loadgen import semaphores
-from harness.loadgen.cores.base import Prompts
+from harness.loadgen.cores.base import Prompts, output_lengths
 from harness.loadgen.results import json_default, merge_measured, parse_summary, read_requests_csv
 from harness.loadgen.settings import MODES, SCENARIOS, SETTINGS_KEYS
 
@@ -222,7 +222,9 @@ def _make_config(endpoints, model_names, samples, settings, *, scenario, mode, f
         "max_new_tokens": int(max_new_tokens), "request_timeout_s": float(request_timeout_s),
         "streaming": bool(streaming), "startup_timeout_s": float(startup_timeout_s),
         "openai": dict(api or {}), "max_in_flight": max_in_flight,
-        "prompts": Prompts(flat, offsets, list(prompt_texts) if prompt_texts is not None else None), "n_samples": len(offsets) - 1, "protocol": protocol,
+        "prompts": Prompts(flat, offsets, list(prompt_texts) if prompt_texts is not None else None,
+                           output_lengths(samples, int(max_new_tokens))),
+        "n_samples": len(offsets) - 1, "protocol": protocol,
     }
 
 

@@ -17,7 +17,10 @@ Benchmark datasets load into a list of :class:`Sample` (the LoadGen QSL is index
     One JSON object per line: ``input_ids`` (list of ints) or ``input`` (text, tokenised);
     reference ``output`` or ``reference`` (text; or the benchmark's own ``gt_output`` /
     ``ground_truth``, as deepseek-r1 and gpt-oss-120b rows have it) and/or ``reference_ids`` /
-    ``output_ids``.
+    ``output_ids``; optionally ``max_tokens``, the sample's own output length (at most the run's).
+``synthetic``
+    Prompts of drawn lengths made from the shipped corpus with the model's tokenizer, each with
+    its output length (``harness.model.synthetic``); performance only: the references are empty.
 
 No luigi imports.
 """
@@ -32,9 +35,10 @@ from typing import Any, Iterator, Sequence
 from harness.cache.hashing import file_sha256
 from harness.errors import InputError
 from harness.model.corpus import corpus_lines
+from harness.model.synthetic import synthetic_samples
 from harness.untrusted.files import not_regular, open_regular
 
-FORMATS = ("builtin", "mlperf_pickle", "jsonl")
+FORMATS = ("builtin", "mlperf_pickle", "jsonl", "synthetic")
 #: Word counts of builtin prompts cycle through this range (line i gets 6 + i % 5 words).
 BUILTIN_MIN_WORDS = 6
 BUILTIN_WORD_SPREAD = 5
@@ -55,6 +59,7 @@ class Sample:
     reference_ids: list[int] | None = None
     input_text: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    max_new_tokens: int | None = None  # its own output length (synthetic workloads); None: the run's
 
     @property
     def input_len(self) -> int:
@@ -67,7 +72,7 @@ class Sample:
 
 def load_dataset(fmt: str, path: str | os.PathLike | None, tokenizer_dir: str | os.PathLike | None,
                  num_samples: int, max_input_len: int | None = None, sha256: str | None = None,
-                 max_line_bytes: int | None = None) -> list[Sample]:
+                 max_line_bytes: int | None = None, synthetic=None, max_new_tokens: int | None = None) -> list[Sample]:
     """Load the first ``num_samples`` samples of a dataset (see the module docstring).
 
     ``tokenizer_dir`` is needed for ``builtin`` and for text inputs; prompts longer than
@@ -88,6 +93,8 @@ def load_dataset(fmt: str, path: str | os.PathLike | None, tokenizer_dir: str | 
         if path is not None:
             raise DatasetError("the builtin dataset takes no path")
         samples = _load_builtin(tokenizer_dir, num_samples)
+    elif fmt == "synthetic":
+        samples = _make_synthetic(tokenizer_dir, num_samples, synthetic, max_new_tokens)
     else:
         if path is None:
             raise DatasetError(f"dataset format {fmt} needs a path")
@@ -107,6 +114,16 @@ def load_dataset(fmt: str, path: str | os.PathLike | None, tokenizer_dir: str | 
                 s.meta["truncated_from"] = len(s.input_ids)
                 s.input_ids = s.input_ids[:cap]
     return samples
+
+
+def _make_synthetic(tokenizer_dir, num_samples: int, settings, max_new_tokens: int | None) -> list[Sample]:
+    if settings is None or max_new_tokens is None or tokenizer_dir is None:
+        raise DatasetError("the synthetic dataset needs its settings (dataset.synthetic), max_new_tokens and a tokenizer")
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    return [Sample(index=i, input_ids=ids, reference_text="", max_new_tokens=osl)
+            for i, (ids, osl) in enumerate(synthetic_samples(tok, num_samples, settings, int(max_new_tokens)))]
 
 
 class _LazyTokenizer:
@@ -261,7 +278,17 @@ def _present(value) -> bool:
 
 #: Fields a jsonl line has for perfdag itself; any other field is one of the benchmark's own columns
 #: (mixtral's `dataset` and `id`, 405b's `metric`, MBXP's tests ...), kept for its scorer.
-_JSONL_OWN_FIELDS = frozenset({"input_ids", "input", "output", "reference", "reference_ids", "output_ids"})
+_JSONL_OWN_FIELDS = frozenset({"input_ids", "input", "output", "reference", "reference_ids", "output_ids",
+                               "max_tokens"})
+
+
+def _max_tokens(obj: dict, where: str) -> int | None:
+    v = obj.get("max_tokens")
+    if v is None:
+        return None
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        raise DatasetError(f"{where}: field 'max_tokens' must be a whole number >= 1 (the sample's output length)")
+    return v
 
 
 def jsonl_lines(f, where: str, max_line_bytes: int | None) -> Iterator[tuple[int, bytes]]:
@@ -363,7 +390,8 @@ def _load_jsonl(path: Path, tokenizer_dir, num_samples: int, max_line_bytes: int
                             if obj.get(k) is not None), None)
             extra = {k: v for k, v in obj.items() if k not in _JSONL_OWN_FIELDS}
             out.append(Sample(index=len(out), input_ids=ids, reference_text=ref_text, reference_ids=ref_ids,
-                              input_text=text, meta={"columns": extra} if extra else {}))
+                              input_text=text, meta={"columns": extra} if extra else {},
+                              max_new_tokens=_max_tokens(obj, where)))
     if len(out) < num_samples:
         raise DatasetError(f"jsonl {path}: has {len(out)} samples, fewer than num_samples={num_samples}")
     return out
@@ -383,6 +411,8 @@ def write_jsonl(samples: Sequence[Sample], path: str | os.PathLike) -> Path:
                 obj["output"] = s.reference_text
             if s.reference_ids is not None:
                 obj["reference_ids"] = list(map(int, s.reference_ids))
+            if s.max_new_tokens is not None:
+                obj["max_tokens"] = int(s.max_new_tokens)
             for k, v in s.meta.get("columns", {}).items():
                 obj.setdefault(k, v)
             f.write(json.dumps(obj) + "\n")

@@ -4,9 +4,10 @@ One source per number: percentiles LoadGen defines (TTFT, TPOT, latency p50/p90/
 LoadGen's, and the plots draw LoadGen's p99 and the scenario's limit. The per-request timings
 are the client's own clock (issue to first chunk / to the last), so they are labelled
 client-side wherever they appear, and the report gives the offset between the client's p99 and
-LoadGen's. The client records per request the first token and the completion, not each token:
-TPOT is per request ((completion - first token) / (tokens - 1)), i.e. its mean inter-token
-latency; single inter-token gaps are not recorded.
+LoadGen's. TPOT is per request ((completion - first token) / (tokens - 1)), i.e. its mean
+inter-token latency; streamed runs also keep every chunk's arrival and token count (chunks.npz,
+harness/loadgen/chunks.py), from which itl.png shows the per-token ITL and the inter-chunk gaps.
+A limit far above the data (OFF_SCALE) is written on the plot, not drawn to scale.
 """
 from __future__ import annotations
 
@@ -14,7 +15,12 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.loadgen.chunks import itl_values, later_chunks
+
 STATS = ("min", "mean", "std", "p50", "p90", "p99", "max")
+#: A limit more than this many times the largest value is annotated instead of drawn: scaled to it, the
+#: data would be a flat smear at the bottom.
+OFF_SCALE = 5.0
 STREAMING = ("Server", "Interactive")
 
 
@@ -114,7 +120,7 @@ def _bin(edges: np.ndarray, t: float, n: int) -> int:
     return min(max(int(np.searchsorted(edges, t, side="right")) - 1, 0), n - 1)  # no float floor-division slips
 
 
-def plot_all(requests: list[dict], out_dir: Path, title: str, perf: dict) -> list[str]:
+def plot_all(requests: list[dict], out_dir: Path, title: str, perf: dict, chunks=None) -> list[str]:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -127,6 +133,8 @@ def plot_all(requests: list[dict], out_dir: Path, title: str, perf: dict) -> lis
     if streaming:
         files.append(_over_time(plt, requests, out_dir, title, perf))
         files.append(_distributions(plt, requests, out_dir, title, perf))
+    if chunks is not None and chunks[1].size:
+        files.append(_itl(plt, chunks, out_dir, title))
     files.append(_lengths(plt, requests, out_dir, title))
     return files
 
@@ -171,7 +179,9 @@ def _over_time(plt, requests, out_dir: Path, title: str, perf: dict) -> str:
         if lg is not None:
             ax.axhline(lg, color="tab:orange", linewidth=1.5, label=f"LoadGen p99 {lg:,.1f} ms")
         limit = perf.get(limit_key) if limit_key else None
-        if limit:
+        if limit and off_scale(limit, v):
+            _note_off_scale(ax, limit, "ms", vertical=False)
+        elif limit:
             ax.axhline(limit, color="tab:red", linestyle="--", linewidth=1.5, label=f"limit (p99) {limit:,.0f} ms")
         if np.nanmax(v) / max(np.nanmin(v[v > 0]) if (v > 0).any() else 1, 1e-3) > 50:
             ax.set_yscale("log")
@@ -182,25 +192,72 @@ def _over_time(plt, requests, out_dir: Path, title: str, perf: dict) -> str:
     return _save(plt, fig, out_dir / "latency_over_time.png")
 
 
-def _hist(ax, values, name: str, unit: str, p99=None, p99_label="", limit=None) -> None:
+def _hist(ax, values, name: str, unit: str, p99=None, p99_label="", limit=None, per="request") -> None:
     v = np.asarray([x for x in values if x is not None], dtype=float)
     if v.size == 0:
         ax.set_visible(False)
         return
     lo = max(float(v[v > 0].min()) if (v > 0).any() else 1e-3, 1e-3)
-    hi = max(float(v.max()), limit or 0)
+    far = bool(limit) and off_scale(limit, v)
+    hi = max(float(v.max()), 0 if far else limit or 0)
     log = hi / lo > 50
     ax.hist(np.clip(v, lo, None) if log else v, bins=np.geomspace(lo, hi * 1.05, 40) if log else 40,
-            color="tab:blue", alpha=0.7, label=f"{name} (client-side, per request)")
+            color="tab:blue", alpha=0.7, label=f"{name} (client-side, per {per})")
     if log:
         ax.set_xscale("log")
     if p99 is not None:
         ax.axvline(p99, color="tab:orange", linewidth=1.5, label=f"{p99_label} p99 {p99:,.2f} {unit}")
-    if limit:
+    if far:
+        _note_off_scale(ax, limit, unit, vertical=True)
+    elif limit:
         ax.axvline(limit, color="tab:red", linestyle="--", linewidth=1.5, label=f"limit (p99) {limit:,.0f} {unit}")
-    ax.set_ylim(bottom=0), ax.set_xlabel(f"{unit}" + (" (log scale)" if log else "")), ax.set_ylabel("requests")
+    ax.set_ylim(bottom=0), ax.set_xlabel(f"{unit}" + (" (log scale)" if log else "")), ax.set_ylabel(f"{per}s")
     ax.set_title(name)
     ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(0, -0.22), borderaxespad=0, ncol=1)
+
+
+def off_scale(limit: float, values) -> bool:
+    """Whether a limit lies so far above the data that drawing it would squash the data (OFF_SCALE)."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    return bool(v.size) and limit > OFF_SCALE * float(v.max())
+
+
+def _note_off_scale(ax, limit: float, unit: str, vertical: bool) -> None:
+    """The limit written at the edge it lies beyond, with an arrow pointing there."""
+    text = f"limit (p99) {limit:,.0f} {unit}: off scale"
+    if vertical:  # a histogram: the limit lies to the right
+        ax.annotate(text + " →", xy=(0.99, 0.97), xycoords="axes fraction", ha="right", va="top",
+                    color="tab:red", fontsize="small")
+    else:  # over time: the limit lies above
+        ax.annotate(text + " ↑", xy=(0.99, 0.97), xycoords="axes fraction", ha="right", va="top",
+                    color="tab:red", fontsize="small")
+
+
+def _itl(plt, chunks, out_dir: Path, title: str) -> str:
+    """Per-token inter-token latency, the gaps between chunks, and how many tokens a chunk carried."""
+    offsets, arr = chunks
+    itl = itl_values(offsets, arr)
+    gaps = later_chunks(offsets, arr)["gap_us"] / 1000.0
+    fig, axes = plt.subplots(1, 3, figsize=(15, 5))
+    for ax, v, name, per in ((axes[0], itl, "ITL (a chunk's gap shared by its tokens)", "token"),
+                             (axes[1], gaps, "inter-chunk gap", "chunk")):
+        if not v.size:
+            ax.set_visible(False)
+            continue
+        _hist(ax, v, name, "ms", per=per)
+        for q, color in ((50, "tab:green"), (99, "tab:orange")):
+            x = float(np.percentile(v, q))
+            ax.axvline(x, color=color, linewidth=1.2, label=f"p{q} {x:,.2f} ms")
+        ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(0, -0.22), borderaxespad=0)
+    k = arr["tokens"].astype(int)
+    counts = np.bincount(k)
+    sizes = np.nonzero(counts)[0]
+    axes[2].bar(sizes, counts[sizes] * sizes, color="tab:blue", alpha=0.7)
+    axes[2].set_xlabel("tokens in the chunk"), axes[2].set_ylabel("tokens that arrived so")
+    axes[2].set_title(f"tokens per chunk: {float((k > 1).sum()) / k.size:.0%} of chunks carry several")
+    fig.suptitle(f"{title}: inter-token latency (client-side)")
+    return _save(plt, fig, out_dir / "itl.png")
 
 
 def _distributions(plt, requests, out_dir: Path, title: str, perf: dict) -> str:

@@ -17,8 +17,9 @@ def _pcts(d: dict | None) -> dict:
     return {p: d.get(p) for p in PCTS}
 
 
-def build_report(stage_keys: dict[str, str], perf: dict, accuracy: dict, model_name: str) -> dict:
-    s = accuracy["scores"]
+def build_report(stage_keys: dict[str, str], perf: dict, accuracy: dict | None, model_name: str) -> dict:
+    """The report of a measurement and, unless `accuracy` is None (`pipeline bench`: a performance run
+    only), its accuracy check."""
     return {
         "model": model_name,
         "stages": stage_keys,
@@ -35,18 +36,36 @@ def build_report(stage_keys: dict[str, str], perf: dict, accuracy: dict, model_n
             "latency_ms": _pcts(perf.get("latency_ms")), "early_stopping": perf.get("early_stopping"),
             # MLPerf's p99 limits this run was held to (Server / Interactive; None for Offline)
             "ttft_limit_ms": perf.get("ttft_constraint_ms"), "tpot_limit_ms": perf.get("tpot_constraint_ms"),
+            "target_qps": perf.get("target_qps"),  # LoadGen's effective target (Server / Interactive)
             # whether the client, not the server, may have set the pace; the in-flight limit and peak
             "client_bound": perf.get("client_bound"), "client_bound_reason": perf.get("client_bound_reason"),
             "max_in_flight": (perf.get("harness") or {}).get("max_in_flight"),
             "peak_in_flight": (perf.get("harness") or {}).get("peak_in_flight"),
+            # streamed runs, client-side (harness/loadgen/chunks.py): per-token ITL, the gaps between
+            # chunks, and how many tokens a chunk carried; p1 .. p99.9
+            **{k: (perf.get("measured") or {}).get(k) for k in ("itl_ms", "chunk_gap_ms", "tokens_per_chunk")},
         },
-        # The benchmark's required metrics (its gates), under MLCommons' names, plus tokens/sample.
-        "accuracy": {**{m: s.get(m) for m in _required(accuracy)},
-                     "tokens_per_sample": s.get("tokens_per_sample"), "target": accuracy["target"],
-                     "benchmark": accuracy.get("benchmark", "llama2-70b"), "metrics": _required(accuracy),
-                     "reference": accuracy["reference_scores"], "passed": accuracy["passed"],
-                     "why": accuracy.get("why")},
+        "accuracy": None if accuracy is None else _accuracy(accuracy),
     }
+
+
+def _accuracy(accuracy: dict) -> dict:
+    """The benchmark's required metrics (its gates), under MLCommons' names, plus tokens/sample."""
+    s = accuracy["scores"]
+    return {**{m: s.get(m) for m in _required(accuracy)},
+            "tokens_per_sample": s.get("tokens_per_sample"), "target": accuracy["target"],
+            "benchmark": accuracy.get("benchmark", "llama2-70b"), "metrics": _required(accuracy),
+            "reference": accuracy["reference_scores"], "passed": accuracy["passed"], "why": accuracy.get("why")}
+
+
+def accuracy_passed(report: dict) -> bool:
+    """The accuracy verdict; a performance-only report (no accuracy run) fails nothing."""
+    return report["accuracy"] is None or bool(report["accuracy"]["passed"])
+
+
+def _verdict(report: dict) -> str:
+    a = report["accuracy"]
+    return "performance only (no accuracy run)" if a is None else f"accuracy **{'PASS' if a['passed'] else 'FAIL'}**"
 
 
 def _required(accuracy: dict) -> list[str]:
@@ -85,7 +104,7 @@ def render_markdown(report: dict, plots: list[str]) -> str:
     lines = [f"# perfdag report: {report['model']}", "",
              f"**{p['scenario']}**: {'VALID' if p['valid'] else 'INVALID'}"
              + (f" ({p['invalid_reason']})" if p.get("invalid_reason") else "")
-             + f"; accuracy **{'PASS' if a['passed'] else 'FAIL'}**", ""]
+             + f"; {_verdict(report)}", ""]
     if n_err:
         lines += [f"> **LoadGen logged {n_err} error(s)** (mlperf_log_detail.txt), so the run is INVALID whatever "
                   f"LoadGen's own verdict ({p.get('loadgen_valid') or '-'}); the first:", ">"]
@@ -100,7 +119,33 @@ def render_markdown(report: dict, plots: list[str]) -> str:
         lines[2:2] = [f"> **Warning: the client may have been the bottleneck**: {p['client_bound_reason']}", ""]
     for name in ("ttft_ms", "tpot_ms", "latency_ms"):  # LoadGen's percentiles (mlperf_log_detail.txt)
         lines.append(f"| {name} p50 / p90 / p99 (LoadGen) | " + " / ".join(_fmt(p[name][q], ".2f") for q in PCTS) + " |")
-    lines += ["", "| accuracy | score | reference | needed |", "|---|---|---|---|"]
+    lines += _itl_rows(p)
+    if a is not None:
+        lines += _accuracy_table(a)
+
+    lines += stats_markdown(report.get("client_stats") or {}, report.get("client_vs_loadgen") or {})
+    lines += ["", "## Stages", "", "| stage | key |", "|---|---|"]
+    lines += [f"| {k} | `{v[:16]}` |" for k, v in report["stages"].items()]
+    lines += [""] + [f"![{Path(f).stem}]({f})" for f in plots]
+    return "\n".join(lines) + "\n"
+
+
+def _itl_rows(p: dict) -> list[str]:
+    """Inter-token latency and inter-chunk gaps (client-side), and how often a chunk carried several tokens."""
+    out = []
+    for key, label in (("itl_ms", "ITL ms p50 / p90 / p99 (client, per token)"),
+                       ("chunk_gap_ms", "inter-chunk gap ms p50 / p90 / p99 (client)")):
+        if p.get(key):
+            out.append(f"| {label} | " + " / ".join(_fmt(p[key].get(q), ".2f") for q in PCTS) + " |")
+    c = p.get("tokens_per_chunk")
+    if c:
+        out.append(f"| tokens per chunk: mean / max; chunks of several tokens | {c['mean']:.2f} / {c['max']}; "
+                   f"{c['multi_token_chunks']:,} of {c['chunks']:,} chunks, {c['multi_token_share']:.0%} of tokens |")
+    return out
+
+
+def _accuracy_table(a: dict) -> list[str]:
+    lines = ["", "| accuracy | score | reference | needed |", "|---|---|---|---|"]
     for m in a.get("metrics") or ("rouge1", "rouge2", "rougeL", "tokens_per_sample"):
         ref = a["reference"].get(m)
         if m in ("tokens_per_sample", "gen_len"):
@@ -110,19 +155,14 @@ def render_markdown(report: dict, plots: list[str]) -> str:
                          f"{_fmt(ref * a['target'] if ref else None, '.4f')} |")
     if a.get("why"):
         lines += ["", f"Accuracy FAIL: {a['why']}"]
-
-    lines += stats_markdown(report.get("client_stats") or {}, report.get("client_vs_loadgen") or {})
-    lines += ["", "## Stages", "", "| stage | key |", "|---|---|"]
-    lines += [f"| {k} | `{v[:16]}` |" for k, v in report["stages"].items()]
-    lines += [""] + [f"![{Path(f).stem}]({f})" for f in plots]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
-def plot(requests: list[dict], out_dir: Path, title: str, performance: dict | None = None) -> list[str]:
+def plot(requests: list[dict], out_dir: Path, title: str, performance: dict | None = None, chunks=None) -> list[str]:
     """The report's PNGs (harness/reports/plots.py): throughput by token arrival; for streamed runs latency
-    over time and the per-request distributions; request lengths."""
+    over time, the per-request distributions and inter-token latency (`chunks`: chunks.npz); request lengths."""
 
-    return plot_all(requests, out_dir, title, performance or {})
+    return plot_all(requests, out_dir, title, performance or {}, chunks)
 
 
 def color_wanted(stream=None) -> bool:
@@ -141,7 +181,7 @@ def summary_text(report: dict, report_dir: Path, color: bool = False) -> str:
     verdict = "VALID" if p["valid"] else _red("INVALID", color)
     return "\n".join([
         "",
-        f"perfdag FullRun: {report['model']}, {p['scenario']}",
+        f"perfdag {'FullRun' if a is not None else 'bench'}: {report['model']}, {p['scenario']}",
         f"  result     {verdict}" + (f" ({p['invalid_reason']})" if p.get("invalid_reason") else ""),
         *([_red(f"  ERRORS     LoadGen logged {n_err} error(s) (LoadGen's own verdict: {p.get('loadgen_valid') or '-'});"
                 " the first:", color)] + [f"               {x}" for x in first] if n_err else []),
@@ -151,14 +191,18 @@ def summary_text(report: dict, report_dir: Path, color: bool = False) -> str:
         *([f"  WARNING    client-bound: {p['client_bound_reason']}"] if p.get("client_bound") else []),
         f"  TTFT ms    (LoadGen) p50 {_fmt(p['ttft_ms']['p50'], '.2f')}  p90 {_fmt(p['ttft_ms']['p90'], '.2f')}  p99 {_fmt(p['ttft_ms']['p99'], '.2f')}",
         f"  TPOT ms    (LoadGen) p50 {_fmt(p['tpot_ms']['p50'], '.2f')}  p90 {_fmt(p['tpot_ms']['p90'], '.2f')}  p99 {_fmt(p['tpot_ms']['p99'], '.2f')}",
-        f"  accuracy   {'PASS' if a['passed'] else 'FAIL'}: {_accuracy_line(a)} (target {a['target']})",
+        *([f"  ITL ms     (client)  p50 {_fmt(p['itl_ms']['p50'], '.2f')}  p90 {_fmt(p['itl_ms']['p90'], '.2f')}  "
+           f"p99 {_fmt(p['itl_ms']['p99'], '.2f')}"] if p.get("itl_ms") else []),
+        f"  accuracy   " + ("- (performance only)" if a is None else
+                            f"{'PASS' if a['passed'] else 'FAIL'}: {_accuracy_line(a)} (target {a['target']})"),
         f"  report     {report_dir / 'report.md'}",
         "",
     ])
 
 
-def write_report(out_dir: Path, report: dict, requests: list[dict]) -> list[str]:
-    plots = plot(requests, out_dir, f"{report['model']} {report['performance']['scenario']}", report["performance"])
+def write_report(out_dir: Path, report: dict, requests: list[dict], chunks=None) -> list[str]:
+    plots = plot(requests, out_dir, f"{report['model']} {report['performance']['scenario']}", report["performance"],
+                 chunks)
     (out_dir / "report.json").write_text(json.dumps(report, indent=2, default=str))
     (out_dir / "report.md").write_text(render_markdown(report, plots))
     return plots

@@ -26,7 +26,7 @@ def row(point: dict[str, Any], report: dict, resolved: dict[str, Any] | None = N
             "invalid_reason": invalid_reason(p), "loadgen_errors": error_count(p),
             "relaunches": len(p.get("relaunches") or ()),
             "relaunch_why": "; ".join(r.get("why") or "" for r in p.get("relaunches") or ()) or None,
-            "accuracy_passed": a["passed"],
+            "accuracy_passed": a is None or a["passed"], "target_qps": p.get("target_qps"),
             "fullrun_key": report["stages"]["FullRun"][:16]}
 
 
@@ -191,6 +191,10 @@ def _plots(out_dir: Path, varied: list[str], rows: list[dict]) -> list[str]:
                            for i in pareto_front(good, "tpot_p99_ms", "tokens_per_s"))
             if front:
                 ax.plot(*zip(*front), "-", color=color, alpha=0.6, label=f"{sc}: Pareto front (valid points)")
+            for r in pts:  # which load each point is: its target QPS (LoadGen's effective one)
+                if r.get("target_qps") is not None:
+                    ax.annotate(f"{fmt(r['target_qps'])} qps", (r["tpot_p99_ms"], r["tokens_per_s"]),
+                                textcoords="offset points", xytext=(5, 5), fontsize="small", color=color)
         ax.set_xlim(left=0), ax.set_ylim(bottom=0)
         ax.set_xlabel("p99 TPOT (ms)"), ax.set_ylabel("tokens/s")
         ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0)

@@ -74,7 +74,7 @@ def problems(p) -> list[str]:
         if o.llm_api_options:
             out.append("openai.llm_api_options: only trtllm-serve reads it; remove it")
     else:
-        if b.device != "cuda":
+        if b.device != "cuda" and not o.endpoints:  # perfdag launches it
             out.append(f"build.device: {o.server} runs on NVIDIA GPUs; set build.device=cuda "
                        "(on CPU use openai.server=transformers)")
         if o.llm_api_options and o.server != "trtllm-serve":
@@ -135,7 +135,7 @@ class Configure(Step):
 
     def key(self, w: Work) -> Key:
         return Key(reads=("openai.server", "openai.llm_api_options", "runtime", "quantize.kv_cache_dtype",
-                          "model.name"),
+                          "model.name", "openai.model"),
                    executed={"repos": self.render(w.params)},
                    inputs={"decoupled": decoupled(w.params), "num_servers": num_servers(w.params)})
 
@@ -163,6 +163,9 @@ class Launch(LaunchStep):
 
     def protocol_for(self, params) -> str:
         return openai_protocol(params)  # completions or chat: how servers are warmed up and measured
+
+    def serves_elsewhere(self, params) -> bool:  # an OpenAI server started elsewhere loads its own model
+        return bool(params.openai.endpoints)
 
     def key(self, w: Work) -> Key:
         # its own section, never triton.*: another endpoint is another server

@@ -34,7 +34,10 @@ def binary(p) -> str:
 
 
 def served_name(p) -> str:
-    """The model name requests carry ('' = none: transformers serve is pinned to its one model)."""
+    """The model name requests carry: openai.model, else model.name ('' = none: transformers serve is
+    pinned to the one model perfdag launches it with)."""
+    if p.openai.model:
+        return p.openai.model
     return "" if p.openai.server == "transformers" else p.model.name
 
 

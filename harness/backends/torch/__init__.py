@@ -75,8 +75,9 @@ def problems(p) -> list[str]:
 
 def decoupled(p) -> bool:
     """Server and Interactive stream tokens (TTFT matters); Offline takes whole responses: a Triton
-    model is decoupled (one response per token) or not."""
-    return p.loadgen.scenario != "Offline"
+    model is decoupled (one response per token) or not. A streamed Offline run
+    (harness.stream) is decoupled too."""
+    return p.loadgen.scenario != "Offline" or bool(p.harness.stream)
 
 
 class Quantize(Step):

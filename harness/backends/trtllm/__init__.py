@@ -51,8 +51,9 @@ def engine_key_tools_cached() -> dict:
 
 
 def decoupled(p) -> bool:
-    """Server and Interactive stream tokens: the tensorrt_llm model is decoupled; Offline: not."""
-    return p.loadgen.scenario != "Offline"
+    """Server and Interactive stream tokens: the tensorrt_llm model is decoupled; Offline: not. A streamed Offline run
+    (harness.stream) is decoupled too."""
+    return p.loadgen.scenario != "Offline" or bool(p.harness.stream)
 
 
 class Quantize(Step):

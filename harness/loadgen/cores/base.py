@@ -8,6 +8,9 @@ outstanding (the rest wait); it reports through `sink` (batched to the driver) a
 arrive: `First` on the first token of a streamed response (not in Offline), `Alive` on later
 ones (at most once a second), `Done` with the token count (and the tokens where LoadGen logs
 them), `Failed` on any error. A new protocol is one module with one `Core` subclass.
+
+Every streamed response that carries tokens is also a *chunk* (`on_chunk`: its arrival and its
+token count): `Done` carries the request's chunks, packed (chunks.py), for inter-token latency.
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ import time
 
 import numpy as np
 
+from harness.loadgen.chunks import pack_chunks
 from harness.loadgen.messages import Alive, Done, Failed, First
 
 #: The fewest tokens a completion may report: LoadGen (use_token_latencies, as in every LLM run) logs
@@ -28,16 +32,30 @@ MIN_TOKENS = 2
 
 class Prompts:
     """The dataset's prompts as one flat int32 array with offsets (cheap to ship to processes),
-    plus their text where a core has to send text."""
+    plus their text where a core has to send text, and each one's output length where the samples
+    set their own (synthetic workloads)."""
 
-    def __init__(self, flat: np.ndarray, offsets: np.ndarray, texts: list[str] | None = None):
+    def __init__(self, flat: np.ndarray, offsets: np.ndarray, texts: list[str] | None = None,
+                 output_lengths: np.ndarray | None = None):
         self.flat, self.offsets, self.texts = flat, offsets, texts
+        self.output_lengths = output_lengths
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
 
     def ids(self, i: int) -> np.ndarray:
         return self.flat[self.offsets[i]:self.offsets[i + 1]]
+
+    def max_tokens(self, i: int, default: int) -> int:
+        return default if self.output_lengths is None else int(self.output_lengths[i])
+
+
+def output_lengths(samples, max_new_tokens: int) -> np.ndarray | None:
+    """Each sample's own output length (synthetic workloads), capped at the run's; None when none has one."""
+    own = [getattr(s, "max_new_tokens", None) for s in samples]
+    if all(n is None for n in own):
+        return None
+    return np.array([min(max_new_tokens, n or max_new_tokens) for n in own], dtype=np.int32)
 
 
 class Core:
@@ -73,6 +91,7 @@ class Core:
         self.warm_done = threading.Event()
         self._last_alive = 0
         self.info: dict = {}               # what it settled on (streaming, prompt/output methods)
+        self.chunks: dict = {}             # qid -> ([arrival ns], [tokens]) of its streamed responses
         end_id = cfg.get("end_id")
         self.eos = b"" if end_id is None else struct.pack("<i", int(end_id))
 
@@ -125,8 +144,19 @@ class Core:
             self._last_alive = now
             self.sink.put(Alive(self.g, now))
 
+    def on_chunk(self, qid, now: int, n: int) -> None:
+        """A streamed response carrying `n` tokens arrived for `qid` (the first one included)."""
+        if not self.streaming or isinstance(qid, str):
+            return
+        c = self.chunks.get(qid)
+        if c is None:
+            c = self.chunks[qid] = ([], [])
+        c[0].append(now)
+        c[1].append(n)
+
     def on_token(self, qid, first: bool, tokens: np.ndarray, now: int) -> None:
         """A streamed response arrived for `qid` (`first`: its first tokens)."""
+        self.on_chunk(qid, now, len(tokens))
         if first:
             self.on_first(qid, now, tokens[:1].tobytes())
         else:
@@ -140,6 +170,7 @@ class Core:
         self.frontend_in_flight[0] -= 1
         data = tokens if isinstance(tokens, bytes) else tokens.tobytes()
         n = len(data) // 4 if n_tokens is None else int(n_tokens)
+        chunks = self.chunks.pop(qid, None)
         if isinstance(qid, str):
             self.warm_left -= 1
             if self.warm_left <= 0:
@@ -163,7 +194,7 @@ class Core:
             t_first = now
             if self.report_first:
                 self.sink.put(First(qid, now, data[:4] if data else self.eos))
-        self.sink.put(Done(qid, t_first if self.streaming else 0, now, data, n))
+        self.sink.put(Done(qid, t_first if self.streaming else 0, now, data, n, pack_chunks(chunks)))
 
     def fail(self, message: str, qid=None) -> None:
         if self.failed:

@@ -35,11 +35,15 @@ TOKEN_IDS = re.compile(rb'"token_ids"\s*:\s*\[([^\]]*)\]')
 _I32 = struct.Struct("<i")
 
 
-def request_body(kind: str, model: str, prompt, max_tokens: int, stream: bool, output: str) -> dict:
-    """The request for one greedy completion, with only the keys `kind` accepts."""
+def request_body(kind: str, model: str, prompt, max_tokens: int, stream: bool, output: str,
+                 ignore_eos: bool = False) -> dict:
+    """The request for one greedy completion, with only the keys `kind` accepts (`ignore_eos`: generate
+    max_tokens whatever the model says, where the server can: synthetic workloads)."""
     body = {"prompt": prompt, "max_tokens": int(max_tokens), "temperature": 0, "stream": stream}
     if model:
         body["model"] = model
+    if ignore_eos and kind in TOKEN_ID_SERVERS:
+        body["ignore_eos"] = True
     if kind in TOKEN_ID_SERVERS and stream:
         body["stream_options"] = {"include_usage": True}
     if output == "server":
@@ -109,8 +113,8 @@ class OpenAIHttpCore(Core):
         body = self.bodies.get(sample)
         if body is None:
             body = self.bodies[sample] = json.dumps(request_body(
-                self.kind, self.model, self._prompt(sample), self.cfg["max_new_tokens"], self.streaming,
-                self.output_method)).encode()
+                self.kind, self.model, self._prompt(sample), self.prompts.max_tokens(sample, self.cfg["max_new_tokens"]),
+                self.streaming, self.output_method, bool(self.cfg["openai"].get("ignore_eos")))).encode()
         return body
 
     async def _request(self, qid, sample: int) -> None:
@@ -146,6 +150,8 @@ class OpenAIHttpCore(Core):
         ids: list[int] = []
         n = t_first = 0
         rest = b""
+        times: list[int] = []   # each chunk's arrival and tokens (ITL), kept here: no lookup per chunk
+        counts: list[int] = []
         while True:
             chunk = await content.readany()
             if not chunk:
@@ -179,9 +185,13 @@ class OpenAIHttpCore(Core):
                         ids += new
             if got:
                 n += got
+                times.append(now)
+                counts.append(got)
                 self.on_alive(now)
             if not chunk:
                 break
+        if not isinstance(qid, str):
+            self.chunks[qid] = (times, counts)
         return t_first, np.asarray(ids, dtype=np.int32).tobytes() if keep else b"", n
 
     async def _decoded(self, qid, r) -> tuple[int, bytes, int]:
@@ -200,7 +210,15 @@ class OpenAIHttpCore(Core):
             toks = np.asarray(state["ids"], dtype=np.int32)
         else:
             toks = self._ids("".join(state["text"]))
+            self._recount_chunks(qid, [t for t in state["text"] if t])
         return state["t_first"], toks.tobytes(), int(toks.size)
+
+    def _recount_chunks(self, qid, texts: list[str]) -> None:
+        """Re-tokenized text: each chunk's tokens are its own text's, counted once the response is whole
+        (a merge across two chunks' texts may make their sum differ from the whole text's by a token)."""
+        c = self.chunks.get(qid)
+        if c is not None and len(c[1]) == len(texts):
+            c[1][:] = [len(ids) for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
 
     def _event(self, qid, data: str, state: dict) -> None:
         if data == DONE:

@@ -71,7 +71,7 @@ class TritonGrpcCore(Core):
         req = service_pb2.ModelInferRequest(model_name=self.model)
         arrays = request_arrays([0], self.cfg["max_new_tokens"], self.cfg["end_id"], self.streaming,
                                 pad_id=self.cfg["pad_id"], exclude_input_in_output=True)
-        assert list(arrays)[:2] == ["input_ids", "input_lengths"]
+        assert list(arrays)[:3] == ["input_ids", "input_lengths", "request_output_len"]
         for name, arr in arrays.items():
             t = req.inputs.add()
             t.name, t.datatype = name, "BOOL" if arr.dtype == bool else "INT32"
@@ -122,6 +122,8 @@ class TritonGrpcCore(Core):
             req.inputs[0].shape[1] = len(ids)
             req.raw_input_contents[0] = ids.tobytes()
             req.raw_input_contents[1] = _I32.pack(len(ids))
+            if self.prompts.output_lengths is not None:  # the sample's own output length (synthetic)
+                req.raw_input_contents[2] = _I32.pack(self.prompts.max_tokens(sample, self.cfg["max_new_tokens"]))
             blob = self.blobs[sample] = req.SerializeToString()
         return blob + self._Request(id=rid).SerializeToString()
 
@@ -201,6 +203,7 @@ class TritonGrpcCore(Core):
                 data = data[:4 * _I32.unpack_from(raw[i_seq])[0]]
         if data:
             st[3] += len(data) >> 2
+            self.on_chunk(st[0], now, len(data) >> 2)
             if self.keep_tokens:
                 st[2].append(data)
             if not st[1]:

@@ -9,8 +9,9 @@ echo Triton model's rule), as `token_ids` when asked (`return_token_ids` / `deto
 --token-ids) and as text (" t<id>"); the last event carries finish_reason and usage, then
 `data: [DONE]`. For benches and tests of the HTTP path only; no model behind it.
 Two modes: burst (no delay: a request's events are written at once, so a client's read carries many)
-and paced (`--token-delay-ms D`: each event written and flushed alone D ms after the last, so a
-client that keeps up reads one event per read, as from a GPU server at moderate load).
+and paced (`--token-delay-ms D`: token k is written and flushed alone at k x D ms after the request,
+so a late wake-up is not carried on to the next token, and a client that keeps up reads one event
+per read, as from a GPU server at moderate load).
 `--tokens-per-chunk k` puts k tokens in each event (a server with a stream interval);
 `--cache` answers a repeated request with its encoded stream written at once, so the server
 costs almost nothing per token and the client is what limits (client-bound tests). `--eos-id N`
@@ -85,9 +86,11 @@ async def _complete(writer, body: dict, args) -> None:
     writer.write(head)
     k = max(1, int(args.tokens_per_chunk))
     parts = []
+    loop = asyncio.get_running_loop()
+    start = loop.time()
     for i in range(0, len(toks), k):
-        if args.token_delay_ms:
-            await asyncio.sleep(args.token_delay_ms * (len(toks[i:i + k])) / 1000)
+        if args.token_delay_ms:  # each event at its own time from the start: a late wake-up is not carried on
+            await asyncio.sleep(max(0.0, start + args.token_delay_ms * (i + len(toks[i:i + k])) / 1000 - loop.time()))
         part = toks[i:i + k]
         choice = {"index": 0, "text": _text(part, args.eos_id), **({"token_ids": part} if ids else {})}
         parts.append(_chunk(json.dumps({"choices": [choice]})))

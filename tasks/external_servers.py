@@ -1,0 +1,71 @@
+"""ExternalServers: OpenAI-compatible servers that run already (`openai.endpoints`), checked ready.
+
+What `pipeline bench` measures: nothing is built or launched, so no model stage runs. Its key is
+the endpoints, the server kind and the model name requests carry; it is usable while every server
+answers ready, so a server gone since is checked again (and a measurement refused) instead of
+measured blind. perfdag never stops these servers.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from harness.backends import backend_for
+from harness.backends.openai.endpoints import parse_endpoints
+from harness.backends.openai.servers import served_name
+from harness.cache.versions import versions
+from harness.config.resolve import ParamsError
+from harness.serving.launcher import external_servers, servers_live
+from harness.serving.records import read_servers
+from tasks.base import StageTask
+
+SERVERS_FILE = "servers.json"
+PROTOCOL = "openai-http"
+
+
+def endpoint_problems(p) -> list[str]:
+    """Why these parameters cannot measure a running server without the model stages."""
+    out = []
+    if not backend_for(p).launch.serves_elsewhere(p):
+        out.append("openai.endpoints: measuring a running server needs build.backend=openai and openai.endpoints "
+                   "naming it (e.g. http://127.0.0.1:8000)")
+    if not p.dataset.tokenizer:
+        out.append("dataset.tokenizer: name the served model's tokenizer directory (there is no model stage)")
+    return out
+
+
+def check_endpoint_params(p) -> None:
+    if problems := endpoint_problems(p):
+        raise ParamsError(problems)
+
+
+class ExternalServers(StageTask):  # not in STAGES: only Bench builds it, on pipeline bench's parameters
+    stage = "ExternalServers"
+    reads = ("openai.endpoints", "openai.server", "openai.model", "model.name")
+    volatile = (SERVERS_FILE,)  # the servers' state, not content: a later check rewrites nothing measured
+
+    def tools(self):
+        return versions("httpx")
+
+    def code(self):  # what its record says: the addresses and the model name requests carry
+        return ("harness.backends.openai.endpoints", "harness.backends.openai.servers")
+
+    def servers(self) -> list[dict]:
+        """The published server records (untrusted input: [] when malformed)."""
+        return read_servers(self.artifact_dir / SERVERS_FILE, inside=self.artifact_dir) or []
+
+    def usable(self, manifest: dict) -> bool:
+        return servers_live(self.servers(), patience_s=5.0)
+
+    def relaunch(self) -> list[dict]:
+        """Not perfdag's to relaunch: checked again (a server back up is measured again)."""
+        self.run()
+        return self.servers()
+
+    def build(self, out_dir: Path) -> dict:
+        p = self.params
+        check_endpoint_params(p)
+        servers = external_servers(parse_endpoints(p.openai.endpoints), [served_name(p)], p.openai.ready_timeout_s,
+                                   protocol=PROTOCOL)
+        (out_dir / SERVERS_FILE).write_text(json.dumps({"servers": servers}, indent=2))
+        return {"servers": servers}

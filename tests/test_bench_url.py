@@ -1,0 +1,128 @@
+"""`python -m pipeline bench --url`: a server that runs already (a real `transformers serve`) measured
+without PrepareModel, Quantize, BuildEngine or a launch, through the same cores, report and cache."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import REPO, run_records, statuses
+
+from harness.backends.openai.servers import server_argv
+from harness.serving.openai.client import probe
+from harness.serving.ports import free_port
+from pipeline.cli import main
+from tasks.base import load_params
+
+OPENAI = "params/examples/openai-cpu.yaml"
+SHORT = ("dataset.num_samples=32,loadgen.server_target_qps=8,loadgen.min_query_count=48,"
+         "loadgen.min_duration_ms=2000,harness.warmup_queries=2")
+
+
+@pytest.fixture(scope="module")
+def model_dir(built_fast) -> Path:
+    """The tiny model's Hugging Face checkpoint (the session's PrepareModel): what someone serves."""
+    return next(p.parent for p in (built_fast / "PrepareModel").glob("*/**/config.json")
+                if (p.parent / "tokenizer.json").is_file())
+
+
+@pytest.fixture(scope="module")
+def served(model_dir):
+    """`transformers serve` on the tiny model, started as its user would (the openai backend's own
+    command line), in its own process group; killed whatever the tests did."""
+    port = free_port()
+    argv = server_argv(load_params(OPENAI, ""), str(model_dir), port)
+    log = open(model_dir.parent / f"serve-{port}.log", "wb")
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 180
+    while not probe(url):
+        assert proc.poll() is None, (model_dir.parent / f"serve-{port}.log").read_text()[-3000:]
+        assert time.monotonic() < deadline, "transformers serve did not answer /health within 180 s"
+        time.sleep(0.5)
+    yield url, proc
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(10)
+    log.close()
+
+
+def bench(root: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PERFDAG_ARTIFACTS": str(root)}
+    return subprocess.run([sys.executable, "-m", "pipeline", "bench", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_bench_measures_a_running_server_without_the_model_stages(served, model_dir, tmp_path):
+    """A Server run against the running server gives report.json/report.md (ITL included, no accuracy
+    run), in a root where no PrepareModel, Quantize, BuildEngine, FillTritonRepo or LaunchServers ever
+    ran; the server is not perfdag's, so it still runs afterwards. The params-file form of the same
+    measurement has the same keys: everything is reused."""
+    url, proc = served
+    root = tmp_path / "artifacts"
+    args = ("--url", url, "--model", str(model_dir), "--tokenizer", str(model_dir), "--scenario", "Server",
+            "--overrides", SHORT)
+    first = bench(root, *args)
+    assert first.returncode in (0, 10), first.stdout[-3000:] + first.stderr[-5000:]
+    assert "perfdag bench:" in first.stdout and "accuracy   - (performance only)" in first.stdout
+    assert sorted(d.name for d in root.iterdir() if d.name[0].isupper()) == [
+        "Bench", "ExternalServers", "PrepareDataset", "RunLoadgen"]
+    assert statuses(run_records(root)[-1]) == {"ExternalServers": "built", "PrepareDataset": "built",
+                                               "RunLoadgen": "built", "Bench": "built"}
+    report = json.loads(next((root / "Bench").glob("*/report.json")).read_text())
+    p = report["performance"]
+    assert report["model"] == str(model_dir) and report["accuracy"] is None
+    assert p["scenario"] == "Server" and p["samples_per_second"] > 0
+    assert p["ttft_ms"]["p50"] > 0 and p["itl_ms"]["n"] > 0 and p["tokens_per_chunk"]["chunks"] > 0
+    md = next((root / "Bench").glob("*/report.md")).read_text()
+    assert "ITL ms" in md and "performance only" in md
+    result = json.loads(next((root / "RunLoadgen").glob("*/result.json")).read_text())
+    assert result["harness"]["endpoints"] == [url.removeprefix("http://")]
+    assert result["harness"]["methods"] == {"prompt": "text", "output_tokens": "retokenize"}
+    assert proc.poll() is None and probe(url)  # never perfdag's to stop
+
+    # the same measurement as a params file: same keys, nothing measured again
+    params = tmp_path / "bench.yaml"
+    params.write_text(f"extends: {REPO / 'params/default.yaml'}\nbuild: {{backend: openai}}\n"
+                      f"openai: {{endpoints: ['{url}'], model: '{model_dir}'}}\n"
+                      f"dataset: {{tokenizer: '{model_dir}'}}\nloadgen: {{scenario: Server}}\n")
+    again = bench(root, "--params-file", str(params), "--overrides", SHORT)
+    assert again.returncode == first.returncode, again.stdout[-2000:] + again.stderr[-3000:]
+    assert set(statuses(run_records(root)[-1]).values()) == {"reused"}
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("--url", "http://127.0.0.1:9"), "dataset.tokenizer: name the served model's tokenizer directory"),
+    (("--tokenizer", "TOK"), "openai.endpoints: measuring a running server needs build.backend=openai"),
+    (("--url", "ftp://x:1", "--tokenizer", "TOK"), "openai.endpoints: 'ftp://x:1' is not a server address"),
+    (("--url", "http://127.0.0.1:9", "--tokenizer", "/nonexistent"), "dataset.tokenizer: '/nonexistent' is not a directory"),
+    (("--url", "http://127.0.0.1:9", "--tokenizer", str(REPO)), "holds no tokenizer.json"),
+    (("--url", "http://127.0.0.1:9", "--isl", "x"), "--isl: 'x' is not MEAN or MEAN:SD"),
+    (("--url", "http://127.0.0.1:9", "--osl", "64:16", "--dataset", "builtin"), "--isl/--osl shape the synthetic"),
+])
+def test_bad_bench_input_is_one_line_naming_the_field_and_nothing_is_written(args, needle, tmp_path, monkeypatch,
+                                                                            capsys):
+    """Missing or malformed --url/--tokenizer/--isl: exit 2, the field and its fix named, no traceback, no
+    artifact written."""
+    monkeypatch.setenv("PERFDAG_ARTIFACTS", str(tmp_path / "artifacts"))
+    (tmp_path / "tok").mkdir()
+    (tmp_path / "tok" / "tokenizer_config.json").write_text("{}")  # enough to pass validation
+    assert main(["bench", *(str(tmp_path / "tok") if a == "TOK" else a for a in args)]) == 2
+    out = capsys.readouterr()
+    assert needle in out.out + out.err and "Traceback" not in out.out + out.err
+    assert not (tmp_path / "artifacts").exists() or not any((tmp_path / "artifacts").glob("*/*/manifest.json"))
+
+
+def test_a_server_that_is_not_there_is_named_and_nothing_is_measured(model_dir, tmp_path):
+    """Nothing listens at --url: the run fails naming the address, and no measurement is published."""
+    port = free_port()
+    proc = bench(tmp_path / "artifacts", "--url", f"http://127.0.0.1:{port}", "--tokenizer", str(model_dir),
+                 "--overrides", "openai.ready_timeout_s=2", timeout=300)
+    assert proc.returncode != 0
+    assert f"127.0.0.1:{port}" in proc.stdout + proc.stderr
+    assert not list((tmp_path / "artifacts").glob("RunLoadgen/*/manifest.json"))
