@@ -79,7 +79,7 @@ def test_no_module_over_400_lines_without_a_reason():
         for f in (REPO / d).rglob("*.py"):
             lines = f.read_text().splitlines()
             doc = ast.get_docstring(ast.parse("\n".join(lines))) or ""
-            if len(lines) > 420 and "over 400 lines" not in doc:
+            if len(lines) > 400 and "over 400 lines" not in doc.lower():
                 long.append(f"{f.relative_to(REPO)} ({len(lines)} lines)")
     assert not long, long
 

@@ -1,4 +1,5 @@
 """Benchmark datasets, as token ids (calibration prompts: harness/model/calibration.py).
+Over 400 lines because every dataset format (MLCommons pickles, jsonl, synthetic) turns into the same Sample here, and their checks share one reader.
 
 Benchmark datasets load into a list of :class:`Sample` (the LoadGen QSL is indexed by
 ``Sample.index``, which is the sample's position in the list).  Formats:
