@@ -29,6 +29,7 @@ SUT_CODE = ("harness.loadgen.measure", "harness.loadgen", "harness.loadgen.runne
 
 
 class MeasuringStage(StageTask):
+    observes = True  # every measurement is kept (harness/cache/observations.py)
     # Not self-contained: a measurement is of the servers, their repository and engine; with those
     # gone from the root it is measured again rather than reported unreproducible.
     def upstream(self):

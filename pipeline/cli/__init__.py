@@ -1,5 +1,5 @@
 """`python -m pipeline COMMAND`: commands around the DAG, one thin module each (its parser and a call
-into the logic). status, servers, gc, compare and score run no stage; submission builds the stages a
+into the logic). status, servers, gc, compare, history and score run no stage; submission builds the stages a
 results tree needs."""
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import sys
 
 import pipeline  # noqa: F401  registers the stages (status and submission read them)
 from harness.errors import PerfdagError
-from pipeline.cli import compare, gc, score, servers, status, submission
+from pipeline.cli import compare, gc, history, score, servers, status, submission
 
-COMMANDS = (status, servers, gc, submission, score, compare)
+COMMANDS = (status, servers, gc, submission, score, compare, history)
 
 
 def main(argv: list[str] | None = None) -> int:
