@@ -136,12 +136,16 @@ def _as_lines(v: Any) -> list[str] | None:
     return None
 
 
-def blob_diff(then: Any, now: Any) -> list[str] | None:
+def blob_diff(then: Any, now: Any, renamed: list[tuple[str, str]] = ()) -> list[str] | None:
     """The changed lines of two blobs ('- old' / '+ new', MAX_BLOB_LINES at most); None when they are
-    not blobs (then a value is shown whole, cut)."""
+    not blobs (then a value is shown whole, cut). A line that differs only by naming an upstream's
+    old or new key (`renamed`: (old key16, new key16)) is no change: the upstream line says it."""
     a, b = _as_lines(then), _as_lines(now)
     if a is None or b is None:
         return None
+    for old, new in renamed:
+        a = [line.replace(old, "<key>") for line in a]
+        b = [line.replace(new, "<key>") for line in b]
     changed = [line for line in difflib.ndiff(a, b) if line[:2] in ("- ", "+ ")]
     more = len(changed) - MAX_BLOB_LINES
     return changed[:MAX_BLOB_LINES] + ([f"… {more} more changed lines (status --full)"] if more > 0 else [])
@@ -157,7 +161,7 @@ def why_lines(changed: list[dict], full: bool = False, header: bool = True) -> l
             lines.append(c["reason"])
         elif full:
             lines.append(f"{c['field']}: {c['cached']!r} -> {c['now']!r}")
-        elif (diff := blob_diff(c["cached"], c["now"])) is not None:
+        elif (diff := blob_diff(c["cached"], c["now"], c.get("renamed", ()))) is not None:
             lines.append(f"{c['field']}:" + "".join(f"\n  {d}" for d in diff))
         else:
             lines.append(f"{c['field']}: {_short(c['cached'])} -> {_short(c['now'])}")
@@ -193,7 +197,7 @@ def explained(rows: list[dict]) -> list[dict]:
         if ups:  # what it renders anew, beyond naming its upstream's new key (a repository's path)
             renamed = [(c["cached"][:16], c["now"][:16]) for c in changed
                        if c["field"].startswith("upstream.") and "cached" in c]
-            own = [c for c in own if c["field"].startswith("code.") or (
+            own = [{**c, "renamed": renamed} for c in own if c["field"].startswith("code.") or (
                 c["field"].startswith("executed.") and _unkeyed(c["cached"], renamed) != _unkeyed(c["now"], renamed))]
         out.append({**r, "changed": lead + own})
     return out
@@ -221,9 +225,11 @@ def print_status(rows: list[dict], full: bool = False) -> None:
         against = next((c["compared_with"] for c in changed if c.get("compared_with") and "cached" in c), None)
         head = f"{r['stage']:<{width}}  {r['key']}  "
         lines = why_lines(changed, full, header=False)
-        if len(lines) == 1 and lines[0].startswith("rebuilds:") and len(head + lines[0]) <= console.width:
-            console.print(head + f"[{style}]{escape(lines[0])}[/]")  # missing only because an upstream is
-            continue
+        if len(lines) == 1 and not any("cached" in c for c in changed):  # one reason: on the stage's line
+            said = lines[0] if lines[0].startswith("rebuilds:") else f"{r['status']}: {lines[0]}"
+            if len(head + said) <= console.width:
+                console.print(head + f"[{style}]{escape(said)}[/]")
+                continue
         console.print(head + f"[{style}]{r['status']}[/]" + (f"  vs cached {against}" if against else ""))
         for line in lines:
             for part in line.split("\n"):

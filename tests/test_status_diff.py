@@ -13,12 +13,12 @@ from conftest import FAST, REPO, run_luigi
 
 from pipeline.status import blob_diff, explained, print_status, why_lines
 
-PBTXT_T = 'name: "tiny"\nbackend: "python"\nmax_batch_size: MBS\n' + "\n".join(
+PBTXT_T = 'name: "tiny"\nbackend: "python"\nmax_batch_size: MBS\nengine: "../../BuildEngine/ENGINE/engine"\n' + "\n".join(
     f'parameters {{ key: "k{i}" value: {{ string_value: "{i}" }} }}' for i in range(100))
 
 
-def pbtxt(batch: int, template: str = PBTXT_T) -> str:
-    return template.replace("MBS", str(batch))
+def pbtxt(batch: int, template: str = PBTXT_T, engine: str = "a" * 16) -> str:
+    return template.replace("MBS", str(batch)).replace("ENGINE", engine)
 
 ARGV = [["tritonserver", "--model-repository", "<root>/FillTritonRepo/{}/server_0", "--grpc-port", "<port>"]]
 
@@ -44,7 +44,7 @@ def one_change_rows() -> list[dict]:
         row("FillTritonRepo", key("d"), changed=[
             up("engine", "a", "b", "c" * 16),
             {"field": "params.build.max_batch_size", "cached": 32, "now": 8, "compared_with": "c" * 16},
-            {"field": "executed.repos.server_0.tiny", "cached": pbtxt(32), "now": pbtxt(8),
+            {"field": "executed.repos.server_0.tiny", "cached": pbtxt(32), "now": pbtxt(8, engine="b" * 16),
              "compared_with": "c" * 16}]),
         row("LaunchServers", key("f"), changed=[
             up("repo", "c", "d", "e" * 16),
@@ -67,6 +67,8 @@ def test_one_change_is_named_once_and_downstream_stages_say_why_in_a_line():
     assert text["BuildEngine"] == ["params.build.max_batch_size: 32 -> 8"]
     assert text["FillTritonRepo"][0] == "rebuilds: upstream BuildEngine changes"
     assert "max_batch_size: 32 -> 8" not in "\n".join(text["FillTritonRepo"])  # named once, above
+    # config.pbtxt's changed line; the engine's path names the new BuildEngine key, said above
+    assert text["FillTritonRepo"][1:] == ["executed.repos.server_0.tiny:\n  - max_batch_size: 32\n  + max_batch_size: 8"]
     assert text["RunLoadgen"] == ["rebuilds: upstream LaunchServers changes"]
     assert text["FullRun"] == ["rebuilds: upstream RunLoadgen, CheckAccuracy change"]
 
