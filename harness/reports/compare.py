@@ -50,11 +50,11 @@ def _get(doc: Any, path) -> Any:
     return doc
 
 
-def _flat(doc: Any, prefix: str = "") -> dict[str, Any]:
+def flat(doc: Any, prefix: str = "") -> dict[str, Any]:
     if isinstance(doc, dict) and doc:
         out: dict[str, Any] = {}
         for k, v in doc.items():
-            out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
+            out.update(flat(v, f"{prefix}.{k}" if prefix else str(k)))
         return out
     return {prefix: doc}
 
@@ -103,7 +103,7 @@ def compare(a: dict, b: dict) -> dict:
         rows.append({"metric": label, "a": va, "b": vb, "delta": delta,
                      "better": None if delta is None or higher is None or delta == 0 else (delta > 0) == higher,
                      **({"follows_target": True} if targeted and label in FOLLOWS_TARGET else {})})
-    fa, fb = _flat(a["params"]), _flat(b["params"])
+    fa, fb = flat(a["params"]), flat(b["params"])
     params = [{"param": k, "a": fa.get(k), "b": fb.get(k)} for k in sorted(set(fa) | set(fb)) if fa.get(k) != fb.get(k)]
     same = a.get("dir") is not None and a.get("dir") == b.get("dir")
     return {"a": a["name"], "b": b["name"], "metrics": rows, "params": params,
