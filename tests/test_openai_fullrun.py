@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
+import sys
 
 import pytest
-from conftest import run_luigi, run_records, statuses
+from conftest import REPO, run_luigi, run_records, statuses
 
 pytestmark = pytest.mark.timeout(900)
 OPENAI = "params/examples/openai-cpu.yaml"
@@ -52,4 +54,8 @@ def test_fullrun_through_transformers_serve_is_valid_accurate_and_leaves_nothing
     assert len(list(root.glob("LaunchServers/*/manifest.json"))) == 1
     report = json.loads(max(root.glob("FullRun/*/report.json"), key=lambda f: f.stat().st_mtime).read_text())
     assert report["performance"]["scenario"] == "Server" and report["performance"]["ttft_ms"]["p99"] > 0
+    assert servers_under(root) == offline_servers  # the one process served both, kept as asked
+    env = {**os.environ, "PERFDAG_ARTIFACTS": str(root)}
+    subprocess.run([sys.executable, "-m", "pipeline", "servers", "stop", "--all"], cwd=REPO, env=env, check=True,
+                   capture_output=True)
     assert servers_under(root) == []
