@@ -10,6 +10,7 @@ from pathlib import Path
 
 import luigi
 
+from harness.config import ParamsError
 from harness.loadgen.chunks import CHUNKS_FILE, read_chunks
 from harness.loadgen.results import read_requests_csv
 from harness.loadgen.verdict import is_valid
@@ -19,14 +20,17 @@ from harness.reports.report import accuracy_passed, build_report, color_wanted, 
 from harness.reports.sweep import fmt
 from tasks import CheckAccuracy, LaunchServers, RunLoadgen
 from tasks.base import StageTask, log
-from tasks.lifecycle import note_result, release_servers
+from tasks.lifecycle import errors_as_messages, note_done, note_result, release_servers, setup
+from tasks.observing import observation_dir
 from tasks.registry import STAGE_ORDER, register
 
 _SAID: set[str] = set()  # sweep points whose line was printed in this process
+REPEAT_COLUMNS = ["repeat", "observation", "result", "tokens/s", "TTFT p99", "accuracy"]
 
 
 @register
 class FullRun(StageTask):
+    observes = True  # a report of one performance observation
     stage = "FullRun"
     reads = ("model.name",)  # the report is labelled with it
     # not self-contained: the report summarises measurements whose logs it points at
@@ -35,6 +39,25 @@ class FullRun(StageTask):
     as_point = luigi.BoolParameter(default=False, significant=False,
                                    description="set by Sweep: the sweep reports and releases, not the point")
     point_label = luigi.Parameter(default="", significant=False, description="set by Sweep: the point's one-line name")
+    repeat = luigi.IntParameter(default=1, significant=False,
+                                description="measure N times in this run: N observations of RunLoadgen and FullRun, "
+                                            "each kept (`python -m pipeline history` lists them)")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.repeats_them:  # the repeats' parent: it measures nothing itself
+            if not 1 <= self.repeat <= 1000:
+                errors_as_messages()  # luigi would log it with a traceback
+                raise ParamsError([f"--repeat: {self.repeat}; give 1 to 1000 measurements"])
+            self.task_id += f"_repeats-{self.repeat}"
+            self._Task__hash = hash(self.task_id)
+
+    @property
+    def repeats_them(self) -> bool:
+        return self.repeat != 1 and not self.repeat_index
+
+    def repetition(self, i: int) -> "FullRun":
+        return self.clone(FullRun, repeat_index=i, as_point=True, point_label=f"{i}/{self.repeat}")
 
     def upstream(self):
         return {"performance": self.clone(RunLoadgen), "accuracy": self.clone(CheckAccuracy)}
@@ -53,11 +76,14 @@ class FullRun(StageTask):
 
     def build(self, out_dir: Path) -> dict:
         up = self.upstream()
-        perf_dir = up["performance"].artifact_dir
+        perf_dir = observation_dir(up["performance"])
         perf = json.loads((perf_dir / "result.json").read_text())
         accuracy = json.loads((up["accuracy"].artifact_dir / "accuracy.json").read_text()) if "accuracy" in up else None
 
         report = build_report(self.stage_keys(), perf, accuracy, self.report_name())
+        # which observation this report is, and which measurements it reports (`history`, `compare`)
+        report["observations"] = {"FullRun": self.building.get("observation"),
+                                  **{k.split("/")[0]: v for k, v in self.building.get("observed_from", {}).items()}}
         requests = read_requests_csv(perf_dir / "requests.csv")
         lengths = self._input_lengths(up["performance"])
         for r in requests:
@@ -80,7 +106,7 @@ class FullRun(StageTask):
         return {i: len(s.input_ids) for i, s in enumerate(samples)}
 
     def report(self) -> dict:
-        return json.loads((self.artifact_dir / "report.json").read_text())
+        return json.loads((observation_dir(self) / "report.json").read_text())
 
     def summary(self, r: dict) -> str:
         """The report's summary, and why these settings could not be submitted (a VALID 20 s run is
@@ -102,7 +128,8 @@ class FullRun(StageTask):
         p, a = r["performance"], r["accuracy"]
         latency = (f", TTFT p99 {fmt(p['ttft_ms']['p99'])} ms, TPOT p99 {fmt(p['tpot_ms']['p99'])} ms"
                    if p["ttft_ms"].get("p99") is not None else "")
-        log.info("sweep point %s (%s): %s, %s tokens/s%s, accuracy %s", self.point_label or self.key[:16], how,
+        log.info("%s %s (%s): %s, %s tokens/s%s, accuracy %s", "repeat" if self.repeat_index else "sweep point",
+                 self.point_label or self.key[:16], how,
                  "VALID" if is_valid(p) else "INVALID", fmt(p["tokens_per_second"]), latency,
                  "-" if a is None else "PASS" if a["passed"] else "FAIL")
 
@@ -114,13 +141,43 @@ class FullRun(StageTask):
         note_result(self.task_id, valid=is_valid(r["performance"]), accuracy=accuracy_passed(r),
                     summary=self.summary(r), persist=persist)
 
+    def requires(self):
+        return [] if self.repeats_them else super().requires()  # the repeats are yielded one by one
+
     def is_done(self) -> bool:
+        if self.repeats_them:
+            return all(observation_dir(self.repetition(i)) is not None for i in range(1, self.repeat + 1))
         done = super().is_done()
         if done:
             self._note(persist=False)  # a cached run reports like a fresh one
         return done
 
     def run(self):
+        return self._repeat() if self.repeats_them else self._run_once()
+
+    def _repeat(self):
+        """--repeat N: one measurement after another (a dynamic dependency each, so luigi never runs two
+        at once), then one summary of this run's observations."""
+        setup(self.verbose, root=self)
+        for i in range(1, self.repeat + 1):
+            yield self.repetition(i)
+        reports = [self.repetition(i).report() for i in range(1, self.repeat + 1)]
+        rows = [[str(i), r["observations"]["FullRun"], "VALID" if is_valid(r["performance"]) else "INVALID",
+                 fmt(r["performance"]["tokens_per_second"]), fmt(r["performance"]["ttft_ms"].get("p99")),
+                 "PASS" if r["accuracy"]["passed"] else "FAIL"] for i, r in enumerate(reports, 1)]
+        widths = [max(len(x[c]) for x in rows + [REPEAT_COLUMNS]) for c in range(len(REPEAT_COLUMNS))]
+        text = "\n".join([f"\nperfdag FullRun {self.key[:16]}: {self.repeat} observations in this run "
+                          f"(`python -m pipeline history {self.key[:16]}` lists every one)"]
+                         + ["  " + "  ".join(c.ljust(w) for c, w in zip(x, widths)).rstrip()
+                            for x in [REPEAT_COLUMNS] + rows]) + "\n"
+        print(text, flush=True)
+        note_result(self.task_id, valid=all(is_valid(r["performance"]) for r in reports),
+                    accuracy=all(r["accuracy"]["passed"] for r in reports))
+        note_done(self.task_id)
+        release_servers([self.clone(LaunchServers).key[:16]], keep=self.keep_servers,
+                        why="FullRun done; --keep-servers keeps them")
+
+    def _run_once(self):
         super().run()
         if self.as_point:
             self._point_progress("measured")

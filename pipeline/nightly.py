@@ -18,6 +18,8 @@ import luigi
 from harness.config import ParamsError
 from harness.errors import shorten
 from harness.reports import nightly
+from harness.reports.compare import flat
+from harness.reports.sweep import point_id
 from pipeline.sweep import Sweep
 from tasks.lifecycle import errors_as_messages, note_result, setup
 from tasks.settings import artifacts_root
@@ -61,7 +63,7 @@ class Nightly(luigi.Task):
     def repeat(self, i: int) -> Sweep:
         """Repeat i's sweep; the repeat enters the measuring stages' keys (the first keeps the date alone)."""
         day = self.date.isoformat()
-        return Sweep(sweep=self.sweep, overrides=self.overrides, nightly_date=day if i == 0 else f"{day}.r{i + 1}")
+        return Sweep(sweep=self.sweep, overrides=self.overrides, nightly_date=nightly.repeat_date(day, i + 1))
 
     def requires(self):
         return self.repeat(0)  # the others run one after another from run(): a sweep stops its servers
@@ -90,6 +92,7 @@ class Nightly(luigi.Task):
             rows += [{**r, "repeat": i + 1} for r in sweep["rows"]]
             varied = sweep["varied"]
         prev = self.previous_night()
+        params = self.point_params(rows, varied)
         floors = {"tokens_per_s": self.max_drop, "ttft_p99_ms": self.max_latency_rise,
                   "tpot_p99_ms": self.max_latency_rise}
         points = nightly.compare(rows, prev["rows"] if prev else [], varied, floors)
@@ -97,13 +100,30 @@ class Nightly(luigi.Task):
         doc = {"date": self.date.isoformat(), "sweep": self.sweep, "compared_with": prev["date"] if prev else None,
                "repeats": max(1, self.repeats), "floors": floors, "max_drop": self.max_drop,
                "regressions": regressions, "relaunches": sum(p.get("relaunches") or 0 for p in points),
-               "points": points, "rows": rows, "varied": varied}
+               "points": points, "rows": rows, "varied": varied, "params": params,
+               "param_changes": nightly.param_changes(params, (prev or {}).get("params") or {})}
         out = self.night_dir(self.date.isoformat())
         out.mkdir(parents=True, exist_ok=True)
         (out / "nightly.md").write_text(nightly.render_markdown(doc))
         with self.output().open("w") as f:
             json.dump(doc, f, indent=2)
         self._note(doc)
+
+    @staticmethod
+    def point_params(rows: list[dict], varied: list[str]) -> dict[str, dict]:
+        """Each point's resolved parameters (flattened, from its FullRun's manifest): what the next night
+        compares to say which changed."""
+        out = {}
+        for r in rows:
+            pid = point_id(r, varied)
+            if pid in out or not r.get("fullrun_key"):
+                continue
+            try:
+                m = json.loads((artifacts_root() / "FullRun" / r["fullrun_key"] / "manifest.json").read_text())
+            except (OSError, json.JSONDecodeError):
+                continue
+            out[pid] = flat(m.get("resolved_params") or {})
+        return out
 
     def complete(self) -> bool:
         setup(root=self)

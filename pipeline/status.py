@@ -12,6 +12,8 @@ that died or stopped answering; the next run relaunches them).
 """
 from __future__ import annotations
 
+import difflib
+import json
 from typing import Any
 
 from pipeline.full_run import FullRun
@@ -87,7 +89,8 @@ def _rows(params_file: str, overrides: str, verify: bool) -> list[dict]:
     for name, cls in STAGES.items():
         task = cls(params_file=params_file, overrides=overrides, verify=verify)
         m = task.manifest()
-        row = {"stage": name, "key": task.key[:16], "path": str(task.artifact_dir), "code": task.key_doc["code"]}
+        row = {"stage": name, "key": task.key[:16], "full_key": task.key, "path": str(task.artifact_dir),
+               "code": task.key_doc["code"], "built_by_task": name in in_full_run}
         if m is None:
             row.update(status="missing", changed=_why(task))
             if name not in in_full_run:
@@ -108,7 +111,7 @@ def _rows(params_file: str, overrides: str, verify: bool) -> list[dict]:
     return rows
 
 
-MAX_LINES, MAX_VALUE = 3, 60
+MAX_LINES, MAX_VALUE, MAX_BLOB_LINES = 3, 60, 6
 
 
 def _short(v: Any) -> str:
@@ -121,33 +124,113 @@ def _short(v: Any) -> str:
     return text if len(text) <= MAX_VALUE else text[:MAX_VALUE - 1] + "…"
 
 
-def why_lines(changed: list[dict], full: bool = False) -> list[str]:
-    """At most MAX_LINES per stage (all with `full`), the rest pointed at --full / --json."""
+def _as_lines(v: Any) -> list[str] | None:
+    """A text blob (a config file) as its lines, an argv (or a list of them, one per server) as one
+    argument a line; None for anything else."""
+    if isinstance(v, str) and "\n" in v:
+        return v.splitlines()
+    if isinstance(v, list) and v and all(isinstance(a, list) for a in v):
+        return [f"[{i}] {a}" for i, argv in enumerate(v) for a in argv]
+    if isinstance(v, list) and len(v) > 3 and all(isinstance(a, (str, int, float)) for a in v):
+        return [str(a) for a in v]
+    return None
+
+
+def blob_diff(then: Any, now: Any, renamed: list[tuple[str, str]] = ()) -> list[str] | None:
+    """The changed lines of two blobs ('- old' / '+ new', MAX_BLOB_LINES at most); None when they are
+    not blobs (then a value is shown whole, cut). A line that differs only by naming an upstream's
+    old or new key (`renamed`: (old key16, new key16)) is no change: the upstream line says it."""
+    a, b = _as_lines(then), _as_lines(now)
+    if a is None or b is None:
+        return None
+    for old, new in renamed:
+        a = [line.replace(old, "<key>") for line in a]
+        b = [line.replace(new, "<key>") for line in b]
+    changed = [line for line in difflib.ndiff(a, b) if line[:2] in ("- ", "+ ")]
+    more = len(changed) - MAX_BLOB_LINES
+    return changed[:MAX_BLOB_LINES] + ([f"… {more} more changed lines (status --full)"] if more > 0 else [])
+
+
+def why_lines(changed: list[dict], full: bool = False, header: bool = True) -> list[str]:
+    """At most MAX_LINES changes per stage (all with `full`), the rest pointed at --full / --json; a
+    changed text blob or argv as its changed lines."""
     lines = []
     against = next((c["compared_with"] for c in changed if c.get("compared_with")), None)
     for c in changed:
-        if "cached" in c:
-            lines.append(f"{c['field']}: {_short(c['cached'])} -> {_short(c['now'])}" if not full
-                         else f"{c['field']}: {c['cached']!r} -> {c['now']!r}")
-        else:
+        if "cached" not in c:
             lines.append(c["reason"])
+        elif full:
+            lines.append(f"{c['field']}: {c['cached']!r} -> {c['now']!r}")
+        elif (diff := blob_diff(c["cached"], c["now"], c.get("renamed", ()))) is not None:
+            lines.append(f"{c['field']}:" + "".join(f"\n  {d}" for d in diff))
+        else:
+            lines.append(f"{c['field']}: {_short(c['cached'])} -> {_short(c['now'])}")
     if not full and len(lines) > MAX_LINES:
         lines = lines[:MAX_LINES] + [f"… {len(lines) - MAX_LINES} more (status --full, or --json)"]
-    if against and changed and "cached" in changed[0]:
+    if against and changed and "cached" in changed[0] and header:
         lines.insert(0, f"vs closest cached {against}:")
     return lines
+
+
+def explained(rows: list[dict]) -> list[dict]:
+    """The rows a reader needs, in stage order: only the stages the task builds, and each change named
+    once, at the first stage it enters; a stage that rebuilds only because an upstream does says so in
+    one line ("rebuilds: upstream BuildEngine changes")."""
+    by_key = {r.get("full_key"): r["stage"] for r in rows}
+    order = {r["stage"]: i for i, r in enumerate(rows)}
+    named: set[str] = set()
+    out = []
+    for r in rows:
+        if not r.get("built_by_task", True):
+            continue
+        changed = r.get("changed", [])
+        if r["status"] != "missing" or not any("cached" in c for c in changed):
+            out.append(r)
+            continue
+        ups = list(dict.fromkeys(by_key.get(c["now"], c["field"].split(".", 1)[1]) for c in changed
+                                 if c["field"].startswith("upstream.") and "cached" in c))
+        ups.sort(key=lambda s: order.get(s, len(order)))
+        own = [c for c in changed if not c["field"].startswith("upstream.") and c["field"] not in named]
+        named.update(c["field"] for c in changed)
+        lead = [{"field": "*", "reason": f"rebuilds: upstream {', '.join(ups)} change{'s' if len(ups) == 1 else ''}"}] \
+            if ups else []
+        if ups:  # what it renders anew, beyond naming its upstream's new key (a repository's path)
+            renamed = [(c["cached"][:16], c["now"][:16]) for c in changed
+                       if c["field"].startswith("upstream.") and "cached" in c]
+            own = [{**c, "renamed": renamed} for c in own if c["field"].startswith("code.") or (
+                c["field"].startswith("executed.") and _unkeyed(c["cached"], renamed) != _unkeyed(c["now"], renamed))]
+        out.append({**r, "changed": lead + own})
+    return out
+
+
+def _unkeyed(v: Any, renamed: list[tuple[str, str]]) -> Any:
+    """`v` with its upstreams' key16s, old and new, as `<key>`: what differs beyond an upstream's name."""
+    text = json.dumps(v, sort_keys=True)
+    for old, new in renamed:
+        text = text.replace(old, "<key>").replace(new, "<key>")
+    return text
 
 
 def print_status(rows: list[dict], full: bool = False) -> None:
     from rich.console import Console
     from rich.markup import escape
-    from rich.table import Table
 
-    table = Table(title="perfdag status")
-    for col in ("stage", "key", "status", "why"):
-        table.add_column(col, overflow="fold")
-    for r in rows:
-        why = "\n".join(why_lines(r.get("changed", []), full))
+    console = Console(highlight=False)
+    shown = rows if full else explained(rows)
+    width = max(len(r["stage"]) for r in shown)
+    console.print(f"perfdag status: {len(shown)} stages ({sum(r['status'] == 'cached' for r in shown)} cached)")
+    for r in shown:
         style = {"cached": "green", "stale": "red", "corrupt": "red", "stopped": "cyan"}.get(r["status"], "yellow")
-        table.add_row(r["stage"], r["key"], f"[{style}]{r['status']}[/]", escape(why))
-    Console().print(table)
+        changed = r.get("changed", [])
+        against = next((c["compared_with"] for c in changed if c.get("compared_with") and "cached" in c), None)
+        head = f"{r['stage']:<{width}}  {r['key']}  "
+        lines = why_lines(changed, full, header=False)
+        if len(lines) == 1 and not any("cached" in c for c in changed):  # one reason: on the stage's line
+            said = lines[0] if lines[0].startswith("rebuilds:") else f"{r['status']}: {lines[0]}"
+            if len(head + said) <= console.width:
+                console.print(head + f"[{style}]{escape(said)}[/]")
+                continue
+        console.print(head + f"[{style}]{r['status']}[/]" + (f"  vs cached {against}" if against else ""))
+        for line in lines:
+            for part in line.split("\n"):
+                console.print("  " + escape(part), overflow="ellipsis", no_wrap=True)

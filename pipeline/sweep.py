@@ -23,6 +23,7 @@ from harness.config.sweeps import (
     point_overrides,
     points,
 )
+from harness.reports.nightly import repeat_of
 from harness.reports.sweep import fmt, lookup, row, text_table, write_results
 from pipeline.full_run import FullRun
 from pipeline.sweep_array import fans_out, run_array
@@ -99,11 +100,12 @@ class Sweep(StageTask):  # not in STAGES: it takes a sweep file, not one params 
         return ("harness.reports.sweep", "harness.loadgen.verdict")  # the tables and plots, the verdict in its rows
 
     def upstream(self):
-        n = len(self.points)
+        n, rep = len(self.points), repeat_of(self.nightly_date)
+        night = f" (night {self.nightly_date.partition('.')[0]}, repeat {rep})" if rep else ""
         return {f"point{i:03d}": self.clone(FullRun, params_file=str(self.base),
                                              overrides=point_overrides(self.definition, p, self.overrides),
                                              as_point=True, point_label=f"{i + 1}/{n} " + (
-                                                 ", ".join(f"{k}={fmt(v)}" for k, v in p.items()) or "base"))
+                                                 ", ".join(f"{k}={fmt(v)}" for k, v in p.items()) or "base") + night)
                 for i, p in enumerate(self.points)}
 
     def requires(self):

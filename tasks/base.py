@@ -21,13 +21,14 @@ import luigi
 
 from harness.backends import backend_for, resolve
 from harness.backends.base import Key, Work
+from harness.cache import observations
 from harness.cache import runs as runlog
 from harness.cache.codehash import code_digests
 from harness.cache.hashing import stage_key
 from harness.cache.store import ArtifactStore
 from harness.config import ENV_FLAGS, Params, ParamsError
 from harness.errors import InputError
-from tasks import lifecycle, trust
+from tasks import lifecycle, observing, trust
 from tasks.evidence import keep_failed
 from tasks.registry import STAGES
 from tasks.settings import DEFAULT_PARAMS, artifacts_root, params_path, signing_key
@@ -93,6 +94,7 @@ class StageTask(luigi.Task):
     keep_servers = luigi.BoolParameter(default=False, significant=False,
                                        description="leave the servers running after the run (LaunchServers "
                                                    "alone always does)")
+    repeat_index = luigi.IntParameter(default=0, significant=False, description="set by FullRun --repeat")
     verify = luigi.BoolParameter(default=False, significant=False,
                                  description="re-hash every file of every artifact before reusing it "
                                              "(default: size and mtime, re-hash what moved)")
@@ -110,6 +112,8 @@ class StageTask(luigi.Task):
     # A published artifact whose own files are corrupt is moved aside as evidence before it is rebuilt;
     # one that is runtime state (LaunchServers: live servers' records) is replaced as usual.
     moves_aside: ClassVar[bool] = True
+    observes: ClassVar[bool] = False  # a measurement: each execution is kept (harness/cache/observations.py)
+    building: dict = {}  # set by run(): the observation fields of what it publishes, for build()
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -125,7 +129,7 @@ class StageTask(luigi.Task):
             # luigi (and luigid across workers) tells tasks apart by task_id, which it derives from
             # every parameter: two sweep points differing only in loadgen.* would be two LaunchServers
             # tasks for one artifact. The content key is the identity that matters.
-            self.task_id = f"{self.stage}_{self.key[:16]}" + (f"_rerun-{self.rerun_from}" if self.must_rerun else "")
+            self.task_id = f"{self.stage}_{self.key[:16]}" + observing.task_id_suffix(self)
         except ParamsError:
             lifecycle.errors_as_messages()  # luigi would log it with a traceback
             raise
@@ -213,8 +217,8 @@ class StageTask(luigi.Task):
 
     @cached_property
     def must_rerun(self) -> bool:
-        return bool(self.rerun_from) and (
-            self.rerun_from == self.stage or any(t.must_rerun for t in self.upstream().values()))
+        first = observing.rerun_stage(self)
+        return bool(first) and (first == self.stage or any(t.must_rerun for t in self.upstream().values()))
 
     @property
     def full_verify(self) -> bool:
@@ -293,8 +297,9 @@ class StageTask(luigi.Task):
         m = self.manifest()
         if m is None:
             return False
-        if self.must_rerun and m.get("run_id") != runlog.current_run_id():
-            return False
+        if self.must_rerun and not observing.made_in_this_run(self, m):
+            # a repeat already measured (and archived by the next one) stays done: luigi asks again
+            return self.observes and self.repeat_index > 0 and observing.observation_dir(self) is not None
         if gone := self.missing_upstream(m):
             trust.warn_once(self, gone, "missing: what it uses at run time is gone; it will be rebuilt")
             return False
@@ -304,7 +309,8 @@ class StageTask(luigi.Task):
             return False
         if not self.reuse_now(m):
             return False
-        runlog.record(self.store.root, self.stage, self.key, "reused", code=self.key_doc["code"])
+        runlog.record(self.store.root, self.stage, self.key, "reused", code=self.key_doc["code"],
+                      observation=observations.id_of(m) if self.observes else None)
         lifecycle.note_done(self.task_id)
         return True
 
@@ -323,10 +329,12 @@ class StageTask(luigi.Task):
             upstream_content[name], upstream_built[name] = um.get("content_digest"), um.get("finished_at")
         base = {**self.key_doc, "schema_version": self.schema_version, "upstream_content": upstream_content,
                 "upstream_built": upstream_built, "made_from": trust.made_from(self),
-                "run_id": runlog.current_run_id(), "resolved_params": self.params.model_dump(mode="json")}
+                "run_id": runlog.current_run_id(), "resolved_params": self.params.model_dump(mode="json"),
+                **observing.fields(self)}
+        self.building = {f: base[f] for f in (observations.FIELD, "observed_from") if f in base}
 
         def reusable(m: dict) -> bool:
-            if self.must_rerun and m.get("run_id") != runlog.current_run_id():
+            if self.must_rerun and not observing.made_in_this_run(self, m):
                 return False
             if gone := self.missing_upstream(m):
                 trust.warn_once(self, gone, "missing: what it uses at run time is gone; it will be rebuilt")
@@ -340,12 +348,15 @@ class StageTask(luigi.Task):
             return self.usable(m)
 
         runlog.record_building(self.store.root, self.stage, self.key)
-        status, _ = self.store.ensure(self.stage, self.key, self._build_with_fault_hook, base, reusable=reusable,
-                                      hold=self.hold, volatile=self.volatile, on_fail=self._abandon)
+        status, doc = self.store.ensure(self.stage, self.key, self._build_with_fault_hook, base, reusable=reusable,
+                                        hold=self.hold, volatile=self.volatile, archive=self.observes,
+                                        on_fail=self._abandon)
         wall = round(time.monotonic() - t0, 3)
-        runlog.record(self.store.root, self.stage, self.key, status, wall, code=self.key_doc["code"])
+        runlog.record(self.store.root, self.stage, self.key, status, wall, code=self.key_doc["code"],
+                      observation=observations.id_of(doc) if self.observes else None)
         log.info("%s %s: %s in %.1fs", self.stage, self.key[:16], status, wall)
         lifecycle.note_done(self.task_id)
+
 
     def _abandon(self) -> None:
         try:
@@ -384,6 +395,3 @@ _TRUST_MEMO: dict[tuple, list[str]] = {}
 def host_resource(name: str) -> str:
     """A luigi resource per host: luigid counts it globally, and each host has its own (default 1)."""
     return f"{name}@{socket.gethostname()}"
-
-
-

@@ -35,6 +35,7 @@ def livecodebench_key(task) -> dict:
 
 @register
 class CheckAccuracy(StageTask):
+    observes = True  # a score of one accuracy observation
     stage = "CheckAccuracy"  # not self-contained: a score stands while the log it scores does
     reads = ("accuracy", "loadgen.mlperf_model", "loadgen.round")
 

@@ -33,6 +33,8 @@ SUT_CODE = ("harness.loadgen.measure", "harness.loadgen", "harness.loadgen.runne
 
 
 class MeasuringStage(StageTask):
+    observes = True  # every measurement is kept (harness/cache/observations.py)
+
     # Significant: it changes the upstream, so the key (`pipeline bench` sets it).
     endpoint = luigi.BoolParameter(default=False, description="measure the running servers at openai.endpoints "
                                    "as they are (ExternalServers): no model stages; needs dataset.tokenizer")

@@ -74,3 +74,25 @@ def test_markdown_shows_previous_delta_verdict_and_formats_numbers():
 def test_fmt():
     assert [nightly.fmt(v) for v in (None, 300, 300.0, 2.71828, 12.345, 12345.6, True)] == \
         ["-", "300", "300", "2.72", "12.3", "12,346", "yes"]
+
+
+def test_nightly_md_names_changed_parameters_applicable_ones_and_numbered_repeats():
+    """nightly.md says which resolved parameters changed since the previous night (and that none did),
+    names a point by the parameters that apply to its scenario, and numbers its repeats."""
+    varied = ["loadgen.server_target_qps", "loadgen.scenario"]
+    rows = [{**srow(tokens=t, scenario="Offline", repeat=i), "loadgen.server_target_qps": 30}
+            for i, t in ((1, 3000.0), (2, 3050.0))]
+    points = nightly.compare(rows, [{**srow(scenario="Offline"), "loadgen.server_target_qps": 30}], varied)
+    pid = nightly.point_key(points[0])
+    changes = nightly.param_changes({pid: {"build.max_batch_size": 4, "loadgen.scenario": "Offline"}},
+                                    {pid: {"build.max_batch_size": 32, "loadgen.scenario": "Offline"}})
+    assert changes == {pid: [{"param": "build.max_batch_size", "previous": 32, "now": 4}]}
+    md = nightly.render_markdown({**doc_for(points), "rows": rows, "param_changes": changes})
+    assert "## loadgen.scenario=Offline (Offline)" in md and "server_target_qps" not in md
+    assert "changed since 2026-11-01: `build.max_batch_size` 32 -> 4" in md
+    assert "tokens/s by repeat: 1: 3,000, 2: 3,050" in md
+    same = nightly.param_changes({pid: {"a": 1}}, {pid: {"a": 1}})
+    assert "changed since 2026-11-01: no resolved parameter" in nightly.render_markdown(
+        {**doc_for(points), "rows": rows, "param_changes": same})
+    assert [nightly.repeat_of(nightly.repeat_date("2026-11-02", i)) for i in (1, 2, 3)] == [1, 2, 3]
+    assert nightly.repeat_of("") is None

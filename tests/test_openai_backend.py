@@ -87,3 +87,12 @@ FROM_LAUNCH = set(STAGES) - {"PrepareModel", "Quantize", "BuildEngine", "FillTri
 def test_a_server_flag_relaunches_and_keeps_the_checkpoint(change, expected, artifacts):
     before, after = _keys(""), _keys(change)
     assert {s for s in before if before[s] != after[s]} == expected
+
+
+def test_offline_and_server_share_one_server_configuration_and_launch(artifacts):
+    """The openai backend's server key holds only what shapes the server: the scenario (Triton's
+    decoupled mode) changes the measurement's key, not the servers' or their configuration's."""
+    offline, server = _keys(""), _keys("loadgen.scenario=Server")
+    assert offline["FillTritonRepo"] == server["FillTritonRepo"]
+    assert offline["LaunchServers"] == server["LaunchServers"]
+    assert offline["RunLoadgen"] != server["RunLoadgen"]

@@ -46,5 +46,5 @@ def test_a_few_short_lines_per_stage_and_a_pointer_to_the_rest(capsys):
     full = why_lines(changed, full=True)
     assert any(PBTXT.splitlines()[5] in line for line in full)  # --full shows the whole value
     print_status([{"stage": "FillTritonRepo", "key": "k" * 16, "status": "missing", "changed": changed}])
-    out = capsys.readouterr().out
-    assert "status --full" in out and len(out.splitlines()) < 25 and out.count("string_value") == 0
+    out = capsys.readouterr().out  # the blob as its changed lines, a few of them, never whole
+    assert "status --full" in out and len(out.splitlines()) < 25 and out.count("string_value") <= 6

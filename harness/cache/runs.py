@@ -82,8 +82,9 @@ def _done_building(doc: dict, entry_id: str) -> None:
 
 
 def record(root: Path, stage: str, key: str, status: str, wall_seconds: float | None = None,
-           code: dict | None = None) -> None:
-    """Adds a stage to this run's run.json; 'built' overrides an earlier 'reused', never the reverse."""
+           code: dict | None = None, observation: str | None = None) -> None:
+    """Adds a stage to this run's run.json; 'built' overrides an earlier 'reused', never the reverse.
+    An observing stage also records which observation of its key the run made or read."""
     def change(doc):
         entry_id = f"{stage}/{key[:16]}"
         _done_building(doc, entry_id)
@@ -91,7 +92,8 @@ def record(root: Path, stage: str, key: str, status: str, wall_seconds: float | 
         if old and old["status"] == "built" and status == "reused":
             return False
         doc["stages"][entry_id] = {"stage": stage, "key": key, "status": status, "wall_seconds": wall_seconds,
-                                   "path": f"{stage}/{key[:16]}", "code": code or {}}
+                                   "path": f"{stage}/{key[:16]}", "code": code or {},
+                                   **({"observation": observation} if observation else {})}
     _update(root, change)
 
 
@@ -164,6 +166,7 @@ def run_is_live(run_id: str) -> bool:
 class _StageRef(StrictRecord):
     stage: Text
     key: Text
+    observation: RunId | None = None  # an observing stage's: which observation of the key (observations.py)
 
 
 class RunRecord(StrictRecord):
@@ -183,7 +186,8 @@ def confined(path: Path, root: Path) -> bool:
 
 
 def read_runs(root: Path, warnings: list[str] | None = None, seen: dict[str, int] | None = None) -> list[dict]:
-    """[{run_id, updated (datetime), ids: {"Stage/key16"}, file, mtime_ns}] for every readable run.json;
+    """[{run_id, updated (datetime), ids: {"Stage/key16"}, observations: {"Stage/key16/<observation id>"},
+    file, mtime_ns}] for every readable run.json;
     with `seen` ({file: mtime_ns} of an earlier read), only the run records written since."""
     out = []
     for f in sorted((root / RUNS).glob("*/run.json")):
@@ -202,7 +206,9 @@ def read_runs(root: Path, warnings: list[str] | None = None, seen: dict[str, int
         updated = (parse_time(doc.get("updated_at")) or parse_time(doc.get("started_at"))
                    or datetime.fromtimestamp(mtime, timezone.utc))
         ids = {f"{ent['stage']}/{ent['key'][:16]}" for ent in (doc.get("stages") or {}).values()}
-        out.append({"run_id": doc.get("run_id") or f.parent.name, "updated": updated, "ids": ids,
+        obs = {f"{ent['stage']}/{ent['key'][:16]}/{ent['observation']}" for ent in (doc.get("stages") or {}).values()
+               if ent.get("observation")}
+        out.append({"run_id": doc.get("run_id") or f.parent.name, "updated": updated, "ids": ids, "observations": obs,
                     "file": str(f), "mtime_ns": st.st_mtime_ns})
     return out
 

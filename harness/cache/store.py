@@ -5,7 +5,8 @@ sees a half-built one. The manifest lists every published file with its size, mt
 (harness/cache/integrity.py), so reuse can tell a corrupted or edited artifact from a good one. Builds
 run in `.tmp-*` siblings under a per-key flock, which the kernel releases when the holder dies,
 so a killed worker leaves no lock that blocks anyone. With a signing key (harness/cache/signing.py) every
-manifest is signed at publish, and one without a valid signature is not trusted.
+manifest is signed at publish, and one without a valid signature is not trusted. A measuring stage's
+key keeps every observation (harness/cache/observations.py): publishing a new one archives the last.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from typing import Callable, Iterable, Iterator
 
 from filelock import FileLock, Timeout
 
-from harness.cache import integrity, signing
+from harness.cache import integrity, observations, signing
 from harness.errors import ArtifactError, PerfdagError
 
 MANIFEST = integrity.MANIFEST
@@ -115,16 +116,49 @@ class ArtifactStore:
                 out.append(m)
         return sorted(out, key=lambda m: m.get("finished_at", ""), reverse=True)
 
-    def problems(self, stage: str, key: str, manifest: dict, *, full: bool = False) -> list[str]:
-        """How the artifact on disk differs from what was published, or why its manifest is not
-        trusted (empty: intact)."""
+    def problems(self, stage: str, key: str, manifest: dict, *, full: bool = False,
+                 where: Path | None = None) -> list[str]:
+        """How the artifact on disk (at `where`, default its key's path) differs from what was
+        published, or why its manifest is not trusted (empty: intact)."""
         if why := signing.problem(manifest, self.signing_key):
             return [why]
         files, links = manifest.get("files"), manifest.get("links") or {}
         if not isinstance(files, dict) or not isinstance(links, dict):
             return ["manifest lists no files (published by an older perfdag); rebuild it"]
-        return integrity.problems(self.path(stage, key), files, links=links, full=full,
+        return integrity.problems(where or self.path(stage, key), files, links=links, full=full,
                                   skip=manifest.get("volatile", ()))
+
+    # --- observations (harness/cache/observations.py) ------------------------------------------
+    def observations(self, stage: str, key: str) -> list[dict]:
+        """Every observation of a key, newest first: {"id", "dir", "latest", "manifest" (None when
+        unreadable)}. The latest is the published artifact; the others are archived."""
+        out = []
+        latest = self.manifest(stage, key)
+        if latest is not None:
+            out.append({"id": observations.id_of(latest), "dir": self.path(stage, key), "latest": True,
+                        "manifest": latest})
+        base = observations.archive_dir(self.root, stage, key)
+        for obs in observations.archived_ids(self.root, stage, key):
+            try:
+                m = json.loads((base / obs / MANIFEST).read_text())
+            except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+                m = None
+            out.append({"id": obs, "dir": base / obs, "latest": False, "manifest": m if isinstance(m, dict) else None})
+        return sorted(out, key=lambda o: (o["latest"], (o["manifest"] or {}).get("finished_at") or ""), reverse=True)
+
+    def observation_problems(self, stage: str, key: str, obs: dict, *, full: bool = True) -> list[str]:
+        """Why an observation (an entry of `observations`) must not be read as what it claims to be:
+        its manifest is unreadable, names another key or another observation id than where it lies,
+        is not signed as required, or its files differ from what was published (re-hashed: `full`)."""
+        m = obs["manifest"]
+        if m is None:
+            return ["no readable manifest.json"]
+        if m.get("key") != key:
+            return [f"its manifest names key {str(m.get('key'))[:16]}, not {key[:16]}: another key's observation"]
+        if not obs["latest"] and observations.id_of(m) != obs["id"]:
+            return [f"its manifest names observation {observations.id_of(m)}, not {obs['id']}: "
+                    "another observation put in its place"]
+        return self.problems(stage, key, m, full=full, where=Path(obs["dir"]))
 
     def move_aside(self, stage: str, key: str, dest: Path, finished_at: str | None) -> Path | None:
         """Moves a corrupt published artifact to `dest` (kept as evidence; `gc` ages it out), so the
@@ -155,8 +189,9 @@ class ArtifactStore:
             shutil.rmtree(d, ignore_errors=True)
 
     def build(self, stage: str, key: str, make: Callable[[Path], dict], manifest: dict,
-              volatile: Iterable[str] = ()) -> dict:
-        """Builds the artifact in a temp dir and publishes it by one rename, replacing any old one.
+              volatile: Iterable[str] = (), archive: bool = False) -> dict:
+        """Builds the artifact in a temp dir and publishes it by one rename, replacing any old one
+        (`archive`: an observation, which is kept under observations/ instead of removed).
 
         `make(tmp_dir)` fills the directory and returns extra manifest fields. Files under
         `volatile` (e.g. logs a running server keeps writing) are not checksummed. Call under lock().
@@ -182,6 +217,8 @@ class ArtifactStore:
             if self.signing_key is not None:
                 doc[signing.FIELD] = signing.signature(doc, self.signing_key)
             (tmp / MANIFEST).write_text(json.dumps(doc, indent=2, sort_keys=True, default=str))
+            if archive and os.path.lexists(final):
+                observations.archive(self.root, stage, key, final)
             if os.path.lexists(final):  # an old artifact, or whatever replaced it (a file, a link)
                 trash = final.parent / f".trash-{key[:16]}-{os.getpid()}"
                 os.replace(final, trash)
@@ -201,7 +238,7 @@ class ArtifactStore:
     def ensure(self, stage: str, key: str, make: Callable[[Path], dict], manifest: dict, *,
                reusable: Callable[[dict], bool] = lambda m: True,
                hold: Callable[[dict], None] = lambda m: None,
-               volatile: Iterable[str] = (),
+               volatile: Iterable[str] = (), archive: bool = False,
                on_fail: Callable[[], None] = lambda: None) -> tuple[str, dict]:
         """('reused' | 'built', manifest). Under the key's lock: a published artifact that
         `reusable` accepts is reused, anything else is (re)built; `hold` runs on the result before
@@ -215,7 +252,7 @@ class ArtifactStore:
                 status, doc = "reused", existing
             else:
                 try:
-                    status, doc = "built", self.build(stage, key, make, manifest, volatile)
+                    status, doc = "built", self.build(stage, key, make, manifest, volatile, archive)
                 except BaseException:
                     on_fail()
                     raise

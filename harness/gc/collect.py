@@ -10,7 +10,10 @@ What stays:
 - the upstream closure of all of the above, by the manifests' `upstream` keys: a cached FullRun
   is complete without luigi touching its upstream, so a run that only reuses the report would
   otherwise leave the engine behind it unreferenced.
-What goes: every other published artifact (Sweep included), and `.tmp-*` / `.trash-*` dirs whose
+- every kept observation of a measurement (observations/<Stage>/<key16>/<id>/, the earlier executions
+  of a measuring stage's key: harness/cache/observations.py) made within --keep-days or read by a run
+  within them: observations age like artifacts.
+What goes: every other published artifact (Sweep included) and observation, and `.tmp-*` / `.trash-*` dirs whose
 key lock is free (a dead builder's leftovers); of killed runs, their servers, the records of dead
 servers, the shared memory nobody maps and the LoadGen driver's semaphores. Never touched: runs/ (small history, only
 reported; a failed stage's kept files, runs/<id>/failed/*, and corrupt artifacts moved aside,
@@ -43,6 +46,7 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
+from harness.cache.observations import OBSERVATIONS, archived_ids
 from harness.cache.runs import RUNS, confined, parse_time, read_runs, run_is_live
 from harness.cache.store import MANIFEST, lock_held, lock_path
 from harness.gc.leftovers import orphan_servers, orphan_shm
@@ -65,7 +69,7 @@ class Entry:
     stage: str
     key16: str
     path: str
-    kind: str                                # "artifact" | "leftover" | "failed" (runs/<id>/failed/...)
+    kind: str                                # "artifact" | "observation" | "leftover" | "failed" (runs/<id>/failed/...)
     size_bytes: int = 0
     key: str | None = None
     finished_at: str | None = None
@@ -172,11 +176,30 @@ def _read_manifest(d: Path) -> dict | None:
 
 
 # --- the plan ---------------------------------------------------------------------------------
+def _observation_entries(root: Path) -> list[Entry]:
+    """The kept earlier observations of measuring stages' keys (observations/<Stage>/<key16>/<id>/)."""
+    out: list[Entry] = []
+    for sdir in _stage_dirs(root / OBSERVATIONS) if confined(root / OBSERVATIONS, root) else []:
+        for kdir in sorted(sdir.iterdir()):
+            if kdir.is_symlink() or not kdir.is_dir():
+                continue
+            for obs in archived_ids(root, sdir.name, kdir.name):
+                d = kdir / obs
+                man = _read_manifest(d) or {}
+                key = man.get("key") if isinstance(man.get("key"), str) else None
+                ups = [v for v in (man.get("upstream") or {}).values() if isinstance(v, str)] \
+                    if isinstance(man.get("upstream"), dict) else []
+                out.append(Entry(id=f"{sdir.name}/{kdir.name}/{obs}", stage=sdir.name, key16=kdir.name, path=str(d),
+                                 kind="observation", key=key, finished_at=man.get("finished_at"),
+                                 run_id=man.get("run_id"), upstream=ups))
+    return out
+
+
 def _stage_dirs(root: Path) -> list[Path]:
     if not root.is_dir():
         return []
     return sorted(d for d in root.iterdir()
-                  if d.is_dir() and not d.is_symlink() and not d.name.startswith(".") and d.name not in (RUNS, NIGHTLY))
+                  if d.is_dir() and not d.is_symlink() and not d.name.startswith(".") and d.name not in (RUNS, NIGHTLY, OBSERVATIONS))
 
 
 def plan(root: Path, keep_days: float = 14, now: datetime | None = None) -> Plan:
@@ -216,8 +239,9 @@ def _plan(root: Path, keep_days: float, now: datetime | None) -> Plan:
             entries.append(Entry(id=f"{sdir.name}/{d.name}", stage=sdir.name, key16=d.name, path=str(d),
                                  kind="artifact", key=key, finished_at=man.get("finished_at"),
                                  run_id=man.get("run_id"), upstream=ups, manifest_stamp=_manifest_stamp(man)))
-    by_id = {e.id: e for e in entries if e.kind == "artifact"}
-    by_key = {e.key: e for e in by_id.values() if e.key}
+    entries += _observation_entries(root)
+    by_id = {e.id: e for e in entries if e.kind in ("artifact", "observation")}
+    by_key = {e.key: e for e in by_id.values() if e.key and e.kind == "artifact"}
 
     keep: dict[str, str] = {}  # entry id -> why it stays (first reason wins)
 
@@ -231,7 +255,7 @@ def _plan(root: Path, keep_days: float, now: datetime | None) -> Plan:
         recent = r["updated"] >= cutoff
         live = not recent and run_is_live(r["run_id"])
         live_runs += live
-        for i in r["ids"]:
+        for i in r["ids"] | r["observations"]:
             e = by_id.get(i)
             if e is None:
                 continue

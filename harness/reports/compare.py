@@ -5,8 +5,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from harness.cache import observations
+from harness.cache.observations import OBSERVATIONS
 from harness.errors import InputError
 from harness.loadgen.verdict import error_count, is_valid
+from harness.reports.nightly import STREAMING
 from harness.reports.sweep import fmt
 
 
@@ -32,6 +35,11 @@ METRICS = [
 ]
 
 
+# Where the load is set by a target (Server's server_target_qps, Interactive's), throughput follows
+# it: a difference there is the targets' difference, shown and never judged (as Nightly does).
+FOLLOWS_TARGET = ("tokens/s", "samples/s")
+
+
 def _get(doc: Any, path) -> Any:
     if callable(path):
         return path(doc) if isinstance(doc, dict) else None
@@ -42,18 +50,25 @@ def _get(doc: Any, path) -> Any:
     return doc
 
 
-def _flat(doc: Any, prefix: str = "") -> dict[str, Any]:
+def flat(doc: Any, prefix: str = "") -> dict[str, Any]:
     if isinstance(doc, dict) and doc:
         out: dict[str, Any] = {}
         for k, v in doc.items():
-            out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
+            out.update(flat(v, f"{prefix}.{k}" if prefix else str(k)))
         return out
     return {prefix: doc}
 
 
-def load(report_dir: Path) -> dict:
-    """A FullRun artifact: its report and the resolved parameters it ran with."""
-    report_dir = Path(report_dir)
+def load(found: "Path | dict") -> dict:
+    """A FullRun observation (what `resolve` found, or a directory): its report and the resolved
+    parameters it ran with. An observation found in the store that is not what was published (its
+    files, its signature, or another observation's place) is refused."""
+    if not isinstance(found, dict):
+        found = {"dir": Path(found), "name": str(found)}
+    report_dir = Path(found["dir"])
+    if found.get("problems"):
+        raise InputError(f"{found['name']}: not trusted: {found['problems'][0]}"
+                         + (f" (and {len(found['problems']) - 1} more)" if len(found["problems"]) > 1 else ""))
     try:
         report = json.loads((report_dir / "report.json").read_text())
     except (OSError, json.JSONDecodeError) as e:
@@ -62,7 +77,7 @@ def load(report_dir: Path) -> dict:
         params = json.loads((report_dir / "manifest.json").read_text()).get("resolved_params") or {}
     except (OSError, json.JSONDecodeError):
         params = {}
-    return {"name": str(report_dir), "report": report, "params": params}
+    return {"name": found["name"], "report": report, "params": params, "dir": str(report_dir)}
 
 
 def _cell(label: str, v: Any) -> str:
@@ -75,18 +90,24 @@ def _cell(label: str, v: Any) -> str:
 
 def compare(a: dict, b: dict) -> dict:
     rows = []
+    targeted = {_get(d["report"], ("performance", "scenario")) for d in (a, b)} & set(STREAMING)
     for label, path, higher in METRICS:
         va, vb = _get(a["report"], path), _get(b["report"], path)
         if va is None and vb is None:
             continue
+        if targeted and label in FOLLOWS_TARGET:
+            higher = None
         delta = None
         if isinstance(va, (int, float)) and isinstance(vb, (int, float)) and not isinstance(va, bool) and va:
             delta = (vb - va) / abs(va)
         rows.append({"metric": label, "a": va, "b": vb, "delta": delta,
-                     "better": None if delta is None or higher is None or delta == 0 else (delta > 0) == higher})
-    fa, fb = _flat(a["params"]), _flat(b["params"])
+                     "better": None if delta is None or higher is None or delta == 0 else (delta > 0) == higher,
+                     **({"follows_target": True} if targeted and label in FOLLOWS_TARGET else {})})
+    fa, fb = flat(a["params"]), flat(b["params"])
     params = [{"param": k, "a": fa.get(k), "b": fb.get(k)} for k in sorted(set(fa) | set(fb)) if fa.get(k) != fb.get(k)]
-    return {"a": a["name"], "b": b["name"], "metrics": rows, "params": params}
+    same = a.get("dir") is not None and a.get("dir") == b.get("dir")
+    return {"a": a["name"], "b": b["name"], "metrics": rows, "params": params,
+            "warnings": ["A and B are the same observation: every difference is zero by construction"] if same else []}
 
 
 def _align(rows: list[list[str]]) -> list[str]:
@@ -96,10 +117,12 @@ def _align(rows: list[list[str]]) -> list[str]:
 
 
 def render(doc: dict) -> str:
-    lines = [f"A: {doc['a']}", f"B: {doc['b']}", ""]
+    lines = [f"A: {doc['a']}", f"B: {doc['b']}"] + [f"warning: {w}" for w in doc.get("warnings", [])] + [""]
     table = [["metric", "A", "B", "B vs A"]]
     for r in doc["metrics"]:
         d = "" if r["delta"] is None else f"{r['delta']:+.1%}" + {True: " better", False: " worse", None: ""}[r["better"]]
+        if r.get("follows_target") and d:
+            d += " (follows the target QPS)"
         table.append([r["metric"], _cell(r["metric"], r["a"]), _cell(r["metric"], r["b"]), d])
     lines += _align(table)
     lines.append("")
@@ -115,24 +138,73 @@ def _short(v: Any, n: int = 40) -> str:
     return s if len(s) <= n else s[: n - 1] + "…"
 
 
-def resolve(arg: str, root: Path) -> Path:
-    """The FullRun directory `arg` names: a report.json, a FullRun directory or key (prefix), or a run id."""
+def _observation(store, key: str, obs_id: str | None, name: str) -> dict:
+    """The FullRun observation `obs_id` of `key` (None: the latest), with why it is not trusted."""
+    found = store.observations("FullRun", key)
+    pick = next((o for o in found if (o["latest"] if obs_id is None else o["id"] == obs_id)), None)
+    if pick is None:
+        have = ", ".join(o["id"] or "?" for o in found) or "none"
+        raise InputError(f"{name}: FullRun {key[:16]} has no observation {obs_id or '(latest)'} (it has: {have}); "
+                         f"`python -m pipeline history {key[:16]}` lists them")
+    return {"dir": pick["dir"], "name": f"FullRun {key[:16]}@{pick['id']}",
+            "problems": store.observation_problems("FullRun", key, pick)}
+
+
+def full_key(prefix: str, root: Path) -> str:
+    """The one FullRun key (published or archived) starting with `prefix`."""
+    keys = set()
+    for d in [*(root / "FullRun").glob(f"{prefix}*"), *(root / OBSERVATIONS / "FullRun").glob(f"{prefix}*")]:
+        for m in [d / "manifest.json", *d.glob("*/manifest.json")]:
+            try:
+                k = json.loads(m.read_text()).get("key")
+            except (OSError, json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+                continue
+            if isinstance(k, str) and k.startswith(prefix):
+                keys.add(k)
+    if len(keys) != 1:
+        raise InputError(f"{prefix!r}: not a report.json, a FullRun directory, a FullRun key or a run id under "
+                         f"{root / 'runs'}" + (f" ({len(keys)} FullRuns start with it)" if keys else ""))
+    return keys.pop()
+
+
+def resolve(arg: str, store) -> dict:
+    """The FullRun observation `arg` names: a report.json or a directory holding one; a run id under
+    runs/ (the observation that run made or read); `KEY@OBSERVATION`; or a FullRun key (prefix: its
+    latest observation)."""
+    root = store.root
     p = Path(arg)
-    if p.is_file() and p.name == "report.json":
-        return p.parent
-    if p.is_dir() and (p / "report.json").is_file():
-        return p
+    if arg and p.is_file() and p.name == "report.json":
+        p = p.parent
+    if arg and p.is_dir() and (p / "report.json").is_file():
+        inside = _store_observation(store, p)
+        return inside if inside is not None else {"dir": p, "name": str(p)}
     run = root / "runs" / arg / "run.json"
-    if run.is_file():
+    if arg and "/" not in arg and run.is_file():
         stages = json.loads(run.read_text()).get("stages") or {}
-        fullruns = sorted({e["key"][:16] for e in stages.values() if e.get("stage") == "FullRun"})
-        if len(fullruns) != 1:
-            raise InputError(f"run {arg} touched {len(fullruns)} FullRuns ({', '.join(fullruns) or 'none'}); "
+        entries = {e["key"]: e.get("observation") for e in stages.values() if e.get("stage") == "FullRun"}
+        if len(entries) != 1:
+            raise InputError(f"run {arg} touched {len(entries)} FullRuns ({', '.join(k[:16] for k in entries) or 'none'}); "
                              "name one by its key or report")
-        return root / "FullRun" / fullruns[0]
-    matches = sorted(d for d in (root / "FullRun").glob(f"{arg}*") if (d / "report.json").is_file()) \
-        if arg and not any(c in arg for c in "/*?[") else []
-    if len(matches) == 1:
-        return matches[0]
-    raise InputError(f"{arg!r}: not a report.json, a FullRun directory, a FullRun key or a run id under {root / 'runs'}"
-                     + (f" ({len(matches)} FullRuns start with it)" if matches else ""))
+        (key, obs), = entries.items()
+        return _observation(store, key, obs, f"run {arg}")
+    prefix, _, obs = arg.partition("@")
+    if not prefix or any(c in prefix for c in "/*?[") or not observations.is_id(obs or "x"):
+        raise InputError(f"{arg!r}: not a report.json, a FullRun directory, a FullRun key or a run id under {root / 'runs'}")
+    return _observation(store, full_key(prefix, root), obs or None, arg)
+
+
+def _store_observation(store, d: Path) -> dict | None:
+    """A directory that is a FullRun observation in the store, found as one (so it is checked)."""
+    try:
+        rel = d.resolve().relative_to(store.root)
+    except ValueError:
+        return None
+    parts = rel.parts
+    if len(parts) == 2 and parts[0] == "FullRun":
+        key = json.loads((d / "manifest.json").read_text()).get("key") if (d / "manifest.json").is_file() else None
+        return _observation(store, key, None, str(d)) if isinstance(key, str) and key[:16] == parts[1] else None
+    if len(parts) == 4 and parts[:2] == (OBSERVATIONS, "FullRun"):
+        for o in store.observations("FullRun", full_key(parts[2], store.root)):
+            if o["id"] == parts[3] and not o["latest"]:
+                return _observation(store, full_key(parts[2], store.root), o["id"], str(d))
+    return None

@@ -16,7 +16,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from harness.reports.sweep import point_id
+from harness.reports.sweep import applies, point_id
 
 
 @dataclass(frozen=True)
@@ -108,6 +108,11 @@ def compare_metric(m: Metric, now: dict | None, before: dict | None) -> dict:
     return out
 
 
+def point_key(p: dict) -> str:
+    """A compared point's id, as point_id names its rows."""
+    return json.dumps(p["point"], sort_keys=True)
+
+
 def compare(rows: list[dict], prev_rows: list[dict], varied: list[str],
             floors: dict[str, float] | None = None) -> list[dict]:
     """Per point of tonight: every metric compared with the previous night, and the reasons it regressed."""
@@ -159,6 +164,49 @@ def _value(s: dict | None) -> str:
     return fmt(s["median"])
 
 
+def repeat_date(day: str, i: int) -> str:
+    """What enters the measuring stages' keys for repeat i (1-based) of a night: the first keeps the date."""
+    return day if i == 1 else f"{day}.r{i}"
+
+
+def repeat_of(nightly_date: str) -> int | None:
+    """Which repeat of its night a nightly date is (None: not a night's)."""
+    if not nightly_date:
+        return None
+    _, sep, n = nightly_date.rpartition(".r")
+    return int(n) if sep and n.isdigit() else 1
+
+
+def param_changes(now: dict[str, dict], before: dict[str, dict]) -> dict[str, list[dict]]:
+    """Per point (point_id -> its flattened resolved parameters, tonight and the night before): the
+    resolved parameters that changed, [{"param", "previous", "now"}]; a point new tonight has none."""
+    out = {}
+    for pid, params in now.items():
+        prev = before.get(pid)
+        if prev is None:
+            continue
+        out[pid] = [{"param": k, "previous": prev.get(k), "now": params.get(k)}
+                    for k in sorted(set(params) | set(prev)) if params.get(k) != prev.get(k)]
+    return out
+
+
+def _point_name(p: dict) -> str:
+    """A point's varied values that apply to its scenario (server_target_qps names no Offline point)."""
+    row = {"scenario": p["scenario"]}
+    return ", ".join(f"{k}={fmt(v)}" for k, v in p["point"].items() if applies(k, row)) or "the point"
+
+
+def _repeat_values(rows: list[dict], p: dict) -> str | None:
+    """'repeat 1: 3,000, repeat 2: 3,050' of the point's judged throughput or latency (None: one repeat)."""
+    mine = [r for r in rows if all(r.get(k) == v for k, v in p["point"].items())]
+    if len(mine) < 2:
+        return None
+    key = "tokens_per_s" if p["scenario"] not in STREAMING else "tpot_p99_ms"
+    label = "tokens/s" if key == "tokens_per_s" else "TPOT p99 ms"
+    return f"{label} by repeat: " + ", ".join(f"{r.get('repeat', i + 1)}: {fmt(r.get(key))}"
+                                              for i, r in enumerate(sorted(mine, key=lambda r: r.get("repeat") or 0)))
+
+
 def render_markdown(doc: dict) -> str:
     floors = ", ".join(f"{m.label} {m.floor:.0%}" for m in metrics(doc.get("floors")))
     lines = [f"# nightly {doc['date']}", "",
@@ -171,10 +219,17 @@ def render_markdown(doc: dict) -> str:
         lines += [f"- `{json.dumps(p['point'])}` ({p['scenario']}): {'; '.join(p['reasons'])}" for p in regressed]
     else:
         lines.append("No regressions.")
+    changes = doc.get("param_changes") or {}
     for p in doc["points"]:
-        name = ", ".join(f"{k}={fmt(v)}" for k, v in p["point"].items()) or "the point"
-        lines += ["", f"## {name} ({p['scenario']})", "",
-                  "| metric | previous | now | delta | headroom | verdict |", "|---|---|---|---|---|---|"]
+        lines += ["", f"## {_point_name(p)} ({p['scenario']})", ""]
+        changed = changes.get(point_key(p))
+        if changed is not None and doc.get("compared_with"):
+            lines.append("changed since " + doc["compared_with"] + ": " + (", ".join(
+                f"`{c['param']}` {fmt(c['previous'])} -> {fmt(c['now'])}" for c in changed) or "no resolved parameter"))
+            lines.append("")
+        if by_repeat := _repeat_values(doc.get("rows") or [], p):
+            lines += [by_repeat, ""]
+        lines += ["| metric | previous | now | delta | headroom | verdict |", "|---|---|---|---|---|---|"]
         for c in p["checks"]:
             if c["now"] is None and c["previous"] is None:
                 continue

@@ -1,6 +1,6 @@
 """`python -m pipeline COMMAND`: commands around the DAG, one thin module each (its parser and a call
-into the logic). status, servers, gc, compare and score run no stage; submission builds the stages a
-results tree needs; bench measures a running server."""
+into the logic). status, servers, gc, compare, history and score run no stage; submission builds the
+stages a results tree needs; bench measures a running server."""
 from __future__ import annotations
 
 import argparse
@@ -9,9 +9,9 @@ import sys
 
 import pipeline  # noqa: F401  registers the stages (status and submission read them)
 from harness.errors import PerfdagError
-from pipeline.cli import bench, compare, gc, score, servers, status, submission
+from pipeline.cli import bench, compare, gc, history, score, servers, status, submission
 
-COMMANDS = (status, servers, gc, submission, score, compare, bench)
+COMMANDS = (status, servers, gc, submission, score, compare, history, bench)
 
 
 def main(argv: list[str] | None = None) -> int:

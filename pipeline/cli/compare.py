@@ -1,14 +1,17 @@
 """`python -m pipeline compare RUN_OR_REPORT RUN_OR_REPORT`: two FullRuns side by side.
 
-Each argument is a report (report.json or its FullRun directory), a FullRun key (its first
-characters will do), or a run id under artifacts/runs/ whose run touched one FullRun.
+Each argument names one observation of a FullRun (every execution of a measurement is kept): a
+report (report.json or its directory), KEY@OBSERVATION (`python -m pipeline history` lists them),
+a FullRun key (its first characters will do: its latest observation), or a run id under
+artifacts/runs/ whose run touched one FullRun (the observation that run made or read).
 """
 from __future__ import annotations
 
 import json
 
 from harness.reports.compare import compare, load, render, resolve
-from tasks.settings import artifacts_root
+from harness.cache.store import ArtifactStore
+from tasks.settings import artifacts_root, signing_key
 
 
 def add_parser(sub) -> None:
@@ -21,7 +24,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    root = artifacts_root()
-    doc = compare(load(resolve(args.a, root)), load(resolve(args.b, root)))
+    store = ArtifactStore(artifacts_root(), signing_key=signing_key())
+    doc = compare(load(resolve(args.a, store)), load(resolve(args.b, store)))
     print(json.dumps(doc, indent=2, default=str) if args.json else render(doc))
     return 0

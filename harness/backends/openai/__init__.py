@@ -43,10 +43,6 @@ def num_servers(p) -> int:
     return 1 if p.loadgen.scenario == "Offline" else len(dp_gpus(p))
 
 
-def decoupled(p) -> bool:
-    return p.loadgen.scenario != "Offline"
-
-
 def problems(p) -> list[str]:
     o, b, q = p.openai, p.build, p.quantize
     out = []
@@ -137,7 +133,8 @@ class Configure(Step):
         return Key(reads=("openai.server", "openai.llm_api_options", "runtime", "quantize.kv_cache_dtype",
                           "model.name", "openai.model"),
                    executed={"repos": self.render(w.params)},
-                   inputs={"decoupled": decoupled(w.params), "num_servers": num_servers(w.params)})
+                   inputs={"num_servers": num_servers(w.params)})  # no `decoupled`: a Triton notion; an
+                   # OpenAI server answers streamed and whole requests alike, so Offline and Server share it
 
     def render(self, p) -> dict[str, dict[str, str]]:
         name = "extra_llm_api_options.yaml" if p.openai.server == "trtllm-serve" else "server.yaml"
@@ -152,7 +149,7 @@ class Configure(Step):
             for name, text in files.items():
                 (w.out_dir / repo / name).write_text(text)
         return {"layout": {"servers": [{"repo": repo, "models": [served_name(p)]} for repo in repos],
-                           "decoupled": decoupled(p), "model": w.rel("engine"), "server": p.openai.server}}
+                           "model": w.rel("engine"), "server": p.openai.server}}
 
 
 class Launch(LaunchStep):
@@ -203,7 +200,7 @@ class Launch(LaunchStep):
         specs = self._specs(p, os.path.join(str(root), w.rel("repo")), os.path.join(str(root), w.layout["model"]),
                             ports, str(root))
         return {"servers": launch(specs, w.out_dir, ready_timeout_s=o.ready_timeout_s, warmup_prompt=[1, 2, 3, 4],
-                                  streaming=w.layout["decoupled"], on_spawn=w.on_spawn, log=w.log,
+                                  streaming=False, on_spawn=w.on_spawn, log=w.log,
                                   names={str(root): "<root>"})}
 
 

@@ -1,0 +1,52 @@
+"""`python -m pipeline history`: every observation of one FullRun configuration, newest first, with its
+headline numbers (no luigi). An observation that is not what was published is listed as refused."""
+from __future__ import annotations
+
+import json
+
+from harness.loadgen.verdict import is_valid
+from harness.reports.sweep import fmt
+
+COLUMNS = ("observation", "finished", "scenario", "result", "tokens/s", "samples/s", "TTFT p99", "TPOT p99",
+           "accuracy")
+
+
+def history(store, key: str) -> list[dict]:
+    """One row per observation of FullRun `key`: its id, when, whether it is the latest (what reuse
+    takes), its headline numbers, and `refused` (why it is not trusted; None: it is)."""
+    rows = []
+    for obs in store.observations("FullRun", key):
+        problems = store.observation_problems("FullRun", key, obs)
+        row = {"observation": obs["id"], "latest": obs["latest"], "dir": str(obs["dir"]),
+               "finished_at": (obs["manifest"] or {}).get("finished_at"), "refused": problems[0] if problems else None}
+        if not problems:
+            report = json.loads((obs["dir"] / "report.json").read_text())
+            p, a = report.get("performance") or {}, report.get("accuracy") or {}
+            row.update(scenario=p.get("scenario"), valid=is_valid(p), tokens_per_s=p.get("tokens_per_second"),
+                       samples_per_s=p.get("samples_per_second"), ttft_p99_ms=(p.get("ttft_ms") or {}).get("p99"),
+                       tpot_p99_ms=(p.get("tpot_ms") or {}).get("p99"), accuracy=a.get("passed"),
+                       measured=report.get("observations") or {})
+        rows.append(row)
+    return rows
+
+
+def render(key: str, rows: list[dict]) -> str:
+    if not rows:
+        return f"FullRun {key[:16]}: no observations"
+    table = [list(COLUMNS)]
+    for r in rows:
+        name = r["observation"] + (" *" if r["latest"] else "")
+        when = (r["finished_at"] or "")[:19].replace("T", " ")
+        if r["refused"]:
+            table.append([name, when, f"refused: {r['refused']}"])
+            continue
+        table.append([name, when, r["scenario"] or "-", "VALID" if r["valid"] else "INVALID", fmt(r["tokens_per_s"]),
+                      fmt(r["samples_per_s"]), fmt(r["ttft_p99_ms"]), fmt(r["tpot_p99_ms"]),
+                      "-" if r["accuracy"] is None else "PASS" if r["accuracy"] else "FAIL"])
+    widths = [max(len(t[i]) for t in table if len(t) > i and len(t) == len(COLUMNS)) for i in range(len(COLUMNS))]
+    lines = [f"FullRun {key[:16]}: {len(rows)} observation(s), newest first (* the latest: what reuse takes; "
+             f"compare names one as {key[:8]}@OBSERVATION)"]
+    for t in table:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(t, widths)).rstrip() if len(t) == len(COLUMNS)
+                     else "  ".join([t[0].ljust(widths[0]), t[1].ljust(widths[1]), t[2]]))
+    return "\n".join(lines)
