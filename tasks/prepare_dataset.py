@@ -56,9 +56,9 @@ class PrepareDataset(StageTask):
         return versions("transformers", "torch")
 
     def code(self):
-        return ("harness.model.datasets", "harness.model.corpus", "harness.model.synthetic") + (
-            ("harness.model.references",) if self.greedy_references else ()) + (
-            ("harness.backends.checkpoint",) if self.params.dataset.tokenizer else ())  # the tokenizer files copied
+        return ("harness.model.datasets", "harness.model.corpus", "harness.model.synthetic",
+                "harness.backends.checkpoint") + (  # which tokenizer files a dataset.tokenizer copies
+            ("harness.model.references",) if self.greedy_references else ())
 
     def key_inputs(self):
         d = self.params.dataset
