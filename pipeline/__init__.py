@@ -18,6 +18,7 @@ from tasks import (
                    Quantize,
                    RunAccuracy,
                    RunLoadgen,
+                   RunSessions,
                    RunTest06,
                    RunTest07,
                    RunTest09,
@@ -25,5 +26,5 @@ from tasks import (
 )
 
 __all__ = ["STAGES", "StageTask", "PrepareModel", "Quantize", "BuildEngine", "FillTritonRepo",
-           "LaunchServers", "PrepareDataset", "RunLoadgen", "RunAccuracy", "CheckAccuracy", "FullRun", "Sweep", "Nightly",
+           "LaunchServers", "PrepareDataset", "RunLoadgen", "RunSessions", "RunAccuracy", "CheckAccuracy", "FullRun", "Sweep", "Nightly",
            "RunTest06", "RunTest07", "RunTest09", "Submission"]

@@ -10,7 +10,7 @@ if TYPE_CHECKING:  # an annotation only: the base registers its subclasses, it i
 
 # The DAG's topological order; STAGES (filled by tasks/ as classes are defined) follows it.
 STAGE_ORDER = ("PrepareModel", "Quantize", "BuildEngine", "FillTritonRepo", "LaunchServers",
-               "PrepareDataset", "RunLoadgen", "RunAccuracy", "CheckAccuracy", "RunTest06", "RunTest07", "RunTest09",
+               "PrepareDataset", "RunLoadgen", "RunSessions", "RunAccuracy", "CheckAccuracy", "RunTest06", "RunTest07", "RunTest09",
                "FullRun")
 
 

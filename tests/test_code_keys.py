@@ -19,7 +19,7 @@ from harness.cache.codehash import import_closure, module_path, package_modules
 from pipeline import STAGES
 
 ALL = set(STAGES)
-SERVE = {"FillTritonRepo", "LaunchServers"}
+SERVE = {"FillTritonRepo", "LaunchServers", "RunSessions"}  # RunSessions: the servers, nothing else upstream
 MEASURE = {"RunLoadgen", "RunAccuracy", "CheckAccuracy", "RunTest06", "RunTest07", "RunTest09", "FullRun"}
 FROM_BUILD = {"BuildEngine"} | SERVE | MEASURE
 FROM_QUANTIZE = {"Quantize"} | FROM_BUILD
