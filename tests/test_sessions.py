@@ -10,7 +10,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import FAST, REPO, copied_root, run_luigi, run_records, statuses
 
 from harness.errors import InputError, MeasurementError
 from harness.serving.openai.client import probe
@@ -305,3 +305,32 @@ def test_inline_accuracy_averages_scorable_turns_and_workflow_intents():
     assert r["turns"]["scored"] == 4 and r["score"] == round((1 + 0.5 + 1 + 0) / 4, 4)
     assert r["domains"] == {"coding": {"score": 0.75, "scored": 2}, "workflow": {"score": 0.5, "scored": 2}}
     assert inline.osl_band([300, 400], (355, 434)) == {"mean_tokens": 350.0, "band": [355, 434], "ok": False}
+
+
+# --- the stage ------------------------------------------------------------------------------------
+
+def test_run_sessions_is_a_cached_stage_with_its_report(echo, built_fast, tmp_path):
+    """RunSessions replays the file against the servers, writes result.json (naming perfdag's scheduler), turns,
+    inline accuracy and a report with its plots, and a second run reuses it; a changed file is measured again."""
+    url, record = echo
+    traj = write(tmp_path / "t.jsonl", [r for i in range(6) for r in conversation(f"c{i}", 2 + i % 3, delay=0.01)])
+    ov = (f"{FAST},build.backend=openai,openai.endpoints=[http://{url}],sessions.trajectories_file={traj},"
+          "sessions.users=3,sessions.max_tokens=6")
+    with copied_root(built_fast, tmp_path / "artifacts") as root:
+        since = _lines(record)
+        run_luigi("RunSessions", "--overrides", ov, artifacts=root)
+        (art,) = (root / "RunSessions").glob("*/manifest.json")
+        art = art.parent
+        result = json.loads((art / "result.json").read_text())
+        assert "LoadGen does not model sessions" in result["scheduler"]
+        assert result["metrics"]["turns"] == 18 == len(_requests(record, since))
+        assert 0 < result["metrics"]["window"]["turns"] < 18 and result["inline_accuracy"]["turns"]["scored"] == 18
+        assert {"turns.jsonl", "inline_accuracy.json", "report.md", "ttft_by_turn.png", "ttft_by_input.png",
+                "timeline.png"} <= {p.name for p in art.iterdir()}
+        assert "LoadGen does not model sessions" in (art / "report.md").read_text()
+        run_luigi("RunSessions", "--overrides", ov, artifacts=root)
+        assert statuses(run_records(root)[-1])["RunSessions"] == "reused"
+        assert len(_requests(record, since)) == 18  # nothing sent again
+        write(traj, [r for i in range(2) for r in conversation(f"d{i}", 2)])
+        run_luigi("RunSessions", "--overrides", ov, artifacts=root)
+        assert len(list((root / "RunSessions").glob("*/manifest.json"))) == 2 and len(_requests(record, since)) == 22
