@@ -310,27 +310,30 @@ def test_inline_accuracy_averages_scorable_turns_and_workflow_intents():
 # --- the stage ------------------------------------------------------------------------------------
 
 def test_run_sessions_is_a_cached_stage_with_its_report(echo, built_fast, tmp_path):
-    """RunSessions replays the file against the servers, writes result.json (naming perfdag's scheduler), turns,
-    inline accuracy and a report with its plots, and a second run reuses it; a changed file is measured again."""
+    """RunSessions replays the shipped stand-in against the servers, writes result.json (naming perfdag's
+    scheduler), turns, inline accuracy and a report with its plots; a second run reuses it; another file is
+    measured again."""
     url, record = echo
-    traj = write(tmp_path / "t.jsonl", [r for i in range(6) for r in conversation(f"c{i}", 2 + i % 3, delay=0.01)])
-    ov = (f"{FAST},build.backend=openai,openai.endpoints=[http://{url}],sessions.trajectories_file={traj},"
-          "sessions.users=3,sessions.max_tokens=6")
+    standin = REPO / "harness/data/standins/agentic-trajectories.jsonl"
+    turns = sum(len(t.turns) for t in read_trajectories(standin))
+    ov = f"{FAST},build.backend=openai,openai.endpoints=[http://{url}],sessions.users=8,sessions.max_tokens=4"
     with copied_root(built_fast, tmp_path / "artifacts") as root:
         since = _lines(record)
-        run_luigi("RunSessions", "--overrides", ov, artifacts=root)
+        run_luigi("RunSessions", "--overrides", f"{ov},sessions.trajectories_file={standin}", artifacts=root)
         (art,) = (root / "RunSessions").glob("*/manifest.json")
         art = art.parent
         result = json.loads((art / "result.json").read_text())
         assert "LoadGen does not model sessions" in result["scheduler"]
-        assert result["metrics"]["turns"] == 18 == len(_requests(record, since))
-        assert 0 < result["metrics"]["window"]["turns"] < 18 and result["inline_accuracy"]["turns"]["scored"] == 18
+        assert result["metrics"]["turns"] == turns == len(_requests(record, since)) == 250
+        assert 0 < result["metrics"]["window"]["turns"] < turns
+        assert result["inline_accuracy"]["turns"]["scored"] == 208 and result["inline_accuracy"]["score"] == 0.0
         assert {"turns.jsonl", "inline_accuracy.json", "report.md", "ttft_by_turn.png", "ttft_by_input.png",
                 "timeline.png"} <= {p.name for p in art.iterdir()}
         assert "LoadGen does not model sessions" in (art / "report.md").read_text()
-        run_luigi("RunSessions", "--overrides", ov, artifacts=root)
+        run_luigi("RunSessions", "--overrides", f"{ov},sessions.trajectories_file={standin}", artifacts=root)
         assert statuses(run_records(root)[-1])["RunSessions"] == "reused"
-        assert len(_requests(record, since)) == 18  # nothing sent again
-        write(traj, [r for i in range(2) for r in conversation(f"d{i}", 2)])
-        run_luigi("RunSessions", "--overrides", ov, artifacts=root)
-        assert len(list((root / "RunSessions").glob("*/manifest.json"))) == 2 and len(_requests(record, since)) == 22
+        assert len(_requests(record, since)) == turns  # nothing sent again
+        other = write(tmp_path / "t.jsonl", [r for i in range(2) for r in conversation(f"d{i}", 2)])
+        run_luigi("RunSessions", "--overrides", f"{ov},sessions.trajectories_file={other}", artifacts=root)
+        assert len(list((root / "RunSessions").glob("*/manifest.json"))) == 2
+        assert len(_requests(record, since)) == turns + 4
