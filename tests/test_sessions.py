@@ -49,19 +49,33 @@ def write(path: Path, rows) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def echo(tmp_path_factory):
-    """The echo server, recording every chat request: (url, record file)."""
+def _start_echo(record: Path, *flags: str):
     port = free_port()
-    record = tmp_path_factory.mktemp("echo") / "requests.jsonl"
     proc = subprocess.Popen([sys.executable, "-m", "harness.serving.testing.echo_openai", "--port", str(port),
-                             "--token-delay-ms", "1", "--record", str(record)], cwd=REPO)
+                             "--token-delay-ms", "1", "--record", str(record), *flags], cwd=REPO)
     url = f"127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while not probe(url):
         assert time.monotonic() < deadline and proc.poll() is None
         time.sleep(0.1)
+    return proc, url
+
+
+@pytest.fixture(scope="module")
+def echo(tmp_path_factory):
+    """The echo server, recording every chat request: (url, record file)."""
+    record = tmp_path_factory.mktemp("echo") / "requests.jsonl"
+    proc, url = _start_echo(record)
     yield url, record
+    proc.terminate()
+    proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def echo_tools(tmp_path_factory):
+    """The echo server answering each request that offers tools with a streamed bash call of its last text."""
+    proc, url = _start_echo(tmp_path_factory.mktemp("echo_tools") / "requests.jsonl", "--chat-tool-calls")
+    yield url
     proc.terminate()
     proc.wait(10)
 
@@ -268,6 +282,48 @@ def test_metrics_of_known_turns():
 
 
 # --- inline accuracy ------------------------------------------------------------------------------
+
+def test_streamed_tool_calls_are_joined():
+    """Tool-call deltas by index (id and name first, arguments in pieces, an object for arguments) become
+    whole calls; usage is kept; an error event fails the turn."""
+    from harness.sessions.chat import ChatReply, _event
+
+    r = ChatReply(t_sent=0.0)
+    events = [{"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "a", "function": {"name": "bash", "arguments": ""}}]}}]},
+              {"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": '{"comm'}}]}}]},
+              {"choices": [{"delta": {"tool_calls": [{"index": 1, "id": "b", "function": {"name": "bash",
+                                                                                          "arguments": {"command": "ls"}}}]}}]},
+              {"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": 'and": "git log"}'}}]}}]},
+              {"choices": [{"delta": {"reasoning_content": "hm"}, "finish_reason": "tool_calls"}],
+               "usage": {"completion_tokens": 9}}]
+    for i, e in enumerate(events):
+        _event(r, json.dumps(e), float(i + 1))
+    assert [c["function"]["arguments"] for c in r.tool_calls] == ['{"command": "git log"}', '{"command": "ls"}']
+    assert [c["id"] for c in r.tool_calls] == ["a", "b"] and r.reasoning_content == "hm"
+    assert r.t_first == 1.0 and r.token_times == [1.0, 2.0, 3.0, 4.0, 5.0] and r.usage == {"completion_tokens": 9}
+    assert inline.bash_actions(r.message()) == ["git", "ls"] and r.finish_reason == "tool_calls"
+    with pytest.raises(RuntimeError, match="server error"):
+        _event(r, json.dumps({"error": {"message": "boom"}}), 6.0)
+
+
+def test_inline_accuracy_end_to_end_over_http(echo_tools, tmp_path):
+    """A server whose calls are the recorded ones scores 1 on every scorable turn; one that calls something
+    else on one of three scores that turn 0: the replay's generated turns reach the scorer whole."""
+    def rows(third: str) -> list[dict]:
+        commands = ["grep -n a f.py", "python3 -m pytest", third]
+        out = [{"conversation_id": "c", "turn": 1, "role": "user", "system": SYSTEM, "tools": TOOLS,
+                "content": commands[0]}]
+        for k, cmd in enumerate(commands):
+            out.append({"conversation_id": "c", "turn": len(out) + 1, "role": "assistant",
+                        "tool_calls": [_call(k, "cat f | sort" if k == 2 else cmd)]})
+            out.append({"conversation_id": "c", "turn": len(out) + 1, "role": "tool",
+                        "tool_results": [{"tool_call_id": f"call_{k}", "content": commands[k + 1] if k < 2 else "ok"}]})
+        return out[:-1]
+    for third, expected in (("cat f | sort", 1.0), ("ls", round(2 / 3, 4))):
+        trajs = read_trajectories(write(tmp_path / "t.jsonl", rows(third)))
+        result, per_turn = run_sessions(echo_tools, trajs, Plan(users=1), Request(max_tokens=4), tmp_path / third[:2])
+        assert result["inline_accuracy"]["score"] == expected and result["inline_accuracy"]["turns"]["scored"] == 3
+        assert [t["turn"] for t in per_turn] == [2, 4, 6]
 
 def _turn(*commands, raw=None):
     calls = [_call(i, c) for i, c in enumerate(commands)]
