@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 from harness.cache.hashing import file_sha256
+from harness.config.schema import SessionsSection
 from harness.errors import InputError
 from harness.reports.sessions import write_report
 from harness.serving.endpoints import endpoints_and_models, protocol_of
@@ -37,7 +38,8 @@ def trajectories_path(params) -> Path:
 @register
 class RunSessions(MeasuringStage):
     stage = "RunSessions"
-    reads = ("sessions",)
+    # Every sessions.* setting but the file's path: the file enters by its content (key_inputs).
+    reads = tuple(f"sessions.{k}" for k in SessionsSection.model_fields if k != "trajectories_file")
 
     def upstream(self):
         return {"servers": self.clone(LaunchServers)}

@@ -393,3 +393,22 @@ def test_run_sessions_is_a_cached_stage_with_its_report(echo, built_fast, tmp_pa
         run_luigi("RunSessions", "--overrides", f"{ov},sessions.trajectories_file={other}", artifacts=root)
         assert len(list((root / "RunSessions").glob("*/manifest.json"))) == 2
         assert len(_requests(record, since)) == turns + 4
+
+
+def test_the_trajectory_file_enters_the_key_by_content(tmp_path, artifacts):
+    """A copy of the trajectory file elsewhere keeps RunSessions' key; one changed byte changes it and nothing else."""
+    from luigi.task_register import Register
+
+    from pipeline import STAGES
+
+    def keys(path):
+        Register.clear_instance_cache()
+        return {n: c(overrides=f"sessions.trajectories_file={path}").key for n, c in STAGES.items()}
+
+    a = write(tmp_path / "a.jsonl", conversation("c", 2))
+    b = write(tmp_path / "b.jsonl", conversation("c", 2))
+    before = keys(a)
+    assert keys(b) == before
+    b.write_text(b.read_text().replace("task of c", "task of C"))
+    assert {s for s, k in keys(b).items() if k != before[s]} == {"RunSessions"}
+    assert not artifacts.exists()
