@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from harness.cache.hashing import file_sha256
-from harness.config.schema import SessionsSection
+from harness.config.sessions import SessionsSection
 from harness.errors import InputError
 from harness.reports.sessions import write_report
 from harness.serving.endpoints import endpoints_and_models, protocol_of

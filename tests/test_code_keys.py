@@ -31,7 +31,7 @@ NOT_SHAPING = {
     "harness.errors": "exception types",
     "harness.cache.versions": "tool versions enter keys as values",
     "harness.config": "parameters enter keys as values", "harness.config.schema": "", "harness.config.resolve": "",
-    "harness.config.rules": "", "harness.untrusted.yamlio": "",
+    "harness.config.rules": "", "harness.untrusted.yamlio": "", "harness.config.section": "", "harness.config.sessions": "",
     "harness.cache.hashing": "how keys are made", "harness.cache.codehash": "", "harness.cache.integrity": "", "harness.cache.store": "",
     "harness.cache.executed": "", "harness.cache": "",
     "harness.cache.runs": "run records: what ran and was reused, not what a stage computes",
