@@ -20,6 +20,7 @@ from tasks import (
                    Quantize,
                    RunAccuracy,
                    RunLoadgen,
+                   RunSessions,
                    RunTest06,
                    RunTest07,
                    RunTest09,
@@ -27,6 +28,6 @@ from tasks import (
 )
 
 __all__ = ["STAGES", "StageTask", "PrepareModel", "Quantize", "BuildEngine", "FillTritonRepo",
-           "LaunchServers", "ExternalServers", "PrepareDataset", "RunLoadgen", "RunAccuracy", "CheckAccuracy", "FullRun",
+           "LaunchServers", "ExternalServers", "PrepareDataset", "RunLoadgen", "RunSessions", "RunAccuracy", "CheckAccuracy", "FullRun",
            "Bench", "Sweep", "Nightly",
            "RunTest06", "RunTest07", "RunTest09", "Submission"]

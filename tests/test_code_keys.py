@@ -19,7 +19,7 @@ from harness.cache.codehash import import_closure, module_path, package_modules
 from pipeline import STAGES
 
 ALL = set(STAGES)
-SERVE = {"FillTritonRepo", "LaunchServers"}
+SERVE = {"FillTritonRepo", "LaunchServers", "RunSessions"}  # RunSessions: the servers, nothing else upstream
 MEASURE = {"RunLoadgen", "RunAccuracy", "CheckAccuracy", "RunTest06", "RunTest07", "RunTest09", "FullRun"}
 FROM_BUILD = {"BuildEngine"} | SERVE | MEASURE
 FROM_QUANTIZE = {"Quantize"} | FROM_BUILD
@@ -31,7 +31,7 @@ NOT_SHAPING = {
     "harness.errors": "exception types",
     "harness.cache.versions": "tool versions enter keys as values",
     "harness.config": "parameters enter keys as values", "harness.config.schema": "", "harness.config.resolve": "",
-    "harness.config.rules": "", "harness.untrusted.yamlio": "",
+    "harness.config.rules": "", "harness.untrusted.yamlio": "", "harness.config.section": "", "harness.config.sessions": "",
     "harness.cache.hashing": "how keys are made", "harness.cache.codehash": "", "harness.cache.integrity": "", "harness.cache.store": "",
     "harness.cache.executed": "", "harness.cache": "",
     "harness.cache.runs": "run records: what ran and was reused, not what a stage computes",

@@ -9,9 +9,10 @@ from pipeline import STAGES
 
 DEFAULT = REPO / "params" / "default.yaml"
 ALL = set(STAGES)
-SERVE = {"FillTritonRepo", "LaunchServers"}
-# Everything that measures against the servers (whatever stages measure).
-MEASURE = set(STAGES) - {"PrepareModel", "Quantize", "BuildEngine", "FillTritonRepo", "LaunchServers", "PrepareDataset"}
+SERVE = {"FillTritonRepo", "LaunchServers", "RunSessions"}  # RunSessions: the servers and its own section only
+# Everything that measures against the servers and the dataset (whatever stages measure).
+MEASURE = set(STAGES) - {"PrepareModel", "Quantize", "BuildEngine", "FillTritonRepo", "LaunchServers", "PrepareDataset",
+                         "RunSessions"}
 FROM_BUILD = {"BuildEngine"} | SERVE | MEASURE
 FROM_QUANTIZE = {"Quantize"} | FROM_BUILD
 NONE: set[str] = set()
@@ -38,8 +39,8 @@ MATRIX = [
     ("runtime", "override", "runtime.max_queue_delay_microseconds=100", SERVE | MEASURE),
     ("runtime", "env", ("TRTLLM_RUNTIME_FLAGS", "batch_scheduler_policy:guaranteed_no_evict"), SERVE | MEASURE),
     ("triton", "override", "triton.num_servers=2", SERVE | MEASURE),
-    ("triton", "override", "triton.bind=0.0.0.0", {"LaunchServers"} | MEASURE),
-    ("triton", "override", "triton.protocol=generate", {"LaunchServers"} | MEASURE),  # HTTP port, another core
+    ("triton", "override", "triton.bind=0.0.0.0", {"LaunchServers", "RunSessions"} | MEASURE),
+    ("triton", "override", "triton.protocol=generate", {"LaunchServers", "RunSessions"} | MEASURE),  # HTTP port, another core
     ("openai", "override", "build.backend=openai", FROM_BUILD),  # the quantized checkpoint is shared
     ("harness", "override", "harness.clients_per_frontend=8", MEASURE),
     ("loadgen", "override", "loadgen.min_duration_ms=5000", {"RunLoadgen", "RunTest06", "RunTest07", "RunTest09",
@@ -50,6 +51,8 @@ MATRIX = [
     ("accuracy", "override", "accuracy.target=0.999", {"CheckAccuracy", "RunTest07", "FullRun"}),
     ("submission", "override", "submission.submitter=Someone", NONE),  # names in the results tree only
     ("slurm", "override", "slurm.gpus=1,slurm.partition=gpu", NONE),  # where a stage runs, not what it makes
+    ("sessions", "override", "sessions.users=4", {"RunSessions"}),
+    ("sessions", "file", "sessions:\n  salt: false\n", {"RunSessions"}),
 ]
 
 

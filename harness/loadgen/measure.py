@@ -5,24 +5,8 @@ from pathlib import Path
 
 from harness.loadgen import run_loadgen
 from harness.loadgen.settings import from_params
+from harness.serving.endpoints import endpoints_and_models, protocol_of
 from harness.serving.protocols import protocol
-
-
-def endpoints_and_models(servers: list[dict]) -> tuple[list[str], list[str]]:
-    """One (endpoint, model) pair per engine instance, so the SUT spreads over all of them."""
-    eps, names = [], []
-    for s in servers:
-        for m in s["models"]:
-            eps.append(f"{s['host']}:{s.get('port', s.get('grpc_port'))}")
-            names.append(m)
-    return eps, names
-
-
-def protocol_of(servers: list[dict]) -> str:
-    protocols = {s.get("protocol", "triton-grpc") for s in servers}
-    if len(protocols) != 1:
-        raise ValueError(f"servers speak different protocols: {sorted(protocols)}")
-    return protocols.pop()
 
 
 #: Output length that `harness.request_timeout_s` is meant for; longer requests get proportionally more.

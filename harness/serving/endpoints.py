@@ -1,5 +1,6 @@
 """Endpoints of servers launched elsewhere (multi-node): `host:port` lists, or NVIDIA's
-`host_a:8001,8002|host_b:8001` form, parsed and checked before any stage runs."""
+`host_a:8001,8002|host_b:8001` form, parsed and checked before any stage runs; and the endpoints
+and protocol of published server records (what LoadGen's SUT and the session workload talk to)."""
 from __future__ import annotations
 
 import re
@@ -52,3 +53,20 @@ def endpoint_problems(spec: str | Sequence[str]) -> list[str]:
         except ValueError as e:
             problems.append(str(e))
     return problems
+
+
+def endpoints_and_models(servers: list[dict]) -> tuple[list[str], list[str]]:
+    """One (endpoint, model) pair per engine instance, so the SUT spreads over all of them."""
+    eps, names = [], []
+    for s in servers:
+        for m in s["models"]:
+            eps.append(f"{s['host']}:{s.get('port', s.get('grpc_port'))}")
+            names.append(m)
+    return eps, names
+
+
+def protocol_of(servers: list[dict]) -> str:
+    protocols = {s.get("protocol", "triton-grpc") for s in servers}
+    if len(protocols) != 1:
+        raise ValueError(f"servers speak different protocols: {sorted(protocols)}")
+    return protocols.pop()

@@ -1,7 +1,8 @@
 """A zero-cost OpenAI-compatible server: what a client core and the harness cost, measured alone.
 
     python -m harness.serving.testing.echo_openai --port 8000 [--token-delay-ms 0] [--token-ids]
-                                          [--tokens-per-chunk 1] [--cache] [--eos-id N]
+                                          [--tokens-per-chunk 1] [--cache] [--eos-id N] [--record FILE]
+                                          [--chat-tool-calls]
 
 `GET /health` answers 200; `POST /v1/completions` streams `max_tokens` events (SSE over chunked
 HTTP/1.1, keep-alive), one token each: token k of a prompt p is (p[k % len(p)] + 1) % 32000 (the
@@ -22,7 +23,13 @@ string contents, joined): `--reasoning-tokens R` sends the first R tokens as `re
 deltas (" r<id>"), the rest as `content`. Each `image_url` part is hashed as it arrived (a data
 URL's decoded bytes, else the URL's) and the answer's content starts with "[sha256:<hex>]" per image,
 so a test sees what the server received. A request with `tools` ends with a call of the first tool;
-`--no-usage` leaves usage out (a server that sends none).
+`--no-usage` leaves usage out (a server that sends none). Usage counts the request's messages as
+JSON in 4-character pieces (`prompt_tokens`) and, in `prompt_tokens_details.cached_tokens`, the
+pieces of its longest common prefix with an earlier request (a prefix cache that never evicts).
+`--chat-tool-calls` makes that call a `bash` call running the last message's text, its id and name
+first and its arguments in three pieces. `--record FILE` appends one JSON line per chat request
+before its reply's last event: arrival and end (time.monotonic(), one clock for every process on
+the host), the request's headers (lower-case names) and body. For the session tests.
 """
 from __future__ import annotations
 
@@ -31,6 +38,8 @@ import asyncio
 import base64
 import hashlib
 import json
+import os
+import time
 
 
 def echo_tokens(prompt, n: int, eos_id: int | None = None) -> list[int]:
@@ -47,20 +56,20 @@ def _text(toks: list[int], eos_id: int | None) -> str:
     return "".join(f" t{t}" for t in toks if t != eos_id)
 
 
-async def _read_request(reader) -> tuple[str, str, bytes] | None:
+async def _read_request(reader) -> tuple[str, str, dict, bytes] | None:
     line = await reader.readline()
     if not line:
         return None
     method, path, _ = line.decode("latin-1").split(" ", 2)
-    length = 0
+    headers = {}
     while True:
         h = await reader.readline()
         if h in (b"\r\n", b"\n", b""):
             break
         name, _, value = h.decode("latin-1").partition(":")
-        if name.strip().lower() == "content-length":
-            length = int(value.strip())
-    return method, path, await reader.readexactly(length) if length else b""
+        headers[name.strip().lower()] = value.strip()
+    length = int(headers.get("content-length", 0))
+    return method, path, headers, await reader.readexactly(length) if length else b""
 
 
 def _head(status: str, extra: str) -> bytes:
@@ -139,12 +148,48 @@ def chat_answer(body: dict, reasoning: int) -> tuple[list[tuple[str, str]], list
     return deltas, digests, (tools[0].get("function") or {}).get("name") if tools else None
 
 
-async def _chat(writer, body: dict, args) -> None:
+_SEEN: list[str] = []  # chat prompts seen, for cached_tokens
+PIECE = 4  # characters per "token" of a chat prompt
+
+
+def _cached_pieces(prompt: str) -> int:
+    best = max((len(os.path.commonprefix([old, prompt])) for old in _SEEN), default=0) // PIECE
+    _SEEN.append(prompt)
+    return best
+
+
+def _last_text(messages) -> str:
+    for msg in reversed(messages or []):
+        if isinstance(msg.get("content"), str) and msg["content"]:
+            return msg["content"]
+    return ""
+
+
+def _bash_call_deltas(command: str) -> list[dict]:
+    """A `bash` call running `command`, streamed as servers do: the id and name first, then the
+    arguments' JSON in three pieces."""
+    args = json.dumps({"command": command})
+    k = -(-len(args) // 3)
+    head = {"index": 0, "id": "call_echo", "type": "function", "function": {"name": "bash", "arguments": ""}}
+    return [{"tool_calls": [head]}] + [{"tool_calls": [{"index": 0, "function": {"arguments": args[i:i + k]}}]}
+                                       for i in range(0, len(args), k)]
+
+
+async def _chat(writer, body: dict, headers: dict, t_arrive: float, args) -> None:
     deltas, _, tool = chat_answer(body, args.reasoning_tokens)
     n = len(deltas)  # one token a delta
-    usage = {} if args.no_usage else {"usage": {"prompt_tokens": 1, "completion_tokens": n, "total_tokens": n + 1}}
+    prompt = json.dumps(body.get("messages"), sort_keys=True)
+    prompt_tokens = -(-len(prompt) // PIECE)
+    usage = {} if args.no_usage else {"usage": {
+        "prompt_tokens": prompt_tokens, "completion_tokens": n, "total_tokens": n + prompt_tokens,
+        "prompt_tokens_details": {"cached_tokens": _cached_pieces(prompt)}}}
     call = [{"index": 0, "id": "call_0", "type": "function",
              "function": {"name": tool, "arguments": json.dumps({"echo": len(deltas)})}}] if tool else None
+    call_deltas = [{"tool_calls": call}] if call else []
+    if call and args.chat_tool_calls:
+        call_deltas = _bash_call_deltas(_last_text(body.get("messages")))
+        call = [{**call_deltas[0]["tool_calls"][0], "function": {"name": "bash", "arguments": json.dumps(
+            {"command": _last_text(body.get("messages"))})}}]
     finish = "tool_calls" if tool else "length"
     if not body.get("stream"):
         msg = {"role": "assistant", "content": "".join(t for f, t in deltas if f == "content") or None,
@@ -163,8 +208,12 @@ async def _chat(writer, body: dict, args) -> None:
                                         "choices": [{"index": 0, "delta": {f: text}, "finish_reason": None}]})))
         if i % 8 == 7:
             await writer.drain()
-    if call:
-        writer.write(_chunk(json.dumps({"choices": [{"index": 0, "delta": {"tool_calls": call}}]})))
+    for delta in call_deltas:
+        writer.write(_chunk(json.dumps({"choices": [{"index": 0, "delta": delta}]})))
+    if args.record:  # before the reply ends: a client that has its reply finds its request recorded
+        await writer.drain()
+        with open(args.record, "a") as f:
+            f.write(json.dumps({"t_arrive": t_arrive, "t_end": time.monotonic(), "headers": headers, "body": body}) + "\n")
     end = {"choices": [{"index": 0, "delta": {}, "finish_reason": finish}], **usage}
     writer.write(_chunk(json.dumps(end)) + _chunk("[DONE]") + b"0\r\n\r\n")
 
@@ -177,11 +226,11 @@ def _chunk(data: str) -> bytes:
 async def _serve(reader, writer, args) -> None:
     try:
         while (req := await _read_request(reader)) is not None:
-            method, path, body = req
+            method, path, headers, body = req
             if method == "GET" and path.startswith("/health"):
                 writer.write(_head("200 OK", "Content-Length: 2\r\n") + b"ok")
             elif method == "POST" and path.startswith("/v1/chat/completions"):
-                await _chat(writer, json.loads(body or b"{}"), args)
+                await _chat(writer, json.loads(body or b"{}"), headers, time.monotonic(), args)
             elif method == "POST" and path.startswith("/v1/completions"):
                 await _complete(writer, json.loads(body or b"{}"), args)
             else:
@@ -204,6 +253,8 @@ def main() -> None:
     ap.add_argument("--eos-id", type=int, default=None, help="stop at this token, included in token_ids (as vLLM)")
     ap.add_argument("--reasoning-tokens", type=int, default=0, help="chat: the first R tokens as reasoning_content")
     ap.add_argument("--no-usage", action="store_true", help="chat: send no usage (count with a tokenizer)")
+    ap.add_argument("--chat-tool-calls", action="store_true", help="chat: call bash with the last message's text")
+    ap.add_argument("--record", default=None, help="chat: append one JSON line per request (arrival, end, headers, body)")
     args = ap.parse_args()
 
     async def run():

@@ -1,0 +1,10 @@
+"""The base of every parameter section (harness/config/schema.py, harness/config/sessions.py)."""
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Section(BaseModel):
+    # strict: YAML already gives numbers and booleans their types, so `true` is never a count and
+    # "3" never a number; non-finite numbers (.nan, .inf) are refused everywhere.
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, strict=True, allow_inf_nan=False)

@@ -1,0 +1,95 @@
+"""One chat turn sent and timed: a streamed `/v1/chat/completions` request and what came back.
+
+Kept to one function on purpose: it is the session workload's only contact with the protocol, so
+the chat-completions core (harness/loadgen/cores/, issue 31) can take its place in one line.
+Events are parsed with harness/serving/openai/sse.py. The first event that carries generated text
+(content, reasoning or a tool call's name or arguments) is the first token; every such event's
+arrival is kept for TPOT. Tool calls arrive as deltas by `index` and are joined here.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+
+from harness.serving.openai.sse import DONE, SSEParser
+
+
+@dataclass
+class ChatReply:
+    t_sent: float                       # time.monotonic() when the request went out
+    t_first: float | None = None        # the first event with generated text
+    t_end: float | None = None          # the stream's end
+    token_times: list[float] = field(default_factory=list)  # each event with generated text
+    content: str = ""
+    reasoning_content: str = ""
+    tool_calls: list[dict] = field(default_factory=list)
+    usage: dict | None = None
+    finish_reason: str | None = None
+    error: str | None = None
+
+    def message(self) -> dict:
+        """The generated turn as an assistant message (what inline accuracy scores)."""
+        return {"role": "assistant", "content": self.content or None,
+                "reasoning_content": self.reasoning_content or None, "tool_calls": self.tool_calls or None}
+
+
+def _merge_calls(calls: list[dict], deltas) -> bool:
+    got = False
+    for d in deltas or ():
+        i = d.get("index", len(calls))
+        while len(calls) <= i:
+            calls.append({"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
+        call, fn = calls[i], d.get("function") or {}
+        call["id"] = d.get("id") or call["id"]
+        if isinstance(fn.get("arguments"), dict):  # some servers send the arguments whole, as an object
+            fn = {**fn, "arguments": json.dumps(fn["arguments"])}
+        for key in ("name", "arguments"):
+            if fn.get(key):
+                call["function"][key] += fn[key]
+                got = True
+    return got
+
+
+def _event(reply: ChatReply, data: str, now: float) -> None:
+    if data == DONE:
+        return
+    obj = json.loads(data)
+    if "error" in obj and not obj.get("choices"):
+        raise RuntimeError(f"server error: {obj['error']}")
+    if obj.get("usage"):
+        reply.usage = obj["usage"]
+    got = False
+    for choice in obj.get("choices") or ():
+        delta = choice.get("delta") or choice.get("message") or {}
+        for key in ("content", "reasoning_content"):
+            if delta.get(key):
+                setattr(reply, key, getattr(reply, key) + delta[key])
+                got = True
+        got = _merge_calls(reply.tool_calls, delta.get("tool_calls")) or got
+        reply.finish_reason = choice.get("finish_reason") or reply.finish_reason
+    if got:
+        reply.token_times.append(now)
+        if reply.t_first is None:
+            reply.t_first = now
+
+
+async def send_turn(session, url: str, body: dict, headers: dict) -> ChatReply:
+    """POST one streamed chat completion with `session` (aiohttp) and read it to the end. A failure
+    (HTTP status, an error event, a broken stream) is returned in `error`, not raised."""
+    reply = ChatReply(t_sent=time.monotonic())
+    try:
+        async with session.post(f"{url}/v1/chat/completions", json=body, headers=headers) as r:
+            if r.status != 200:
+                raise RuntimeError(f"HTTP {r.status}: {(await r.read())[:300]!r}")
+            parser = SSEParser()
+            async for chunk in r.content.iter_any():
+                now = time.monotonic()
+                for data in parser.feed(chunk):
+                    _event(reply, data, now)
+            for data in parser.close():
+                _event(reply, data, time.monotonic())
+    except Exception as exc:  # noqa: BLE001 - the scheduler reports it with the turn it belongs to
+        reply.error = f"{type(exc).__name__}: {exc}"
+    reply.t_end = time.monotonic()
+    return reply

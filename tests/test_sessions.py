@@ -1,0 +1,414 @@
+"""Sessions: the trajectory reader, salts, the scheduler against a real HTTP server (the echo, which
+records each request's arrival, end and headers), the performance window, metrics and inline accuracy."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from conftest import FAST, REPO, copied_root, run_luigi, run_records, statuses
+
+from harness.errors import InputError, MeasurementError
+from harness.serving.openai.client import probe
+from harness.serving.ports import free_port
+from harness.sessions import inline, metrics
+from harness.sessions.salts import salt, salted
+from harness.sessions.scheduler import Plan
+from harness.sessions.trajectories import read_trajectories
+from harness.sessions.workload import SCHEDULER, Request, run_sessions
+
+SYSTEM = "You are an agent with a bash tool."
+TOOLS = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]
+
+
+def _call(i: int, command: str) -> dict:
+    return {"id": f"call_{i}", "type": "function",
+            "function": {"name": "bash", "arguments": json.dumps({"command": command})}}
+
+
+def conversation(cid: str, client_turns: int, delay: float = 0.0, system: str | None = SYSTEM) -> list[dict]:
+    """A user turn, then (assistant tool call, tool result) pairs: `client_turns` requests in all."""
+    rows = [{"conversation_id": cid, "turn": 1, "role": "user", "content": f"task of {cid}", "tools": TOOLS,
+             **({"system": system} if system else {}), "delay_seconds": delay}]
+    for k in range(1, client_turns):
+        n = len(rows) + 1
+        rows.append({"conversation_id": cid, "turn": n, "role": "assistant", "tool_calls": [_call(k, f"grep -n x f{k}.py")]})
+        rows.append({"conversation_id": cid, "turn": n + 1, "role": "tool", "delay_seconds": delay,
+                     "tool_results": [{"tool_call_id": f"call_{k}", "content": f"output {k} of {cid}"}]})
+    rows.append({"conversation_id": cid, "turn": len(rows) + 1, "role": "assistant", "content": "done",
+                 "tool_calls": [_call(99, "python3 -m pytest && git diff")]})
+    return rows
+
+
+def write(path: Path, rows) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _start_echo(record: Path, *flags: str):
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "harness.serving.testing.echo_openai", "--port", str(port),
+                             "--token-delay-ms", "1", "--record", str(record), *flags], cwd=REPO)
+    url = f"127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while not probe(url):
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.1)
+    return proc, url
+
+
+@pytest.fixture(scope="module")
+def echo(tmp_path_factory):
+    """The echo server, recording every chat request: (url, record file)."""
+    record = tmp_path_factory.mktemp("echo") / "requests.jsonl"
+    proc, url = _start_echo(record)
+    yield url, record
+    proc.terminate()
+    proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def echo_tools(tmp_path_factory):
+    """The echo server answering each request that offers tools with a streamed bash call of its last text."""
+    proc, url = _start_echo(tmp_path_factory.mktemp("echo_tools") / "requests.jsonl", "--chat-tool-calls")
+    yield url
+    proc.terminate()
+    proc.wait(10)
+
+
+def _requests(record: Path, since: int) -> list[dict]:
+    return [json.loads(line) for line in record.read_text().splitlines()[since:]]
+
+
+def _lines(record: Path) -> int:
+    return len(record.read_text().splitlines()) if record.exists() else 0
+
+
+# --- the reader -----------------------------------------------------------------------------------
+
+def test_each_client_turn_carries_the_conversation_so_far_as_recorded(tmp_path):
+    """A client turn's messages are the system prompt, every earlier row as recorded (assistant rows
+    as the dataset has them), then its own: a tool row as one tool message per result."""
+    rows = conversation("c1", 3, delay=0.5)
+    rows[2]["tool_results"].append({"tool_call_id": "call_1b", "content": "second"})
+    (t,) = read_trajectories(write(tmp_path / "t.jsonl", rows))
+    assert [x.turn for x in t.turns] == [1, 3, 5] and [x.index for x in t.turns] == [0, 1, 2]
+    assert t.tools == TOOLS and t.has_system
+    last = t.turns[2].messages
+    assert [m["role"] for m in last] == ["system", "user", "assistant", "tool", "tool", "assistant", "tool"]
+    assert last[0] == {"role": "system", "content": SYSTEM}
+    assert last[2] == {"role": "assistant", "tool_calls": rows[1]["tool_calls"], "content": None}
+    assert last[4] == {"role": "tool", "tool_call_id": "call_1b", "content": "second"}
+    assert t.turns[1].messages == last[:5]  # each turn extends its predecessor
+    assert t.turns[1].delay_s == 0.5 and t.turns[1].expected == rows[3]
+    assert t.turns[2].expected == rows[5]
+
+
+@pytest.mark.parametrize("change, words", [
+    (lambda rows: rows[1].pop("role"), "line 2: no 'role'"),
+    (lambda rows: rows[1].update(turn=5), "turns must be 1, 2, 3"),
+    (lambda rows: rows[1].update(turn="2"), "turn must be an integer"),
+    (lambda rows: rows[1].update(role="robot"), "role 'robot'"),
+    (lambda rows: rows[2].update(tool_results=[]), "non-empty 'tool_results'"),
+    (lambda rows: rows[2]["tool_results"][0].pop("tool_call_id"), "tool_results[0] needs 'tool_call_id'"),
+    (lambda rows: rows[2].update(delay_seconds=-1), "delay_seconds must be"),
+    (lambda rows: rows[2].update(delay_seconds=True), "delay_seconds must be"),
+    (lambda rows: rows[1].pop("tool_calls"), "needs non-empty 'content' or 'tool_calls'"),
+    (lambda rows: rows[0].update(content=""), "a user row needs non-empty 'content'"),
+    (lambda rows: rows[0].update(role="tool", tool_results=[{"tool_call_id": "a", "content": ""}]), "must start with a user row"),
+])
+def test_a_bad_row_is_refused_naming_its_line(tmp_path, change, words):
+    """A malformed trajectory file is an InputError naming the file, the line and the rule, not a traceback."""
+    rows = conversation("c1", 2)
+    change(rows)
+    with pytest.raises(InputError, match="trajectory file .*line") as e:
+        read_trajectories(write(tmp_path / "t.jsonl", rows))
+    assert words in str(e.value)
+
+
+def test_split_conversations_and_bad_files_are_refused(tmp_path):
+    """A conversation's rows must be together; non-JSON, empty and missing files are named."""
+    rows = conversation("a", 1) + conversation("b", 1) + conversation("a", 1)
+    with pytest.raises(InputError, match="'a' appears again"):
+        read_trajectories(write(tmp_path / "t.jsonl", rows))
+    (tmp_path / "bad.jsonl").write_text('{"conversation_id": "a", "turn": 1, "role": "user", "content": "x"}\n{oops\n')
+    with pytest.raises(InputError, match="line 2: not JSON"):
+        read_trajectories(tmp_path / "bad.jsonl")
+    (tmp_path / "empty.jsonl").write_text("\n")
+    with pytest.raises(InputError, match="no rows"):
+        read_trajectories(tmp_path / "empty.jsonl")
+    with pytest.raises(InputError, match="no such file"):
+        read_trajectories(tmp_path / "nope.jsonl")
+
+
+# --- salts ----------------------------------------------------------------------------------------
+
+def test_salts_follow_the_three_reuse_rules():
+    """Reuse within a trajectory, the system prompt shared within a pass, nothing shared across passes."""
+    msgs = ({"role": "system", "content": SYSTEM}, {"role": "user", "content": "hi"})
+    a1, a1_again, b1, a2 = (salted(msgs, "a", 1), salted(msgs, "a", 1), salted(msgs, "b", 1), salted(msgs, "a", 2))
+    assert a1 == a1_again and a1[1] is msgs[1] and msgs[0]["content"] == SYSTEM  # deterministic, input untouched
+    assert a1[0]["content"] == f"[salt: {salt('1')}]\n\n{SYSTEM}\n\n[salt: {salt('a')}]"
+    assert len(salt("1")) == 4 and salt("1") != salt("2")
+    prefix = f"[salt: {salt('1')}]\n\n{SYSTEM}"
+    assert b1[0]["content"].startswith(prefix) and b1[0]["content"] != a1[0]["content"]
+    assert a2[0]["content"][:7] == a1[0]["content"][:7] and a2[0]["content"][7:11] != a1[0]["content"][7:11]
+    with pytest.raises(InputError, match="no system prompt"):
+        salted(msgs[1:], "a", 1)
+
+
+# --- the scheduler against the echo server ---------------------------------------------------------
+
+def _by_session(reqs) -> dict[str, list[dict]]:
+    out = defaultdict(list)
+    for r in reqs:
+        out[r["headers"].get("x-session-id")].append(r)
+    return {k: sorted(v, key=lambda r: r["t_arrive"]) for k, v in out.items()}
+
+
+def test_eight_users_keep_each_conversation_in_order_with_its_delays_and_header(echo, tmp_path):
+    """8 users, 12 conversations, two passes: a conversation's turns never overlap, each arrives after its
+    predecessor's end plus its delay, every request carries X-Session-ID, the salts are those of its pass."""
+    url, record = echo
+    rows = [r for i in range(12) for r in conversation(f"c{i}", 2 + i % 4, delay=0.01 * (1 + i % 3))]
+    trajs = read_trajectories(write(tmp_path / "t.jsonl", rows))
+    since = _lines(record)
+    plan = Plan(users=8, trajectories=24)
+    result, _ = run_sessions(url, trajs, plan, Request(max_tokens=4), tmp_path / "out")
+    reqs = _requests(record, since)
+    sessions = _by_session(reqs)
+    assert None not in sessions  # every request carried the header
+    assert set(sessions) == {f"c{i}" for i in range(12)} | {f"c{i}__repeat_2" for i in range(12)}
+    delays = {t.conversation_id: [x.delay_s for x in t.turns] for t in trajs}
+    for sid, seq in sessions.items():
+        source = sid.split("__")[0]
+        assert len(seq) == len(delays[source])
+        for prev, nxt, delay in zip(seq, seq[1:], delays[source][1:]):
+            assert nxt["t_arrive"] >= prev["t_end"] + delay - 1e-3, (sid, prev, nxt)  # no overlap, delay waited
+        systems = {r["body"]["messages"][0]["content"] for r in seq}
+        repeat = 2 if "__repeat_" in sid else 1
+        assert systems == {f"[salt: {salt(str(repeat))}]\n\n{SYSTEM}\n\n[salt: {salt(source)}]"}  # one per trajectory
+        assert [len(r["body"]["messages"]) for r in seq] == [2 + 2 * k for k in range(len(seq))]  # the history grows
+    firsts = {sid: seq[0]["body"]["messages"][0]["content"] for sid, seq in sessions.items()}
+    assert firsts["c0"] != firsts["c0__repeat_2"] and firsts["c0"][:11] != firsts["c0__repeat_2"][:11]
+    # never more than 8 conversations in flight at once
+    events = sorted([(r["t_arrive"], 1) for r in reqs] + [(r["t_end"], -1) for r in reqs], key=lambda e: (e[0], e[1]))
+    level = peak = 0
+    for _, d in events:
+        level += d
+        peak = max(peak, level)
+    assert 1 < peak <= 8
+    assert result["scheduler"] == SCHEDULER and "LoadGen does not model sessions" in result["scheduler"]
+    assert result["trajectories"]["started"] == 24 and result["metrics"]["turns"] == len(reqs)
+    by_index = result["metrics"]["by_turn_index"]
+    assert [b["index"] for b in by_index] == sorted(b["index"] for b in by_index) and by_index[0]["turns"] >= 8
+    assert by_index[-1]["input_tokens"] > by_index[0]["input_tokens"]  # input length grows with the turn
+    assert result["metrics"]["cached_tokens"]["reported"] and by_index[1]["cached_tokens"] > 0
+    assert result["metrics"]["ttft_ms"]["p50"] > 0 and result["metrics"]["tpot_ms"]["p50"] > 0
+
+
+def test_salting_off_sends_the_conversation_as_recorded(echo, tmp_path):
+    """With salting off the system prompt goes unchanged, and a conversation without one may be replayed;
+    with salting on that conversation is refused before anything is sent."""
+    url, record = echo
+    trajs = read_trajectories(write(tmp_path / "t.jsonl", conversation("s", 2) + conversation("n", 2, system=None)))
+    since = _lines(record)
+    with pytest.raises(InputError, match="salting needs a system prompt"):
+        run_sessions(url, trajs, Plan(users=2), Request(max_tokens=2), tmp_path / "on")
+    assert _lines(record) == since
+    run_sessions(url, trajs, Plan(users=2, salt=False), Request(max_tokens=2), tmp_path / "off")
+    firsts = [r["body"]["messages"][0] for r in _requests(record, since)]
+    assert {"role": "system", "content": SYSTEM} in firsts and {"role": "user", "content": "task of n"} in firsts
+
+
+@pytest.mark.parametrize("drain", [True, False])
+def test_the_window_ends_when_the_first_user_finishes(echo, tmp_path, drain):
+    """Two users, one short and one long trajectory: the window ends when the short one's user is done; turns
+    sent later are outside it and not in the performance metrics; without drain none is sent after it."""
+    url, record = echo
+    trajs = read_trajectories(write(tmp_path / "t.jsonl", conversation("short", 1) + conversation("long", 6, delay=0.03)))
+    since = _lines(record)
+    result, _ = run_sessions(url, trajs, Plan(users=2, drain=drain), Request(max_tokens=3), tmp_path / "out")
+    rows = [json.loads(line) for line in (tmp_path / "out" / "turns.jsonl").read_text().splitlines()]
+    end = result["metrics"]["window"]["end_s"]
+    short = [r for r in rows if r["conversation_id"] == "short"]
+    assert end >= short[-1]["t_end"] and end - short[-1]["t_end"] < 0.05  # the first user's completion
+    inside = [r for r in rows if r["in_window"]]
+    assert all(r["t_sent"] < end for r in inside) and all(r["t_sent"] >= end for r in rows if not r["in_window"])
+    assert result["metrics"]["window"]["turns"] == len(inside) < len(rows) or not drain
+    assert sum(b["turns"] for b in result["metrics"]["by_turn_index"]) == len(inside)
+    assert result["metrics"]["window"]["output_tokens"] == sum(r["output_tokens"] for r in inside)
+    sent = len(_requests(record, since))
+    if drain:
+        assert sent == 7 and len(rows) == 7 and result["metrics"]["window"]["turns_after"] == 7 - len(inside) > 0
+    else:
+        assert sent == len(rows) == len(inside) < 7 and result["metrics"]["window"]["turns_after"] == 0
+
+
+def test_a_failed_turn_stops_the_replay_and_is_named(tmp_path):
+    """A server that does not answer: a MeasurementError naming the conversation, turn and server."""
+    url = f"127.0.0.1:{free_port()}"
+    trajs = read_trajectories(write(tmp_path / "t.jsonl", conversation("c1", 2)))
+    with pytest.raises(MeasurementError, match=f"conversation 'c1' turn 1 at {url}"):
+        run_sessions(url, trajs, Plan(users=1), Request(max_tokens=2), tmp_path / "out")
+
+
+# --- metrics ----------------------------------------------------------------------------------------
+
+def _row(t_sent, t_first, t_last, t_end, n, index=0, in_window=True, **kw):
+    return {"t_sent": t_sent, "t_first": t_first, "t_last": t_last, "t_end": t_end, "output_tokens": n,
+            "index": index, "in_window": in_window, "error": None, "input_tokens": kw.get("input"),
+            "cached_tokens": kw.get("cached"), "input_messages": 2}
+
+
+def test_metrics_of_known_turns():
+    """TTFT, TPOT, per-index means, throughput over the window's turns and concurrency over time."""
+    rows = [_row(0.0, 0.1, 0.5, 0.5, 5, 0, input=100, cached=0), _row(0.0, 0.2, 0.2, 0.3, 1, 0, input=100, cached=50),
+            _row(0.6, 0.7, 1.0, 1.0, 4, 1, input=300, cached=200), _row(1.5, 1.6, 1.8, 2.0, 3, 2, in_window=False)]
+    s = metrics.summarize(rows, 1.2, 2.0)
+    assert s["window"]["turns"] == 3 and s["window"]["turns_after"] == 1 and s["window"]["output_tokens"] == 10
+    assert s["window"]["measured_until_s"] == 1.0 and s["window"]["tokens_per_s"] == 10.0
+    assert s["ttft_ms"]["max"] == pytest.approx(200) and s["tpot_ms"]["n"] == 2  # 1-token turn: no TPOT
+    assert s["tpot_ms"]["mean"] == pytest.approx((100 + 100) / 2)
+    assert [b["index"] for b in s["by_turn_index"]] == [0, 1] and s["by_turn_index"][1]["input_tokens"] == 300
+    assert s["cached_tokens"] == {"reported": True, "total": 250, "of_input": 0.5}
+    assert s["window"]["max_concurrency"] == 2
+    assert s["window"]["mean_concurrency"] == pytest.approx((2 * 0.3 + 1 * 0.2 + 1 * 0.4) / 1.0)
+    assert metrics.concurrency(rows)[:2] == [(0.0, 1), (0.0, 2)]
+
+
+# --- inline accuracy ------------------------------------------------------------------------------
+
+def test_streamed_tool_calls_are_joined():
+    """Tool-call deltas by index (id and name first, arguments in pieces, an object for arguments) become
+    whole calls; usage is kept; an error event fails the turn."""
+    from harness.sessions.chat import ChatReply, _event
+
+    r = ChatReply(t_sent=0.0)
+    events = [{"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "a", "function": {"name": "bash", "arguments": ""}}]}}]},
+              {"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": '{"comm'}}]}}]},
+              {"choices": [{"delta": {"tool_calls": [{"index": 1, "id": "b", "function": {"name": "bash",
+                                                                                          "arguments": {"command": "ls"}}}]}}]},
+              {"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": 'and": "git log"}'}}]}}]},
+              {"choices": [{"delta": {"reasoning_content": "hm"}, "finish_reason": "tool_calls"}],
+               "usage": {"completion_tokens": 9}}]
+    for i, e in enumerate(events):
+        _event(r, json.dumps(e), float(i + 1))
+    assert [c["function"]["arguments"] for c in r.tool_calls] == ['{"command": "git log"}', '{"command": "ls"}']
+    assert [c["id"] for c in r.tool_calls] == ["a", "b"] and r.reasoning_content == "hm"
+    assert r.t_first == 1.0 and r.token_times == [1.0, 2.0, 3.0, 4.0, 5.0] and r.usage == {"completion_tokens": 9}
+    assert inline.bash_actions(r.message()) == ["git", "ls"] and r.finish_reason == "tool_calls"
+    with pytest.raises(RuntimeError, match="server error"):
+        _event(r, json.dumps({"error": {"message": "boom"}}), 6.0)
+
+
+def test_inline_accuracy_end_to_end_over_http(echo_tools, tmp_path):
+    """A server whose calls are the recorded ones scores 1 on every scorable turn; one that calls something
+    else on one of three scores that turn 0: the replay's generated turns reach the scorer whole."""
+    def rows(third: str) -> list[dict]:
+        commands = ["grep -n a f.py", "python3 -m pytest", third]
+        out = [{"conversation_id": "c", "turn": 1, "role": "user", "system": SYSTEM, "tools": TOOLS,
+                "content": commands[0]}]
+        for k, cmd in enumerate(commands):
+            out.append({"conversation_id": "c", "turn": len(out) + 1, "role": "assistant",
+                        "tool_calls": [_call(k, "cat f | sort" if k == 2 else cmd)]})
+            out.append({"conversation_id": "c", "turn": len(out) + 1, "role": "tool",
+                        "tool_results": [{"tool_call_id": f"call_{k}", "content": commands[k + 1] if k < 2 else "ok"}]})
+        return out[:-1]
+    for third, expected in (("cat f | sort", 1.0), ("ls", round(2 / 3, 4))):
+        trajs = read_trajectories(write(tmp_path / "t.jsonl", rows(third)))
+        result, per_turn = run_sessions(echo_tools, trajs, Plan(users=1), Request(max_tokens=4), tmp_path / third[:2])
+        assert result["inline_accuracy"]["score"] == expected and result["inline_accuracy"]["turns"]["scored"] == 3
+        assert [t["turn"] for t in per_turn] == [2, 4, 6]
+
+def _turn(*commands, raw=None):
+    calls = [_call(i, c) for i, c in enumerate(commands)]
+    if raw is not None:
+        calls.append({"id": "r", "type": "function", "function": {"name": "bash", "arguments": raw}})
+    return {"role": "assistant", "tool_calls": calls}
+
+
+@pytest.mark.parametrize("recorded, generated, expected", [
+    (_turn("grep x f"), {"role": "assistant", "content": "no call"}, 0.0),        # no tool call generated
+    (_turn("grep x f"), None, 0.0),                                               # no reply at all
+    (_turn("grep a", "grep b"), _turn("grep c"), 0.5),                            # repeated calls: a multiset
+    (_turn("grep a | sort", "cat f"), _turn("cat g", "sort h", "rg x"), 1.0),      # different order, aliases
+    (_turn("cd /x && python3.11 -m pytest"), _turn("FOO=1 sudo /usr/bin/python3 t.py"), 1.0),  # cd: no action;
+    (_turn("git status; make -j"), _turn("git log"), 0.5),                        # wrappers, paths, versions dropped
+    (_turn("ls"), _turn(raw="{not json"), 0.0),                                   # malformed arguments: skipped
+    (_turn("ls", raw="{not json"), _turn("ls"), 1.0),                             # ... on the recorded side too
+    (_turn("echo 'a | grep b'"), _turn("grep b"), None),                          # quoted: no recorded action
+])
+def test_inline_accuracy_follows_the_reference_rule(recorded, generated, expected):
+    """The multiset IoU of executables (mlcommons/endpoints' inline checker): edge cases of each rule."""
+    r = inline.score([("conv", 1, 1, recorded, generated)])
+    assert r["score"] == expected
+    assert r["turns"]["scored"] == (0 if expected is None else 1)
+
+
+def test_inline_accuracy_averages_scorable_turns_and_workflow_intents():
+    """Unscorable turns (no recorded action, no following assistant row) are left out; workflow conversations
+    (sim_<n>) score the intent code."""
+    turns = [("c", 1, 1, _turn("ls"), _turn("ls")), ("c", 1, 3, _turn("ls", "ls"), _turn("ls")),
+             ("c", 1, 5, {"role": "assistant", "content": "bye"}, None), ("c", 1, 7, None, None),
+             ("sim_3", 1, 1, {"intent_codes": ["i042"]}, {"content": "so intent: I042"}),
+             ("sim_3", 2, 1, {"intent_codes": ["I042"]}, {"content": "I001 then I007"})]
+    r = inline.score(turns)
+    assert r["turns"]["scored"] == 4 and r["score"] == round((1 + 0.5 + 1 + 0) / 4, 4)
+    assert r["domains"] == {"coding": {"score": 0.75, "scored": 2}, "workflow": {"score": 0.5, "scored": 2}}
+    assert inline.osl_band([300, 400], (355, 434)) == {"mean_tokens": 350.0, "band": [355, 434], "ok": False}
+
+
+# --- the stage ------------------------------------------------------------------------------------
+
+def test_run_sessions_is_a_cached_stage_with_its_report(echo, built_fast, tmp_path):
+    """RunSessions replays the shipped stand-in against the servers, writes result.json (naming perfdag's
+    scheduler), turns, inline accuracy and a report with its plots; a second run reuses it; another file is
+    measured again."""
+    url, record = echo
+    standin = REPO / "harness/data/standins/agentic-trajectories.jsonl"
+    turns = sum(len(t.turns) for t in read_trajectories(standin))
+    ov = f"{FAST},build.backend=openai,openai.endpoints=[http://{url}],sessions.users=8,sessions.max_tokens=4"
+    with copied_root(built_fast, tmp_path / "artifacts") as root:
+        since = _lines(record)
+        run_luigi("RunSessions", "--overrides", f"{ov},sessions.trajectories_file={standin}", artifacts=root)
+        (art,) = (root / "RunSessions").glob("*/manifest.json")
+        art = art.parent
+        result = json.loads((art / "result.json").read_text())
+        assert "LoadGen does not model sessions" in result["scheduler"]
+        assert result["metrics"]["turns"] == turns == len(_requests(record, since)) == 250
+        assert 0 < result["metrics"]["window"]["turns"] < turns
+        assert result["inline_accuracy"]["turns"]["scored"] == 208 and result["inline_accuracy"]["score"] == 0.0
+        assert {"turns.jsonl", "inline_accuracy.json", "report.md", "ttft_by_turn.png", "ttft_by_input.png",
+                "timeline.png"} <= {p.name for p in art.iterdir()}
+        assert "LoadGen does not model sessions" in (art / "report.md").read_text()
+        run_luigi("RunSessions", "--overrides", f"{ov},sessions.trajectories_file={standin}", artifacts=root)
+        assert statuses(run_records(root)[-1])["RunSessions"] == "reused"
+        assert len(_requests(record, since)) == turns  # nothing sent again
+        other = write(tmp_path / "t.jsonl", [r for i in range(2) for r in conversation(f"d{i}", 2)])
+        run_luigi("RunSessions", "--overrides", f"{ov},sessions.trajectories_file={other}", artifacts=root)
+        assert len(list((root / "RunSessions").glob("*/manifest.json"))) == 2
+        assert len(_requests(record, since)) == turns + 4
+
+
+def test_the_trajectory_file_enters_the_key_by_content(tmp_path, artifacts):
+    """A copy of the trajectory file elsewhere keeps RunSessions' key; one changed byte changes it and nothing else."""
+    from luigi.task_register import Register
+
+    from pipeline import STAGES
+
+    def keys(path):
+        Register.clear_instance_cache()
+        return {n: c(overrides=f"sessions.trajectories_file={path}").key for n, c in STAGES.items()}
+
+    a = write(tmp_path / "a.jsonl", conversation("c", 2))
+    b = write(tmp_path / "b.jsonl", conversation("c", 2))
+    before = keys(a)
+    assert keys(b) == before
+    b.write_text(b.read_text().replace("task of c", "task of C"))
+    assert {s for s, k in keys(b).items() if k != before[s]} == {"RunSessions"}
+    assert not artifacts.exists()
