@@ -1,4 +1,5 @@
-"""The parameter document: one pydantic model per section, validated as a whole.
+"""The parameter document: one pydantic model per section, validated as a whole (one module over
+~400 lines: the sections read best side by side).
 
 Every section forbids unknown keys so a typo is an error, not a silently ignored setting.
 Cross-section rules live on `Params` because they need more than one section.
@@ -11,6 +12,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from harness.cache.hashing import file_sha256
+from harness.config.slo import SloError, parse_slo
 from harness.mlperf import benchmarks
 from harness.untrusted.files import not_regular
 
@@ -306,6 +308,45 @@ class AccuracySection(Section):
     livecodebench_timeout_s: float = Field(60.0, gt=0, le=600)  # per test; MLCommons' eval_accuracy.py: 60
 
 
+class SearchSection(Section):
+    """FindMaxLoad (`python -m pipeline search`): the highest load that stays VALID or meets `slo`,
+    bracketed from `start` by `growth`, then bisected until the bracket is within `tolerance`."""
+
+    # Empty: LoadGen's verdict (MLPerf's latency limits, early stopping); else e.g. "ttft_p99_ms<=500".
+    slo: str = ""
+    # auto: server_target_qps in Server/Interactive, harness.max_in_flight (closed loop) in Offline.
+    axis: Literal["auto", "server_target_qps", "max_in_flight"] = "auto"
+    start: Optional[float] = Field(None, gt=0)  # unset: the params' own value of the axis
+    lowest: float = Field(0.1, gt=0)  # below this the search gives up: nothing passes
+    highest: float = Field(100_000, gt=0)  # above this it stops growing: everything passes
+    growth: float = Field(2.0, gt=1, le=100)
+    tolerance: float = Field(0.02, gt=0, lt=1)  # the bracket's width over its low end
+    # A probe is a shorter run: its own LoadGen duration and query count (each probe is a RunLoadgen).
+    probe_min_duration_ms: int = Field(5000, ge=0)
+    probe_min_query_count: int = Field(512, ge=1)
+    # The noise rule: a probe whose worst statistic lies within `noise` of its limit (either side) is
+    # near the boundary and run `repeats` times in all (other LoadGen seeds); it passes only if all pass.
+    noise: float = Field(0.1, ge=0, lt=1)
+    repeats: int = Field(2, ge=1, le=10)
+    max_probes: int = Field(30, ge=1, le=1000)
+    confirm: bool = True  # one run at the params' full settings, with accuracy, at the found value
+
+    @field_validator("slo")
+    @classmethod
+    def _slo_parses(cls, v: str) -> str:
+        try:
+            parse_slo(v)
+        except SloError as e:
+            raise ValueError(str(e)) from None
+        return v
+
+    @model_validator(mode="after")
+    def _range(self):
+        if self.lowest >= self.highest:
+            raise ValueError(f"lowest {self.lowest:g} must be below highest {self.highest:g}")
+        return self
+
+
 _PLAIN_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"  # names a directory of the results tree, never a path
 
 
@@ -399,6 +440,7 @@ class Params(Section):
     dataset: DatasetSection = DatasetSection()
     accuracy: AccuracySection = AccuracySection()
     submission: SubmissionSection = SubmissionSection()
+    search: SearchSection = SearchSection()
     slurm: Optional[SlurmSection] = None  # unset: every stage runs in the luigi worker's process
 
 
