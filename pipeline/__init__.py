@@ -5,6 +5,7 @@ those are installed when a run starts (tasks/lifecycle.py).
 """
 from pipeline.full_run import FullRun
 from pipeline.nightly import Nightly
+from pipeline.search import FindMaxLoad
 from pipeline.submission import Submission
 from pipeline.sweep import Sweep
 from tasks import (
@@ -25,5 +26,5 @@ from tasks import (
 )
 
 __all__ = ["STAGES", "StageTask", "PrepareModel", "Quantize", "BuildEngine", "FillTritonRepo",
-           "LaunchServers", "PrepareDataset", "RunLoadgen", "RunAccuracy", "CheckAccuracy", "FullRun", "Sweep", "Nightly",
+           "LaunchServers", "PrepareDataset", "RunLoadgen", "RunAccuracy", "CheckAccuracy", "FullRun", "Sweep", "Nightly", "FindMaxLoad",
            "RunTest06", "RunTest07", "RunTest09", "Submission"]

@@ -39,7 +39,8 @@ class FullRun(StageTask):
         return {"performance": self.clone(RunLoadgen), "accuracy": self.clone(CheckAccuracy)}
 
     def code(self):  # the report, its plots and stats, and the request log they read
-        return ("harness.reports.report", "harness.reports.plots", "harness.loadgen.results", "harness.loadgen.verdict")
+        return ("harness.reports.report", "harness.reports.plots", "harness.loadgen.results", "harness.loadgen.verdict",
+                "harness.loadgen.goodput")  # the goodput line
 
     def stage_keys(self) -> dict[str, str]:
         keys, todo = {}, [self]

@@ -25,6 +25,7 @@ SUT_CODE = ("harness.loadgen.measure", "harness.loadgen", "harness.loadgen.runne
             "harness.loadgen.openai_api", "harness.loadgen.usage", "harness.loadgen.progress",
             "harness.loadgen.cores.aioloop",
             "harness.loadgen.verdict",  # result.json's verdict (LoadGen errors) and its relaunch record
+            "harness.loadgen.goodput", "harness.config.slo",  # result.json's goodput under the latency limits
             ) + package_modules(("harness.mlperf.benchmarks",))  # latency limits, LoadGen names: user.conf
 
 

@@ -330,6 +330,7 @@ class SearchSection(Section):
     repeats: int = Field(2, ge=1, le=10)
     max_probes: int = Field(30, ge=1, le=1000)
     confirm: bool = True  # one run at the params' full settings, with accuracy, at the found value
+    confirm_tries: int = Field(2, ge=1, le=10)  # where it fails there, the next loads that passed, in all
 
     @field_validator("slo")
     @classmethod

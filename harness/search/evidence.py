@@ -67,11 +67,12 @@ def markdown(doc: dict, picture: str | None) -> str:
              f"{doc['plan']['repeats']} times (other seeds) and passes only if every run does; a fail is not retried",
              f"- probes: {len(doc['probes'])} runs of min_duration_ms={doc['probe_settings']['min_duration_ms']}, "
              f"min_query_count={doc['probe_settings']['min_query_count']}"]
-    c = doc.get("confirmation")
-    if c:
-        lines.append(f"- confirmed at full settings: {'VALID' if c['valid'] else 'INVALID'}"
+    for c in (doc.get("confirmation") or {}).get("tried", []):
+        lines.append(f"- confirmed at full settings, {c['value']:g}: {'VALID' if c['valid'] else 'INVALID'}"
                      f"{'' if c['valid'] else ' (' + (c.get('reason') or '') + ')'}, accuracy "
                      f"{'PASS' if c['accuracy_passed'] else 'FAIL'}; report {c['report']}")
+    lines.append(f"- result: **{_g(doc.get('result'))}** (the highest load confirmed; without a confirmation, "
+                 "the found one)")
     if doc.get("user_conf"):
         lines.append(f"- user.conf: `{doc['user_conf']}`")
     lines.append(f"- params file: `{PARAMS_FILE}` (beside this file)")
@@ -101,10 +102,10 @@ def write(out_dir: Path, doc: dict, resolved: dict) -> dict:
     picture = plot(out_dir, doc)
     (out_dir / "search.md").write_text(markdown(doc, picture))
     files = {"json": "search.json", "markdown": "search.md", "plot": picture}
-    if doc["found"] is not None:
-        head = (f"# Written by perfdag's search: {doc['axis']} = {doc['found']:g}, the highest load that "
+    if doc["result"] is not None:
+        head = (f"# Written by perfdag's search: {doc['axis']} = {doc['result']:g}, the highest load that "
                 f"passed ({doc['judged_by']}).\n")
-        (out_dir / PARAMS_FILE).write_text(head + yamlio.dumps(found_params(resolved, doc["axis"], doc["found"]),
+        (out_dir / PARAMS_FILE).write_text(head + yamlio.dumps(found_params(resolved, doc["axis"], doc["result"]),
                                                                sort_keys=False))
         files["params"] = PARAMS_FILE
     if doc.get("user_conf"):

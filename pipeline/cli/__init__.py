@@ -9,9 +9,9 @@ import sys
 
 import pipeline  # noqa: F401  registers the stages (status and submission read them)
 from harness.errors import PerfdagError
-from pipeline.cli import compare, gc, score, servers, status, submission
+from pipeline.cli import compare, gc, score, search, servers, status, submission
 
-COMMANDS = (status, servers, gc, submission, score, compare)
+COMMANDS = (status, servers, gc, submission, search, score, compare)
 
 
 def main(argv: list[str] | None = None) -> int:
