@@ -36,7 +36,10 @@ def test_auto_sizes_an_offline_run_that_a_fixed_rate_leaves_too_short(tmp_path):
                                tmp_path / "auto", end_id=2, pad_id=None)
     sized = auto["offline_expected_qps_auto"]
     assert auto["valid"] == "VALID", auto["invalid_reason"]
-    assert sized["offline_expected_qps"] == pytest.approx(sized["sizing_samples_per_s"] * AUTO_MARGIN, rel=1e-3)
-    assert sized["sizing_samples"] == 64 and (tmp_path / "auto" / "sizing" / "mlperf_log_summary.txt").is_file()
+    last = sized["sizing_runs"][-1]
+    assert sized["offline_expected_qps"] == pytest.approx(last["samples_per_s"] * AUTO_MARGIN, rel=1e-3)
+    assert last["samples_per_s"] < last["asked_qps"]  # the last sizing run was slower than asked: sustained
+    assert all((tmp_path / "auto" / r["dir"] / "mlperf_log_summary.txt").is_file() for r in sized["sizing_runs"])
     assert "offline_expected_qps_auto" in (tmp_path / "auto" / "result.json").read_text()
-    assert f"target_qps = {sized['offline_expected_qps']:g}" in (tmp_path / "auto" / "user.conf").read_text()
+    conf = dict(line.split(" = ") for line in (tmp_path / "auto" / "user.conf").read_text().splitlines() if " = " in line)
+    assert float(conf["llama2-70b.Offline.target_qps"]) == pytest.approx(sized["offline_expected_qps"])

@@ -1,5 +1,5 @@
-"""The parameter document: one pydantic model per section, validated as a whole (one module over
-~400 lines: the sections read best side by side).
+"""The parameter document: one pydantic model per section, validated as a whole (a module over 400 lines:
+the sections read best side by side).
 
 Every section forbids unknown keys so a typo is an error, not a silently ignored setting.
 Cross-section rules live on `Params` because they need more than one section.
@@ -213,8 +213,9 @@ class HarnessSection(Section):
 class LoadgenSection(Section):
     scenario: Literal["Offline", "Server", "Interactive"] = "Offline"
     # Offline: LoadGen issues expected_qps x min_duration samples at once; set it at or above
-    # what the system sustains, or the run ends early and is INVALID.
-    offline_expected_qps: float = Field(600, gt=0)
+    # what the system sustains, or the run ends early and is INVALID. "auto": measured by a short
+    # sizing run before the timed one, times a margin (harness/loadgen/measure.py).
+    offline_expected_qps: Union[Annotated[float, Field(gt=0)], Literal["auto"]] = 600
     server_target_qps: float = Field(20, gt=0)
     min_duration_ms: int = Field(10_000, ge=0)
     min_query_count: int = Field(64, ge=1)
