@@ -158,11 +158,13 @@ def tritonservers_under(root) -> list[int]:
 @contextlib.contextmanager
 def copied_root(built: Path, dest: Path):
     """A copy of a session-built artifacts root (its run history left out); afterwards any
-    tritonserver under it is killed, whatever the test did."""
+    tritonserver under it is killed, whatever the test did (passed or failed)."""
     shutil.copytree(built, dest, ignore=shutil.ignore_patterns("runs"))
-    yield dest
-    for pid in tritonservers_under(dest):
-        os.kill(pid, signal.SIGKILL)
+    try:
+        yield dest
+    finally:  # a failed assertion too: a test that keeps its servers must not leave them running
+        for pid in tritonservers_under(dest):
+            os.kill(pid, signal.SIGKILL)
 
 
 def republish(artifact_dir: Path) -> None:
