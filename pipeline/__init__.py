@@ -6,6 +6,7 @@ those are installed when a run starts (tasks/lifecycle.py).
 from pipeline.bench import Bench
 from pipeline.full_run import FullRun
 from pipeline.nightly import Nightly
+from pipeline.search import FindMaxLoad
 from pipeline.submission import Submission
 from pipeline.sweep import Sweep
 from tasks import (
@@ -29,5 +30,5 @@ from tasks import (
 
 __all__ = ["STAGES", "StageTask", "PrepareModel", "Quantize", "BuildEngine", "FillTritonRepo",
            "LaunchServers", "ExternalServers", "PrepareDataset", "RunLoadgen", "RunSessions", "RunAccuracy", "CheckAccuracy", "FullRun",
-           "Bench", "Sweep", "Nightly",
+           "Bench", "Sweep", "Nightly", "FindMaxLoad",
            "RunTest06", "RunTest07", "RunTest09", "Submission"]

@@ -64,7 +64,8 @@ class FullRun(StageTask):
 
     def code(self):  # the report, its plots and stats, and the request log they read
         return ("harness.reports.report", "harness.reports.plots", "harness.loadgen.results", "harness.loadgen.verdict",
-                "harness.loadgen.chunks")
+                "harness.loadgen.chunks",
+                "harness.loadgen.goodput")  # the goodput line
 
     def stage_keys(self) -> dict[str, str]:
         keys, todo = {}, [self]

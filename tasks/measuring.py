@@ -29,6 +29,7 @@ SUT_CODE = ("harness.loadgen.measure", "harness.loadgen", "harness.loadgen.runne
             "harness.loadgen.cores.aioloop", "harness.loadgen.chunks",
             "harness.loadgen.verdict",  # result.json's verdict (LoadGen errors) and its relaunch record
             "harness.serving.protocols",  # which core and readiness probe a protocol name means
+            "harness.loadgen.goodput", "harness.config.slo",  # result.json's goodput under the latency limits
             ) + package_modules(("harness.mlperf.benchmarks",))  # latency limits, LoadGen names: user.conf
 
 

@@ -158,11 +158,13 @@ def tritonservers_under(root) -> list[int]:
 @contextlib.contextmanager
 def copied_root(built: Path, dest: Path):
     """A copy of a session-built artifacts root (its run history left out); afterwards any
-    tritonserver under it is killed, whatever the test did."""
+    tritonserver under it is killed, whatever the test did (passed or failed)."""
     shutil.copytree(built, dest, ignore=shutil.ignore_patterns("runs"))
-    yield dest
-    for pid in tritonservers_under(dest):
-        os.kill(pid, signal.SIGKILL)
+    try:
+        yield dest
+    finally:  # a failed assertion too: a test that keeps its servers must not leave them running
+        for pid in tritonservers_under(dest):
+            os.kill(pid, signal.SIGKILL)
 
 
 def republish(artifact_dir: Path) -> None:
@@ -174,3 +176,26 @@ def republish(artifact_dir: Path) -> None:
     m["files"], m["links"] = integrity.describe(artifact_dir, skip=m.get("volatile", ()))
     m["content_digest"] = integrity.content_digest(m["files"], m["links"])
     (artifact_dir / "manifest.json").write_text(json.dumps(m, indent=2, sort_keys=True))
+
+
+@contextlib.contextmanager
+def echo_tritonserver(root: Path, **parameters: str):
+    """A real CPU tritonserver serving the echo model (harness/serving/testing/echo_model.py) as `echo`,
+    decoupled, with these model parameters (token_delay_ms, max_batch, ...); yields 'host:port'."""
+    from harness.backends.torch.repo import render_torch_model_config
+    from harness.serving import ports
+    from harness.serving.triton import cpu_server, server
+    from harness.serving.triton.pbtxt import write_model_repo
+
+    echo_py = REPO / "harness" / "serving" / "testing" / "echo_model.py"
+    cfg = render_torch_model_config("echo", decoupled=True, max_batch_size=64, engine_dir="unused",
+                                    extra_parameters=parameters)
+    repo = write_model_repo(root / "repo", {"echo": cfg}, echo_py.read_text())
+    grpc, http, metrics = ports.free_ports(3)
+    h = cpu_server.start_tritonserver(repo, root / "server.log", grpc_port=grpc, http_port=http,
+                                     metrics_port=metrics, backend_dir=server.prepare_backend_dir(root / "backends"))
+    try:
+        cpu_server.wait_ready(h, timeout_s=120)
+        yield f"127.0.0.1:{grpc}"
+    finally:
+        cpu_server.stop_server(h, timeout=20)

@@ -32,6 +32,7 @@ NOT_SHAPING = {
     "harness.cache.versions": "tool versions enter keys as values",
     "harness.config": "parameters enter keys as values", "harness.config.schema": "", "harness.config.resolve": "",
     "harness.config.rules": "", "harness.untrusted.yamlio": "", "harness.config.section": "", "harness.config.sessions": "",
+    "harness.config.slo": "the schema validates search.slo with it; the measuring stages declare it (goodput)",
     "harness.cache.hashing": "how keys are made", "harness.cache.codehash": "", "harness.cache.integrity": "", "harness.cache.store": "",
     "harness.cache.executed": "", "harness.cache": "",
     "harness.cache.runs": "run records: what ran and was reused, not what a stage computes",

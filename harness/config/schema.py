@@ -16,6 +16,7 @@ from pydantic import AfterValidator, BeforeValidator, Field, field_validator, mo
 from harness.cache.hashing import file_sha256
 from harness.config.section import Section
 from harness.config.sessions import SessionsSection
+from harness.config.slo import SloError, parse_slo
 from harness.mlperf import benchmarks
 from harness.untrusted.files import not_regular
 
@@ -222,8 +223,9 @@ class HarnessSection(Section):
 class LoadgenSection(Section):
     scenario: Literal["Offline", "Server", "Interactive"] = "Offline"
     # Offline: LoadGen issues expected_qps x min_duration samples at once; set it at or above
-    # what the system sustains, or the run ends early and is INVALID.
-    offline_expected_qps: float = Field(600, gt=0)
+    # what the system sustains, or the run ends early and is INVALID. "auto": measured by a short
+    # sizing run before the timed one, times a margin (harness/loadgen/measure.py).
+    offline_expected_qps: Union[Annotated[float, Field(gt=0)], Literal["auto"]] = 600
     server_target_qps: float = Field(20, gt=0)
     min_duration_ms: int = Field(10_000, ge=0)
     min_query_count: int = Field(64, ge=1)
@@ -363,6 +365,46 @@ class AccuracySection(Section):
     livecodebench_timeout_s: float = Field(60.0, gt=0, le=600)  # per test; MLCommons' eval_accuracy.py: 60
 
 
+class SearchSection(Section):
+    """FindMaxLoad (`python -m pipeline search`): the highest load that stays VALID or meets `slo`,
+    bracketed from `start` by `growth`, then bisected until the bracket is within `tolerance`."""
+
+    # Empty: LoadGen's verdict (MLPerf's latency limits, early stopping); else e.g. "ttft_p99_ms<=500".
+    slo: str = ""
+    # auto: server_target_qps in Server/Interactive, harness.max_in_flight (closed loop) in Offline.
+    axis: Literal["auto", "server_target_qps", "max_in_flight"] = "auto"
+    start: Optional[float] = Field(None, gt=0)  # unset: the params' own value of the axis
+    lowest: float = Field(0.1, gt=0)  # below this the search gives up: nothing passes
+    highest: float = Field(100_000, gt=0)  # above this it stops growing: everything passes
+    growth: float = Field(2.0, gt=1, le=100)
+    tolerance: float = Field(0.02, gt=0, lt=1)  # the bracket's width over its low end
+    # A probe is a shorter run: its own LoadGen duration and query count (each probe is a RunLoadgen).
+    probe_min_duration_ms: int = Field(5000, ge=0)
+    probe_min_query_count: int = Field(512, ge=1)
+    # The noise rule: a probe whose worst statistic lies within `noise` of its limit (either side) is
+    # near the boundary and run `repeats` times in all (other LoadGen seeds); it passes only if all pass.
+    noise: float = Field(0.1, ge=0, lt=1)
+    repeats: int = Field(2, ge=1, le=10)
+    max_probes: int = Field(30, ge=1, le=1000)
+    confirm: bool = True  # one run at the params' full settings, with accuracy, at the found value
+    confirm_tries: int = Field(2, ge=1, le=10)  # where it fails there, the next loads that passed, in all
+
+    @field_validator("slo")
+    @classmethod
+    def _slo_parses(cls, v: str) -> str:
+        try:
+            parse_slo(v)
+        except SloError as e:
+            raise ValueError(str(e)) from None
+        return v
+
+    @model_validator(mode="after")
+    def _range(self):
+        if self.lowest >= self.highest:
+            raise ValueError(f"lowest {self.lowest:g} must be below highest {self.highest:g}")
+        return self
+
+
 _PLAIN_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"  # names a directory of the results tree, never a path
 
 
@@ -457,6 +499,7 @@ class Params(Section):
     accuracy: AccuracySection = AccuracySection()
     submission: SubmissionSection = SubmissionSection()
     sessions: SessionsSection = SessionsSection()
+    search: SearchSection = SearchSection()
     slurm: Optional[SlurmSection] = None  # unset: every stage runs in the luigi worker's process
 
 

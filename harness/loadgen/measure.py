@@ -1,7 +1,10 @@
 """Glue between the serving records, the dataset and the LoadGen SUT (no luigi, no scoring)."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
+
+from harness.errors import MeasurementError
 
 from harness.loadgen import run_loadgen
 from harness.loadgen.settings import from_params
@@ -40,12 +43,54 @@ def in_flight_per_server(params) -> int:
     return params.harness.max_in_flight or params.build.max_batch_size
 
 
+#: loadgen.offline_expected_qps: auto sets the rate at this many times the sizing runs' samples/s, so
+#: the timed run lasts at least its min_duration wherever the host runs up to this much faster then.
+AUTO_MARGIN = 2.0
+#: The first sizing run's rate; each next one (at most SIZING_RUNS) at 4x what the last one measured,
+#: until a run is slower than asked (it lasted its duration: the rate is a sustained one, not a burst).
+SIZING_START_QPS = 64.0
+SIZING_RUNS = 4
+
+
 def run_performance(servers: list[dict], samples, params, out_dir: Path, *, end_id: int, pad_id: int | None,
                     **extra) -> dict:
-    """The timed run in loadgen.scenario."""
-    return _run(servers, samples, params, out_dir, mode="PerformanceOnly",
-                settings=from_params(params.loadgen, len(samples)), warmup=params.harness.warmup_queries,
-                end_id=end_id, pad_id=pad_id, **extra)
+    """The timed run in loadgen.scenario. Offline with offline_expected_qps: auto first measures the rate
+    with short sizing runs (a quarter of min_duration each, in `sizing/<i>/`) and records them in
+    result.json's `offline_expected_qps_auto`."""
+    settings = from_params(params.loadgen, len(samples))
+    sized = None
+    if params.loadgen.offline_expected_qps == "auto" and params.loadgen.scenario == "Offline":
+        sized = size_offline(servers, samples, params, Path(out_dir), settings, end_id=end_id, pad_id=pad_id, **extra)
+        settings["offline_expected_qps"] = sized["offline_expected_qps"]
+    result = _run(servers, samples, params, out_dir, mode="PerformanceOnly", settings=settings,
+                  warmup=params.harness.warmup_queries, end_id=end_id, pad_id=pad_id, **extra)
+    if sized:
+        result["offline_expected_qps_auto"] = sized
+        path = Path(out_dir) / "result.json"
+        doc = json.loads(path.read_text())
+        doc["offline_expected_qps_auto"] = sized
+        path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    return result
+
+
+def size_offline(servers, samples, params, out_dir: Path, settings: dict, **kw) -> dict:
+    """The Offline rate the timed run asks for: AUTO_MARGIN x the samples/s of the last sizing run."""
+    duration_ms = max(250, params.loadgen.min_duration_ms // 4)
+    guess, runs = SIZING_START_QPS, []
+    for i in range(SIZING_RUNS):
+        probe = _run(servers, samples, params, out_dir / "sizing" / str(i), mode="PerformanceOnly",
+                     settings={**settings, "offline_expected_qps": guess, "min_duration_ms": duration_ms,
+                               "min_query_count": 1, "max_duration_ms": None},
+                     warmup=params.harness.warmup_queries if i == 0 else 0, **kw)
+        rate = probe.get("samples_per_s") or 0.0
+        runs.append({"asked_qps": guess, "samples_per_s": rate, "dir": f"sizing/{i}"})
+        if rate <= 0:
+            raise MeasurementError("loadgen.offline_expected_qps: auto: a sizing run measured no samples/s "
+                                   f"(see {out_dir / 'sizing' / str(i)}); set loadgen.offline_expected_qps to a number")
+        if rate < guess:
+            break
+        guess = rate * 4
+    return {"offline_expected_qps": round(rate * AUTO_MARGIN, 3), "margin": AUTO_MARGIN, "sizing_runs": runs}
 
 
 def run_accuracy(servers: list[dict], samples, params, out_dir: Path, *, end_id: int, pad_id: int | None,

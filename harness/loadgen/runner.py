@@ -31,9 +31,11 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from harness import CHECKOUT
+from harness.config.slo import mlperf_limits
 from harness.errors import MeasurementError
 from harness.loadgen import semaphores
 from harness.loadgen.cores.base import Prompts, output_lengths
+from harness.loadgen.goodput import goodput
 from harness.loadgen.results import json_default, merge_measured, parse_summary, read_requests_csv
 from harness.loadgen.settings import MODES, SCENARIOS, SETTINGS_KEYS
 
@@ -128,8 +130,10 @@ def run_loadgen(
     result["loadgen_scenario"] = result["scenario"]
     result["scenario"] = cfg["scenario"]  # Interactive runs as LoadGen's Server scenario
     result.update(merge_measured(result, stats, cfg))
+    requests = read_requests_csv(out / "requests.csv")
+    result["goodput"] = goodput(requests, mlperf_limits(result.get("ttft_constraint_ms"), result.get("tpot_constraint_ms")))
     (out / "result.json").write_text(json.dumps(result, indent=2, sort_keys=True, default=json_default) + "\n")
-    result["requests"] = read_requests_csv(out / "requests.csv")
+    result["requests"] = requests
     return result
 
 

@@ -51,8 +51,10 @@ def conf_model_name(mlperf_model: str) -> str:
 
 
 def from_params(loadgen, num_samples: int) -> dict[str, Any]:
-    """The settings of the params `loadgen` section (None values are left to LoadGen)."""
-    return {"offline_expected_qps": loadgen.offline_expected_qps, "server_target_qps": loadgen.server_target_qps,
+    """The settings of the params `loadgen` section (None values are left to LoadGen; offline_expected_qps
+    "auto" is None here: the timed run's rate is measured first, harness/loadgen/measure.py)."""
+    auto = loadgen.offline_expected_qps == "auto"
+    return {"offline_expected_qps": None if auto else loadgen.offline_expected_qps, "server_target_qps": loadgen.server_target_qps,
             "min_duration_ms": loadgen.min_duration_ms, "min_query_count": loadgen.min_query_count,
             "max_duration_ms": loadgen.max_duration_ms or None,
             "performance_sample_count": loadgen.performance_sample_count or num_samples,

@@ -6,6 +6,7 @@ import os
 import sys
 from pathlib import Path
 
+from harness.loadgen.goodput import goodput_line
 from harness.loadgen.verdict import invalid_reason, is_valid, relaunch_lines
 from harness.reports.plots import plot_all, stats_markdown
 
@@ -34,6 +35,8 @@ def build_report(stage_keys: dict[str, str], perf: dict, accuracy: dict | None, 
             "samples_per_second": perf["samples_per_s"], "tokens_per_second": perf["tokens_per_s"],
             "ttft_ms": _pcts(perf.get("ttft_ms")), "tpot_ms": _pcts(perf.get("tpot_ms")),
             "latency_ms": _pcts(perf.get("latency_ms")), "early_stopping": perf.get("early_stopping"),
+            # the share of requests that met the latency limits, and the throughput they make up
+            "goodput": perf.get("goodput"),
             # MLPerf's p99 limits this run was held to (Server / Interactive; None for Offline)
             "ttft_limit_ms": perf.get("ttft_constraint_ms"), "tpot_limit_ms": perf.get("tpot_constraint_ms"),
             "target_qps": perf.get("target_qps"),  # LoadGen's effective target (Server / Interactive)
@@ -114,6 +117,7 @@ def render_markdown(report: dict, plots: list[str]) -> str:
     lines += ["| metric | value |", "|---|---|",
              f"| samples/s | {_fmt(p['samples_per_second'], '.2f')} |",
              f"| tokens/s | {_fmt(p['tokens_per_second'], '.1f')} |",
+             f"| goodput | {goodput_line(p.get('goodput'))} |",
              f"| in flight: limit / peak | {_fmt(p.get('max_in_flight'), 'd')} / {_fmt(p.get('peak_in_flight'), 'd')} |"]
     if p.get("client_bound"):
         lines[2:2] = [f"> **Warning: the client may have been the bottleneck**: {p['client_bound_reason']}", ""]
@@ -187,6 +191,7 @@ def summary_text(report: dict, report_dir: Path, color: bool = False) -> str:
                 " the first:", color)] + [f"               {x}" for x in first] if n_err else []),
         *[_red(f"  RELAUNCH   {line}", color) for line in relaunch_lines(p)],
         f"  throughput {_fmt(p['samples_per_second'], '.2f')} samples/s, {_fmt(p['tokens_per_second'], '.1f')} tokens/s",
+        f"  goodput    {goodput_line(p.get('goodput'))}",
         f"  in flight  limit {_fmt(p.get('max_in_flight'), 'd')}, peak {_fmt(p.get('peak_in_flight'), 'd')}",
         *([f"  WARNING    client-bound: {p['client_bound_reason']}"] if p.get("client_bound") else []),
         f"  TTFT ms    (LoadGen) p50 {_fmt(p['ttft_ms']['p50'], '.2f')}  p90 {_fmt(p['ttft_ms']['p90'], '.2f')}  p99 {_fmt(p['ttft_ms']['p99'], '.2f')}",

@@ -18,8 +18,11 @@ default 0), ``first_token_delay_ms`` (default ``token_delay_ms``), ``shift`` (de
 ``vocab_size`` (default 32000), ``exclude_input_in_output`` (default false),
 ``error_token_id`` (a request whose prompt contains this id gets an error response: for
 testing how a harness handles failed requests), ``tokens_per_response`` (default 1: k tokens
-per streamed response, as a server with a stream interval sends them).  With delays a
-single scheduler thread emits tokens at their due times, so ``execute`` never blocks.
+per streamed response, as a server with a stream interval sends them), ``max_batch`` (default
+0: no limit; else at most this many requests generate at once and the rest wait in arrival order,
+so a server of known capacity: max_batch / (first_token_delay + token_delay x (tokens - 1))
+requests/s).  With delays a single scheduler thread emits tokens at their due times, so ``execute``
+never blocks.
 
 Two modes for benches: burst (no delay: a request's responses are sent at once) and paced
 (``token_delay_ms`` > 0: one response per token at its due time, so a client that keeps up reads
@@ -27,6 +30,7 @@ one response at a time, as from a GPU server at moderate load).
 """
 from __future__ import annotations
 
+import collections
 import heapq
 import itertools
 import json
@@ -81,6 +85,9 @@ class TritonPythonModel:
         self._seq = itertools.count()
         self._cv = threading.Condition()
         self._stop = False
+        self.max_batch = int(param(cfg, "max_batch", 0))
+        self._active = 0  # requests generating (counted only under max_batch)
+        self._waiting: collections.deque = collections.deque()  # (sender, spec) beyond max_batch
         self._thread = None
         if self.decoupled and (self.token_delay > 0 or self.first_delay > 0):
             self._thread = threading.Thread(target=self._loop, name="echo-scheduler", daemon=True)
@@ -155,6 +162,25 @@ class TritonPythonModel:
             sender.send(self._response(toks[i:i + k]), flags=self.final if i + k >= len(toks) else 0)
 
     def _schedule(self, sender, spec):
+        with self._cv:
+            if self.max_batch and self._active >= self.max_batch:
+                self._waiting.append((sender, spec))
+                return
+            self._active += 1
+        self._start(sender, spec)
+
+    def _finished(self):
+        """A request sent its last response: the longest-waiting one starts now."""
+        if not self.max_batch:
+            return
+        with self._cv:
+            if not self._waiting:
+                self._active -= 1
+                return
+            sender, spec = self._waiting.popleft()
+        self._start(sender, spec)
+
+    def _start(self, sender, spec):
         now = time.monotonic()
         n = len(spec["tokens"])
         if spec["streaming"]:
@@ -187,14 +213,18 @@ class TritonPythonModel:
         toks = spec["tokens"]
         if k < 0:
             sender.send(self._response(self._full(spec)), flags=self.final)
+            self._finished()
             return
         if not toks:
             sender.send(flags=self.final)
+            self._finished()
             return
         step = self.per_response
         final = k + step >= len(toks)
         sender.send(self._response(toks[k:k + step]), flags=self.final if final else 0)
-        if not final:
+        if final:
+            self._finished()
+        else:
             state["k"] = k + step
             with self._cv:
                 heapq.heappush(self._heap, (due + self.token_delay * step, next(self._seq), state))

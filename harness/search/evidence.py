@@ -1,0 +1,114 @@
+"""What a search leaves: search.json (every probe), search.md (the probes, the plot, the confirmed
+result), search.png (each limited statistic against the offered load, the limit drawn), a params
+file with the found load and the matching LoadGen user.conf line."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from harness.loadgen.settings import conf_model_name
+from harness.untrusted import yamlio
+
+PARAMS_FILE = "found.yaml"
+
+
+def user_conf_line(axis: str, value: float, scenario: str, mlperf_model: str) -> str | None:
+    """LoadGen's user.conf line for a found server_target_qps (None for a harness setting)."""
+    if axis != "server_target_qps":
+        return None
+    model = conf_model_name(mlperf_model) + ("-interactive" if scenario == "Interactive" else "")
+    return f"{model}.Server.target_qps = {value:g}"
+
+
+def found_params(resolved: dict, axis: str, value: float) -> dict:
+    """The resolved params document with the found load set: a complete params file (no extends:) for
+    `luigi --module pipeline FullRun` or `python -m pipeline submission`."""
+    doc = {k: v for k, v in resolved.items() if v is not None and k != "search"}
+    section = "loadgen" if axis == "server_target_qps" else "harness"
+    doc[section] = {**doc[section], axis: int(value) if axis == "max_in_flight" else value}
+    return doc
+
+
+def plot(out_dir: Path, doc: dict) -> str | None:
+    """search.png: each limited statistic of every probe against the offered load, the limit as a line."""
+    names = list(dict.fromkeys(n for p in doc["probes"] for n in p["stats"]))
+    if not names:
+        return None
+    import matplotlib  # lazy: keeps matplotlib off the no-op path
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(names), figsize=(5 * len(names), 3.8), squeeze=False)
+    for ax, name in zip(axes[0], names):
+        for passed, style, label in ((True, "o", "pass"), (False, "x", "fail")):
+            pts = [(p["value"], p["stats"][name]["value"]) for p in doc["probes"]
+                   if p["passed"] == passed and (p["stats"].get(name) or {}).get("value") is not None]
+            if pts:
+                ax.plot(*zip(*pts), style, label=label, color="tab:green" if passed else "tab:red")
+        limit = next(p["stats"][name]["limit"] for p in doc["probes"] if name in p["stats"])
+        ax.axhline(limit, color="black", linestyle="--", label=f"limit {limit:g} ms")
+        if doc.get("found") is not None:
+            ax.axvline(doc["found"], color="tab:blue", linestyle=":", label=f"found {doc['found']:g}")
+        ax.set_xlabel(f"offered load ({doc['axis']})")
+        ax.set_ylabel(f"{name.removesuffix('_ms')} (ms)")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out_dir / "search.png", dpi=90)
+    plt.close(fig)
+    return "search.png"
+
+
+def markdown(doc: dict, picture: str | None) -> str:
+    lines = [f"# Search: {doc['model']}, {doc['scenario']}, {doc['axis']}", "",
+             f"- judged by: {doc['judged_by']}",
+             f"- found: **{'none' if doc['found'] is None else format(doc['found'], 'g')}**"
+             f" (bracket [{_g(doc['low'])}, {_g(doc['high'])}]; {doc['stopped']})",
+             f"- noise rule: a pass within {doc['plan']['noise']:.0%} of a limit is run "
+             f"{doc['plan']['repeats']} times (other seeds) and passes only if every run does; a fail is not retried",
+             f"- probes: {len(doc['probes'])} runs of min_duration_ms={doc['probe_settings']['min_duration_ms']}, "
+             f"min_query_count={doc['probe_settings']['min_query_count']}"]
+    for c in (doc.get("confirmation") or {}).get("tried", []):
+        lines.append(f"- confirmed at full settings, {c['value']:g}: {'VALID' if c['valid'] else 'INVALID'}"
+                     f"{'' if c['valid'] else ' (' + (c.get('reason') or '') + ')'}, accuracy "
+                     f"{'PASS' if c['accuracy_passed'] else 'FAIL'}; report {c['report']}")
+    lines.append(f"- result: **{_g(doc.get('result'))}** (the highest load confirmed; without a confirmation, "
+                 "the found one)")
+    if doc.get("user_conf"):
+        lines.append(f"- user.conf: `{doc['user_conf']}`")
+    lines.append(f"- params file: `{PARAMS_FILE}` (beside this file)")
+    names = list(dict.fromkeys(n for p in doc["probes"] for n in p["stats"]))
+    lines += ["", "| # | load | repeat | verdict | " + " | ".join(names) + " | samples/s | goodput | RunLoadgen |",
+              "|---|---|---|---|" + "---|" * len(names) + "---|---|---|"]
+    for i, p in enumerate(doc["probes"], 1):
+        stats = " | ".join(f"{_g(p['stats'].get(n, {}).get('value'))} / {_g(p['stats'].get(n, {}).get('limit'))}"
+                           for n in names)
+        verdict = "PASS" if p["passed"] else f"FAIL: {p['reason']}"
+        good = p.get("goodput") or {}
+        lines.append(f"| {i} | {p['value']:g} | {p['repeat']} | {verdict} | {stats}{' | ' if names else ''}"
+                     f"{_g(p.get('samples_per_s'))} | {_g(good.get('share'))} | {p['key'][:16]} |")
+    if picture:
+        lines += ["", f"![each limited statistic against the offered load]({picture})"]
+    return "\n".join(lines) + "\n"
+
+
+def _g(v) -> str:
+    return "-" if v is None else (format(v, ".4g") if isinstance(v, float) else str(v))
+
+
+def write(out_dir: Path, doc: dict, resolved: dict) -> dict:
+    """Writes the search's files into `out_dir`; returns their names."""
+    out_dir = Path(out_dir)
+    (out_dir / "search.json").write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    picture = plot(out_dir, doc)
+    (out_dir / "search.md").write_text(markdown(doc, picture))
+    files = {"json": "search.json", "markdown": "search.md", "plot": picture}
+    if doc["result"] is not None:
+        head = (f"# Written by perfdag's search: {doc['axis']} = {doc['result']:g}, the highest load that "
+                f"passed ({doc['judged_by']}).\n")
+        (out_dir / PARAMS_FILE).write_text(head + yamlio.dumps(found_params(resolved, doc["axis"], doc["result"]),
+                                                               sort_keys=False))
+        files["params"] = PARAMS_FILE
+    if doc.get("user_conf"):
+        (out_dir / "user.conf").write_text(doc["user_conf"] + "\n")
+        files["user_conf"] = "user.conf"
+    return files

@@ -1,0 +1,51 @@
+"""`python -m pipeline search`: FindMaxLoad, the highest load that stays VALID or meets an SLO (the flow
+is pipeline/search.py, the plan harness/search/). Its flags are the params' search.* keys."""
+from __future__ import annotations
+
+import luigi
+
+from harness.errors import PerfdagError
+from pipeline.search import FindMaxLoad
+from tasks.settings import DEFAULT_PARAMS
+
+#: flag -> the search.* key it sets (after --overrides)
+FLAGS = {"slo": "slo", "axis": "axis", "start": "start", "tolerance": "tolerance",
+         "probe_min_duration_ms": "probe_min_duration_ms", "probe_min_query_count": "probe_min_query_count"}
+
+
+def add_parser(sub) -> None:
+    sp = sub.add_parser("search", help="the highest server_target_qps (or concurrency) that stays VALID or meets an SLO",
+                        description="Brackets then bisects the load over cached RunLoadgen probes, confirms the "
+                                    "found load with a FullRun at full settings, and writes search.md, a params "
+                                    "file and the user.conf line. Exit 0: found and confirmed; 10: nothing passed "
+                                    "or the confirmation was INVALID; 11: its accuracy FAILed.")
+    sp.add_argument("--params-file", default=DEFAULT_PARAMS)
+    sp.add_argument("--overrides", default="")
+    sp.add_argument("--slo", help="e.g. 'ttft_p99_ms<=500,tpot_p99_ms<=40' (default: LoadGen's verdict)")
+    sp.add_argument("--axis", choices=("auto", "server_target_qps", "max_in_flight"))
+    sp.add_argument("--start", type=float, help="the first load probed (default: the params' own)")
+    sp.add_argument("--tolerance", type=float, help="the bracket's final width over its low end (default 0.02)")
+    sp.add_argument("--probe-min-duration-ms", type=int, help="each probe's loadgen.min_duration_ms")
+    sp.add_argument("--probe-min-query-count", type=int, help="each probe's loadgen.min_query_count")
+    sp.add_argument("--keep-servers", action="store_true", help="leave the servers running afterwards")
+    sp.add_argument("--verbose", action="store_true", help="show third-party warnings and chatter")
+
+
+def overrides(args) -> str:
+    parts = [args.overrides] if args.overrides else []
+    parts += [f"search.{key}={getattr(args, flag)}" for flag, key in FLAGS.items() if getattr(args, flag) is not None]
+    return ",".join(parts)
+
+
+def run(args) -> int:
+    try:
+        task = FindMaxLoad(params_file=args.params_file, overrides=overrides(args), keep_servers=args.keep_servers,
+                           verbose=args.verbose)
+    except PerfdagError as e:
+        print(e)
+        return 2
+    luigi.build([task], local_scheduler=True, detailed_summary=False, workers=1)
+    if not task.is_done():
+        print("perfdag: the search did not finish; see the log above (a rerun resumes from the probes it measured)")
+        return 1
+    return 0  # the verdict's exit code (10, 11) is set at exit, with the summary
