@@ -9,6 +9,7 @@ import os
 from typing import Mapping
 
 from harness.backends.base import Backend
+from harness.backends.roles import layout_problems
 from harness.config import Params
 from harness.config import resolve as resolve_document
 
@@ -36,7 +37,7 @@ def problems(p: Params) -> list[str]:
     section = backend.launch.section
     out = [f"{other}.{f}: build.backend={p.build.backend} does not read {other}.*; remove it or use {section}.*"
            for other in SERVER_SECTIONS if other != section for f in sorted(getattr(p, other).model_fields_set)]
-    return out + backend.check(p).problems
+    return out + backend.check(p).problems + layout_problems(p, backend.serving_stack(p))
 
 
 def resolve(params_file: str | os.PathLike | None = None, overrides: str = "",

@@ -9,9 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field, field_validator, model_validator
 
 from harness.cache.hashing import file_sha256
+from harness.config.layout import LayoutSection
+from harness.config.section import Section
 from harness.mlperf import benchmarks
 from harness.untrusted.files import not_regular
 
@@ -52,11 +54,6 @@ Ports = Annotated[list[int], AfterValidator(_distinct_ports)]
 # One endpoint may be given as a plain string.
 Endpoints = Annotated[list[str], BeforeValidator(lambda v: [v] if isinstance(v, str) else v)]
 
-
-class Section(BaseModel):
-    # strict: YAML already gives numbers and booleans their types, so `true` is never a count and
-    # "3" never a number; non-finite numbers (.nan, .inf) are refused everywhere.
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, strict=True, allow_inf_nan=False)
 
 
 class TinyModel(Section):
@@ -407,6 +404,7 @@ class Params(Section):
     accuracy: AccuracySection = AccuracySection()
     submission: SubmissionSection = SubmissionSection()
     slurm: Optional[SlurmSection] = None  # unset: every stage runs in the luigi worker's process
+    layout: Optional[LayoutSection] = None  # unset: the servers of the server section, on one node
 
 
 SECTIONS = tuple(Params.model_fields)

@@ -213,3 +213,6 @@ class OpenAIBackend(Backend):
 
     def check(self, p) -> Checks:
         return Checks(problems(p), [])
+
+    def serving_stack(self, p) -> str:
+        return p.openai.server

@@ -1,0 +1,252 @@
+"""Serving layouts with roles: placement on the allocation's nodes, each stack's rendered command lines
+and configs (golden files; every option one its own parser defines), and bad layouts refused before
+any stage runs, naming the field."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import yaml
+from conftest import REPO
+
+from harness.backends import resolve
+from harness.backends.openai.disagg import render
+from harness.cache.executed import normalise
+from harness.config import ParamsError
+from harness.serving.layout import PlacementError, place
+
+GOLDEN = REPO / "tests" / "golden" / "serving_roles"
+UPDATE = os.environ.get("PERFDAG_UPDATE_GOLDEN") == "1"
+UPSTREAM = json.loads((GOLDEN / "upstream_flags.json").read_text())
+
+GPU = ("build.backend=openai,build.device=cuda,build.dtype=bfloat16,build.max_batch_size=256,"
+       "build.max_num_tokens=8192,build.max_seq_len=2048,build.max_input_len=1024,quantize.format=fp8,"
+       "dataset.max_new_tokens=1024,model.tiny.max_position_embeddings=4096")
+SLURM = "slurm.serve=true"
+# Two nodes of 8 GPUs: two context workers of tp 2, one generation worker of tp 4, a router.
+DISAGG = ("layout.nodes=2,layout.gpus_per_node=8,"
+          "layout.roles.context.count=2,layout.roles.context.gpus_per_instance=2,layout.roles.context.tp_size=2,"
+          "layout.roles.generation.count=1,layout.roles.generation.gpus_per_instance=4,"
+          "layout.roles.generation.tp_size=4,layout.roles.router.gpus_per_instance=0")
+DP = ("layout.nodes=2,layout.gpus_per_node=8,layout.roles.server.count=2,layout.roles.server.gpus_per_instance=8,"
+      "layout.roles.server.tp_size=8")
+
+
+def params(stack: str, layout: str = DISAGG, extra: str = ""):
+    return resolve(REPO / "params" / "default.yaml",
+                   ",".join(x for x in (GPU, f"openai.server={stack}", SLURM, layout, extra) if x))
+
+
+def rendered(p) -> list[dict]:
+    instances = place(p.layout)
+    ports = {}
+    for k, inst in enumerate(instances):
+        ports[inst.name] = 8000 + k
+        ports[f"{inst.name}_bootstrap"] = 9000 + k
+    return normalise(render(p, instances, ["node0", "node1"], ports, "/repo", "/ckpt"))
+
+
+def options(argv: list[str]) -> list[str]:
+    """The options of a command line (after the program; `-m module` is the program's)."""
+    argv = argv[2:] if argv[:1] == ["-m"] else argv
+    return [a for a in argv if a.startswith("-") and not a.lstrip("-").isdigit()]
+
+
+def program(stack: str, inst: dict) -> str:
+    if inst["role"] != "router":
+        return {"trtllm-serve": "trtllm-serve", "sglang": "sglang.launch_server", "vllm": "vllm serve"}[stack]
+    return {"trtllm-serve": "trtllm-serve disaggregated", "sglang": "sglang_router.launch_router",
+            "vllm": "vllm-router"}[stack]
+
+
+@pytest.mark.parametrize("stack,layout", [("trtllm-serve", "disagg"), ("sglang", "disagg"), ("vllm", "disagg"),
+                                          ("sglang", "dp"), ("vllm", "dp"), ("trtllm-serve", "dp")])
+def test_layout_renders_as_golden_and_each_option_is_its_parsers(stack, layout):
+    """Each stack's layout renders to the golden command lines and configs, and every option in them is one
+    the stack's own parser defines (tests/golden/serving_roles/upstream_flags.json names the source)."""
+    lay = DISAGG if layout == "disagg" else DP + (",layout.roles.router.gpus_per_instance=0" if stack != "trtllm-serve"
+                                                  else "")
+    got = rendered(params(stack, lay))
+    for inst in got:
+        inst["argv"] = inst["argv"][1:]  # the program's path is this machine's
+        allowed = set(UPSTREAM[program(stack, inst)]["options"])
+        unknown = [o for o in options(inst["argv"]) if o not in allowed]
+        assert not unknown, f"{inst['name']}: options its parser lacks: {unknown}"
+    f = GOLDEN / f"{stack}-{layout}.json"
+    if UPDATE:
+        f.write_text(json.dumps(got, indent=1) + "\n")
+    assert got == json.loads(f.read_text())
+
+
+def test_trtllm_disaggregated_config_is_what_its_parser_reads():
+    """trtllm-serve disaggregated's YAML: only keys extract_disagg_cfg/extract_ctx_gen_cfgs read, one url per
+    instance (their check), each `host:port` (they split on ':'), pointing at the workers rendered."""
+    got = rendered(params("trtllm-serve"))
+    router = next(i for i in got if i["role"] == "router")
+    cfg = yaml.safe_load(yaml.safe_dump(router["files"]["config.yaml"]))
+    spec = UPSTREAM["trtllm disaggregated config"]
+    assert set(cfg) <= set(spec["top"])
+    for role, key in (("context", "context_servers"), ("generation", "generation_servers")):
+        section = cfg[key]
+        assert set(section) <= set(spec["role"])
+        workers = [f"{i['host']}:{i['port']}" for i in got if i["role"] == role]
+        assert section["urls"] == workers and section["num_instances"] == len(workers)
+        assert all(len(u.split(":")) == 2 for u in section["urls"])
+    assert router["argv"][1:3] == ["disaggregated", "-c"] and router["argv"][3].endswith("router_0/config.yaml")
+    ctx = next(i for i in got if i["role"] == "context")
+    assert ctx["files"]["config.yaml"]["cache_transceiver_config"] == {"backend": "DEFAULT"}
+    assert ctx["files"]["config.yaml"]["disable_overlap_scheduler"] is True
+    gen = next(i for i in got if i["role"] == "generation")
+    assert "disable_overlap_scheduler" not in gen["files"]["config.yaml"]
+
+
+def test_sglang_router_pairs_each_prefill_with_its_bootstrap_port():
+    """SGLang's router is told each prefill worker's URL and bootstrap port (the one that worker
+    listens on), and each decode worker's URL; workers carry their disaggregation mode."""
+    got = rendered(params("sglang", extra="layout.kv_transfer=nixl"))
+    router = next(i for i in got if i["role"] == "router")["argv"]
+    for inst in got:
+        if inst["role"] == "context":
+            boot = inst["argv"][inst["argv"].index("--disaggregation-bootstrap-port") + 1]
+            k = router.index(f"http://{inst['host']}:{inst['port']}")
+            assert router[k - 1] == "--prefill" and router[k + 1] == boot
+            assert inst["argv"][inst["argv"].index("--disaggregation-mode") + 1] == "prefill"
+        if inst["role"] == "generation":
+            assert router[router.index(f"http://{inst['host']}:{inst['port']}") - 1] == "--decode"
+            assert "--disaggregation-bootstrap-port" not in inst["argv"]
+            assert inst["argv"][inst["argv"].index("--disaggregation-transfer-backend") + 1] == "nixl"
+
+
+def test_role_flags_and_gpus_reach_only_their_role():
+    """A role's extra_args end up on its instances only, after the server's own; each instance sees the
+    GPUs placed for it."""
+    got = rendered(params("vllm", extra="layout.roles.generation.extra_args=[--max-num-seqs=512]"))
+    gen = [i for i in got if i["role"] == "generation"]
+    assert all(i["argv"][-1] == "--max-num-seqs=512" for i in gen)
+    assert all("--max-num-seqs=512" not in i["argv"] for i in got if i["role"] != "generation")
+    assert [i["env"].get("CUDA_VISIBLE_DEVICES") for i in got] == ["0,1", "0,1", "2,3,4,5", None]
+    kv = json.loads(gen[0]["argv"][gen[0]["argv"].index("--kv-transfer-config") + 1])
+    assert kv == {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
+
+
+@pytest.mark.parametrize("layout,nodes", [
+    # worst-fit: context workers on both nodes, the generation worker where most GPUs are free
+    (DISAGG, [(0,), (1,), (0,), (0,)]),
+    # two servers of a whole node each: one per node
+    (DP, [(0,), (1,)]),
+    # one instance over two nodes (tp 16 on nodes of 8)
+    ("layout.nodes=2,layout.gpus_per_node=8,layout.roles.server.gpus_per_instance=16,layout.roles.server.tp_size=16",
+     [(0, 1)]),
+])
+def test_placement_spreads_instances_over_the_nodes(layout, nodes):
+    """Instances spread over the nodes (worst-fit), an instance larger than a node takes whole nodes, the
+    router sits on the first node."""
+    assert [i.nodes for i in place(params("sglang", layout).layout)] == nodes
+
+
+def test_cpu_instances_alternate_nodes():
+    """CPU-only instances (echo workers, transformers serve) alternate over the nodes."""
+    p = resolve(REPO / "params" / "default.yaml",
+                "build.backend=openai,slurm.serve=true,layout.nodes=2,layout.roles.server.count=4,"
+                "layout.roles.server.gpus_per_instance=0")
+    assert [i.nodes for i in place(p.layout)] == [(0,), (1,), (0,), (1,)]
+
+
+@pytest.mark.parametrize("change,needle", [
+    ("layout.roles.server.count=3", "layout.roles.server.count"),               # a third node-sized server
+    ("layout.nodes=3", "layout.nodes"),                                         # a node left idle
+    ("layout.roles.server.gpus_per_instance=4", "layout.roles.server.gpus_per_instance"),  # != tp*pp
+    ("layout.gpus_per_node=6,layout.roles.server.gpus_per_instance=9,layout.roles.server.tp_size=9",
+     "layout.roles.server.gpus_per_instance"),                                  # spans nodes unevenly
+])
+def test_layouts_that_do_not_fit_are_refused(change, needle):
+    """Counts that do not fit the allocation are refused before any stage, naming the field."""
+    with pytest.raises(ParamsError, match=needle.replace(".", r"\.")):
+        params("sglang", DP, change)
+
+
+@pytest.mark.parametrize("base,change,needle", [
+    ("build.backend=torch", DISAGG, "layout.roles.context"),                    # tritonserver: no disaggregation
+    ("build.backend=openai", "layout.roles.context.gpus_per_instance=0,layout.roles.generation.gpus_per_instance=0,"
+     "layout.roles.router.gpus_per_instance=0", "layout.roles.context"),       # transformers serve: neither
+    (GPU + ",openai.server=trtllm-serve", DP + ",layout.roles.router.gpus_per_instance=0", "layout.roles.router"),
+    (GPU + ",openai.server=sglang", DISAGG + ",layout.kv_transfer=NixlConnector", "layout.kv_transfer"),
+    (GPU + ",openai.server=vllm", DP + ",layout.kv_transfer=NixlConnector", "layout.kv_transfer"),
+    (GPU + ",openai.server=vllm", "layout.roles.context.gpus_per_instance=1", "layout.roles.generation"),
+    (GPU + ",openai.server=vllm", "layout.roles.context.gpus_per_instance=1,layout.roles.generation.gpus_per_instance=1",
+     "layout.roles.router"),
+    (GPU + ",openai.server=vllm", DP + ",layout.roles.context.gpus_per_instance=1", "layout.roles.server"),
+    (GPU + ",openai.server=vllm", DP + ",layout.roles.router.count=2", "layout.roles.router.count"),
+    (GPU + ",openai.server=vllm", DP + ",layout.roles.router.gpus_per_instance=1", "layout.roles.router.gpus_per_instance"),
+    (GPU + ",openai.server=vllm", DP + ",openai.num_servers=2", "openai.num_servers"),
+    (GPU + ",openai.server=vllm", DP + ",slurm.gpus_per_stage={LaunchServers: 8}", "slurm.gpus_per_stage.LaunchServers"),
+    ("build.backend=openai", "layout.roles.server.count=1", "layout.roles.server.gpus_per_instance"),  # a GPU on CPU
+])
+def test_roles_a_stack_lacks_are_refused_naming_the_field(base, change, needle):
+    """A role the chosen stack does not have, a KV transfer it does not know, a half disaggregated layout,
+    a second router, a GPU role on CPU, settings the layout overrides: refused before any stage, naming the
+    field."""
+    with pytest.raises(ParamsError, match=needle.replace(".", r"\.")):
+        resolve(REPO / "params" / "default.yaml", f"{base},{SLURM},{change}")
+
+
+def test_one_cpu_server_is_a_layout():
+    """The smallest layout, one CPU server on one node, is valid (nothing refused by accident)."""
+    p = resolve(REPO / "params" / "default.yaml", "build.backend=openai,layout.roles.server.gpus_per_instance=0")
+    assert [i.name for i in place(p.layout)] == ["server_0"]
+
+
+def test_several_nodes_need_a_slurm_allocation():
+    """A layout over two nodes without a Slurm serving allocation is refused, naming layout.nodes."""
+    with pytest.raises(ParamsError, match=r"layout\.nodes: 2 nodes need a Slurm"):
+        resolve(REPO / "params" / "default.yaml", "build.backend=openai,layout.nodes=2,layout.roles.server.count=2,"
+                "layout.roles.server.gpus_per_instance=0")
+
+
+def test_placement_error_is_a_perfdag_input_error():
+    """A layout that does not fit raises perfdag's own error type (printed as one line, no traceback)."""
+    from harness.errors import PerfdagError
+
+    p = params("sglang", DP)
+    p.layout.nodes = 1
+    with pytest.raises(PlacementError) as e:
+        place(p.layout)
+    assert isinstance(e.value, PerfdagError)
+
+
+ROUTER_PYTHON = os.environ.get("PERFDAG_ROUTER_PYTHON", "")  # a Python with sglang-router and vllm-router
+_PARSE = ("import importlib, json, sys; m = importlib.import_module(sys.argv[1] + '.launch_router'); "
+          "a = m.parse_router_args(json.loads(sys.argv[2])); "
+          "print(json.dumps({'pd': getattr(a, 'pd_disaggregation', False) or getattr(a, 'vllm_pd_disaggregation', False), 'prefill': [list(u) for u in a.prefill_urls], "
+          "'decode': list(a.decode_urls), 'workers': list(a.worker_urls), 'port': a.port, 'policy': a.policy}))")
+
+
+@pytest.mark.skipif(not ROUTER_PYTHON, reason="set PERFDAG_ROUTER_PYTHON to a Python with sglang-router==0.3.2 and "
+                                               "vllm-router==0.1.17 installed (not perfdag dependencies) to run")
+@pytest.mark.parametrize("stack,module", [("sglang", "sglang_router"), ("vllm", "vllm_router")])
+@pytest.mark.parametrize("layout", ["disagg", "dp"])
+def test_router_argv_is_read_right_by_the_real_router_parser(stack, module, layout):
+    """The routers' own parsers (parse_router_args of sglang-router and vllm-router) read perfdag's router
+    argv as meant: PD mode, each prefill URL with its bootstrap port, each decode or worker URL, the port."""
+    import subprocess
+    import sys as _sys
+
+    lay = DISAGG if layout == "disagg" else DP + ",layout.roles.router.gpus_per_instance=0"
+    got = rendered(params(stack, lay))
+    router = next(i for i in got if i["role"] == "router")
+    argv = router["argv"][3:] if stack == "sglang" else router["argv"][1:]
+    out = subprocess.run([ROUTER_PYTHON, "-c", _PARSE, module, json.dumps(argv)], capture_output=True, text=True,
+                         timeout=60, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    parsed = json.loads(out.stdout.strip().splitlines()[-1])
+    urls = {r: [f"http://{i['host']}:{i['port']}" for i in got if i["role"] == r] for r in ("context", "generation", "server")}
+    assert parsed["port"] == router["port"] and parsed["policy"] == "round_robin"
+    if layout == "disagg":
+        boots = [int(i["argv"][i["argv"].index("--disaggregation-bootstrap-port") + 1]) if stack == "sglang" else None
+                 for i in got if i["role"] == "context"]
+        assert parsed["pd"] and parsed["decode"] == urls["generation"]
+        assert parsed["prefill"] == [[u, b] for u, b in zip(urls["context"], boots)]
+    else:
+        assert not parsed["pd"] and parsed["workers"] == urls["server"]
+    del _sys
