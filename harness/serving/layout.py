@@ -9,9 +9,13 @@ the router (`launch_order`).
 """
 from __future__ import annotations
 
+import dataclasses
+import ipaddress
+import os
 from dataclasses import dataclass
 
-from harness.errors import InputError
+from harness.errors import InputError, ServingError
+from harness.slurm import allocation_nodes
 
 # Dependency order: every worker is ready before the router starts.
 LAUNCH_ORDER = (("context", "generation", "server"), ("router",))
@@ -88,4 +92,44 @@ def by_role(instances: list[Instance]) -> dict[str, list[Instance]]:
     out: dict[str, list[Instance]] = {}
     for inst in instances:
         out.setdefault(inst.role, []).append(inst)
+    return out
+
+
+def _loopback(addr: str) -> bool:
+    try:
+        return ipaddress.ip_address(addr).is_loopback
+    except ValueError:
+        return addr == "localhost"
+
+
+def node_targets(layout, bind: str, field: str) -> list[tuple[str, str]]:
+    """(Slurm node to run on, address clients reach it at) for each node of the layout. Node 0 is where
+    this process runs (the allocation's batch step): its instances start here, the others through
+    `srun --overlap --nodelist`. One node outside Slurm: here, at the bind address."""
+    job = os.environ.get("SLURM_JOB_ID")
+    if layout.nodes == 1 or not job:
+        if layout.nodes > 1:
+            raise ServingError(f"layout.nodes: {layout.nodes} nodes, but this process runs in no Slurm job; set "
+                               "slurm.serve: true")
+        return [("", bind)]
+    nodes = allocation_nodes(job)
+    if len(nodes) < layout.nodes:
+        raise ServingError(f"layout.nodes: {layout.nodes} nodes, but Slurm job {job} holds {len(nodes)} "
+                           f"({', '.join(n for n, _ in nodes)})")
+    targets = []
+    for k, (name, addr) in enumerate(nodes[:layout.nodes]):
+        if _loopback(bind) and not _loopback(addr):
+            raise ServingError(f"{field}: {bind} is not reachable from the other nodes ({name} is {addr}); set "
+                               f"{field}=0.0.0.0")
+        targets.append(("" if k == 0 else name, bind if _loopback(bind) else addr))
+    return targets
+
+
+def placed(specs: list, instances: list[Instance], targets: list[tuple[str, str]]) -> list:
+    """The specs (one per instance, in the same order) on their nodes: role, node, and the address
+    clients reach each at."""
+    out = []
+    for spec, inst in zip(specs, instances, strict=True):
+        node, host = targets[inst.nodes[0]]
+        out.append(dataclasses.replace(spec, role=inst.role, node=node, host=host))
     return out
