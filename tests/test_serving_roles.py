@@ -12,8 +12,10 @@ from conftest import REPO
 
 from harness.backends import resolve
 from harness.backends.openai.disagg import render
+from harness.backends.roles import layout_problems
 from harness.cache.executed import normalise
 from harness.config import ParamsError
+from harness.config import resolve as resolve_document
 from harness.serving.layout import PlacementError, place
 
 GOLDEN = REPO / "tests" / "golden" / "serving_roles"
@@ -34,8 +36,11 @@ DP = ("layout.nodes=2,layout.gpus_per_node=8,layout.roles.server.count=2,layout.
 
 
 def params(stack: str, layout: str = DISAGG, extra: str = ""):
-    return resolve(REPO / "params" / "default.yaml",
-                   ",".join(x for x in (GPU, f"openai.server={stack}", SLURM, layout, extra) if x))
+    """The document with the layout's own and its stack's rules (the openai backend still refuses to launch
+    a layout: rendering is what these tests check)."""
+    return resolve_document(REPO / "params" / "default.yaml",
+                            ",".join(x for x in (GPU, f"openai.server={stack}", SLURM, layout, extra) if x),
+                            checks=(lambda p: layout_problems(p, p.openai.server),))
 
 
 def rendered(p) -> list[dict]:
@@ -148,8 +153,7 @@ def test_placement_spreads_instances_over_the_nodes(layout, nodes):
 def test_cpu_instances_alternate_nodes():
     """CPU-only instances (echo workers, transformers serve) alternate over the nodes."""
     p = resolve(REPO / "params" / "default.yaml",
-                "build.backend=openai,slurm.serve=true,layout.nodes=2,layout.roles.server.count=4,"
-                "layout.roles.server.gpus_per_instance=0")
+                "slurm.serve=true,layout.nodes=2,layout.roles.server.count=4,layout.roles.server.gpus_per_instance=0")
     assert [i.nodes for i in place(p.layout)] == [(0,), (1,), (0,), (1,)]
 
 
@@ -193,14 +197,20 @@ def test_roles_a_stack_lacks_are_refused_naming_the_field(base, change, needle):
 
 def test_one_cpu_server_is_a_layout():
     """The smallest layout, one CPU server on one node, is valid (nothing refused by accident)."""
-    p = resolve(REPO / "params" / "default.yaml", "build.backend=openai,layout.roles.server.gpus_per_instance=0")
+    p = resolve(REPO / "params" / "default.yaml", "layout.roles.server.gpus_per_instance=0")
     assert [i.name for i in place(p.layout)] == ["server_0"]
+
+
+def test_openai_layouts_are_refused_until_launched():
+    """An openai layout is rendered and checked but not launched yet: refused before any stage, saying so."""
+    with pytest.raises(ParamsError, match=r"layout: layouts of openai\.server=transformers are rendered but not launched"):
+        resolve(REPO / "params" / "default.yaml", "build.backend=openai,layout.roles.server.gpus_per_instance=0")
 
 
 def test_several_nodes_need_a_slurm_allocation():
     """A layout over two nodes without a Slurm serving allocation is refused, naming layout.nodes."""
     with pytest.raises(ParamsError, match=r"layout\.nodes: 2 nodes need a Slurm"):
-        resolve(REPO / "params" / "default.yaml", "build.backend=openai,layout.nodes=2,layout.roles.server.count=2,"
+        resolve(REPO / "params" / "default.yaml", "layout.nodes=2,layout.roles.server.count=2,"
                 "layout.roles.server.gpus_per_instance=0")
 
 
@@ -250,3 +260,50 @@ def test_router_argv_is_read_right_by_the_real_router_parser(stack, module, layo
     else:
         assert not parsed["pd"] and parsed["workers"] == urls["server"]
     del _sys
+
+
+def test_clients_go_to_the_router_or_spread_over_the_servers_and_the_report_names_the_layout():
+    """With a router, the measuring clients talk to it alone; without one, to every data-parallel server.
+    result.json's layout names each role's instances and nodes, and the report shows them."""
+    from harness.reports.report import layout_markdown
+    from harness.serving.layout import front_door, layout_summary
+
+    ctx = {"role": "context", "host": "10.0.0.1", "port": 1, "node": "n0"}
+    gen = {"role": "generation", "host": "10.0.0.2", "port": 2, "node": "n0", "instance_node": "n1"}
+    rtr = {"role": "router", "host": "10.0.0.1", "port": 3, "node": "n0"}
+    assert front_door([ctx, gen, rtr]) == [rtr]
+    dp = [{"role": "server", "host": "h", "port": p, "node": "n0"} for p in (1, 2)]
+    assert front_door(dp) == dp
+    assert layout_summary([{"host": "h", "port": 1}]) is None  # no layout: nothing said
+    s = layout_summary([ctx, gen, rtr])
+    assert s["kind"] == "disaggregated" and s["nodes"] == ["n0", "n1"]
+    assert s["roles"]["generation"] == [{"node": "n1", "url": "10.0.0.2:2", "clients": False}]
+    assert s["roles"]["router"][0]["clients"] and not s["roles"]["context"][0]["clients"]
+    md = "\n".join(layout_markdown(s))
+    assert "## Serving layout (disaggregated, 2 node(s))" in md
+    assert "| generation | 1 | n1 | - |" in md and "| router | 1 | n0 | 10.0.0.1:3 |" in md
+
+
+def test_a_router_that_fails_to_start_stops_the_workers_already_up(tmp_path):
+    """launch_in_order: workers ready before the router starts; when the router fails, the workers already
+    running are stopped before the error is raised (nothing half-launched is left)."""
+    import sys
+
+    from harness.serving.launcher import launch_in_order
+    from harness.serving.ports import server_ports
+    from harness.serving.processes import ServerError, processes_with_token
+    from harness.serving.spec import LaunchSpec
+
+    ports = [t[0] for t in server_ports(2, "127.0.0.1", [], per_server=1)]
+    echo = [sys.executable, "-m", "harness.serving.testing.echo_openai", "--port"]
+    worker = LaunchSpec(index=0, argv=echo + [str(ports[0])], host="127.0.0.1", ports={"serve": ports[0]},
+                        models=("",), protocol="openai-http", role="context", cwd=str(REPO))
+    router = LaunchSpec(index=1, argv=[sys.executable, "-c", "import sys; sys.exit(3)"], host="127.0.0.1",
+                        ports={"serve": ports[1]}, models=("",), protocol="openai-http", role="router", cwd=str(REPO))
+    seen = []
+    with pytest.raises(ServerError):
+        launch_in_order([[worker], [router]], tmp_path, ready_timeout_s=20, warmup_prompt=None, streaming=False,
+                        on_spawn=seen.append, log=lambda line: None)
+    assert [r["role"] for r in seen] == ["context", "router"]  # the router only after the worker was ready
+    assert not processes_with_token(seen[0]["token"]), "the worker outlived the failed launch"
+    assert (tmp_path / "logs" / "context_0.log").exists() and (tmp_path / "logs" / "router_1.log").exists()

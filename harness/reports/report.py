@@ -39,6 +39,8 @@ def build_report(stage_keys: dict[str, str], perf: dict, accuracy: dict, model_n
             "client_bound": perf.get("client_bound"), "client_bound_reason": perf.get("client_bound_reason"),
             "max_in_flight": (perf.get("harness") or {}).get("max_in_flight"),
             "peak_in_flight": (perf.get("harness") or {}).get("peak_in_flight"),
+            # the serving layout (serving/layout.py layout_summary): each role's instances and nodes
+            "layout": perf.get("layout"),
         },
         # The benchmark's required metrics (its gates), under MLCommons' names, plus tokens/sample.
         "accuracy": {**{m: s.get(m) for m in _required(accuracy)},
@@ -79,6 +81,19 @@ def _errors(p: dict) -> tuple[int, list[str]]:
     return int(e.get("count") or 0), lines
 
 
+def layout_markdown(layout: dict | None) -> list[str]:
+    """The serving layout: one row per role, its instances' nodes and addresses, and where clients went."""
+    if not layout:
+        return []
+    lines = ["", f"## Serving layout ({layout['kind']}, {len(layout['nodes'])} node(s))", "",
+             "| role | instances | nodes | clients sent to |", "|---|---|---|---|"]
+    for role, insts in layout["roles"].items():
+        door = [i["url"] for i in insts if i["clients"]]
+        lines.append(f"| {role} | {len(insts)} | {', '.join(sorted({i['node'] for i in insts}))} | "
+                     f"{', '.join(door) or '-'} |")
+    return lines
+
+
 def render_markdown(report: dict, plots: list[str]) -> str:
     p, a = report["performance"], report["accuracy"]
     n_err, first = _errors(p)
@@ -111,6 +126,7 @@ def render_markdown(report: dict, plots: list[str]) -> str:
     if a.get("why"):
         lines += ["", f"Accuracy FAIL: {a['why']}"]
 
+    lines += layout_markdown(p.get("layout"))
     lines += stats_markdown(report.get("client_stats") or {}, report.get("client_vs_loadgen") or {})
     lines += ["", "## Stages", "", "| stage | key |", "|---|---|"]
     lines += [f"| {k} | `{v[:16]}` |" for k, v in report["stages"].items()]

@@ -103,7 +103,7 @@ def placed_argv(spec: LaunchSpec) -> list[str]:
     """What runs here for a spec: its argv, or on another node of this Slurm job, the `srun --overlap`
     step that runs it there (its client stays here: signalling it signals the instance, and it ends
     when the instance does)."""
-    if not spec.node:
+    if not spec.node or spec.node == os.environ.get("SLURMD_NODENAME"):  # this node: started here
         return list(spec.argv)
     job = os.environ.get("SLURM_JOB_ID")
     if not job:

@@ -104,8 +104,8 @@ def _loopback(addr: str) -> bool:
 
 def node_targets(layout, bind: str, field: str) -> list[tuple[str, str]]:
     """(Slurm node to run on, address clients reach it at) for each node of the layout. Node 0 is where
-    this process runs (the allocation's batch step): its instances start here, the others through
-    `srun --overlap --nodelist`. One node outside Slurm: here, at the bind address."""
+    this process runs (the allocation's batch step): its instances start here (launcher.placed_argv),
+    the others through `srun --overlap --nodelist`. One node outside Slurm: here, at the bind address."""
     job = os.environ.get("SLURM_JOB_ID")
     if layout.nodes == 1 or not job:
         if layout.nodes > 1:
@@ -121,7 +121,7 @@ def node_targets(layout, bind: str, field: str) -> list[tuple[str, str]]:
         if _loopback(bind) and not _loopback(addr):
             raise ServingError(f"{field}: {bind} is not reachable from the other nodes ({name} is {addr}); set "
                                f"{field}=0.0.0.0")
-        targets.append(("" if k == 0 else name, bind if _loopback(bind) else addr))
+        targets.append((name, bind if _loopback(bind) else addr))
     return targets
 
 
@@ -133,3 +133,25 @@ def placed(specs: list, instances: list[Instance], targets: list[tuple[str, str]
         node, host = targets[inst.nodes[0]]
         out.append(dataclasses.replace(spec, role=inst.role, node=node, host=host))
     return out
+
+
+def front_door(records: list[dict]) -> list[dict]:
+    """The servers clients talk to: a layout's router when it has one, else every server (data-parallel:
+    the clients spread over them)."""
+    routers = [r for r in records if r.get("role") == "router"]
+    return routers or list(records)
+
+
+def layout_summary(records: list[dict]) -> dict | None:
+    """What result.json and the report say of a layout: each role's instances, their nodes and addresses,
+    and which of them the clients talked to. None when the servers are no layout's."""
+    if not any(r.get("role") for r in records):
+        return None
+    door = {id(r) for r in front_door(records)}
+    roles: dict[str, list[dict]] = {}
+    for r in records:
+        roles.setdefault(r.get("role") or "server", []).append(
+            {"node": r.get("instance_node") or r.get("node") or "local", "url": f"{r['host']}:{r.get('port')}",
+             "clients": id(r) in door})
+    return {"kind": "disaggregated" if "context" in roles else "data-parallel", "roles": roles,
+            "nodes": sorted({i["node"] for insts in roles.values() for i in insts})}
