@@ -201,6 +201,14 @@ def test_one_cpu_server_is_a_layout():
     assert [i.name for i in place(p.layout)] == ["server_0"]
 
 
+def test_trtllm_layouts_are_refused_until_launched(gpu_overrides):
+    """The trtllm backend's servers follow runtime/triton: a layout is refused before any stage, not ignored."""
+    with pytest.raises(ParamsError, match=r"layout: the trtllm backend does not launch serving layouts yet"):
+        resolve(REPO / "params" / "examples" / "llama2-70b-h100x8-offline.yaml",
+                f"{gpu_overrides},layout.gpus_per_node=8,layout.roles.server.gpus_per_instance=8,"
+                "layout.roles.server.tp_size=8")
+
+
 def test_openai_layouts_are_refused_until_launched():
     """An openai layout is rendered and checked but not launched yet: refused before any stage, saying so."""
     with pytest.raises(ParamsError, match=r"layout: layouts of openai\.server=transformers are rendered but not launched"):
