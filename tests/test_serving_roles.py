@@ -315,3 +315,24 @@ def test_a_router_that_fails_to_start_stops_the_workers_already_up(tmp_path):
     assert [r["role"] for r in seen] == ["context", "router"]  # the router only after the worker was ready
     assert not processes_with_token(seen[0]["token"]), "the worker outlived the failed launch"
     assert (tmp_path / "logs" / "context_0.log").exists() and (tmp_path / "logs" / "router_1.log").exists()
+
+
+def test_an_instance_on_another_node_runs_through_srun_in_this_job(monkeypatch):
+    """An instance placed on another node of this job runs as `srun --overlap --nodelist=<node>` inside the
+    job; one on this job's own node runs as it is; outside any job, a placed instance is refused, naming it."""
+    from harness.serving.launcher import placed_argv
+    from harness.serving.processes import ServerError
+    from harness.serving.spec import LaunchSpec
+
+    spec = LaunchSpec(index=1, argv=["echo-server", "--port", "9"], host="127.0.0.1", ports={"serve": 9},
+                      models=("",), role="generation", node="n1")
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    with pytest.raises(ServerError, match="generation 1: placed on node n1, but this process runs in no Slurm job"):
+        placed_argv(spec)
+    monkeypatch.setenv("SLURM_JOB_ID", "41")
+    monkeypatch.setenv("SLURMD_NODENAME", "n0")
+    argv = placed_argv(spec)
+    assert argv[:2] == ["srun", "--jobid=41"] and "--overlap" in argv and "--nodelist=n1" in argv
+    assert argv[-3:] == ["echo-server", "--port", "9"]
+    monkeypatch.setenv("SLURMD_NODENAME", "n1")
+    assert placed_argv(spec) == ["echo-server", "--port", "9"]
