@@ -336,3 +336,16 @@ def test_an_instance_on_another_node_runs_through_srun_in_this_job(monkeypatch):
     assert argv[-3:] == ["echo-server", "--port", "9"]
     monkeypatch.setenv("SLURMD_NODENAME", "n1")
     assert placed_argv(spec) == ["echo-server", "--port", "9"]
+
+
+@pytest.mark.parametrize("field,value", [("role", "admin"), ("role", 3), ("instance_node", ["n1"]),
+                                         ("instance_node", 7)])
+def test_a_forged_layout_field_makes_the_whole_servers_file_ignored(field, value):
+    """A servers.json whose role or instance_node is not of perfdag's making is not acted on at all (no
+    router picked from it, no instance named from it): the whole file is refused, as any malformed record."""
+    from harness.serving.records import servers_of
+
+    good = {"host": "127.0.0.1", "port": 8000, "protocol": "openai-http", "models": [""], "role": "router",
+            "instance_node": "n0"}
+    assert servers_of({"servers": [good]}, "servers.json")[0]["role"] == "router"
+    assert servers_of({"servers": [good, {**good, field: value}]}, "servers.json") is None
