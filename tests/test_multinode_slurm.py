@@ -171,3 +171,35 @@ def test_a_disaggregated_layout_launches_in_order_measures_through_its_router_an
     while any(processes_with_token(t) for t in tokens) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not any(processes_with_token(t) for t in tokens), "an instance outlived its allocation"
+
+
+def test_a_server_killed_on_the_second_node_mid_measurement_is_relaunched(cluster2, built_fast, tmp_path):
+    """The tritonserver on the second node killed while a step measures: the layout counts as dead (its srun
+    step ends with it), the worker ends that allocation, relaunches the whole layout in a new one on both
+    nodes and measures again; nothing is left."""
+    from test_slurm import Worker
+
+    layout = "layout.nodes=2,layout.roles.server.count=2,layout.roles.server.gpus_per_instance=0"
+    with copied_root(built_fast, tmp_path / "artifacts") as root:
+        overrides = (f"{FAST}{SHORT},{SLURM},slurm.stages=[],{layout},loadgen.min_query_count=19,"
+                     "loadgen.min_duration_ms=4000")
+        held = Worker(root, "RunLoadgen", overrides)
+        step = held.wait_job_log("RunLoadgen ", timeout=400)
+        job_id = step["job_id"].split("/")[0]
+        killed = []
+        for f in root.glob("LaunchServers/*/servers.json"):
+            for rec in json.loads(f.read_text())["servers"]:
+                if str(rec.get("slurm_job")) == job_id and rec.get("instance_node") == node_names()[1]:
+                    for pid in processes_with_token(rec["token"]):
+                        if "tritonserver" in " ".join(psutil.Process(pid).cmdline()[:1]):
+                            os.kill(pid, signal.SIGKILL)
+                            killed.append(pid)
+        assert killed, "no tritonserver of the second node found"
+        rc = held.finish(timeout=600)
+        out = held.text()
+        assert rc in (0, 10), out[-3000:]
+        assert f"the servers in Slurm allocation {job_id} stopped answering mid-measurement" in out, out[-3000:]
+        again = jobs(root, "allocation")[-1]
+        assert again["job_id"] != job_id and job_state(again["job_id"]) == "CANCELLED"
+        assert (root / "RunLoadgen" / step["key"][:16] / "manifest.json").is_file()
+        assert_nothing_left(root)
