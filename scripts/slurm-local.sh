@@ -4,6 +4,10 @@
 #
 #   scripts/slurm-local.sh start|stop|status [DIR]     (DIR: $PERFDAG_SLURM_DIR, else /tmp/perfdag-slurm)
 #
+# PERFDAG_SLURM_NODES=N (default 1) starts N nodes on this host, <host>-n0..<host>-n<N-1>: one slurmd
+# each (`slurmd -N <name>`, its own port, spool, pid file and log), two fake GPUs each. One node keeps
+# the host's own name, as before.
+#
 # Everything it writes (config, state, spool, logs, pid files, munge socket) lives under DIR; clients
 # find the cluster through SLURM_CONF=DIR/etc/slurm.conf, printed by `start`. Installs Debian's
 # slurm-wlm (munge slurmctld slurmd slurm-client) when missing; needs root (slurmd runs jobs as any
@@ -15,9 +19,17 @@ cmd=${1:-status}
 DIR=${2:-${PERFDAG_SLURM_DIR:-/tmp/perfdag-slurm}}
 CTLD_PORT=${PERFDAG_SLURM_PORT:-6817}
 SLURMD_PORT=$((CTLD_PORT + 1))
+NODES=${PERFDAG_SLURM_NODES:-1}
 ETC=$DIR/etc LOG=$DIR/log RUN=$DIR/run
 CONF=$ETC/slurm.conf
 HOST=$(hostname -s)
+[[ $NODES =~ ^[1-9][0-9]?$ ]] || { echo "slurm-local: PERFDAG_SLURM_NODES=$NODES is not a node count (1..99)" >&2; exit 2; }
+# Node names: the host's own for one node; <host>-n<i> for several (slurmd -N picks its entry).
+node_names() { if [ "$NODES" = 1 ]; then echo "$HOST"; else seq -f "$HOST-n%g" 0 $((NODES - 1)); fi; }
+# slurmd's pid file and log per node (slurm.conf's %n); one node keeps slurmd.pid and slurmd.log.
+slurmd_pid() { if [ "$NODES" = 1 ]; then echo "$RUN/slurmd.pid"; else echo "$RUN/slurmd-$1.pid"; fi; }
+slurmd_log() { if [ "$NODES" = 1 ]; then echo "$LOG/slurmd.log"; else echo "$LOG/slurmd-$1.log"; fi; }
+slurmds_alive() { local n; for n in $(node_names); do alive "$(slurmd_pid "$n")" || return 1; done; }
 
 die() { echo "slurm-local: $*" >&2; exit 3; }
 # The daemons are the cluster's, not perfdag's: none inherits perfdag's variables (a user's exported
@@ -54,11 +66,11 @@ AuthType=auth/munge
 AuthInfo=socket=$DIR/munge/munge.socket
 CredType=cred/munge
 StateSaveLocation=$DIR/state
-SlurmdSpoolDir=$DIR/spool
+SlurmdSpoolDir=$DIR/spool$( [ "$NODES" = 1 ] || echo /%n)
 SlurmctldPidFile=$RUN/slurmctld.pid
-SlurmdPidFile=$RUN/slurmd.pid
+SlurmdPidFile=$RUN/slurmd$( [ "$NODES" = 1 ] || echo -%n).pid
 SlurmctldLogFile=$LOG/slurmctld.log
-SlurmdLogFile=$LOG/slurmd.log
+SlurmdLogFile=$LOG/slurmd$( [ "$NODES" = 1 ] || echo -%n).log
 ProctrackType=${PERFDAG_SLURM_PROCTRACK:-proctrack/cgroup}
 TaskPlugin=${PERFDAG_SLURM_TASK:-task/cgroup}
 SelectType=select/cons_tres
@@ -74,12 +86,22 @@ KillWait=5
 InactiveLimit=0
 SlurmdTimeout=60
 JobAcctGatherType=jobacct_gather/none
-NodeName=$HOST NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem Gres=gpu:2 State=UNKNOWN
-PartitionName=debug Nodes=$HOST Default=YES MaxTime=INFINITE State=UP
 CONF
-  cat >"$ETC/gres.conf" <<CONF
-NodeName=$HOST Name=gpu File=$DIR/dev/fakegpu[0-1]
-CONF
+  local name i=0 nodes
+  for name in $(node_names); do
+    if [ "$NODES" = 1 ]; then
+      echo "NodeName=$name NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem Gres=gpu:2 State=UNKNOWN"
+    else  # one slurmd per node on this host: each its own port
+      echo "NodeName=$name NodeAddr=127.0.0.1 NodeHostname=$HOST Port=$((SLURMD_PORT + i)) CPUs=$cpus RealMemory=$((mem / NODES)) Gres=gpu:2 State=UNKNOWN"
+    fi
+    i=$((i + 1))
+  done >>"$CONF"
+  nodes=$(node_names | paste -sd,)
+  echo "PartitionName=debug Nodes=$nodes Default=YES MaxTime=INFINITE State=UP" >>"$CONF"
+  for name in $(node_names); do
+    echo "NodeName=$name Name=gpu File=$DIR/dev/fakegpu[0-1]"
+    [ "$NODES" = 1 ] || mkdir -p "$DIR/spool/$name"
+  done >"$ETC/gres.conf"
   # Memory limits are enforced by the cgroup (a job over --mem ends OUT_OF_MEMORY).
   cat >"$ETC/cgroup.conf" <<CONF
 CgroupPlugin=autodetect
@@ -94,7 +116,7 @@ start() {
   [ "$(id -u)" = 0 ] || die "needs root (slurmd runs jobs and sets up cgroups)"
   mkdir -p "$DIR"
   install
-  if alive "$RUN/slurmctld.pid" && alive "$RUN/slurmd.pid" && alive "$RUN/munged.pid"; then
+  if alive "$RUN/slurmctld.pid" && slurmds_alive && alive "$RUN/munged.pid"; then
     echo "slurm-local: already running"; status; return 0
   fi
   stop >/dev/null 2>&1 || true  # a half-started cluster: start clean
@@ -105,17 +127,22 @@ start() {
     || die "munged did not start; see $LOG/munged.log"
   export SLURM_CONF=$CONF
   daemon slurmctld -f "$CONF" || die "slurmctld did not start; see $LOG/slurmctld.log"
-  daemon slurmd -f "$CONF" || die "slurmd did not start; see $LOG/slurmd.log"
-  local i
+  local i name
+  for name in $(node_names); do
+    if [ "$NODES" = 1 ]; then daemon slurmd -f "$CONF"; else daemon slurmd -f "$CONF" -N "$name"; fi \
+      || die "slurmd of $name did not start; see $(slurmd_log "$name")"
+  done
   for i in $(seq 1 60); do
-    if sinfo -h -o %t 2>/dev/null | grep -qx idle; then
-      echo "slurm-local: one node idle after ${i}x0.5 s"; status; return 0
+    if [ "$(sinfo -h -N -o %t 2>/dev/null | grep -cx idle)" = "$NODES" ]; then
+      echo "slurm-local: $NODES node(s) idle after ${i}x0.5 s"; status; return 0
     fi
-    alive "$RUN/slurmd.pid" || die "slurmd exited; see $LOG/slurmd.log"
+    for name in $(node_names); do
+      alive "$(slurmd_pid "$name")" || die "slurmd of $name exited; see $(slurmd_log "$name")"
+    done
     alive "$RUN/slurmctld.pid" || die "slurmctld exited; see $LOG/slurmctld.log"
     sleep 0.5
   done
-  die "the node did not become idle in 30 s ($(sinfo -h -o '%t %E' 2>&1)); see $LOG/slurmd.log and $LOG/slurmctld.log"
+  die "the nodes did not become idle in 30 s ($(sinfo -h -N -o '%N %t %E' 2>&1 | paste -sd' ')); see $LOG/slurmd*.log and $LOG/slurmctld.log"
 }
 
 stop_pid() {  # pid file, name: TERM, wait up to 10 s, then KILL
@@ -134,7 +161,8 @@ stop() {
     SLURM_CONF=$CONF scancel --quiet --state=PENDING,RUNNING,SUSPENDED --full -u root 2>/dev/null || true
     for _ in $(seq 1 20); do [ -z "$(SLURM_CONF=$CONF squeue -h -o %i 2>/dev/null)" ] && break; sleep 0.5; done
   fi
-  stop_pid "$RUN/slurmd.pid" slurmd
+  local name
+  for name in $(node_names); do stop_pid "$(slurmd_pid "$name")" "slurmd $name"; done
   # slurmstepd daemons belong to slurmd's jobs; any left after scancel are ours (found by this config).
   for p in $(pgrep -x slurmstepd 2>/dev/null); do
     grep -qs "$DIR" "/proc/$p/environ" "/proc/$p/cmdline" && kill -9 "$p" 2>/dev/null || true
@@ -145,8 +173,10 @@ stop() {
 
 status() {
   local name
-  for name in munged slurmctld slurmd; do
-    if alive "$RUN/$name.pid"; then echo "$name: running, pid $(cat "$RUN/$name.pid")"; else echo "$name: stopped"; fi
+  local f
+  for name in munged slurmctld $(node_names | sed 's/^/slurmd:/'); do
+    case $name in slurmd:*) f=$(slurmd_pid "${name#slurmd:}") ;; *) f=$RUN/$name.pid ;; esac
+    if alive "$f"; then echo "$name: running, pid $(cat "$f")"; else echo "$name: stopped"; fi
   done
   if alive "$RUN/slurmctld.pid"; then
     SLURM_CONF=$CONF sinfo -N -o '%N %t %G %c %m' 2>&1 | sed 's/^/  /'

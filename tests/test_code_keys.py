@@ -54,6 +54,13 @@ NOT_SHAPING = {
     "harness.backends.torch.repo": "what it renders (config.pbtxt) is keyed as executed",
     "harness.cpus": "how many torch threads run; unkeyed like the core count it replaces",
     "harness.untrusted.files": "opens a file or refuses it (not a regular file, too big); what is read is the caller's",
+    "harness.config.layout": "parameters enter keys as values", "harness.config.section": "",
+    "harness.backends.roles": "validation: which layouts a stack has (problems only, no output)",
+    "harness.backends.openai.disagg": "what it renders (argv, configs) is keyed as executed",
+    "harness.serving.layout": "where instances run: placement is a pure function of the layout section, keyed "
+                              "as values (the measuring stages declare it: it picks the clients' servers)",
+    "harness.slurm": "how a process is started on another node (srun), not what it computes",
+    "harness.slurm.jobs": "",
 }
 KEYED_AS_EXECUTED = ("harness.backends.trtllm.",)  # the trtllm renderers: their commands are the key
 

@@ -9,6 +9,7 @@ import os
 from typing import Mapping
 
 from harness.backends.base import Backend
+from harness.backends.roles import layout_problems
 from harness.config import Params
 from harness.config import resolve as resolve_document
 from harness.config.rules import length_problems
@@ -39,7 +40,7 @@ def problems(p: Params) -> list[str]:
            for other in SERVER_SECTIONS if other != section for f in sorted(getattr(p, other).model_fields_set)]
     if not backend.launch.serves_elsewhere(p):  # else the servers' limits are their own, not build.*
         out += length_problems(p)
-    return out + backend.check(p).problems
+    return out + backend.check(p).problems + layout_problems(p, backend.serving_stack(p))
 
 
 def resolve(params_file: str | os.PathLike | None = None, overrides: str = "",

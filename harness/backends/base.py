@@ -99,3 +99,7 @@ class Backend:
 
     def check(self, params) -> Checks:
         return Checks([], [])
+
+    def serving_stack(self, params) -> str:
+        """The server software its launch step runs (the roles a layout may use: backends/roles.py)."""
+        return "tritonserver"

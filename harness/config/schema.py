@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 from pydantic import AfterValidator, BeforeValidator, Field, field_validator, model_validator
 
 from harness.cache.hashing import file_sha256
+from harness.config.layout import LayoutSection
 from harness.config.section import Section
 from harness.config.sessions import SessionsSection
 from harness.config.slo import SloError, parse_slo
@@ -501,6 +502,7 @@ class Params(Section):
     sessions: SessionsSection = SessionsSection()
     search: SearchSection = SearchSection()
     slurm: Optional[SlurmSection] = None  # unset: every stage runs in the luigi worker's process
+    layout: Optional[LayoutSection] = None  # unset: the servers of the server section, on one node
 
 
 SECTIONS = tuple(Params.model_fields)

@@ -1,4 +1,4 @@
-"""The base of every parameter section (harness/config/schema.py, harness/config/sessions.py)."""
+"""The base of every parameter section (schema.py, sessions.py and layout.py build on it)."""
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict

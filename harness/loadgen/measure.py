@@ -9,6 +9,7 @@ from harness.errors import MeasurementError
 from harness.loadgen import run_loadgen
 from harness.loadgen.settings import from_params
 from harness.serving.endpoints import endpoints_and_models, protocol_of
+from harness.serving.layout import front_door, layout_summary
 from harness.serving.protocols import protocol
 
 
@@ -24,6 +25,10 @@ def request_timeout(base_s: float, max_new_tokens: int) -> float:
 
 def _run(servers, samples, params, out_dir: Path, *, mode: str, settings: dict, warmup: int, end_id, pad_id,
          tokenizer_dir=None, **extra) -> dict:
+    layout = layout_summary(servers)
+    if layout is not None:  # result.json names the layout: each role's instances and nodes
+        extra["notes"] = {"layout": layout}
+    servers = front_door(servers)  # a layout's router, or every data-parallel server
     eps, names = endpoints_and_models(servers)
     h = params.harness
     name = protocol_of(servers)

@@ -83,6 +83,7 @@ def run_loadgen(
     prompt_texts: Sequence[str] | None = None,
     api: Mapping[str, Any] | None = None,
     max_in_flight: int | None = None,
+    notes: Mapping[str, Any] | None = None,
 ) -> dict:
     """Run one LoadGen test against ``endpoints`` speaking ``protocol`` (a client core: Triton gRPC
     or OpenAI HTTP) and return ``result.json``'s content plus ``requests`` (per-request latencies).
@@ -98,7 +99,7 @@ def run_loadgen(
     the progress dicts, None for auto (live line on a terminal, a line per 10 s otherwise).
 
     Writes into ``out_dir``: LoadGen's files under their own names, ``user.conf``,
-    ``harness.log``, ``requests.csv`` and ``result.json``.  Raises :class:`LoadgenError`
+    ``harness.log``, ``requests.csv`` and ``result.json`` (with ``notes`` added).  Raises :class:`LoadgenError`
     (naming the server) when anything fails; gRPC streams are closed when this returns.
     """
     cfg = _make_config(endpoints, model_names, samples, settings, scenario=scenario, mode=mode,
@@ -132,6 +133,7 @@ def run_loadgen(
     result.update(merge_measured(result, stats, cfg))
     requests = read_requests_csv(out / "requests.csv")
     result["goodput"] = goodput(requests, mlperf_limits(result.get("ttft_constraint_ms"), result.get("tpot_constraint_ms")))
+    result.update(notes or {})  # what the caller knows of the run (the serving layout)
     (out / "result.json").write_text(json.dumps(result, indent=2, sort_keys=True, default=json_default) + "\n")
     result["requests"] = requests
     return result

@@ -47,6 +47,8 @@ def build_report(stage_keys: dict[str, str], perf: dict, accuracy: dict | None, 
             # streamed runs, client-side (harness/loadgen/chunks.py): per-token ITL, the gaps between
             # chunks, and how many tokens a chunk carried; p1 .. p99.9
             **{k: (perf.get("measured") or {}).get(k) for k in ("itl_ms", "chunk_gap_ms", "tokens_per_chunk")},
+            # the serving layout (serving/layout.py layout_summary): each role's instances and nodes
+            "layout": perf.get("layout"),
         },
         "accuracy": None if accuracy is None else _accuracy(accuracy),
     }
@@ -101,6 +103,19 @@ def _errors(p: dict) -> tuple[int, list[str]]:
     return int(e.get("count") or 0), lines
 
 
+def layout_markdown(layout: dict | None) -> list[str]:
+    """The serving layout: one row per role, its instances' nodes and addresses, and where clients went."""
+    if not layout:
+        return []
+    lines = ["", f"## Serving layout ({layout['kind']}, {len(layout['nodes'])} node(s))", "",
+             "| role | instances | nodes | clients sent to |", "|---|---|---|---|"]
+    for role, insts in layout["roles"].items():
+        door = [i["url"] for i in insts if i["clients"]]
+        lines.append(f"| {role} | {len(insts)} | {', '.join(sorted({i['node'] for i in insts}))} | "
+                     f"{', '.join(door) or '-'} |")
+    return lines
+
+
 def render_markdown(report: dict, plots: list[str]) -> str:
     p, a = report["performance"], report["accuracy"]
     n_err, first = _errors(p)
@@ -127,6 +142,7 @@ def render_markdown(report: dict, plots: list[str]) -> str:
     if a is not None:
         lines += _accuracy_table(a)
 
+    lines += layout_markdown(p.get("layout"))
     lines += stats_markdown(report.get("client_stats") or {}, report.get("client_vs_loadgen") or {})
     lines += ["", "## Stages", "", "| stage | key |", "|---|---|"]
     lines += [f"| {k} | `{v[:16]}` |" for k, v in report["stages"].items()]

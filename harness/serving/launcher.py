@@ -10,6 +10,7 @@ parsed first (records.py); the functions here take those checked records.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -32,6 +33,7 @@ from harness.serving.processes import (
 from harness.serving.protocols import client_for
 from harness.serving.shm import mapped_shm, remove_shm_files, shm_regions
 from harness.serving.spec import LaunchSpec, on_this_host, url_of
+from harness.slurm import srun_argv
 from harness.untrusted.records import ignored
 
 
@@ -92,7 +94,22 @@ def record_of(spec: LaunchSpec, proc: Process, out_dir: Path, names: dict[str, s
             "repo": normalise(spec.repo, names), "log": str(proc.log_path.relative_to(out_dir)),
             "cmd": normalise(proc.argv, names), "env": normalise(spec.env, names), "shm_prefix": spec.shm_prefix,
             "token": proc.token,
+            **({"role": spec.role} if spec.role else {}),
+            **({"instance_node": spec.node} if spec.node else {}),
             **({"grpc_port": spec.ports["serve"]} if spec.protocol == "triton-grpc" else {})}
+
+
+def placed_argv(spec: LaunchSpec) -> list[str]:
+    """What runs here for a spec: its argv, or on another node of this Slurm job, the `srun --overlap`
+    step that runs it there (its client stays here: signalling it signals the instance, and it ends
+    when the instance does)."""
+    if not spec.node or spec.node == os.environ.get("SLURMD_NODENAME"):  # this node: started here
+        return list(spec.argv)
+    job = os.environ.get("SLURM_JOB_ID")
+    if not job:
+        raise ServerError(f"{spec.role or 'server'} {spec.index}: placed on node {spec.node}, but this process runs "
+                          "in no Slurm job (a layout over several nodes launches inside its allocation)")
+    return srun_argv(job, list(spec.argv), name=f"perfdag-{spec.role or 'server'}-{spec.index}", node=spec.node)
 
 
 def launch(specs: Sequence[LaunchSpec], out_dir: str | Path, *, ready_timeout_s: float,
@@ -114,13 +131,15 @@ def launch(specs: Sequence[LaunchSpec], out_dir: str | Path, *, ready_timeout_s:
 
         for spec in specs:
             shown = " ".join([f"{k}={v}" for k, v in spec.env.items()] + list(spec.argv))
-            proc = spawn(spec.argv, out_dir / "logs" / f"server_{spec.index}.log", env=spec.base_env,
+            proc = spawn(placed_argv(spec), out_dir / "logs" / f"{spec.role or 'server'}_{spec.index}.log",
+                         env=spec.base_env,
                          env_overlay=spec.env, cwd=spec.cwd, shown=normalise(shown, names or {}))
             started.append(proc)
             rec = record_of(spec, proc, out_dir, names)
             on_spawn(rec)
             records.append(rec)
-            log(f"server {spec.index} ({spec.protocol}, {spec.mode}): pid {proc.pid}, {spec.url}, "
+            where = f" on {spec.node}" if spec.node else ""
+            log(f"{spec.role or 'server'} {spec.index} ({spec.protocol}, {spec.mode}){where}: pid {proc.pid}, {spec.url}, "
                 f"log logs/{proc.log_path.name} in the LaunchServers artifact")
         proto = {s.protocol: client_for(s.protocol) for s in specs}
 
@@ -129,7 +148,7 @@ def launch(specs: Sequence[LaunchSpec], out_dir: str | Path, *, ready_timeout_s:
             proto[spec.protocol].wait_ready(proc, spec.url, list(spec.models), ready_timeout_s)
             for name in spec.models if warmup_prompt else ():  # first requests pay lazy initialisation
                 proto[spec.protocol].warmup(spec.url, name, warmup_prompt, streaming)
-            log(f"server {spec.index} (pid {proc.pid}) ready and warm in {time.monotonic() - t0:.1f}s")
+            log(f"{spec.role or 'server'} {spec.index} (pid {proc.pid}) ready and warm in {time.monotonic() - t0:.1f}s")
 
         # Every server is waited on and warmed up at once: N servers take as long as the slowest.
         # The first failure stops them all (so the other waits end at once) and is raised. The pool
@@ -144,6 +163,20 @@ def launch(specs: Sequence[LaunchSpec], out_dir: str | Path, *, ready_timeout_s:
             pool.shutdown(wait=False, cancel_futures=True)
     return records
 
+
+
+def launch_in_order(groups: Sequence[Sequence[LaunchSpec]], out_dir: str | Path, **kw) -> list[dict]:
+    """A layout's launch: each group ready and warm before the next starts (workers before their
+    router). A group that fails stops the groups already up, then raises."""
+    records: list[dict] = []
+    try:
+        for group in groups:
+            if group:
+                records += launch(group, out_dir, **kw)
+    except BaseException:
+        stop_recorded(records, timeout=10.0)
+        raise
+    return records
 
 
 def is_ours(rec: dict) -> bool:
@@ -172,7 +205,10 @@ def gone_servers(recs: Sequence[dict], artifact_dir: Path) -> list[str]:
                 num = int(m.group(1))
                 name = signal.Signals(num).name if num in signal.valid_signals() else f"signal {num}"
                 how = f"crashed ({name}, see {log_file})"
-        out.append(f"server {i} (pid {rec.get('pid')}) {how}")
+        # a layout's instance is named by its role and node (a generation worker on node7 is gone)
+        name = f"{rec['role']} {i}" if rec.get("role") else f"server {i}"
+        where = f" on {rec['instance_node']}" if rec.get("instance_node") else ""
+        out.append(f"{name}{where} (pid {rec.get('pid')}) {how}")
     return out
 
 

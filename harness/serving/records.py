@@ -63,6 +63,10 @@ class ServerRecord(StrictRecord):
     log: Annotated[str, AfterValidator(_inside)] | None = None
     node: Text | None = None
     slurm_job: JobId | None = None
+    # In a serving layout: its role, and the Slurm node it runs on through `srun --overlap` (the
+    # recorded pid is that step's client, on `node`). Named in errors; never acted on.
+    role: Literal["server", "context", "generation", "router"] | None = None
+    instance_node: Text | None = None
     # What was run, kept for people: never acted on, so any JSON is accepted.
     mode: Any = None
     repo: Any = None

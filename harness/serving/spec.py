@@ -19,6 +19,8 @@ class LaunchSpec:
     repo: str = ""
     cwd: str | None = None
     shm_prefix: str | None = None
+    role: str = ""      # its role in a serving layout (server, context, generation, router); "": no layout
+    node: str = ""      # the Slurm node it runs on, through `srun --overlap` in this job; "": this process's host
 
     @property
     def url(self) -> str:

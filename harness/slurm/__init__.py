@@ -5,6 +5,7 @@ talks to Slurm's commands (sbatch, squeue, scontrol, scancel), so it works where
 """
 from harness.slurm.jobs import (
            JobError,
+           allocation_nodes,
            JobSpec,
            SlurmJob,
            cancel,
@@ -17,5 +18,5 @@ from harness.slurm.jobs import (
            wait_ended,
 )
 
-__all__ = ["JobError", "JobSpec", "SlurmJob", "cancel", "ended_error", "job_lines", "job_state", "render_script",
+__all__ = ["JobError", "allocation_nodes", "JobSpec", "SlurmJob", "cancel", "ended_error", "job_lines", "job_state", "render_script",
            "srun_argv", "submit", "wait_ended"]

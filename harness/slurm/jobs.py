@@ -59,14 +59,18 @@ class JobSpec:
     container_image: str = ""
     container_mounts: tuple[str, ...] = ()
     array: str = ""                # e.g. "0-3%2": a job array, at most 2 tasks at once
+    nodes: int = 1                 # >1: a serving layout's allocation (one task per node)
+    gpus_per_node: int = 0         # with nodes > 1: --gpus-per-node instead of --gpus
 
 
 def sbatch_options(spec: JobSpec) -> list[str]:
     opts = [f"--job-name={spec.name}", f"--output={spec.log}", f"--chdir={spec.workdir}",
-            "--nodes=1", "--ntasks=1", f"--cpus-per-task={spec.cpus}"]
+            f"--nodes={spec.nodes}", f"--ntasks={spec.nodes}", f"--cpus-per-task={spec.cpus}"]
+    opts += ["--ntasks-per-node=1"] if spec.nodes > 1 else []
     opts += [f"--partition={spec.partition}"] if spec.partition else []
     opts += [f"--account={spec.account}"] if spec.account else []
-    opts += [f"--gpus={spec.gpus}"] if spec.gpus else []
+    opts += [f"--gpus={spec.gpus}"] if spec.gpus and spec.nodes == 1 else []
+    opts += [f"--gpus-per-node={spec.gpus_per_node}"] if spec.gpus_per_node and spec.nodes > 1 else []
     opts += [f"--mem={spec.mem}"] if spec.mem else []
     opts += [f"--time={spec.time_limit}"] if spec.time_limit else []
     opts += [f"--array={spec.array}"] if spec.array else []
@@ -252,9 +256,11 @@ def wait_ended(job_id: str, timeout: float = 60.0) -> str:
 
 
 def srun_argv(job_id: str, command: list[str], *, name: str = "", container_image: str = "",
-              container_mounts: tuple[str, ...] = (), workdir: str = "") -> list[str]:
-    """A step inside a running allocation that shares its resources (the holder step keeps them all)."""
+              container_mounts: tuple[str, ...] = (), workdir: str = "", node: str = "") -> list[str]:
+    """A step inside a running allocation that shares its resources (the holder step keeps them all);
+    `node`: on that node of the allocation."""
     argv = ["srun", f"--jobid={job_id}", "--overlap", "--nodes=1", "--ntasks=1", "--kill-on-bad-exit=1"]
+    argv += [f"--nodelist={node}"] if node else []
     argv += [f"--job-name={name}"] if name else []
     if container_image:
         argv += [f"--container-image={container_image}"]
@@ -262,3 +268,18 @@ def srun_argv(job_id: str, command: list[str], *, name: str = "", container_imag
         argv += [f"--container-workdir={workdir}"] if workdir else []
     return argv + list(command)
 
+
+
+def allocation_nodes(job_id: str) -> list[tuple[str, str]]:
+    """(name, address) of each node of a running job, in Slurm's order (scontrol show hostnames/node)."""
+    out = _slurm(["scontrol", "show", "job", job_id])
+    m = re.search(r"\bNodeList=(\S+)", out.stdout)
+    if out.returncode or not m:
+        raise JobError(f"Slurm job {job_id}: scontrol could not say its nodes ({out.stderr.strip()[:200]})")
+    names = _slurm(["scontrol", "show", "hostnames", m.group(1)]).stdout.split()
+    nodes = []
+    for name in names:
+        info = _slurm(["scontrol", "show", "node", name]).stdout
+        addr = re.search(r"\bNodeAddr=(\S+)", info)
+        nodes.append((name, addr.group(1) if addr else name))
+    return nodes

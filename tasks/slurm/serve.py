@@ -12,6 +12,7 @@ SIGTERM of the worker), or Slurm does at slurm.time_limit_min.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -102,6 +103,8 @@ def launch(task: "LaunchServers") -> None:
         task.registry.stop(key16, 3.0)  # a stale allocation (cancelled, timed out) and its records go
     s = task.params.slurm
     spec = job_spec(task, name=f"perfdag-serve-{key16}", gpus=s.gpus_for("LaunchServers"))
+    if task.params.layout is not None:  # one allocation over the layout's nodes
+        spec = dataclasses.replace(spec, nodes=task.params.layout.nodes, gpus_per_node=task.params.layout.gpus_per_node)
     spec.log.parent.mkdir(parents=True, exist_ok=True)
     job = submit(spec, spec.log.parent / f"{task.stage}-{key16}.sbatch")
     task.registry.record_allocation(key16, {"job_id": job.job_id, "run_id": runlog.current_run_id(),

@@ -78,6 +78,9 @@ def problems(p) -> list[str]:
         ws = b.tp_size * b.pp_size
         if p.runtime.num_gpus % ws:
             out.append(f"runtime.num_gpus: {p.runtime.num_gpus} is not a multiple of tp*pp={ws}")
+    if p.layout is not None:  # rendered and checked (disagg.py), not launched yet: refused before any stage
+        out.append(f"layout: layouts of openai.server={o.server} are rendered but not launched yet (issue 34); "
+                   "remove the layout section, or use build.backend=torch for data-parallel servers over nodes")
     if not o.endpoints:
         out += port_count_problems("openai.ports", o.ports, num_servers(p))
     return out + endpoint_problems(o.endpoints) + prefix_caching_problems(p)
@@ -213,3 +216,6 @@ class OpenAIBackend(Backend):
 
     def check(self, p) -> Checks:
         return Checks(problems(p), [])
+
+    def serving_stack(self, p) -> str:
+        return p.openai.server

@@ -41,10 +41,12 @@ def served_name(p) -> str:
     return "" if p.openai.server == "transformers" else p.model.name
 
 
-def server_argv(p, model_dir: str, port, *, config_path: str | None = None) -> list[str]:
-    """One server's command line for `model_dir` on `port`."""
+def server_argv(p, model_dir: str, port, *, config_path: str | None = None, tp: int | None = None,
+                pp: int | None = None) -> list[str]:
+    """One server's command line for `model_dir` on `port`; `tp`/`pp` (a layout role's) win over build's."""
     o, b, r = p.openai, p.build, p.runtime
     kind = o.server
+    tp, pp = tp or b.tp_size, pp or b.pp_size
     argv = [binary(p), *COMMANDS[kind][1]]
     if kind == "transformers":
         argv += [model_dir, "--device", b.device, "--host", o.bind, "--port", str(port), "--dtype", b.dtype]
@@ -53,7 +55,7 @@ def server_argv(p, model_dir: str, port, *, config_path: str | None = None) -> l
                      "--cb-max-batch-tokens", str(b.max_num_tokens)]
     elif kind == "trtllm-serve":
         argv += [model_dir, "--host", o.bind, "--port", str(port), "--backend", "pytorch",
-                 "--tp_size", str(b.tp_size), "--pp_size", str(b.pp_size),
+                 "--tp_size", str(tp), "--pp_size", str(pp),
                  "--max_batch_size", str(b.max_batch_size), "--max_num_tokens", str(b.max_num_tokens),
                  "--max_seq_len", str(b.max_seq_len),
                  "--kv_cache_free_gpu_memory_fraction", repr(float(r.kv_cache_free_gpu_mem_fraction))]
@@ -61,7 +63,7 @@ def server_argv(p, model_dir: str, port, *, config_path: str | None = None) -> l
             argv += ["--extra_llm_api_options", config_path]
     elif kind == "vllm":
         argv += [model_dir, "--host", o.bind, "--port", str(port), "--served-model-name", served_name(p),
-                 "--tensor-parallel-size", str(b.tp_size), "--pipeline-parallel-size", str(b.pp_size),
+                 "--tensor-parallel-size", str(tp), "--pipeline-parallel-size", str(pp),
                  "--max-num-seqs", str(b.max_batch_size), "--max-num-batched-tokens", str(b.max_num_tokens),
                  "--max-model-len", str(b.max_seq_len),
                  "--gpu-memory-utilization", repr(float(r.kv_cache_free_gpu_mem_fraction)), "--dtype", b.dtype,
@@ -70,7 +72,7 @@ def server_argv(p, model_dir: str, port, *, config_path: str | None = None) -> l
             argv += ["--enable-chunked-prefill"]
     elif kind == "sglang":
         argv += ["--model-path", model_dir, "--host", o.bind, "--port", str(port), "--served-model-name",
-                 served_name(p), "--tp-size", str(b.tp_size), "--pp-size", str(b.pp_size),
+                 served_name(p), "--tp-size", str(tp), "--pp-size", str(pp),
                  "--max-running-requests", str(b.max_batch_size), "--chunked-prefill-size", str(b.max_num_tokens),
                  "--max-prefill-tokens", str(b.max_num_tokens), "--context-length", str(b.max_seq_len),
                  "--mem-fraction-static", repr(float(r.kv_cache_free_gpu_mem_fraction)), "--dtype", b.dtype]

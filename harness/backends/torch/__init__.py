@@ -22,6 +22,7 @@ from harness.model.calibration import calibration_prompts
 from harness.model.corpus import corpus_sha256
 from harness.serving.endpoints import endpoint_problems, parse_endpoints
 from harness.serving.launcher import external_servers, launch
+from harness.serving.layout import node_targets, place, placed
 from harness.serving.ports import port_count_problems, server_ports
 from harness.serving.triton.pbtxt import model_names
 from harness.serving.triton.server import (
@@ -38,7 +39,9 @@ FLAGS: dict[str, tuple[str, ...]] = {"quantize": (), "build": (), "runtime": ()}
 
 
 def num_servers(p) -> int:
-    """triton.num_servers, else one."""
+    """The layout's servers, else triton.num_servers, else one."""
+    if p.layout is not None:  # (a layout without servers is refused by backends/roles.py)
+        return p.layout.roles["server"].count if "server" in p.layout.roles else 1
     n = p.triton.num_servers
     return int(n) if n is not None else 1
 
@@ -155,10 +158,11 @@ class Launch(LaunchStep):
         return TRITON_PROTOCOLS[params.triton.protocol][0]
 
     def key(self, w: Work) -> Key:
-        # triton.protocol is keyed only when set: at its default the servers and records are those
-        # of before it existed, so their artifacts keep their keys
+        # triton.protocol and layout are keyed only when set: at their defaults the servers and records are
+        # those of before they existed, so their artifacts keep their keys
         chosen = ("triton.protocol",) if w.params.triton.protocol != "grpc" else ()
-        return Key(reads=("triton.bind", "triton.grpc_ports", "triton.endpoints", "triton.binary", *chosen),
+        layout = ("layout",) if w.params.layout is not None else ()
+        return Key(reads=("triton.bind", "triton.grpc_ports", "triton.endpoints", "triton.binary", *chosen, *layout),
                    tools=versions("nvidia-pytriton", "tritonclient"), executed=self._executed(w))
 
     def _backend_dir(self) -> str:
@@ -196,6 +200,8 @@ class Launch(LaunchStep):
         ports = server_ports(len(w.layout["servers"]), t.bind, t.grpc_ports)
         served = shell_safe_root(root)  # the Python backend starts its stub through a shell
         specs = self._specs(p, w.rel("repo"), w.layout["servers"], ports, served, server_env())
+        if p.layout is not None:  # data-parallel servers over the allocation's nodes
+            specs = placed(specs, place(p.layout), node_targets(p.layout, t.bind, "triton.bind"))
         return {"servers": launch(specs, w.out_dir, ready_timeout_s=t.ready_timeout_s, warmup_prompt=[1, 2, 3, 4],
                                   streaming=w.layout["decoupled"], on_spawn=w.on_spawn, log=w.log,
                                   names={str(root): "<root>", str(served): "<root>"})}

@@ -149,4 +149,7 @@ class TrtllmBackend(Backend):
     def check(self, p) -> Checks:
         generate = ["triton.protocol: generate is offered with build.backend=torch only so far; use grpc"] \
             if p.triton.protocol != "grpc" else []
-        return Checks(trtllm_problems(p) + generate + port_count_problems("triton.grpc_ports", p.triton.grpc_ports, num_servers(p), " (triton.num_servers)"), trtllm_notes(p))
+        # its servers follow runtime/triton, not a layout's roles: a layout would be silently ignored
+        layout = ["layout: the trtllm backend does not launch serving layouts yet (issue 34); remove the layout "
+                  "section (build.backend=torch launches data-parallel servers over nodes)"] if p.layout else []
+        return Checks(trtllm_problems(p) + generate + layout + port_count_problems("triton.grpc_ports", p.triton.grpc_ports, num_servers(p), " (triton.num_servers)"), trtllm_notes(p))

@@ -1,0 +1,141 @@
+"""Command lines and configs of a serving layout's roles, per stack (pure functions).
+
+- trtllm-serve: context and generation workers are `trtllm-serve` servers whose
+  --extra_llm_api_options carry `cache_transceiver_config` (context ones also
+  `disable_overlap_scheduler`); the router is `trtllm-serve disaggregated -c <config>`, whose YAML
+  lists the workers' `host:port` per role (TensorRT-LLM tensorrt_llm/llmapi/disagg_utils.py,
+  extract_disagg_cfg / extract_ctx_gen_cfgs; commands/serve.py `disaggregated`).
+- SGLang: workers take `--disaggregation-mode prefill|decode` and
+  `--disaggregation-transfer-backend`; prefill ones a `--disaggregation-bootstrap-port`; the router
+  is `python -m sglang_router.launch_router --pd-disaggregation --prefill URL BOOTSTRAP --decode URL`
+  (sgl-router router_args.py), or `--worker-urls` over data-parallel servers.
+- vLLM: workers take `--kv-transfer-config` (kv_connector and kv_role, vllm/config/kv_transfer.py);
+  the proxy is vllm-project/router's `vllm-router --vllm-pd-disaggregation --kv-connector nixl
+  --prefill URL --decode URL` (its Python CLI, router_args.py 0.1.17).
+
+Which flags each parser accepts is pinned in tests/golden/serving_roles/upstream_flags.json (read from
+those sources, commits named there) and checked by tests/test_serving_roles.py.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+
+from harness.backends.openai.servers import binary, llm_api_options, server_argv
+
+# stack -> the KV transfers it knows (the first is what "auto" means)
+KV_TRANSFERS = {
+    "trtllm-serve": ("DEFAULT", "UCX", "NIXL", "MPI"),            # cache_transceiver_config.backend
+    "sglang": ("mooncake", "nixl"),                               # --disaggregation-transfer-backend
+    "vllm": ("NixlConnector", "MooncakeConnector"),  # kv_connector (those vllm-router's --kv-connector pairs)
+}
+VLLM_ROUTER_CONNECTOR = {"NixlConnector": "nixl", "MooncakeConnector": "mooncake"}
+SGLANG_MODE = {"context": "prefill", "generation": "decode"}
+VLLM_KV_ROLE = {"context": "kv_producer", "generation": "kv_consumer"}  # (NixlConnector: kv_both for both)
+ROUTER_POLICY = "round_robin"  # every stack's router has it; extra_args may name another
+
+
+def kv_transfer(layout, stack: str) -> str:
+    return KV_TRANSFERS[stack][0] if layout.kv_transfer == "auto" else layout.kv_transfer
+
+
+def worker_options(p, role_name: str) -> dict:
+    """trtllm-serve: a worker's --extra_llm_api_options (the server's, plus its role's KV transfer)."""
+    doc = llm_api_options(p)
+    if role_name in SGLANG_MODE:  # context or generation
+        doc["cache_transceiver_config"] = {"backend": kv_transfer(p.layout, "trtllm-serve")}
+        if role_name == "context":  # TensorRT-LLM's disaggregated examples: no overlap scheduler on context
+            doc["disable_overlap_scheduler"] = True
+    return doc
+
+
+def worker_argv(p, role_name: str, model_dir: str, port: int, *, config_path: str | None = None,
+                bootstrap_port: int | None = None) -> list[str]:
+    """A context, generation or data-parallel server instance's command line."""
+    stack, role = p.openai.server, p.layout.roles[role_name]
+    argv = server_argv(p, model_dir, port, config_path=config_path, tp=role.tp_size, pp=role.pp_size)
+    argv = argv[:len(argv) - len(p.openai.extra_args)]  # the role's flags, then the server's
+    if role_name in SGLANG_MODE and stack == "sglang":
+        argv += ["--disaggregation-mode", SGLANG_MODE[role_name],
+                 "--disaggregation-transfer-backend", kv_transfer(p.layout, stack)]
+        if role_name == "context":
+            argv += ["--disaggregation-bootstrap-port", str(bootstrap_port)]
+    elif role_name in SGLANG_MODE and stack == "vllm":
+        connector = kv_transfer(p.layout, stack)
+        kv_role = "kv_both" if connector == "NixlConnector" else VLLM_KV_ROLE[role_name]
+        argv += ["--kv-transfer-config", json.dumps({"kv_connector": connector, "kv_role": kv_role},
+                                                    separators=(",", ":"))]
+    return argv + [str(a) for a in p.openai.extra_args] + [str(a) for a in role.extra_args]
+
+
+def trtllm_disagg_config(p, workers: dict[str, list[tuple[str, int]]], host: str, port: int) -> dict:
+    """trtllm-serve disaggregated's config: its own host and port, each role's workers."""
+    doc: dict = {"hostname": host, "port": port, "backend": "pytorch"}
+    for role_name, key in (("context", "context_servers"), ("generation", "generation_servers")):
+        role = p.layout.roles[role_name]
+        doc[key] = {"num_instances": role.count, "tensor_parallel_size": role.tp_size,
+                    "pipeline_parallel_size": role.pp_size, "urls": [f"{h}:{pt}" for h, pt in workers[role_name]],
+                    "router": {"type": ROUTER_POLICY}}
+    return doc
+
+
+def _program(name: str) -> str:
+    here = os.path.join(os.path.dirname(sys.executable), name)
+    return here if os.path.exists(here) else (shutil.which(name) or name)
+
+
+def router_argv(p, workers: dict[str, list[tuple[str, int]]], host: str, port: int, *,
+                config_path: str | None = None, bootstrap_ports: list[int] | None = None) -> list[str]:
+    """The router's command line: the layout's one front door."""
+    stack, role = p.openai.server, p.layout.roles["router"]
+    extra = [str(a) for a in role.extra_args]
+    if stack == "trtllm-serve":
+        t = str(int(p.openai.ready_timeout_s))
+        return [binary(p), "disaggregated", "-c", str(config_path), "-t", t, "-r", t] + extra
+    argv = [sys.executable, "-m", "sglang_router.launch_router"] if stack == "sglang" else [_program("vllm-router")]
+    argv += ["--host", host, "--port", str(port), "--policy", ROUTER_POLICY]
+    if "context" in workers and stack == "vllm":  # vllm-router's PD mode has its own flag and KV connector
+        argv += ["--vllm-pd-disaggregation", "--kv-connector", VLLM_ROUTER_CONNECTOR[kv_transfer(p.layout, stack)]]
+    elif "context" in workers:
+        argv += ["--pd-disaggregation"]
+    if "context" in workers:
+        for (h, pt), boot in zip(workers["context"], bootstrap_ports or [None] * len(workers["context"])):
+            argv += ["--prefill", f"http://{h}:{pt}"] + ([str(boot)] if stack == "sglang" else [])
+        for h, pt in workers["generation"]:
+            argv += ["--decode", f"http://{h}:{pt}"]
+    else:
+        argv += ["--worker-urls", *[f"http://{h}:{pt}" for h, pt in workers["server"]]]
+    return argv + extra
+
+
+def render(p, instances, hosts: list[str], ports: dict[str, int], repo_dir: str, model_dir: str) -> list[dict]:
+    """Every instance of the layout: its role, node, command line, environment and config files.
+    `instances` come from serving.layout.place; `hosts[k]` is node k's address, `ports[name]` an
+    instance's port (and `<name>_bootstrap` a prefill worker's bootstrap port for SGLang)."""
+    stack = p.openai.server
+    workers: dict[str, list[tuple[str, int]]] = {}
+    for inst in instances:
+        if inst.role != "router":
+            workers.setdefault(inst.role, []).append((hosts[inst.nodes[0]], ports[inst.name]))
+    boots = [ports[f"{i.name}_bootstrap"] for i in instances if i.role == "context"] if stack == "sglang" else None
+    out = []
+    for inst in instances:
+        host, files = hosts[inst.nodes[0]], {}
+        cfg = os.path.join(repo_dir, inst.name, "config.yaml")
+        if inst.role == "router":
+            if stack == "trtllm-serve":
+                files["config.yaml"] = trtllm_disagg_config(p, workers, p.openai.bind, ports[inst.name])
+            argv = router_argv(p, workers, p.openai.bind, ports[inst.name], config_path=cfg, bootstrap_ports=boots)
+            env = {}
+        else:
+            if stack == "trtllm-serve":
+                files["config.yaml"] = worker_options(p, inst.role)
+            argv = worker_argv(p, inst.role, model_dir, ports[inst.name],
+                               config_path=cfg if stack == "trtllm-serve" else None,
+                               bootstrap_port=ports.get(f"{inst.name}_bootstrap"))
+            env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, inst.gpus))} if inst.gpus else {}
+        out.append({"name": inst.name, "role": inst.role, "nodes": list(inst.nodes), "host": host,
+                    "port": ports[inst.name], "argv": argv, "env": env, "files": files})
+    return out

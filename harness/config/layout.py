@@ -1,0 +1,78 @@
+"""The `layout` section: a serving layout with roles, placed on the nodes of one allocation.
+
+Roles: `server` (data-parallel servers, each a whole model), or `context` (prefill) and
+`generation` (decode) workers of a disaggregated layout; `router`, the one front door in front of
+the workers (required when disaggregated). Each role has a count, GPUs per instance, its
+parallelism and its stack's flags. The rules here hold for every stack; which roles and KV
+transfers a stack has is the backend's rule (harness/backends/roles.py).
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from harness.config.section import Section
+
+ROLES = ("server", "context", "generation", "router")
+WORKER_ROLES = ("server", "context", "generation")
+
+
+class Role(Section):
+    count: int = Field(1, ge=1, le=1024)  # instances of the role
+    # GPUs of one instance (tp_size * pp_size; 0: a CPU-only instance, and the router)
+    gpus_per_instance: int = Field(1, ge=0, le=512)
+    tp_size: int = Field(1, ge=1, le=512)
+    pp_size: int = Field(1, ge=1, le=512)
+    # The flags of its stack for this role, appended to its command line as given.
+    extra_args: list[str] = []
+
+    @field_validator("extra_args")
+    @classmethod
+    def _no_control_chars(cls, v: list[str]) -> list[str]:
+        if any(any(ord(c) < 32 for c in a) for a in v):
+            raise ValueError("arguments must not hold newlines or control characters")
+        return v
+
+
+class LayoutSection(Section):
+    """Unset (the default): today's servers of the server section on one node."""
+
+    nodes: int = Field(1, ge=1, le=1024)  # nodes of the serving allocation (>1: Slurm)
+    gpus_per_node: int = Field(0, ge=0, le=64)  # what each node offers the layout (0: CPU instances only)
+    # How KV caches move from context to generation workers: "auto" = the stack's default
+    # (trtllm-serve cache_transceiver backend, SGLang --disaggregation-transfer-backend, vLLM connector).
+    kv_transfer: str = Field("auto", pattern=r"^[A-Za-z0-9_]+$")
+    roles: dict[Literal[ROLES], Role] = {}  # type: ignore[valid-type]
+
+    @model_validator(mode="after")
+    def _roles_make_a_layout(self):
+        r = self.roles
+        if not any(k in r for k in WORKER_ROLES):
+            raise ValueError("layout.roles: no workers; give `server` (data-parallel) or `context` and "
+                             "`generation` (disaggregated)")
+        disagg = "context" in r or "generation" in r
+        if disagg and "server" in r:
+            raise ValueError("layout.roles.server: a layout is data-parallel (server) or disaggregated "
+                             "(context + generation), not both; remove one")
+        if disagg and not ("context" in r and "generation" in r):
+            missing = "generation" if "context" in r else "context"
+            raise ValueError(f"layout.roles.{missing}: a disaggregated layout needs both context and generation")
+        if disagg and "router" not in r:
+            raise ValueError("layout.roles.router: a disaggregated layout is measured through its router; add "
+                             "layout.roles.router: {count: 1, gpus_per_instance: 0}")
+        if "router" in r:
+            if r["router"].count != 1:
+                raise ValueError("layout.roles.router.count: one router is the layout's front door; use 1")
+            if r["router"].gpus_per_instance:
+                raise ValueError("layout.roles.router.gpus_per_instance: a router uses no GPUs; use 0")
+        for name, role in r.items():
+            ws = role.tp_size * role.pp_size
+            if name != "router" and role.gpus_per_instance and role.gpus_per_instance != ws:
+                raise ValueError(f"layout.roles.{name}.gpus_per_instance: {role.gpus_per_instance} GPUs for "
+                                 f"tp_size*pp_size={ws}; make them equal")
+        return self
+
+    @property
+    def disaggregated(self) -> bool:
+        return "context" in self.roles

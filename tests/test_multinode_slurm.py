@@ -1,0 +1,205 @@
+"""Serving layouts over two nodes of a real Slurm on this host (scripts/slurm-local.sh with
+PERFDAG_SLURM_NODES=2: two slurmd, each its own node). Where the cluster cannot start (not root, apt
+cannot install it, a daemon does not come up) the tests skip and say why."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+from conftest import FAST, REPO, copied_root, run_luigi, run_records
+from test_slurm import SHORT, SLURM, assert_nothing_left, job_state, jobs
+
+from harness.serving.launcher import gone_servers, servers_live
+from harness.serving.processes import processes_with_token
+
+SCRIPT = REPO / "scripts" / "slurm-local.sh"
+
+
+def _free_ports(n: int) -> int:
+    """A first port with the next n-1 free too (slurmctld, then one slurmd per node)."""
+    for _ in range(50):
+        socks = [socket.socket() for _ in range(n)]
+        try:
+            socks[0].bind(("127.0.0.1", 0))
+            port = socks[0].getsockname()[1]
+            for k, s in enumerate(socks[1:], 1):
+                s.bind(("127.0.0.1", port + k))
+            return port
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    return 6917
+
+
+@pytest.fixture(scope="module")
+def cluster2(tmp_path_factory):
+    """SLURM_CONF of a running two-node cluster (nodes <host>-n0, <host>-n1); stopped (by pid) after."""
+    if os.geteuid() != 0:
+        pytest.skip("Slurm tests need root: slurmd runs the jobs and sets up their cgroups")
+    d = tmp_path_factory.mktemp("slurm2")
+    env = {**os.environ, "PERFDAG_SLURM_PORT": str(_free_ports(3)), "PERFDAG_SLURM_NODES": "2"}
+    try:
+        out = subprocess.run(["bash", str(SCRIPT), "start", str(d)], env=env, capture_output=True, text=True,
+                             timeout=600)
+    except subprocess.TimeoutExpired:
+        out = None
+    if out is None or out.returncode != 0:
+        subprocess.run(["bash", str(SCRIPT), "stop", str(d)], env=env, capture_output=True, timeout=120)
+        why = "timed out" if out is None else (out.stderr.strip() or out.stdout.strip())[-500:]
+        pytest.skip(f"a local two-node Slurm could not be started ({why})")
+    conf = str(d / "etc" / "slurm.conf")
+    old = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = conf
+    yield conf
+    subprocess.run(["bash", str(SCRIPT), "stop", str(d)], env=env, capture_output=True, timeout=120)
+    if old is None:
+        os.environ.pop("SLURM_CONF", None)
+    else:
+        os.environ["SLURM_CONF"] = old
+
+
+def node_names() -> list[str]:
+    out = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True, timeout=30)
+    return sorted(set(out.stdout.split()))
+
+
+def test_two_slurm_nodes_run_on_one_host(cluster2):
+    """slurm-local.sh with PERFDAG_SLURM_NODES=2 gives two idle nodes, and a two-node step runs once on each."""
+    names = node_names()
+    assert len(names) == 2
+    out = subprocess.run(["srun", "-N2", "-n2", "bash", "-c", "echo $SLURMD_NODENAME"], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert sorted(out.stdout.split()) == names
+
+
+def test_a_fullrun_whose_data_parallel_servers_run_on_two_nodes(cluster2, built_fast, tmp_path):
+    """A FullRun whose two data-parallel tritonservers run on two Slurm nodes of one allocation (the second
+    through `srun --overlap --nodelist`), is measured VALID over both, and leaves no job or process."""
+    layout = "layout.nodes=2,layout.roles.server.count=2,layout.roles.server.gpus_per_instance=0"
+    with copied_root(built_fast, tmp_path / "artifacts") as root:
+        proc = run_luigi("FullRun", "--overrides", f"{FAST}{SHORT},{SLURM},slurm.stages=[],{layout}",
+                         artifacts=root, check=False, timeout=900)
+        assert proc.returncode == 0, f"FullRun failed ({proc.returncode}):\n{proc.stderr[-6000:]}"
+        (alloc,) = jobs(root, "allocation")
+        (servers_json,) = root.glob("LaunchServers/*/servers.json")
+        records = json.loads(servers_json.read_text())["servers"]
+        assert [r.get("role") for r in records] == ["server", "server"]
+        n0, n1 = node_names()
+        assert [r["instance_node"] for r in records] == [n0, n1]  # one server per node
+        assert "srun" not in records[0]["cmd"] and f"--nodelist={n1}" in records[1]["cmd"]
+        (result,) = root.glob("RunLoadgen/*/result.json")
+        res = json.loads(result.read_text())
+        assert res["valid"] == "VALID", res
+        # the clients spread over both servers, and result.json and the report name the layout
+        served = {s["endpoint"]: s["completed"] for s in res["harness"]["per_server"]}
+        assert set(served) == {f"{r['host']}:{r['port']}" for r in records} and min(served.values()) > 0, served
+        assert res["layout"]["kind"] == "data-parallel" and res["layout"]["nodes"] == [n0, n1]
+        (report,) = root.glob("FullRun/*/report.md")
+        assert f"| server | 2 | {n0}, {n1} |" in report.read_text()
+        assert job_state(alloc["job_id"]) == "CANCELLED"
+        assert_nothing_left(root)
+
+
+def test_a_disaggregated_layout_launches_in_order_measures_through_its_router_and_names_a_dead_worker(
+        cluster2, tmp_path):
+    """Echo context and generation workers on two nodes and the echo router, launched in one allocation in
+    dependency order (workers ready before the router starts), answer through the router using both roles;
+    killing the generation instance on the second node marks the layout dead, naming role and node; scancel
+    leaves nothing."""
+    out = tmp_path / "layout"
+    out.mkdir()
+    job = subprocess.run(["sbatch", "--parsable", "-N2", "--ntasks-per-node=1", "--mem=500M",
+                          f"--output={out / 'job.log'}", f"--chdir={REPO}",
+                          f"--wrap=PYTHONPATH={REPO} exec {sys.executable} tests/multinode_layout_job.py {out}"],
+                         capture_output=True, text=True, timeout=60)
+    assert job.returncode == 0, job.stderr
+    job_id = job.stdout.strip().split(";")[0]
+    try:
+        deadline = time.monotonic() + 180
+        while not (out / "records.json").exists():
+            assert time.monotonic() < deadline, (out / "job.log").read_text(errors="replace")
+            time.sleep(0.5)
+        doc = json.loads((out / "records.json").read_text())
+        recs, events = doc["records"], doc["events"]
+        n0, n1 = node_names()
+        by_role = {r["role"]: r for r in recs}
+        assert set(by_role) == {"context", "generation", "router"}
+        assert by_role["context"]["instance_node"] == n0 and by_role["generation"]["instance_node"] == n1
+        assert "srun" not in by_role["context"]["cmd"] and f"--nodelist={n1}" in by_role["generation"]["cmd"]
+        ready = [t for t, line in events if " ready and warm " in line and not line.startswith("router")]
+        started = [t for t, line in events if line.startswith("router ") and " pid " in line]
+        assert len(ready) == 2 and started and max(ready) <= started[0]  # workers ready before the router starts
+        router = f"http://{by_role['router']['host']}:{by_role['router']['port']}"
+        for k in range(8):
+            r = httpx.post(f"{router}/v1/completions", json={"prompt": [7, k], "max_tokens": 6,
+                                                              "return_token_ids": True}, timeout=30)
+            assert r.status_code == 200 and r.json()["choices"][0]["token_ids"] == [8, k + 1] * 3
+        stats = httpx.get(f"{router}/stats", timeout=10).json()
+        assert stats["context"] >= 8 and stats["generation"] >= 8  # (+ the warm-up request)
+        assert servers_live(recs)
+        gen = by_role["generation"]
+        killed = [pid for pid in processes_with_token(gen["token"])
+                  if "echo_openai" in " ".join(psutil.Process(pid).cmdline())]
+        assert killed
+        for pid in killed:
+            os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while servers_live(recs) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not servers_live(recs)
+        gone = gone_servers(recs, out)
+        assert len(gone) == 1 and gone[0].startswith(f"generation 1 on {n1} ") and gone[0].endswith(" is gone")
+        r = httpx.post(f"{router}/v1/completions", json={"prompt": [1], "max_tokens": 2}, timeout=30)
+        assert r.status_code == 502 and "generation worker" in r.text
+    finally:
+        subprocess.run(["scancel", job_id], capture_output=True, timeout=30)
+    assert job_state(job_id) in ("CANCELLED", "COMPLETED")
+    tokens = {r["token"] for r in recs}
+    deadline = time.monotonic() + 30
+    while any(processes_with_token(t) for t in tokens) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not any(processes_with_token(t) for t in tokens), "an instance outlived its allocation"
+
+
+def test_a_server_killed_on_the_second_node_mid_measurement_is_relaunched(cluster2, built_fast, tmp_path):
+    """The tritonserver on the second node killed while a step measures: the layout counts as dead (its srun
+    step ends with it), the worker ends that allocation, relaunches the whole layout in a new one on both
+    nodes and measures again; nothing is left."""
+    from test_slurm import Worker
+
+    layout = "layout.nodes=2,layout.roles.server.count=2,layout.roles.server.gpus_per_instance=0"
+    with copied_root(built_fast, tmp_path / "artifacts") as root:
+        overrides = (f"{FAST}{SHORT},{SLURM},slurm.stages=[],{layout},loadgen.min_query_count=19,"
+                     "loadgen.min_duration_ms=4000")
+        held = Worker(root, "RunLoadgen", overrides)
+        step = held.wait_job_log("RunLoadgen ", timeout=400)
+        job_id = step["job_id"].split("/")[0]
+        killed = []
+        for f in root.glob("LaunchServers/*/servers.json"):
+            for rec in json.loads(f.read_text())["servers"]:
+                if str(rec.get("slurm_job")) == job_id and rec.get("instance_node") == node_names()[1]:
+                    for pid in processes_with_token(rec["token"]):
+                        if "tritonserver" in " ".join(psutil.Process(pid).cmdline()[:1]):
+                            os.kill(pid, signal.SIGKILL)
+                            killed.append(pid)
+        assert killed, "no tritonserver of the second node found"
+        rc = held.finish(timeout=600)
+        out = held.text()
+        assert rc in (0, 10), out[-3000:]
+        assert f"the servers in Slurm allocation {job_id} stopped answering mid-measurement" in out, out[-3000:]
+        again = jobs(root, "allocation")[-1]
+        assert again["job_id"] != job_id and job_state(again["job_id"]) == "CANCELLED"
+        assert (root / "RunLoadgen" / step["key"][:16] / "manifest.json").is_file()
+        assert_nothing_left(root)
