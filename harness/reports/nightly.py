@@ -2,8 +2,9 @@
 
 A scenario is judged by different numbers: Offline by throughput; Server and Interactive by TTFT
 and TPOT p99 against their limits (throughput there is fixed by the target QPS, so it is shown,
-never judged); SingleStream by its 90th-percentile latency (one query at a time: MLPerf's metric); every scenario by validity, accuracy and server crashes (a server relaunched
-mid-measurement: the run is measured again and whole, but the crash is news). A night may measure
+never judged); SingleStream by its 90th-percentile latency (one query at a time: MLPerf's metric);
+every scenario by validity, accuracy and server crashes (a server relaunched mid-measurement: the
+run is measured again and whole, but the crash is news). A night may measure
 each point several times (`--repeats`): the medians are compared, and a change counts only when
 the two nights' ranges (min..max over the repeats) do not overlap *and* the medians differ by more
 than the metric's floor. One repeat has no spread, so only the floor decides; the floors are the noise an

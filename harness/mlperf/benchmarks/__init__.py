@@ -59,5 +59,5 @@ def scenario_problems(b: Benchmark, round_: str, scenario: str, category: str | 
             + (f", or a benchmark that has it ({others})" if others else "")]
 
 
-__all__ = ["Benchmark", "CATEGORIES", "DEFAULT_ROUND", "Generation", "Metric", "REGISTRY", "ROUND_SEEDS", "ROUNDS", "SCENARIOS", "TARGETS",
-           "canonical_name", "get", "scenario_problems", "target_name"]
+__all__ = ["Benchmark", "CATEGORIES", "DEFAULT_ROUND", "Generation", "Metric", "REGISTRY", "ROUND_SEEDS", "ROUNDS",
+           "SCENARIOS", "TARGETS", "canonical_name", "get", "scenario_problems", "target_name"]
