@@ -7,8 +7,9 @@ explicit keys. `seed` 0 keeps MLPerf's official RNG seeds.
 SingleStream: LoadGen issues one query at a time, the next when the last completes, and generates
 2 x min_duration / expected latency of them up front (`single_stream_expected_latency_ms`;
 mlperf.conf: 10 ms). A benchmark with `sample_concatenate_permutation` (llama3.1-8b-edge) raises
-min_query_count to that many, rounded up to a multiple of the performance sample count: too low an
-expected latency makes a run issue far more queries than min_duration needs.
+min_query_count to that many and then to the next multiple of the performance sample count (a whole
+pass more where it already is one: LoadGen's test_settings_internal.cc), and every one is issued:
+too low an expected latency makes a run issue far more queries than min_duration needs.
 """
 from __future__ import annotations
 
