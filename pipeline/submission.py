@@ -152,6 +152,8 @@ class Submission(StageTask):  # not in STAGES: one tree over several scenarios
             verdicts[s] = {"valid": is_valid(perf), "invalid_reason": invalid_reason(perf),
                            "loadgen_errors": error_count(perf), "relaunches": len(perf.get("relaunches") or ()),
                            "tokens_per_s": perf.get("tokens_per_s"), "accuracy_passed": acc["passed"],
+                           # SingleStream's metric (None elsewhere)
+                           "latency_p90_ms": (perf.get("single_stream") or {}).get("p90_latency_ms"),
                            "accuracy_why": acc.get("why"), "accuracy_samples": acc.get("samples"),
                            "test06_passed": None if t06 is None else t06["passed"],
                            **{f"{k.lower()}_passed": v["passed"] for k, v in audited.items()}}
@@ -193,6 +195,8 @@ class Submission(StageTask):  # not in STAGES: one tree over several scenarios
             why = f" ({v['invalid_reason']})" if v.get("invalid_reason") else ""
             why += f" [server relaunched {v['relaunches']} time(s) mid-measurement]" if v.get("relaunches") else ""
             tps = "-" if v["tokens_per_s"] is None else f"{v['tokens_per_s']:.1f}"
+            if v.get("latency_p90_ms") is not None:
+                tps = f"p90 latency {v['latency_p90_ms']:.1f} ms, {tps}"
             lines.append(f"  {s:<11} {'VALID' if v['valid'] else 'INVALID'}{why}  {tps} tokens/s  accuracy "
                          f"{'PASS' if v['accuracy_passed'] else 'FAIL'} ({v['accuracy_samples']} samples){t06}")
         lines += [f"  tree        {self.tree}", ""]
