@@ -103,8 +103,8 @@ def render_markdown(report: dict, plots: list[str]) -> str:
     for name in ("ttft_ms", "tpot_ms", "latency_ms"):  # LoadGen's percentiles (mlperf_log_detail.txt)
         lines.append(f"| {name} p50 / p90 / p99 (LoadGen) | " + " / ".join(_fmt(p[name][q], ".2f") for q in PCTS) + " |")
     if ss := p.get("single_stream"):
-        lines.append(f"| SingleStream p90 latency ms / early-stopping estimate | {_fmt(ss['p90_latency_ms'], '.2f')} / "
-                     f"{_fmt(ss['early_stopping_latency_ms'], '.2f')} |")
+        lines.append(f"| SingleStream: p90 latency ms (its metric) / early-stopping estimate (of first tokens) | "
+                     f"{_fmt(ss['p90_latency_ms'], '.2f')} / {_fmt(ss['early_stopping_latency_ms'], '.2f')} |")
     lines += ["", "| accuracy | score | reference | needed |", "|---|---|---|---|"]
     for m in a.get("metrics") or ("rouge1", "rouge2", "rougeL", "tokens_per_sample"):
         ref = a["reference"].get(m)
@@ -154,8 +154,8 @@ def summary_text(report: dict, report_dir: Path, color: bool = False) -> str:
         f"  throughput {_fmt(p['samples_per_second'], '.2f')} samples/s, {_fmt(p['tokens_per_second'], '.1f')} tokens/s",
         f"  in flight  limit {_fmt(p.get('max_in_flight'), 'd')}, peak {_fmt(p.get('peak_in_flight'), 'd')}",
         *([f"  WARNING    client-bound: {p['client_bound_reason']}"] if p.get("client_bound") else []),
-        *([f"  latency ms (LoadGen) p90 {_fmt(p['single_stream']['p90_latency_ms'], '.2f')}  early-stopping estimate "
-           f"{_fmt(p['single_stream']['early_stopping_latency_ms'], '.2f')} (SingleStream's metric)"]
+        *([f"  latency ms (LoadGen) p90 {_fmt(p['single_stream']['p90_latency_ms'], '.2f')} (SingleStream's metric); "
+           f"early-stopping estimate {_fmt(p['single_stream']['early_stopping_latency_ms'], '.2f')} (of first tokens)"]
           if p.get("single_stream") else []),
         f"  TTFT ms    (LoadGen) p50 {_fmt(p['ttft_ms']['p50'], '.2f')}  p90 {_fmt(p['ttft_ms']['p90'], '.2f')}  p99 {_fmt(p['ttft_ms']['p99'], '.2f')}",
         f"  TPOT ms    (LoadGen) p50 {_fmt(p['tpot_ms']['p50'], '.2f')}  p90 {_fmt(p['tpot_ms']['p90'], '.2f')}  p99 {_fmt(p['tpot_ms']['p99'], '.2f')}",
