@@ -22,8 +22,15 @@ from harness.config import ParamsError
 from harness.config.schema import SCENARIOS
 from harness.errors import InputError
 from harness.loadgen.verdict import error_count, invalid_reason, is_valid
-from harness.mlperf import system_desc
-from harness.mlperf.submission import ScenarioRuns, assemble, compliance_tests, needs_test06, scenario_readme
+from harness.mlperf import benchmarks, system_desc
+from harness.mlperf.submission import (
+    ScenarioRuns,
+    assemble,
+    compliance_tests,
+    needs_test06,
+    registry_name,
+    scenario_readme,
+)
 from harness.mlperf.system_desc import git_output
 from harness.untrusted import yamlio
 from tasks import (
@@ -46,7 +53,7 @@ class Submission(StageTask):  # not in STAGES: one tree over several scenarios
     stage = "Submission"
     reads = ("submission", "model", "quantize.format", "build.backend", "build.dtype", "loadgen.mlperf_model",
              "dataset.name", "dataset.format")
-    scenarios = luigi.Parameter(default="Offline,Server", description="comma-separated: Offline,Server,Interactive")
+    scenarios = luigi.Parameter(default="Offline,Server", description="comma-separated: Offline,Server,Interactive,SingleStream")
     system = luigi.Parameter(default="", description="YAML of systems/<system>.json fields (+ measurements:)")
     keep_servers = luigi.BoolParameter(default=False, significant=False)
 
@@ -78,12 +85,24 @@ class Submission(StageTask):  # not in STAGES: one tree over several scenarios
             desc = system_desc.system_description(facts, user, division=sub.division, submitter=sub.submitter,
                                                   system_name=sub.system_name or sub.system, source=src)
             measurements = system_desc.measurements(_measurement_defaults(p), meas, source=src)
+            problems += self.category_problems(desc["system_type"])
         except InputError as e:
             problems += e.problems or [str(e)]
             desc, measurements = {}, {}
         if problems:
             raise ParamsError(problems)
         return desc, measurements
+
+    def category_problems(self, system_type: str) -> list[str]:
+        """Each scenario must be one the round has for the benchmark in the system's category (the
+        checker takes the scenario lists of systems/<system>.json's system_type)."""
+        sub, round_ = self.params.submission, self.params.loadgen.round
+        name = registry_name(sub.maps_to or sub.benchmark)
+        if name is None:  # an open entry with no maps_to: no MLPerf benchmark to hold it to
+            return []
+        return [x for s in self.scenario_list for x in benchmarks.scenario_problems(
+            benchmarks.REGISTRY[name], round_, s, system_type,
+            field=f"--scenarios ({s}) with system_type {system_type!r} of {self.system or 'the system YAML'}")]
 
     def key_inputs(self):
         desc, meas = self.described
@@ -133,6 +152,8 @@ class Submission(StageTask):  # not in STAGES: one tree over several scenarios
             verdicts[s] = {"valid": is_valid(perf), "invalid_reason": invalid_reason(perf),
                            "loadgen_errors": error_count(perf), "relaunches": len(perf.get("relaunches") or ()),
                            "tokens_per_s": perf.get("tokens_per_s"), "accuracy_passed": acc["passed"],
+                           # SingleStream's metric (None elsewhere)
+                           "latency_p90_ms": (perf.get("single_stream") or {}).get("p90_latency_ms"),
                            "accuracy_why": acc.get("why"), "accuracy_samples": acc.get("samples"),
                            "test06_passed": None if t06 is None else t06["passed"],
                            **{f"{k.lower()}_passed": v["passed"] for k, v in audited.items()}}
@@ -174,6 +195,8 @@ class Submission(StageTask):  # not in STAGES: one tree over several scenarios
             why = f" ({v['invalid_reason']})" if v.get("invalid_reason") else ""
             why += f" [server relaunched {v['relaunches']} time(s) mid-measurement]" if v.get("relaunches") else ""
             tps = "-" if v["tokens_per_s"] is None else f"{v['tokens_per_s']:.1f}"
+            if v.get("latency_p90_ms") is not None:
+                tps = f"p90 latency {v['latency_p90_ms']:.1f} ms, {tps}"
             lines.append(f"  {s:<11} {'VALID' if v['valid'] else 'INVALID'}{why}  {tps} tokens/s  accuracy "
                          f"{'PASS' if v['accuracy_passed'] else 'FAIL'} ({v['accuracy_samples']} samples){t06}")
         lines += [f"  tree        {self.tree}", ""]

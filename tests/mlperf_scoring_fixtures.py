@@ -6,7 +6,8 @@ fixed byte-level tokenizer (`save_tokenizer`), so the golden numbers that MLComm
 printed on these fixtures (tests/golden/mlperf_scoring/*.json) stay valid; change nothing
 here without re-running the scripts (tests/golden/mlperf_scoring/README.md says how).
 
-Edge cases: empty outputs, outputs of special tokens only, special tokens around text,
+Edge cases: (llama3.1-8b-edge also: whitespace-only, over-long, odd spacing, unicode, one word a
+line) empty outputs, outputs of special tokens only, special tokens around text,
 repeated qsl_idx entries (later ones differ and must be ignored), rows absent from the log,
 log order shuffled as LoadGen's completion order is; GSM8K outputs with no number, commas,
 negatives, decimals, "The answer is" (twice, or with no number after it), text after
@@ -21,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 SEED = 20261125
-ROWS = {"llama2-70b": 300, "llama3.1-8b": 300, "mixtral-8x7b": 450, "llama3.1-405b": 300}
+ROWS = {"llama2-70b": 300, "llama3.1-8b": 300, "mixtral-8x7b": 450, "llama3.1-405b": 300, "llama3.1-8b-edge": 300}
 SPECIALS = ["<unk>", "<s>", "</s>", "<pad>"]
 # Words merged into single tokens (BPE merges), so token counts are not just byte counts.
 MERGED_WORDS = ["Ġthe", "Ġanswer", "Ġis", "Ġand", "Ġof", "Ġmodel", "Ġrunning", "ing", "ed"]
@@ -161,6 +162,23 @@ def summary_rows(rng: random.Random, n: int, tok) -> tuple[list[str], dict[int, 
 # GSM8K, MBXP, 405b rows
 # --------------------------------------------------------------------------------------
 
+def edge_output(rng: random.Random, ref: str, kind: int) -> str | None:
+    """llama3.1-8b-edge's extra outputs (None: keep summary_rows'): whitespace only, over-long (the
+    reference over and over, past 128 tokens), odd spacing (tabs, doubled spaces, a space before
+    the stop), unicode words and punctuation, newlines between every word."""
+    if kind == 11:
+        return rng.choice([" ", "\n\n", " \t \n "])
+    if kind == 12:
+        return " ".join([ref] * rng.randint(4, 9))
+    if kind == 13:
+        return re.sub(r" ", lambda _: rng.choice(["  ", "\t", " ", "   "]), ref).replace(".", " .")
+    if kind == 14:
+        return f"{ref} Łódź, São Paulo und Zürich: «{rng.choice(NAMES)}» — naïve café. 東京 river."
+    if kind == 15:
+        return "\n".join(ref.split())
+    return None
+
+
 def gsm8k_case(rng: random.Random, i: int) -> tuple[str, str]:
     """(reference answer, model output) for GSM8K row ``i``: 12 kinds of edge cases."""
     ans = rng.choice([rng.randint(0, 99), rng.randint(1000, 999999), -rng.randint(1, 500),
@@ -267,6 +285,16 @@ def build(benchmark: str, tok):
     if benchmark in ("llama2-70b", "llama3.1-8b"):
         refs, outputs = summary_rows(rng, n, tok)
         inputs = [f"Summarize: {sentence(rng)}" for _ in range(n)]
+        df = pd.DataFrame({"input": inputs, "tok_input": [tok.encode(t, add_special_tokens=False) for t in inputs],
+                           "output": refs})
+        return df, make_log(rng, outputs, tok)
+    if benchmark == "llama3.1-8b-edge":
+        refs, outputs = summary_rows(rng, n, tok)
+        for i in range(n):  # beyond llama3.1-8b's cases: what a small edge model may print
+            text = edge_output(rng, refs[i], i % 20)
+            if text is not None:
+                outputs[i] = encode_output(rng, tok, text, 0)
+        inputs = [f"Summarize: {paragraph(rng, 2, 4)}" for _ in range(n)]
         df = pd.DataFrame({"input": inputs, "tok_input": [tok.encode(t, add_special_tokens=False) for t in inputs],
                            "output": refs})
         return df, make_log(rng, outputs, tok)

@@ -89,9 +89,7 @@ def benchmark_problems(p: Params) -> list[str]:
         out.append(f"loadgen.mlperf_model: {b.name} is not a benchmark of MLPerf {lg.round} (it is in {rounds}); "
                    f"set loadgen.round to one of {rounds}, or pick one of {lg.round}'s: {others}")
         return out
-    if lg.scenario not in b.scenarios[lg.round]:
-        out.append(f"loadgen.scenario: {b.name} has no {lg.scenario} scenario in {lg.round}; "
-                   f"use one of {', '.join(b.scenarios[lg.round])}")
+    out += benchmarks.scenario_problems(b, lg.round, lg.scenario)
     if uses_mlperf_gates(p):
         name = benchmarks.target_name(p.accuracy.target)
         allowed = b.targets_in(lg.round)

@@ -28,7 +28,7 @@ CPU_QUANT_FORMATS = ("none", "int8", "int8_sq", "fp8", "int4_awq")
 GPU_ONLY_QUANT_FORMATS = ("w4a8_awq", "nvfp4")
 QuantFormat = Literal["none", "int8", "int8_sq", "fp8", "int4_awq", "w4a8_awq", "nvfp4"]
 
-SCENARIOS = ("Offline", "Server", "Interactive")
+SCENARIOS = benchmarks.SCENARIOS
 
 
 def _bind_address(v: str) -> str:
@@ -76,7 +76,7 @@ class TinyModel(Section):
     learning_rate: float = Field(3e-3, gt=0, le=1)
     # Shipped stand-in datasets (harness/data/standins/) whose answers go into the training text,
     # each `teach_repeats` times, so the model can answer their benchmark's questions.
-    teach: list[Literal["mixtral-8x7b", "llama3.1-405b", "deepseek-r1", "gpt-oss-120b"]] = []
+    teach: list[Literal["mixtral-8x7b", "llama3.1-405b", "deepseek-r1", "gpt-oss-120b", "llama3.1-8b-edge"]] = []
     teach_repeats: int = Field(4, ge=1, le=100)
     # false: train on the taught stand-ins only (a model that must answer them, not continue the corpus).
     corpus: bool = True
@@ -222,12 +222,15 @@ class HarnessSection(Section):
 
 
 class LoadgenSection(Section):
-    scenario: Literal["Offline", "Server", "Interactive"] = "Offline"
+    scenario: Literal[SCENARIOS] = "Offline"
     # Offline: LoadGen issues expected_qps x min_duration samples at once; set it at or above
     # what the system sustains, or the run ends early and is INVALID. "auto": measured by a short
     # sizing run before the timed one, times a margin (harness/loadgen/measure.py).
     offline_expected_qps: Union[Annotated[float, Field(gt=0)], Literal["auto"]] = 600
     server_target_qps: float = Field(20, gt=0)
+    # SingleStream: the latency one query is expected to take; LoadGen generates 2 x min_duration /
+    # this many queries (harness/loadgen/settings.py). Unset: mlperf.conf's 10 ms.
+    single_stream_expected_latency_ms: Optional[float] = Field(None, gt=0)
     min_duration_ms: int = Field(10_000, ge=0)
     min_query_count: int = Field(64, ge=1)
     performance_sample_count: int = Field(0, ge=0)  # 0: the whole dataset

@@ -19,6 +19,9 @@ FullRun scores every metric family for real. Deterministic: run it again and not
   harmony format (analysis channel, then the final channel holding the answer). No livecodebench_v6
   rows: with them the retrained tiny model ran one GPQA question on to max_new_tokens in TEST09's
   performance run, 0.9 tokens below the band's edge (README, "Every metric family on CPU").
+- llama3.1-8b-edge: CNN-DailyMail's columns as perfdag's jsonl has them: `input` (a corpus line's
+  start, for the article), `output` (its rest, for the highlights: the reference ROUGE is scored
+  against).
 - LiveCodeBench (deepseek-r1): rows whose `ground_truth` is a question_id of
   `livecodebench-problems.jsonl`, a local problems copy in LiveCodeBench's own columns (stdin and
   call-based problems; one with its private tests in upstream's compressed form), written here too.
@@ -125,6 +128,11 @@ def mbxp_rows() -> list[dict]:
 def openorca_rows(rng: random.Random, n: int, offset: int, **extra) -> list[dict]:
     return [{**extra, "id": f"orca_{i}", "input": p, "gt_output": a, "canonical_solution": a}
             for i, (p, a) in enumerate(_corpus_pairs(rng, n, offset))]
+
+
+def cnn_dailymail_rows(n: int, offset: int) -> list[dict]:
+    return [{"id": f"cnn_{i}", "input": p, "output": a, "canonical_solution": a}
+            for i, (p, a) in enumerate(_corpus_pairs(random.Random(SEED), n, offset))]
 
 
 def niah_rows(rng: random.Random, n: int) -> list[dict]:
@@ -348,6 +356,7 @@ def main() -> None:
     gpt_oss = gpt_oss_rows()
     random.Random(SEED + 3).shuffle(gpt_oss)
     print(write("gpt-oss-120b", gpt_oss))
+    print(write("llama3.1-8b-edge", cnn_dailymail_rows(24, 29)))
     print(write("livecodebench-problems", livecodebench_problems(), private=True))  # the answers: 0600
 
 

@@ -59,7 +59,10 @@ def parse_summary(out_dir: str | os.PathLike) -> dict:
     loadgen_errors ({count, first, kinds}), samples_per_s, tokens_per_s, latency_ms / ttft_ms /
     tpot_ms ({p50, p90, p95, p97, p99, p99_9, mean}; ttft/tpot None where LoadGen measured none),
     early_stopping ({met, ttft, tpot}), min_duration_met, min_queries_met, perf_constraints_met, query_count,
-    target_qps, ttft_constraint_ms, tpot_constraint_ms, num_errors, warnings, loadgen_version.
+    target_qps, ttft_constraint_ms, tpot_constraint_ms (None for Offline and SingleStream),
+    single_stream (SingleStream's p90 latency and early-stopping estimate, `single_stream()`; None
+    elsewhere), num_errors, warnings, loadgen_version. SingleStream's samples/s and tokens/s are
+    LoadGen's rates with its overhead (one query at a time).
     """
     out = Path(out_dir)
     d = read_mllog(out / "mlperf_log_detail.txt")
@@ -69,13 +72,16 @@ def parse_summary(out_dir: str | os.PathLike) -> dict:
         raise FileNotFoundError(f"no LoadGen logs (mlperf_log_detail.txt / mlperf_log_summary.txt) in {out}")
     scenario = d.get("effective_scenario") or _summary_field(summ, "Scenario")
     mode = d.get("effective_test_mode") or _summary_field(summ, "Mode")
-    is_offline = scenario == "Offline"
-    sps = d.get("result_samples_per_second") if is_offline else d.get("result_completed_samples_per_sec")
-    tps = d.get("result_tokens_per_second") if is_offline else d.get("result_completed_tokens_per_second")
+    is_offline, single = scenario == "Offline", scenario == "SingleStream"
+    # SingleStream: one query at a time, so throughput is LoadGen's "with loadgen overhead" rate
+    sps = d.get("result_samples_per_second" if is_offline else "result_qps_with_loadgen_overhead" if single
+                else "result_completed_samples_per_sec")
+    tps = d.get("result_tokens_per_second" if is_offline else "result_token_throughput_with_loadgen_overhead"
+                if single else "result_completed_tokens_per_second")
     if sps is None:
-        sps = _summary_number(summ, ("Samples per second", "Completed samples per second"))
+        sps = _summary_number(summ, ("Samples per second", "Completed samples per second", "QPS w/ loadgen overhead"))
     if tps is None:
-        tps = _summary_number(summ, ("Tokens per second", "Completed tokens per second"))
+        tps = _summary_number(summ, ("Tokens per second", "Completed tokens per second", "TPS w/ loadgen overhead"))
     valid = d.get("result_validity")
     if valid is None:
         m = _summary_field(summ, "Result is")
@@ -99,6 +105,7 @@ def parse_summary(out_dir: str | os.PathLike) -> dict:
     if tpot and not any(v for k, v in tpot.items()):
         tpot = None
     es_met = d.get("early_stopping_met")
+    streamed_limits = not (is_offline or single)  # SingleStream holds no TTFT/TPOT limit
     result = {
         "scenario": scenario,
         "mode": mode,
@@ -123,13 +130,29 @@ def parse_summary(out_dir: str | os.PathLike) -> dict:
         "perf_constraints_met": d.get("result_perf_constraints_met"),
         "query_count": d.get("result_query_count"),
         "target_qps": d.get("effective_target_qps"),
-        "ttft_constraint_ms": _ns_to_ms(d.get("requested_server_ttft_latency")) if not is_offline else None,
-        "tpot_constraint_ms": _ns_to_ms(d.get("requested_server_tpot_latency")) if not is_offline else None,
+        "ttft_constraint_ms": _ns_to_ms(d.get("requested_server_ttft_latency")) if streamed_limits else None,
+        "tpot_constraint_ms": _ns_to_ms(d.get("requested_server_tpot_latency")) if streamed_limits else None,
+        "single_stream": single_stream(d) if single else None,
         "num_errors": d.get("num_errors"),
         "warnings": "No warnings encountered during test." not in summ if summ else None,
         "loadgen_version": d.get("loadgen_version"),
     }
     return result
+
+
+def single_stream(d: dict) -> dict:
+    """SingleStream's own numbers: the 90th-percentile latency (what MLCommons' checker reports for an
+    LLM, e.g. llama3.1-8b-edge), LoadGen's early-stopping estimate of it (the checker's result for
+    other benchmarks; with token latencies LoadGen estimates it over the first-token latencies, which
+    it checks last), the expected latency LoadGen planned with and the rates with and without
+    LoadGen's overhead."""
+    pct = d.get("effective_target_latency_percentile")
+    return {"target_percentile": None if pct is None else round(float(pct) * 100, 3),
+            "p90_latency_ms": _ns_to_ms(d.get("result_90.00_percentile_latency_ns")),
+            "early_stopping_latency_ms": _ns_to_ms(d.get("early_stopping_latency_ss")),
+            "expected_latency_ms": _ns_to_ms(d.get("requested_single_stream_expected_latency_ns")),
+            "qps_with_loadgen_overhead": _float(d.get("result_qps_with_loadgen_overhead")),
+            "qps_without_loadgen_overhead": _float(d.get("result_qps_without_loadgen_overhead"))}
 
 
 def invalid_reasons(d: dict, scenario: str | None) -> list[str]:
@@ -147,6 +170,10 @@ def invalid_reasons(d: dict, scenario: str | None) -> list[str]:
             out.append(f"min duration not met: the run took {_s(d.get('result_max_latency_ns'), 1e9)} s < "
                        f"min_duration {need} s (raise loadgen.offline_expected_qps: LoadGen issues "
                        "expected_qps x min_duration samples)")
+        elif scenario == "SingleStream":
+            out.append(f"min duration not met: the last query was issued at {_last_issue_s(d)} s < min_duration "
+                       f"{need} s (lower loadgen.single_stream_expected_latency_ms: LoadGen generates 2 x "
+                       "min_duration / expected latency queries, and ran out)")
         else:
             out.append(f"min duration not met: queries were scheduled over {_s(d.get('generated_query_duration'), 1e9)}"
                        f" s < min_duration {need} s (raise loadgen.server_target_qps or min_duration_ms)")
@@ -171,6 +198,15 @@ def _s(v, div: float) -> str:
     try:
         return f"{float(v) / div:.1f}"
     except (TypeError, ValueError):
+        return "?"
+
+
+def _last_issue_s(d: dict) -> str:
+    """When SingleStream issued its last query, in s: LoadGen logs only the rate it derives from it,
+    (queries - 1) / that time."""
+    try:
+        return f"{(int(d['result_query_count']) - 1) / float(d['result_qps_with_loadgen_overhead']):.1f}"
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
         return "?"
 
 

@@ -3,6 +3,13 @@
 Order (later wins): LoadGen's built-in mlperf.conf of `mlperf_model` (Interactive reads the
 `<model>-interactive` Server settings), then `user_conf` (a LoadGen user.conf path), then the
 explicit keys. `seed` 0 keeps MLPerf's official RNG seeds.
+
+SingleStream: LoadGen issues one query at a time, the next when the last completes, and generates
+2 x min_duration / expected latency of them up front (`single_stream_expected_latency_ms`;
+mlperf.conf: 10 ms). A benchmark with `sample_concatenate_permutation` (llama3.1-8b-edge) raises
+min_query_count to that many and then to the next multiple of the performance sample count (a whole
+pass more where it already is one: LoadGen's test_settings_internal.cc), and every one is issued:
+too low an expected latency makes a run issue far more queries than min_duration needs.
 """
 from __future__ import annotations
 
@@ -10,9 +17,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from harness.mlperf import benchmarks
-from harness.mlperf.benchmarks import ROUND_SEEDS
+from harness.mlperf.benchmarks import ROUND_SEEDS, SCENARIOS
 
-SCENARIOS = ("Offline", "Server", "Interactive")
 MODES = ("PerformanceOnly", "AccuracyOnly")
 
 DEFAULT_MLPERF_MODEL = "llama2-70b"
@@ -21,14 +27,17 @@ DEFAULT_MLPERF_MODEL = "llama2-70b"
 SETTINGS_KEYS = frozenset({
     "scenario", "mode", "offline_expected_qps", "server_target_qps", "min_duration_ms", "min_query_count",
     "max_duration_ms", "max_query_count", "performance_sample_count", "ttft_latency_ms", "tpot_latency_ms",
-    "seed", "mlperf_model", "round", "user_conf",
+    "seed", "mlperf_model", "round", "user_conf", "single_stream_expected_latency_ms",
 })
+#: perfdag's scenario -> LoadGen's (Interactive is LoadGen's Server at the `-interactive` settings).
+LOADGEN_SCENARIO = {"Offline": "Offline", "Server": "Server", "Interactive": "Server", "SingleStream": "SingleStream"}
 
 
 def latency_constraints(scenario: str, mlperf_model: str = DEFAULT_MLPERF_MODEL) -> tuple[float, float] | None:
     """MLPerf's (TTFT ms, TPOT ms) for `mlperf_model` in `scenario`, from the benchmark registry
-    (None for Offline). A model or scenario the registry has no limits for gets llama2-70b's."""
-    if scenario == "Offline":
+    (None for Offline and SingleStream, which have none). A model or scenario the registry has no
+    limits for gets llama2-70b's."""
+    if LOADGEN_SCENARIO[scenario] != "Server":
         return None
 
     name = benchmarks.canonical_name(mlperf_model) or DEFAULT_MLPERF_MODEL
@@ -59,7 +68,8 @@ def from_params(loadgen, num_samples: int) -> dict[str, Any]:
             "max_duration_ms": loadgen.max_duration_ms or None,
             "performance_sample_count": loadgen.performance_sample_count or num_samples,
             "ttft_latency_ms": loadgen.ttft_latency_ms, "tpot_latency_ms": loadgen.tpot_latency_ms,
-            "mlperf_model": loadgen.mlperf_model, "round": loadgen.round, "seed": loadgen.seed}
+            "mlperf_model": loadgen.mlperf_model, "round": loadgen.round, "seed": loadgen.seed,
+            "single_stream_expected_latency_ms": loadgen.single_stream_expected_latency_ms}
 
 
 def user_conf_text(conf_model: str, lg_scen: str, scenario: str, model: str, st: Mapping[str, Any],
@@ -73,6 +83,9 @@ def user_conf_text(conf_model: str, lg_scen: str, scenario: str, model: str, st:
     if lg_scen == "Offline":
         if "offline_expected_qps" in st:
             lines.append(f"{pre}target_qps = {_num(st['offline_expected_qps'])}")
+    elif lg_scen == "SingleStream":
+        if "single_stream_expected_latency_ms" in st:  # user.conf's target_latency is in ms
+            lines.append(f"{pre}target_latency = {_num(st['single_stream_expected_latency_ms'])}")
     else:
         if "server_target_qps" in st:
             lines.append(f"{pre}target_qps = {_num(st['server_target_qps'])}")
@@ -110,11 +123,11 @@ def build_test_settings(lg, scenario: str, mode: str, st: Mapping[str, Any], n_s
                   out_dir: Path) -> tuple[Any, int]:
     """(mlperf_loadgen.TestSettings, performance sample count) for one run; writes `user.conf`
     (a record of the explicit settings) into `out_dir` unless a user.conf was given."""
-    lg_scen = "Offline" if scenario == "Offline" else "Server"
+    lg_scen = LOADGEN_SCENARIO[scenario]
     model = st.get("mlperf_model", DEFAULT_MLPERF_MODEL)
     conf_model = conf_model_name(model) + ("-interactive" if scenario == "Interactive" else "")
     s = lg.TestSettings()
-    s.scenario = lg.TestScenario.Offline if lg_scen == "Offline" else lg.TestScenario.Server
+    s.scenario = getattr(lg.TestScenario, lg_scen)
     user_conf = st.get("user_conf")
     if not user_conf:
         user_conf = out_dir / "user.conf"
@@ -128,6 +141,9 @@ def build_test_settings(lg, scenario: str, mode: str, st: Mapping[str, Any], n_s
     if lg_scen == "Offline":
         if "offline_expected_qps" in st:
             s.offline_expected_qps = float(st["offline_expected_qps"])
+    elif lg_scen == "SingleStream":
+        if "single_stream_expected_latency_ms" in st:
+            s.single_stream_expected_latency_ns = int(float(st["single_stream_expected_latency_ms"]) * 1e6)
     elif e2e is not None:  # end-to-end latency is the constraint (qwen3-vl)
         s.server_target_latency_ns = int(e2e * 1e6)
         if "server_target_qps" in st:

@@ -39,8 +39,6 @@ MAX_ACCURACY_LOG_BYTES = 10240  # what the checker accepts
 #: reasoning benchmarks' `{'exact_match': .., 'tokens_per_sample': ..}`).
 ACCURACY_KEYS = ("exact_match", "rouge1", "rouge2", "rougeL", "rougeLsum", "gsm8k", "mbxp", "gen_len", "gen_num",
                  "gen_tok_len", "tokens_per_sample")
-#: MLPerf benchmarks whose closed/network results need TEST06 (v6.0 and v6.1 lists, base names).
-TEST06_MODELS = ("llama2-70b", "llama3.1-405b", "llama3.1-8b", "mixtral-8x7b", "deepseek-r1")
 #: The verdict file of each audited test (besides accuracy/ and performance/run_1/), as the checker reads it.
 VERIFY_FILES = {"TEST07": "verify_accuracy.txt", "TEST09": "verify_output_len.txt"}
 
@@ -60,17 +58,23 @@ class ScenarioRuns:
     extra: dict = field(default_factory=dict)
 
 
-def needs_test06(benchmark: str) -> bool:
-    return any(benchmark == m or benchmark.startswith(m + "-") for m in TEST06_MODELS)
+def registry_name(benchmark: str) -> str | None:
+    """The registry's name of `benchmark` (an MLPerf name or alias, maybe with its -99 / -99.9 suffix);
+    None for a name the registry does not know. An exact name wins over a prefix: llama3.1-8b-edge is
+    not llama3.1-8b with a suffix."""
+    return benchmarks.canonical_name(benchmark) or next(
+        (b for b in benchmarks.REGISTRY if benchmark.removeprefix(b + "-") in benchmarks.TARGETS), None)
 
 
 def compliance_tests(benchmark: str) -> tuple[str, ...]:
-    """The compliance tests the registry lists for `benchmark` (an MLPerf name or alias, maybe with
-    its -99 suffix); () for a name the registry does not know."""
-
-    name = benchmarks.canonical_name(benchmark) or next(
-        (b for b in benchmarks.REGISTRY if benchmark.startswith(b + "-")), None)
+    """The compliance tests the registry lists for `benchmark`; () for a name the registry does not know."""
+    name = registry_name(benchmark)
     return benchmarks.REGISTRY[name].compliance if name else ()
+
+
+def needs_test06(benchmark: str) -> bool:
+    """Whether the checker's models_TEST06 lists `benchmark` (llama3.1-8b-edge: no)."""
+    return "TEST06" in compliance_tests(benchmark)
 
 
 def _plain(v: Any) -> Any:
@@ -173,6 +177,9 @@ def scenario_readme(*, benchmark: str, scenario: str, model: str, division: str,
              f"| result | {perf.get('valid')}{' (' + perf['invalid_reason'] + ')' if perf.get('invalid_reason') else ''} |",
              f"| tokens/s | {_fmt(perf.get('tokens_per_s'), '.1f')} |",
              f"| samples/s | {_fmt(perf.get('samples_per_s'))} |"]
+    if ss := perf.get("single_stream"):  # SingleStream's metric (the checker's, for an LLM)
+        lines.append(f"| latency p90 ms / early-stopping estimate | {_fmt(ss.get('p90_latency_ms'))} / "
+                     f"{_fmt(ss.get('early_stopping_latency_ms'))} |")
     for name in ("ttft_ms", "tpot_ms"):
         p = perf.get(name) or {}
         lines.append(f"| {name[:4].upper()} p50 / p99 ms | {_fmt(p.get('p50'))} / {_fmt(p.get('p99'))} |")

@@ -2,8 +2,9 @@
 
 A scenario is judged by different numbers: Offline by throughput; Server and Interactive by TTFT
 and TPOT p99 against their limits (throughput there is fixed by the target QPS, so it is shown,
-never judged); every scenario by validity, accuracy and server crashes (a server relaunched
-mid-measurement: the run is measured again and whole, but the crash is news). A night may measure
+never judged); SingleStream by its 90th-percentile latency (one query at a time: MLPerf's metric);
+every scenario by validity, accuracy and server crashes (a server relaunched mid-measurement: the
+run is measured again and whole, but the crash is news). A night may measure
 each point several times (`--repeats`): the medians are compared, and a change counts only when
 the two nights' ranges (min..max over the repeats) do not overlap *and* the medians differ by more
 than the metric's floor. One repeat has no spread, so only the floor decides; the floors are the noise an
@@ -30,14 +31,15 @@ class Metric:
 
 
 STREAMING = ("Server", "Interactive")
-DEFAULT_FLOORS = {"tokens_per_s": 0.05, "ttft_p99_ms": 0.10, "tpot_p99_ms": 0.10}
+DEFAULT_FLOORS = {"tokens_per_s": 0.05, "ttft_p99_ms": 0.10, "tpot_p99_ms": 0.10, "latency_p90_ms": 0.10}
 
 
 def metrics(floors: dict[str, float] | None = None) -> list[Metric]:
     f = {**DEFAULT_FLOORS, **(floors or {})}
     return [Metric("tokens_per_s", "tokens/s", True, ("Offline",), f["tokens_per_s"]),
             Metric("ttft_p99_ms", "TTFT p99 (ms)", False, STREAMING, f["ttft_p99_ms"], "ttft_limit_ms"),
-            Metric("tpot_p99_ms", "TPOT p99 (ms)", False, STREAMING, f["tpot_p99_ms"], "tpot_limit_ms")]
+            Metric("tpot_p99_ms", "TPOT p99 (ms)", False, STREAMING, f["tpot_p99_ms"], "tpot_limit_ms"),
+            Metric("latency_p90_ms", "latency p90 (ms)", False, ("SingleStream",), f["latency_p90_ms"])]
 
 
 def fmt(v: Any) -> str:

@@ -37,6 +37,8 @@ def build_report(stage_keys: dict[str, str], perf: dict, accuracy: dict | None, 
             "latency_ms": _pcts(perf.get("latency_ms")), "early_stopping": perf.get("early_stopping"),
             # the share of requests that met the latency limits, and the throughput they make up
             "goodput": perf.get("goodput"),
+            # SingleStream's metric: the p90 latency and LoadGen's early-stopping estimate (None elsewhere)
+            "single_stream": perf.get("single_stream"),
             # MLPerf's p99 limits this run was held to (Server / Interactive; None for Offline)
             "ttft_limit_ms": perf.get("ttft_constraint_ms"), "tpot_limit_ms": perf.get("tpot_constraint_ms"),
             "target_qps": perf.get("target_qps"),  # LoadGen's effective target (Server / Interactive)
@@ -138,6 +140,9 @@ def render_markdown(report: dict, plots: list[str]) -> str:
         lines[2:2] = [f"> **Warning: the client may have been the bottleneck**: {p['client_bound_reason']}", ""]
     for name in ("ttft_ms", "tpot_ms", "latency_ms"):  # LoadGen's percentiles (mlperf_log_detail.txt)
         lines.append(f"| {name} p50 / p90 / p99 (LoadGen) | " + " / ".join(_fmt(p[name][q], ".2f") for q in PCTS) + " |")
+    if ss := p.get("single_stream"):
+        lines.append(f"| SingleStream: p90 latency ms (its metric) / early-stopping estimate (of first tokens) | "
+                     f"{_fmt(ss['p90_latency_ms'], '.2f')} / {_fmt(ss['early_stopping_latency_ms'], '.2f')} |")
     lines += _itl_rows(p)
     if a is not None:
         lines += _accuracy_table(a)
@@ -210,6 +215,9 @@ def summary_text(report: dict, report_dir: Path, color: bool = False) -> str:
         f"  goodput    {goodput_line(p.get('goodput'))}",
         f"  in flight  limit {_fmt(p.get('max_in_flight'), 'd')}, peak {_fmt(p.get('peak_in_flight'), 'd')}",
         *([f"  WARNING    client-bound: {p['client_bound_reason']}"] if p.get("client_bound") else []),
+        *([f"  latency ms (LoadGen) p90 {_fmt(p['single_stream']['p90_latency_ms'], '.2f')} (SingleStream's metric); "
+           f"early-stopping estimate {_fmt(p['single_stream']['early_stopping_latency_ms'], '.2f')} (of first tokens)"]
+          if p.get("single_stream") else []),
         f"  TTFT ms    (LoadGen) p50 {_fmt(p['ttft_ms']['p50'], '.2f')}  p90 {_fmt(p['ttft_ms']['p90'], '.2f')}  p99 {_fmt(p['ttft_ms']['p99'], '.2f')}",
         f"  TPOT ms    (LoadGen) p50 {_fmt(p['tpot_ms']['p50'], '.2f')}  p90 {_fmt(p['tpot_ms']['p90'], '.2f')}  p99 {_fmt(p['tpot_ms']['p99'], '.2f')}",
         *([f"  ITL ms     (client)  p50 {_fmt(p['itl_ms']['p50'], '.2f')}  p90 {_fmt(p['itl_ms']['p90'], '.2f')}  "

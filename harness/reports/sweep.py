@@ -22,6 +22,7 @@ def row(point: dict[str, Any], report: dict, resolved: dict[str, Any] | None = N
     return {**point, **(resolved or {}), "scenario": p["scenario"],
             "tokens_per_s": p["tokens_per_second"], "samples_per_s": p["samples_per_second"],
             "ttft_p99_ms": p["ttft_ms"]["p99"], "tpot_p99_ms": p["tpot_ms"]["p99"], "valid": is_valid(p),
+            "latency_p90_ms": (p.get("single_stream") or {}).get("p90_latency_ms"),
             "ttft_limit_ms": p.get("ttft_limit_ms"), "tpot_limit_ms": p.get("tpot_limit_ms"),
             "invalid_reason": invalid_reason(p), "loadgen_errors": error_count(p),
             "relaunches": len(p.get("relaunches") or ()),
@@ -83,6 +84,7 @@ def table(varied: list[str], rows: list[dict]) -> tuple[list[str], list[list[str
     streaming = any(r.get("scenario") in STREAMING for r in rows)
     metrics = [("tokens/s", "tokens_per_s"), ("samples/s", "samples_per_s")]
     metrics += [("TTFT p99 ms", "ttft_p99_ms"), ("TPOT p99 ms", "tpot_p99_ms")] if streaming else []
+    metrics += [("latency p90 ms", "latency_p90_ms")] if any(r.get("scenario") == "SingleStream" for r in rows) else []
     scenario_varied = "loadgen.scenario" in varied or len({r.get("scenario") for r in rows}) > 1
     params = [k for k in varied if k != "loadgen.scenario"]
     header = (["scenario"] if scenario_varied else []) + params + [m for m, _ in metrics] + ["result", "accuracy"]

@@ -16,7 +16,7 @@ def add_parser(sub) -> None:
     sc = sub.add_parser("score", help="score an mlperf_log_accuracy.json as MLCommons' script does; exit 0 pass, 11 fail",
                         description=__doc__)
     sc.add_argument("--benchmark", required=True, help="llama2-70b, llama3.1-8b, mixtral-8x7b, llama3.1-405b, "
-                                                      "deepseek-r1, gpt-oss-120b, qwen3-vl-235b-a22b (MLPerf's and "
+                                                      "deepseek-r1, gpt-oss-120b, qwen3-vl-235b-a22b, llama3.1-8b-edge (MLPerf's and "
                                                       "LoadGen's spellings too)")
     sc.add_argument("--log", required=True, metavar="FILE", help="mlperf_log_accuracy.json")
     sc.add_argument("--dataset", required=True, metavar="FILE",

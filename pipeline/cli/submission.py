@@ -23,7 +23,7 @@ def add_parser(sub) -> None:
                                     "on it. Exit 0: tree built (and the checker passed); 14: the checker found errors.")
     sb.add_argument("--params-file", default=DEFAULT_PARAMS)
     sb.add_argument("--overrides", default="")
-    sb.add_argument("--scenarios", default="Offline,Server", help="comma-separated: Offline,Server,Interactive")
+    sb.add_argument("--scenarios", default="Offline,Server", help="comma-separated: Offline,Server,Interactive,SingleStream")
     sb.add_argument("--system", default="", metavar="YAML",
                     help="systems/<system>.json fields perfdag cannot read from the machine (+ measurements:)")
     sb.add_argument("--out", default="", metavar="DIR", help="also copy the tree here (a new directory)")

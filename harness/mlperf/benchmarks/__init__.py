@@ -3,17 +3,29 @@ and `loadgen.round`. Everything per benchmark that perfdag needs (gates, latency
 counts, compliance tests, generation settings) is read from here, nowhere else."""
 from __future__ import annotations
 
-from harness.mlperf.benchmarks.base import DEFAULT_ROUND, ROUND_SEEDS, ROUNDS, TARGETS, Benchmark, Generation, Metric
+from harness.mlperf.benchmarks.base import (
+    CATEGORIES,
+    DEFAULT_ROUND,
+    ROUND_SEEDS,
+    ROUNDS,
+    SCENARIOS,
+    TARGETS,
+    Benchmark,
+    Generation,
+    Metric,
+)
 from harness.mlperf.benchmarks.deepseek_r1 import BENCHMARK as DEEPSEEK_R1
 from harness.mlperf.benchmarks.gpt_oss_120b import BENCHMARK as GPT_OSS_120B
 from harness.mlperf.benchmarks.llama2_70b import BENCHMARK as LLAMA2_70B
 from harness.mlperf.benchmarks.llama3_1_8b import BENCHMARK as LLAMA3_1_8B
+from harness.mlperf.benchmarks.llama3_1_8b_edge import BENCHMARK as LLAMA3_1_8B_EDGE
 from harness.mlperf.benchmarks.llama3_1_405b import BENCHMARK as LLAMA3_1_405B
 from harness.mlperf.benchmarks.mixtral_8x7b import BENCHMARK as MIXTRAL_8X7B
 from harness.mlperf.benchmarks.qwen3_vl_235b_a22b import BENCHMARK as QWEN3_VL_235B_A22B
 
 REGISTRY: dict[str, Benchmark] = {b.name: b for b in (LLAMA2_70B, LLAMA3_1_8B, MIXTRAL_8X7B, LLAMA3_1_405B,
-                                                   DEEPSEEK_R1, GPT_OSS_120B, QWEN3_VL_235B_A22B)}
+                                                   DEEPSEEK_R1, GPT_OSS_120B, QWEN3_VL_235B_A22B,
+                                                   LLAMA3_1_8B_EDGE)}
 _ALIASES = {a: b.name for b in REGISTRY.values() for a in (b.loadgen_model, *b.aliases)}
 
 
@@ -46,5 +58,21 @@ def target_name(target: float) -> str:
     return next((k for k, v in TARGETS.items() if abs(v - target) < 1e-12), "")
 
 
-__all__ = ["Benchmark", "DEFAULT_ROUND", "Generation", "Metric", "REGISTRY", "ROUND_SEEDS", "ROUNDS", "TARGETS",
-           "accuracy_log_of", "canonical_name", "get", "reference_api", "target_name"]
+def scenario_problems(b: Benchmark, round_: str, scenario: str, category: str | None = None,
+                      field: str = "loadgen.scenario") -> list[str]:
+    """`scenario` must be one the round accepts for the benchmark in `category` (a system's
+    system_type; None: a run outside a submission, any category), said per category with the fix."""
+    if scenario in b.scenarios_in(round_, category):
+        return []
+    per = "; ".join(f"{c}: {', '.join(b.scenarios_in(round_, c)) or 'none'}" for c in CATEGORIES)
+    where = f" for a {category} system" if category else ""
+    others = ", ".join(n for n, x in REGISTRY.items() if scenario in x.scenarios_in(round_, category))
+    fix = f"use one of {', '.join(b.scenarios_in(round_, category))}" if b.scenarios_in(round_, category) else \
+        "pick another benchmark or system_type"
+    return [f"{field}: {b.name} has no {scenario} scenario in {round_}{where} ({per}); {fix}"
+            + (f", or a benchmark that has it ({others})" if others else "")]
+
+
+__all__ = ["Benchmark", "CATEGORIES", "DEFAULT_ROUND", "Generation", "Metric", "REGISTRY", "ROUND_SEEDS", "ROUNDS",
+           "SCENARIOS", "TARGETS", "accuracy_log_of", "canonical_name", "get", "reference_api", "scenario_problems",
+           "target_name"]

@@ -21,6 +21,12 @@ ROUND_SEEDS = {
     "v6.0": (2465351861681999779, 14276810075590677512, 3936089224930324775),
     "v6.1": (2085463073848966840, 2747215439041700203, 16159082839903944936),
 }  # (qsl_rng_seed, sample_index_rng_seed, schedule_rng_seed)
+#: LoadGen's scenarios perfdag runs (Interactive is LoadGen's Server at the `<model>-interactive`
+#: settings). MultiStream is no LLM benchmark's.
+SCENARIOS = ("Offline", "Server", "Interactive", "SingleStream")
+#: MLPerf's system categories (systems/<system>.json `system_type`): each has its own scenario lists
+#: (checker constants "required-/optional-scenarios-<category>"); a system of both takes either's.
+CATEGORIES = ("datacenter", "edge")
 #: Accuracy targets as MLPerf names them (the -99 / -99.9 suffix) and the factor each stands for.
 TARGETS = {"99": 0.99, "99.9": 0.999}
 #: The checker's bounds on the length metric: [0.9 x reference, 1.1 x upper reference].
@@ -67,7 +73,8 @@ class Benchmark:
     metrics: tuple[Metric, ...]
     #: round -> the accuracy targets that round has ("99", "99.9").
     targets: Mapping[str, tuple[str, ...]]
-    #: round -> scenarios that round accepts for the benchmark (datacenter, required + optional).
+    #: round -> scenarios that round accepts for the benchmark in the datacenter category (required +
+    #: optional; empty where the benchmark is edge-only).
     scenarios: Mapping[str, tuple[str, ...]]
     #: scenario -> (TTFT ms, TPOT ms), from LoadGen's mlperf.conf (Interactive: `<model>-interactive`).
     latency_ms: Mapping[str, tuple[float, float]]
@@ -96,6 +103,9 @@ class Benchmark:
     #: Server options that must stay off for the benchmark, as each server spells them (qwen3-vl:
     #: prefix caching). server kind -> option; checked by the openai backend before any stage.
     forbidden_prefix_caching: bool = False
+    #: round -> scenarios that round accepts in the edge category (checker "required-scenarios-edge";
+    #: its "optional-scenarios-edge" are empty). None of the datacenter LLMs is an edge benchmark.
+    edge_scenarios: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def scoring(self) -> ModuleType:
         """The scorer module."""
@@ -104,6 +114,14 @@ class Benchmark:
     @property
     def rounds(self) -> tuple[str, ...]:
         return tuple(r for r in ROUNDS if r in self.targets)
+
+    def scenarios_in(self, round_: str, category: str | None = None) -> tuple[str, ...]:
+        """The scenarios `round_` accepts for the benchmark in `category` ("datacenter", "edge", or a
+        system of both: "datacenter,edge"), in SCENARIOS order; category None: in any category."""
+        cats = CATEGORIES if category is None else tuple(c.strip() for c in category.split(","))
+        allowed = {s for c in cats for s in {"datacenter": self.scenarios, "edge": self.edge_scenarios}
+                   .get(c, {}).get(round_, ())}
+        return tuple(s for s in SCENARIOS if s in allowed)
 
     def targets_in(self, round_: str) -> tuple[str, ...]:
         return tuple(self.targets.get(round_, ()))
