@@ -1,6 +1,6 @@
 """LoadGen's results as perfdag reads them: mlperf_log_detail/summary parsed into result.json,
-Over 400 lines because every scenario's summary fields (Offline, Server, Interactive, SingleStream) are read and checked against the detail log in one place.
-the harness' own per-request measurements (requests.csv) beside them."""
+the harness' own per-request measurements (requests.csv) beside them.
+Over 400 lines because every scenario's summary fields (Offline, Server, Interactive, SingleStream) are read and checked against the detail log in one place."""
 from __future__ import annotations
 
 import contextlib
