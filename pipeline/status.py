@@ -94,8 +94,8 @@ def _rows(params_file: str, overrides: str, verify: bool) -> list[dict]:
         if m is None:
             row.update(status="missing", changed=_why(task))
             if name not in in_full_run:
-                row["changed"].insert(0, {"field": "*", "reason": "FullRun does not build it; "
-                                          "`python -m pipeline submission` does"})
+                by = "`python -m pipeline submission`" if name.startswith("RunTest") else f"`luigi ... {name}`"
+                row["changed"].insert(0, {"field": "*", "reason": f"FullRun does not build it; {by} does"})
         elif gone := task.missing_upstream(m):  # published, but what it uses at run time is not
             row.update(status="missing", changed=[{"field": "*", "reason": g} for g in gone])
         elif problems := task.trust_problems(m):

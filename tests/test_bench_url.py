@@ -32,18 +32,20 @@ def model_dir(built_fast) -> Path:
 
 
 @pytest.fixture(scope="module")
-def served(model_dir):
+def served(model_dir, tmp_path_factory):
     """`transformers serve` on the tiny model, started as its user would (the openai backend's own
-    command line), in its own process group; killed whatever the tests did."""
+    command line), in its own process group; killed whatever the tests did. Its log goes outside
+    the session's shared root: a file added there makes the checkpoint corrupt for every test."""
     port = free_port()
     argv = server_argv(load_params(OPENAI, ""), str(model_dir), port)
-    log = open(model_dir.parent / f"serve-{port}.log", "wb")
+    log_path = tmp_path_factory.mktemp("serve") / f"serve-{port}.log"
+    log = open(log_path, "wb")
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                             env={**os.environ, "OMP_NUM_THREADS": "1"})
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 180
     while not probe(url):
-        assert proc.poll() is None, (model_dir.parent / f"serve-{port}.log").read_text()[-3000:]
+        assert proc.poll() is None, log_path.read_text()[-3000:]
         assert time.monotonic() < deadline, "transformers serve did not answer /health within 180 s"
         time.sleep(0.5)
     yield url, proc

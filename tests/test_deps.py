@@ -29,8 +29,16 @@ def canon(name: str) -> str:
 
 
 def declared(*extras: str) -> dict[str, Requirement]:
-    reqs = PROJECT["dependencies"] + [r for e in extras for r in PROJECT["optional-dependencies"][e]]
-    return {canon(Requirement(r).name): Requirement(r) for r in reqs}
+    """perfdag's requirements with these extras; an extra that names perfdag's own ("perfdag[vl]")
+    stands for that extra's requirements."""
+    out: dict[str, Requirement] = {}
+    for r in PROJECT["dependencies"] + [r for e in extras for r in PROJECT["optional-dependencies"][e]]:
+        req = Requirement(r)
+        if canon(req.name) == canon(PROJECT["name"]):
+            out.update({k: v for k, v in declared(*req.extras).items() if k not in out})
+        else:
+            out[canon(req.name)] = req
+    return out
 
 
 def constraint_lines(name: str) -> dict[str, Requirement]:

@@ -298,7 +298,7 @@ def test_same_size_overwrite_of_the_engine_is_never_served(done):
     verified = _status(root, "--verify")
     for test in ("RunTest06", "RunTest07", "RunTest09"):  # a Submission's compliance runs
         assert "FullRun does not build it" in json.dumps(verified.pop(test))
-    assert all(r["status"] in ("cached", "stopped") for r in verified.values()), verified
+    assert all(r["status"] in ("cached", "stopped") for r in verified.values() if r["built_by_task"]), verified
     assert_no_orphans(root)
 
 

@@ -52,7 +52,8 @@ def test_sweep_grid_builds_one_fullrun_per_value_without_a_file(artifacts):
         Sweep()
     both = Sweep(sweep="params/sweeps/batch_and_qps.yaml", grid="build.max_batch_size=4")
     assert both.definition.grid["build.max_batch_size"] == [4]  # the command line's axis replaces the file's
-    assert "loadgen.offline_expected_qps" in both.definition.grid
+    added = Sweep(sweep="params/sweeps/batch_and_qps.yaml", grid="loadgen.min_duration_ms=3000,6000")
+    assert added.definition.grid == {"build.max_batch_size": [8, 32], "loadgen.min_duration_ms": [3000, 6000]}
 
 
 # --- off-scale limits, labelled points ---------------------------------------------------------

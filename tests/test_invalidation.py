@@ -53,6 +53,8 @@ MATRIX = [
     ("slurm", "override", "slurm.gpus=1,slurm.partition=gpu", NONE),  # where a stage runs, not what it makes
     ("sessions", "override", "sessions.users=4", {"RunSessions"}),
     ("sessions", "file", "sessions:\n  salt: false\n", {"RunSessions"}),
+    ("search", "override", "search.tolerance=0.05", NONE),  # read by FindMaxLoad alone, no stage
+    ("layout", "file", "layout:\n  roles:\n    server: {count: 2, gpus_per_instance: 0}\n", SERVE | MEASURE),  # two servers
 ]
 
 

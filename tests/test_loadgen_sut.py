@@ -471,7 +471,7 @@ def test_config_errors_are_clear():
     with pytest.raises(ValueError, match="every server needs at least one client"):
         run_loadgen(["a:1", "b:2", "c:3"], "m", [[1]], {}, "/tmp/unused", frontends=1, clients_per_frontend=2)
     with pytest.raises(ValueError, match="scenario must be one of"):
-        run_loadgen(["a:1"], "m", [[1]], {}, "/tmp/unused", scenario="SingleStream")
+        run_loadgen(["a:1"], "m", [[1]], {}, "/tmp/unused", scenario="MultiStream")
     with pytest.raises(ValueError, match="contradicts"):
         run_loadgen(["a:1"], "m", [[1]], {"scenario": "Server"}, "/tmp/unused", scenario="Offline")
     assert latency_constraints("Interactive", "llama2-70b") == (450.0, 40.0)

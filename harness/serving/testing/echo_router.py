@@ -113,7 +113,7 @@ class Router:
 async def _serve(reader, writer, router: Router) -> None:
     try:
         while (req := await _read_request(reader)) is not None:
-            method, path, body = req
+            method, path, _headers, body = req
             if method == "GET" and path.startswith("/health"):
                 every = [a for addrs in router.workers.values() for a in addrs]
                 ok = all(await asyncio.gather(*map(_healthy, every)))
