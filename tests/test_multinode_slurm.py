@@ -191,7 +191,11 @@ def test_a_server_killed_on_the_second_node_mid_measurement_is_relaunched(cluste
             for rec in json.loads(f.read_text())["servers"]:
                 if str(rec.get("slurm_job")) == job_id and rec.get("instance_node") == node_names()[1]:
                     for pid in processes_with_token(rec["token"]):
-                        if "tritonserver" in " ".join(psutil.Process(pid).cmdline()[:1]):
+                        try:  # a process of the token may have just exited (a zombie has no cmdline)
+                            argv0 = " ".join(psutil.Process(pid).cmdline()[:1])
+                        except psutil.Error:
+                            continue
+                        if "tritonserver" in argv0:
                             os.kill(pid, signal.SIGKILL)
                             killed.append(pid)
         assert killed, "no tritonserver of the second node found"
