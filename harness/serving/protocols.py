@@ -39,13 +39,14 @@ PROTOCOLS = {p.name: p for p in (
              core="harness.loadgen.cores.triton_generate:TritonGenerateCore",
              tools=("aiohttp", "httpx"),  # aiohttp: the core's requests; httpx: readiness and warm-up
              code=("harness.loadgen.cores.triton_generate", "harness.loadgen.cores.http_pool",
-                   "harness.serving.triton.contract", "harness.serving.triton.generate")),
+                   "harness.loadgen.cores.http_core", "harness.serving.triton.contract",
+                   "harness.serving.triton.generate")),
     Protocol("openai-http",
              client="harness.serving.openai.client:OpenAIHttp",
              core="harness.loadgen.cores.openai_http:OpenAIHttpCore",
              tools=("httpx", "aiohttp"),  # httpx: readiness and warm-up; aiohttp: the core's requests
-             code=("harness.loadgen.cores.openai_http", "harness.loadgen.cores.http_pool", "harness.serving.openai.sse",
-                   "harness.serving.openai.client"),
+             code=("harness.loadgen.cores.openai_http", "harness.loadgen.cores.http_pool",
+                   "harness.loadgen.cores.http_core", "harness.serving.openai.sse", "harness.serving.openai.client"),
              request_settings="harness.loadgen.openai_api:request_settings",
              core_setup="harness.loadgen.openai_api:openai_api"),
     # the same servers, asked through /v1/chat/completions (openai.api: chat, or a benchmark that is chat)
@@ -54,7 +55,7 @@ PROTOCOLS = {p.name: p for p in (
              core="harness.loadgen.cores.openai_chat:OpenAIChatCore",
              tools=("httpx", "aiohttp"),
              code=("harness.loadgen.cores.openai_chat", "harness.loadgen.cores.openai_http",
-                   "harness.loadgen.openai_chat_api", "harness.serving.openai.chat", "harness.serving.openai.sse",
+                   "harness.loadgen.cores.http_pool", "harness.loadgen.cores.http_core", "harness.loadgen.openai_chat_api", "harness.serving.openai.chat", "harness.serving.openai.sse",
                    "harness.serving.openai.client"),
              request_settings="harness.loadgen.openai_chat_api:chat_request_settings",
              core_setup="harness.loadgen.openai_chat_api:chat_api"),

@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from harness.loadgen.cores.aioloop import FrontendLoop
-from harness.loadgen.cores.base import MIN_TOKENS, Core
+from harness.loadgen.cores.base import MIN_TOKENS
+from harness.loadgen.cores.http_core import HttpCore
 from harness.loadgen.cores.openai_http import _Pool  # one pool per frontend, shared by both OpenAI cores
 from harness.serving.openai import chat
 from harness.serving.openai.client import base_url
@@ -29,7 +30,7 @@ from harness.serving.openai.client import base_url
 _JSON = {"Content-Type": "application/json"}
 
 
-class OpenAIChatCore(Core):
+class OpenAIChatCore(HttpCore):
     protocol = "openai-chat"
 
     def connect(self) -> None:
@@ -65,27 +66,7 @@ class OpenAIChatCore(Core):
         self.info = {"streaming": self.streaming, "prompt": "chat", "output_tokens": "usage", "server": self.kind,
                      "pool": self.pool.size, "log": self.log_as}
 
-    # --- sending (on the frontend's loop) ------------------------------------------------------
-    def enqueue(self, qid, sample: int) -> None:
-        self.enqueue_many([(qid, sample)])
-
-    def enqueue_many(self, items) -> None:
-        self.fl.call(self._take, items)
-
-    def _take(self, items) -> None:
-        self.waiting.extend(items)
-        self._pump()
-
-    def _pump(self) -> None:
-        while (item := self.next_request()) is not None:
-            t = self.fl.loop.create_task(self._request(*item))
-            self.tasks.add(t)
-            t.add_done_callback(self.tasks.discard)
-
-    def _pump_later(self) -> None:
-        if self.waiting:
-            self.fl.loop.call_soon(self._pump)
-
+    # --- sending: HttpCore's (on the frontend's loop) ------------------------------------------
     def _body(self, sample: int) -> bytes:
         """The encoded request for a sample, made once (Offline and Server repeat samples)."""
         b = self.bodies.get(sample)
@@ -179,12 +160,6 @@ class OpenAIChatCore(Core):
         return data, n
 
     def close(self) -> None:
-        deadline = time.monotonic() + 10
-        while self.tasks and time.monotonic() < deadline and not self.failed:
-            time.sleep(0.05)
-        self.closing = True
-        for t in list(self.tasks):
-            self.fl.loop.call_soon_threadsafe(t.cancel)
-        self.pool.release()
+        super().close()
         if self.answers is not None:
             self.answers.close()

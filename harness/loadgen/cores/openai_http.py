@@ -25,7 +25,7 @@ import time
 import numpy as np
 
 from harness.loadgen.cores.aioloop import FrontendLoop
-from harness.loadgen.cores.base import Core
+from harness.loadgen.cores.http_core import HttpCore
 from harness.loadgen.cores.http_pool import HttpPool as _Pool
 from harness.loadgen.openai_api import TOKEN_ID_SERVERS, methods
 from harness.serving.openai.client import base_url
@@ -54,7 +54,7 @@ def request_body(kind: str, model: str, prompt, max_tokens: int, stream: bool, o
     return body
 
 
-class OpenAIHttpCore(Core):
+class OpenAIHttpCore(HttpCore):
     protocol = "openai-http"
 
     def connect(self) -> None:
@@ -83,23 +83,7 @@ class OpenAIHttpCore(Core):
         self.info = {"streaming": self.streaming, "prompt": self.prompt_method, "output_tokens": self.output_method,
                      "server": self.kind, "pool": self.pool.size}
 
-    # --- sending (on the frontend's loop) ------------------------------------------------------
-    def enqueue(self, qid, sample: int) -> None:
-        self.enqueue_many([(qid, sample)])
-
-    def enqueue_many(self, items) -> None:
-        self.fl.call(self._take, items)
-
-    def _take(self, items) -> None:
-        self.waiting.extend(items)
-        self._pump()
-
-    def _pump(self) -> None:
-        while (item := self.next_request()) is not None:
-            t = self.fl.loop.create_task(self._request(*item))
-            self.tasks.add(t)
-            t.add_done_callback(self.tasks.discard)
-
+    # --- sending: HttpCore's (on the frontend's loop) ------------------------------------------
     def _prompt(self, sample: int):
         if self.prompt_method == "text":
             return self.prompts.texts[sample]
@@ -137,11 +121,6 @@ class OpenAIHttpCore(Core):
         finally:
             self._pump_later()
         self.on_done(qid, t_first, data, time.monotonic_ns(), n)
-
-    def _pump_later(self) -> None:
-        # this request's slot frees when on_done runs; send the next one after it
-        if self.waiting:
-            self.fl.loop.call_soon(self._pump)
 
     async def _stream_ids(self, qid, content) -> tuple[int, bytes, int]:
         """A streamed response whose events carry token ids, scanned as bytes: every complete
@@ -243,15 +222,6 @@ class OpenAIHttpCore(Core):
                 if first:
                     state["t_first"] = now
                 self.on_token(qid, first, arr, now)
-
-    def close(self) -> None:
-        deadline = time.monotonic() + 10
-        while self.tasks and time.monotonic() < deadline and not self.failed:
-            time.sleep(0.05)
-        self.closing = True
-        for t in list(self.tasks):
-            self.fl.loop.call_soon_threadsafe(t.cancel)
-        self.pool.release()
 
 
 _JSON = {"Content-Type": "application/json"}

@@ -15,7 +15,7 @@ import struct
 import time
 
 from harness.loadgen.cores.aioloop import FrontendLoop
-from harness.loadgen.cores.base import Core
+from harness.loadgen.cores.http_core import HttpCore
 from harness.loadgen.cores.http_pool import HttpPool
 from harness.serving.triton.contract import generate_body
 from harness.serving.triton.generate import base_url, event_tokens
@@ -39,7 +39,7 @@ def scan_event(event: bytes) -> list[int]:
     return ids[:int(s.group(1))] if s else ids
 
 
-class TritonGenerateCore(Core):
+class TritonGenerateCore(HttpCore):
     protocol = "triton-generate"
 
     def connect(self) -> None:
@@ -61,23 +61,7 @@ class TritonGenerateCore(Core):
         self.info = {"streaming": self.streaming, "decoupled": self.decoupled, "prompt": "token_ids",
                      "output_tokens": "server", "rpc": "generate_stream", "pool": self.pool.size}
 
-    # --- sending (on the frontend's loop) ------------------------------------------------------
-    def enqueue(self, qid, sample: int) -> None:
-        self.enqueue_many([(qid, sample)])
-
-    def enqueue_many(self, items) -> None:
-        self.fl.call(self._take, items)
-
-    def _take(self, items) -> None:
-        self.waiting.extend(items)
-        self._pump()
-
-    def _pump(self) -> None:
-        while (item := self.next_request()) is not None:
-            t = self.fl.loop.create_task(self._request(*item))
-            self.tasks.add(t)
-            t.add_done_callback(self.tasks.discard)
-
+    # --- sending: HttpCore's (on the frontend's loop) ------------------------------------------
     def _body(self, sample: int) -> bytes:
         """The encoded request for a sample, made once (Offline and Server repeat samples)."""
         body = self.bodies.get(sample)
@@ -99,8 +83,7 @@ class TritonGenerateCore(Core):
                 self.fail(f"{type(exc).__name__}: {exc}", qid)
             return
         finally:
-            if self.waiting:  # this request's slot frees when on_done runs; send the next one after it
-                self.fl.loop.call_soon(self._pump)
+            self._pump_later()
         self.on_done(qid, t_first, data, time.monotonic_ns(), n)
 
     async def _events(self, qid, content) -> tuple[int, bytes, int]:
@@ -141,11 +124,3 @@ class TritonGenerateCore(Core):
         data = struct.pack(f"<{len(kept)}i", *kept) if keep else b""
         return t_first, data, n
 
-    def close(self) -> None:
-        deadline = time.monotonic() + 10
-        while self.tasks and time.monotonic() < deadline and not self.failed:
-            time.sleep(0.05)
-        self.closing = True
-        for t in list(self.tasks):
-            self.fl.loop.call_soon_threadsafe(t.cancel)
-        self.pool.release()
