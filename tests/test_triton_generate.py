@@ -24,7 +24,7 @@ from harness.serving.testing.echo_model import echo_tokens
 from harness.serving.triton import cpu_server as CS
 from harness.serving.triton import server as TS
 from harness.serving.triton.contract import generate_body, request_arrays
-from harness.serving.triton.generate import event_tokens, generate
+from harness.serving.triton.generate import TritonGenerate, event_tokens, generate
 from harness.serving.triton.pbtxt import write_model_repo
 
 pytestmark = pytest.mark.timeout(300)
@@ -113,7 +113,8 @@ def server(tmp_path_factory):
     h = CS.start_tritonserver(repo, root / "server.log", grpc_port=grpc, http_port=http, metrics_port=metrics,
                              backend_dir=TS.prepare_backend_dir(root / "backends"))
     try:
-        CS.wait_ready(h, timeout_s=120)
+        CS.wait_ready(h, timeout_s=120)  # over gRPC, which tritonserver opens before HTTP
+        TritonGenerate().wait_ready(h.process, f"127.0.0.1:{http}", list(cfgs), timeout_s=60)
         yield {"grpc": h.grpc_url, "http": f"127.0.0.1:{http}"}
     finally:
         CS.stop_server(h, timeout=20)
