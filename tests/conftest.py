@@ -25,28 +25,31 @@ if _WORKERS > 1 and "OMP_NUM_THREADS" not in os.environ:
     from harness.cpus import available_cpus
     os.environ["OMP_NUM_THREADS"] = str(max(1, available_cpus() // _WORKERS))
 
+# Each xdist worker leases sandbox uids from a range of its own (tests/sandbox_leftovers.py), so one
+# worker's check that its sandboxes left nothing never sees the other's, and sandboxed modules need
+# not share a worker. Set before any test starts a sandbox; luigi subprocesses inherit it.
+if os.environ.get("PYTEST_XDIST_WORKER") and "PERFDAG_SANDBOX_UID_BASE" not in os.environ:
+    from sandbox_leftovers import worker_uid_base
+    os.environ["PERFDAG_SANDBOX_UID_BASE"] = str(worker_uid_base(os.environ["PYTEST_XDIST_WORKER"]))
+
 # pytest-xdist (addopts: -n 2): each worker runs whole modules, one after another, so a module's
-# and the session's built roots are built once per worker, not once per test. The modules below run
-# sandboxed programs, and test_sandbox checks that no process of the sandbox's uid range is left,
-# which another worker's live sandbox would fail: they run as one group, on one worker.
-SANDBOX_GROUP = {"test_sandbox", "test_adv_sandbox", "test_livecodebench", "test_mlperf_scoring", "test_reasoning_scoring",
-                 "test_score_command", "test_standins_fullrun"}
-# The groups that take minutes (on 2 cores: the sandbox group ~18 min with the stand-in FullRuns,
-# test_faults ~11, test_slurm ~6), started first so that no worker is left with one at the end.
-LONGEST_FIRST = ["sandbox", "test_faults", "test_slurm", "test_concurrency_sweep", "test_fullrun",
+# and the session's built roots are built once per worker, not once per test. Modules of
+# independent minutes-long tests are split into one group per test.
+PER_TEST = {"test_standins_fullrun"}
+# The groups that take minutes, started first so that no worker is left with one at the end.
+LONGEST_FIRST = ["test_faults", "test_slurm", "test_concurrency_sweep", "test_fullrun",
                  "test_operate", "test_openai_fullrun", "test_submission", "test_trust_artifacts"]
 
 
 def group_of(nodeid: str) -> str:
-    """The xdist group of a test: its module's name, or 'sandbox' (not named test_*: pytest would collect it
-    where a module imports it)."""
+    """The xdist group of a test: its module's name, or the test itself in PER_TEST's modules."""
     stem = Path(nodeid.split("::", 1)[0]).stem
-    return "sandbox" if stem in SANDBOX_GROUP else stem
+    return nodeid if stem in PER_TEST else stem
 
 
 def pytest_collection_modifyitems(config, items):
     rank = {g: i for i, g in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(group_of(item.nodeid), len(rank)))  # stable: modules stay whole
+    items.sort(key=lambda item: rank.get(Path(item.nodeid.split("::", 1)[0]).stem, len(rank)))  # stable: modules stay whole
 
 
 @pytest.hookimpl(optionalhook=True)

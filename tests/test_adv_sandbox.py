@@ -25,6 +25,7 @@ from harness.errors import InputError
 from harness.mlperf.codeexec import livecodebench as lcb
 from harness.mlperf.codeexec import mbxp, sandbox
 from harness.mlperf.codeexec import uids as sandbox_uids
+from sandbox_leftovers import leftovers
 from harness.mlperf.codeexec import view as sandbox_view
 
 REPO = Path(__file__).resolve().parent.parent
@@ -57,23 +58,9 @@ print(json.dumps(out))
 
 
 def survivors(marker: str) -> list[str]:
-    """Processes of a leased uid, sandbox drivers, bwraps, or anything whose command line has `marker`."""
-    base = sandbox_uids.uid_base()
-    leased = range(base, base + sandbox_uids.UID_SLOTS)
-    found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            status = Path(f"/proc/{entry.name}/status").read_text()
-            cmd = Path(f"/proc/{entry.name}/cmdline").read_bytes().replace(b"\0", b" ").decode("latin-1")
-        except OSError:
-            continue
-        uids = next(ln.split()[1:] for ln in status.splitlines() if ln.startswith("Uid:"))
-        if (os.geteuid() == 0 and any(int(u) in leased for u in uids)) or marker in cmd \
-                or "sandbox's driver" in cmd or (cmd.startswith(("bwrap ", "/usr/bin/bwrap ")) and "--disable-userns" in cmd):
-            found.append(f"{entry.name}: {cmd[:120]}")
-    return found
+    """Processes of this worker's leased uids, sandbox drivers, bwraps, or anything whose command line
+    has `marker` (tests/sandbox_leftovers.py: never another xdist worker's)."""
+    return leftovers(marker, bwraps=True)
 
 
 # -- host sockets ----------------------------------------------------------------------------------

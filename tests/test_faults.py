@@ -24,7 +24,7 @@ pytestmark = pytest.mark.timeout(900)
 
 # Short, VALID-sized runs on the FAST model (whose accuracy is not the point here).
 FAULT = FAST + (",dataset.num_samples=24,loadgen.min_duration_ms=800,loadgen.min_query_count=16,"
-                "loadgen.offline_expected_qps=800,accuracy.target=0.05")
+                "loadgen.offline_expected_qps=250,accuracy.target=0.05")
 VERDICT = {0, 10, 11, 12}  # a run that completed (whatever its verdict), not a failed or crashed one
 
 
@@ -243,7 +243,7 @@ def test_two_runs_racing_to_replace_a_dead_server_launch_it_once(root):
 
 
 def test_the_run_that_launched_leaves_servers_up_while_another_measures(root):
-    a = Run(root, "FullRun", "--overrides", FAULT)
+    a = Run(root, "FullRun", "--overrides", FAULT + ",loadgen.min_duration_ms=3000")  # B joins before A ends
     a.wait_building("RunLoadgen")  # A's servers are published and A measures
     # B holds its measurement open until A has ended, then runs its own accuracy pass on the
     # servers A launched (other samples, so nothing of A's is reused).
@@ -265,11 +265,24 @@ def test_the_run_that_launched_leaves_servers_up_while_another_measures(root):
 
 # --- tampering --------------------------------------------------------------------------------------
 
-@pytest.fixture
-def done(root):
-    proc = run_luigi("FullRun", "--overrides", FAULT, artifacts=root, check=False)
+@pytest.fixture(scope="module")
+def done_once(built_fast, tmp_path_factory):
+    """One finished FAULT FullRun for the module; each test gets a copy of it (`done`)."""
+    r = tmp_path_factory.mktemp("done_once") / "a"
+    shutil.copytree(built_fast, r, ignore=shutil.ignore_patterns("runs"))
+    proc = run_luigi("FullRun", "--overrides", FAULT, artifacts=r, check=False)
     assert proc.returncode in VERDICT, proc.stderr[-3000:]
-    return root
+    assert tritonservers_under(r) == []  # FullRun stopped its servers: a copy holds no live record
+    return r
+
+
+@pytest.fixture
+def done(done_once, tmp_path):
+    r = tmp_path / "a"
+    shutil.copytree(done_once, r)
+    yield r
+    for p in perfdag_processes(r):
+        p.kill()
 
 
 def _status(root, *args) -> dict:

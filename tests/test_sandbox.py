@@ -18,6 +18,7 @@ import pytest
 
 from harness.mlperf.codeexec import mbxp, sandbox, view
 from harness.mlperf.codeexec import uids as sandbox_uids
+from sandbox_leftovers import leftovers
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -25,22 +26,8 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox needs roo
 
 
 def survivors() -> list[str]:
-    """Any process of a sandbox uid, or any sandbox driver, still alive."""
-    found = []
-    base = sandbox_uids.uid_base()
-    leased = range(base, base + sandbox_uids.UID_SLOTS)
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            status = Path(f"/proc/{entry.name}/status").read_text()
-            cmdline = Path(f"/proc/{entry.name}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        uids = next(ln.split()[1:] for ln in status.splitlines() if ln.startswith("Uid:"))
-        if any(int(u) in leased for u in uids) or "_sandbox_init.py" in cmdline or "sandbox's driver" in cmdline:
-            found.append(f"{entry.name}: {cmdline[:100]}")
-    return found
+    """Any process of this worker's sandbox uids, or any sandbox driver not another worker's, still alive."""
+    return leftovers()
 
 
 @pytest.fixture(autouse=True)

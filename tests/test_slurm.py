@@ -115,7 +115,9 @@ def all_jobs(root: Path) -> list[dict]:
 
 
 class Worker:
-    """A luigi worker in the background, its output in a file."""
+    """A luigi worker in the background, its output in a file; ended after its test whatever happened
+    (stop_workers_left): a failed assertion must not leave it holding the cluster for the next test."""
+    started: list[Worker] = []
 
     def __init__(self, root: Path, task: str, overrides: str, env: dict | None = None):
         self.root, self.out = root, root.parent / f"{task}-{time.monotonic_ns()}.out"
@@ -124,6 +126,7 @@ class Worker:
         self.proc = subprocess.Popen(luigi_cmd(task, "--overrides", overrides), cwd=REPO,
                                      env={**os.environ, "PERFDAG_ARTIFACTS": str(root), **(env or {})},
                                      stdout=open(self.out, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+        Worker.started.append(self)
 
     def text(self) -> str:
         return self.out.read_text(errors="replace")
@@ -145,6 +148,21 @@ class Worker:
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
             raise
+
+
+@pytest.fixture(autouse=True)
+def stop_workers_left():
+    """SIGTERM (the worker cancels its Slurm jobs), then SIGKILL, for any worker a test left running."""
+    yield
+    while Worker.started:
+        w = Worker.started.pop()
+        if w.proc.poll() is None:
+            os.killpg(w.proc.pid, signal.SIGTERM)
+            try:
+                w.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(w.proc.pid, signal.SIGKILL)
+                w.proc.wait()
 
 
 # --- a FullRun whose build stages run as Slurm jobs -----------------------------------------------
