@@ -78,6 +78,10 @@ class LaunchStep(Step):
         speak more than one, as the OpenAI servers do completions and chat, says which)."""
         return self.protocol
 
+    def gpus(self, params) -> int:
+        """GPUs its servers use (a frontier's tokens/s per GPU divides by it; 0: none, per system)."""
+        return params.runtime.num_gpus
+
     def serves_elsewhere(self, params) -> bool:
         """Its servers run already and serve nothing perfdag built (so build.* sizes nothing there, and
         prompts go whole): `pipeline bench`'s servers."""

@@ -239,7 +239,7 @@ class _Driver(Progress):
     def _complete_done(self, lg, msgs) -> None:
         keep, resps = [], []
         with self.lock:
-            for qid, t_first, t_done, data, n, chunks in msgs:
+            for qid, t_first, t_done, data, n, chunks, t_sent in msgs:
                 st = self.inflight.pop(qid, None)
                 if st is None:
                     continue
@@ -255,7 +255,7 @@ class _Driver(Progress):
                     resps.append(lg.QuerySampleResponse(qid, arr.ctypes.data, arr.nbytes, int(n)))
                 else:  # a performance run: the count only
                     resps.append(lg.QuerySampleResponse(qid, 0, 0, int(n)))
-                self.records.append((sidx, s, t_issue, t_first, t_done, int(n)))
+                self.records.append((sidx, s, t_issue, t_first, t_done, int(n), t_sent))
                 self.chunks.append(chunks)
                 self.completed += 1
                 self.tokens += int(n)
@@ -365,14 +365,16 @@ class _Driver(Progress):
         comp.join(10.0)
         lg.DestroySUT(sut)
         lg.DestroyQSL(qsl)
-        write_requests_csv(Path(cfg["out_dir"]) / "requests.csv", self.records, self.t0)
+        # Offline is a closed loop: the client, not LoadGen, decides when a request goes out
+        from_send = cfg.get("scenario") == "Offline"
+        write_requests_csv(Path(cfg["out_dir"]) / "requests.csv", self.records, self.t0, from_send=from_send)
         if any(self.chunks):
             write_chunks(Path(cfg["out_dir"]) / CHUNKS_FILE, self.chunks)
         per_server = [{"endpoint": cfg["endpoints"][s], "model": cfg["models"][s], "completed": self.server_done[s]}
                       for s in range(self.n_servers)]
         stats = {**self._stats_brief(), "test_s": round(test_s, 3), "warmup_s": round(warm_s, 3),
                  "warmup_requests": warm_n, "streaming": any(streaming.values()) if streaming else None,
-                 "per_server": per_server, "measured": measured_stats(self.records, self.chunks),
+                 "per_server": per_server, "measured": measured_stats(self.records, self.chunks, from_send=from_send),
                  "methods": _methods(clients), "max_in_flight": cfg.get("max_in_flight"),
                  **client_usage(driver_usage, self.frontend_usage)}
         self.emit({"event": "done", "stats": stats, "final_progress": final})

@@ -29,6 +29,7 @@ class Done(NamedTuple):
     data: bytes          # every generated token
     n_tokens: int
     chunks: bytes = b""  # its streamed chunks, packed (chunks.py); empty when not streamed
+    t_sent: int = 0      # when the client sent it (a free slot): after LoadGen's issue when slots were full
 
 
 class Alive(NamedTuple):

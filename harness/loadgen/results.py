@@ -301,7 +301,7 @@ def merge_measured(result: dict, stats: dict, cfg: dict) -> dict:
 
 def read_requests_csv(path: str | os.PathLike) -> list[dict]:
     """Per-request rows written by the driver: sample_index, server, issue_ms (since the first
-    issue), ttft_ms (None when not streamed), latency_ms, n_tokens, tpot_ms."""
+    issue), ttft_ms (None when not streamed), latency_ms, n_tokens, tpot_ms, queue_ms (None when unknown)."""
     path = Path(path)
     if not path.is_file():
         return []
@@ -314,6 +314,7 @@ def read_requests_csv(path: str | os.PathLike) -> list[dict]:
                 "ttft_ms": float(r["ttft_ms"]) if r["ttft_ms"] else None,
                 "latency_ms": float(r["latency_ms"]), "n_tokens": int(r["n_tokens"]),
                 "tpot_ms": float(r["tpot_ms"]) if r["tpot_ms"] else None,
+                "queue_ms": float(r["queue_ms"]) if r.get("queue_ms") else None,
             })
     return rows
 
@@ -326,27 +327,46 @@ def json_default(o):
     return str(o)
 
 
-REQUEST_COLUMNS = ["sample_index", "server", "issue_ms", "ttft_ms", "latency_ms", "n_tokens", "tpot_ms"]
+REQUEST_COLUMNS = ["sample_index", "server", "issue_ms", "ttft_ms", "latency_ms", "n_tokens", "tpot_ms", "queue_ms"]
 
 
-def write_requests_csv(path: Path, records: Sequence[tuple], t0: int) -> None:
-    """records: (sample index, server, t_issue, t_first or 0, t_done, n_tokens), monotonic ns."""
+def _starts(records: Sequence[tuple], from_send: bool) -> np.ndarray:
+    """Where each request's TTFT and latency start: LoadGen's issue (its own definition: Server,
+    Interactive, SingleStream), or, with `from_send` (Offline: a closed loop, where the client decides
+    when to send), the moment the client sent it; the wait between is queue_ms."""
+    ti = np.array([r[2] for r in records], dtype=np.float64)
+    if not from_send:
+        return ti
+    ts = np.array([r[6] if len(r) > 6 else 0 for r in records], dtype=np.float64)
+    return np.where(ts > 0, ts, ti)
+
+
+def write_requests_csv(path: Path, records: Sequence[tuple], t0: int, from_send: bool = False) -> None:
+    """records: (sample index, server, t_issue, t_first or 0, t_done, n_tokens, t_sent or 0), monotonic ns.
+    issue_ms is since the first issue; ttft_ms and latency_ms start where `_starts` says."""
+    start = _starts(records, from_send) if records else []
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(REQUEST_COLUMNS)
-        for sidx, s, ti, tf, td, n in records:
-            ttft = f"{(tf - ti) / 1e6:.3f}" if tf else ""
+        for r, t in zip(records, start):
+            sidx, s, ti, tf, td, n = r[:6]
+            ts = r[6] if len(r) > 6 else 0
+            ttft = f"{(tf - t) / 1e6:.3f}" if tf else ""
             tpot = f"{(td - tf) / 1e6 / (n - 1):.4f}" if tf and n > 1 else ""
-            w.writerow([sidx, s, f"{(ti - t0) / 1e6:.3f}", ttft, f"{(td - ti) / 1e6:.3f}", n, tpot])
+            queue = f"{(ts - ti) / 1e6:.3f}" if ts else ""
+            w.writerow([sidx, s, f"{(ti - t0) / 1e6:.3f}", ttft, f"{(td - t) / 1e6:.3f}", n, tpot, queue])
 
 
-def measured_stats(records: Sequence[tuple], chunks: Sequence[bytes] = ()) -> dict:
+def measured_stats(records: Sequence[tuple], chunks: Sequence[bytes] = (), from_send: bool = False) -> dict:
     """Harness-side throughput and latency percentiles from the per-request records, and the
-    inter-token latency of their streamed chunks (chunks.py)."""
+    inter-token latency of their streamed chunks (chunks.py). TTFT and latency start where `_starts`
+    says; queue_ms is the wait between LoadGen's issue and the send."""
     if not records:
         return {}
     rec = np.array([(r[2], r[3], r[4], r[5]) for r in records], dtype=np.float64)
     ti, tf, td, n = rec[:, 0], rec[:, 1], rec[:, 2], rec[:, 3]
+    t0 = _starts(records, from_send)
+    ts = np.array([r[6] if len(r) > 6 else 0 for r in records], dtype=np.float64)
     span = (td.max() - ti.min()) / 1e9
 
     pct = distribution  # n, mean, min, max, p1 .. p99.9
@@ -357,10 +377,12 @@ def measured_stats(records: Sequence[tuple], chunks: Sequence[bytes] = ()) -> di
         "tokens": int(n.sum()),
         "samples_per_s": round(len(rec) / span, 3) if span > 0 else None,
         "tokens_per_s": round(float(n.sum()) / span, 3) if span > 0 else None,
-        "latency_ms": pct((td - ti) / 1e6),
-        "ttft_ms": pct((tf[has_first] - ti[has_first]) / 1e6),
+        "latency_ms": pct((td - t0) / 1e6),
+        "ttft_ms": pct((tf[has_first] - t0[has_first]) / 1e6),
         "tpot_ms": pct((td[multi] - tf[multi]) / 1e6 / (n[multi] - 1)),
         "output_tokens": pct(n),
+        "queue_ms": pct((ts[ts > 0] - ti[ts > 0]) / 1e6) if (ts > 0).any() else None,
+        "latency_from": "send" if from_send else "issue",
         **_chunk_stats(chunks),
     }
 

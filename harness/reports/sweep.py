@@ -22,6 +22,8 @@ def row(point: dict[str, Any], report: dict, resolved: dict[str, Any] | None = N
     return {**point, **(resolved or {}), "scenario": p["scenario"],
             "tokens_per_s": p["tokens_per_second"], "samples_per_s": p["samples_per_second"],
             "ttft_p99_ms": p["ttft_ms"]["p99"], "tpot_p99_ms": p["tpot_ms"]["p99"], "valid": is_valid(p),
+            "ttft_p50_ms": p["ttft_ms"]["p50"], "tpot_p50_ms": p["tpot_ms"]["p50"],
+            "goodput_share": (p.get("goodput") or {}).get("share"),
             "latency_p90_ms": (p.get("single_stream") or {}).get("p90_latency_ms"),
             "ttft_limit_ms": p.get("ttft_limit_ms"), "tpot_limit_ms": p.get("tpot_limit_ms"),
             "invalid_reason": invalid_reason(p), "loadgen_errors": error_count(p),

@@ -9,9 +9,9 @@ import sys
 
 import pipeline  # noqa: F401  registers the stages (status and submission read them)
 from harness.errors import PerfdagError
-from pipeline.cli import bench, compare, gc, history, score, search, servers, status, submission
+from pipeline.cli import bench, compare, frontier, gc, history, score, search, servers, status, submission
 
-COMMANDS = (status, servers, gc, submission, search, score, compare, history, bench)
+COMMANDS = (status, servers, gc, submission, search, frontier, score, compare, history, bench)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -164,6 +164,9 @@ class Launch(LaunchStep):
     def protocol_for(self, params) -> str:
         return openai_protocol(params)  # completions or chat: how servers are warmed up and measured
 
+    def gpus(self, params) -> int:  # transformers serve runs on CPU here (runtime.num_gpus is refused with it)
+        return 0 if params.openai.server == "transformers" else params.runtime.num_gpus
+
     def serves_elsewhere(self, params) -> bool:  # an OpenAI server started elsewhere loads its own model
         return bool(params.openai.endpoints)
 

@@ -157,6 +157,9 @@ class Launch(LaunchStep):
     def protocol_for(self, params) -> str:
         return TRITON_PROTOCOLS[params.triton.protocol][0]
 
+    def gpus(self, params) -> int:
+        return 0  # the torch engine serves on CPU
+
     def key(self, w: Work) -> Key:
         # triton.protocol and layout are keyed only when set: at their defaults the servers and records are
         # those of before they existed, so their artifacts keep their keys

@@ -92,6 +92,7 @@ class Core:
         self._last_alive = 0
         self.info: dict = {}               # what it settled on (streaming, prompt/output methods)
         self.chunks: dict = {}             # qid -> ([arrival ns], [tokens]) of its streamed responses
+        self.sent_at: dict = {}            # qid -> when next_request handed it out to be sent
         end_id = cfg.get("end_id")
         self.eos = b"" if end_id is None else struct.pack("<i", int(end_id))
 
@@ -129,7 +130,9 @@ class Core:
         fe[0] += 1
         if fe[0] > fe[1]:
             fe[1] = fe[0]
-        return self.waiting.popleft()
+        item = self.waiting.popleft()
+        self.sent_at[item[0]] = time.monotonic_ns()
+        return item
 
     # --- what cores report -----------------------------------------------------------------
     def on_first(self, qid, now: int, first: bytes) -> None:
@@ -171,6 +174,7 @@ class Core:
         data = tokens if isinstance(tokens, bytes) else tokens.tobytes()
         n = len(data) // 4 if n_tokens is None else int(n_tokens)
         chunks = self.chunks.pop(qid, None)
+        t_sent = self.sent_at.pop(qid, 0)
         if isinstance(qid, str):
             self.warm_left -= 1
             if self.warm_left <= 0:
@@ -194,7 +198,7 @@ class Core:
             t_first = now
             if self.report_first:
                 self.sink.put(First(qid, now, data[:4] if data else self.eos))
-        self.sink.put(Done(qid, t_first if self.streaming else 0, now, data, n, pack_chunks(chunks)))
+        self.sink.put(Done(qid, t_first if self.streaming else 0, now, data, n, pack_chunks(chunks), t_sent))
 
     def fail(self, message: str, qid=None) -> None:
         if self.failed:

@@ -1,0 +1,44 @@
+"""`python -m pipeline frontier`: the Frontier flow (pipeline/frontier.py), a concurrency sweep of one or
+more engines drawn as tokens/s per user against tokens/s per GPU, with its Pareto front."""
+from __future__ import annotations
+
+import luigi
+
+from harness.errors import PerfdagError
+from pipeline.frontier import Frontier
+from tasks.settings import DEFAULT_PARAMS
+
+
+def add_parser(sub) -> None:
+    sp = sub.add_parser("frontier", help="the latency-throughput frontier: a streamed concurrency sweep per engine",
+                        description="Runs a streamed closed-loop FullRun at each concurrency level of each engine "
+                                    "(engines built once each) and writes frontier.md, frontier.json and "
+                                    "frontier.png: tokens/s per user (1000 / TPOT p50) against tokens/s per GPU, "
+                                    "the Pareto front of the VALID points marked. Exit 0 when every point ran.")
+    sp.add_argument("--params-file", default=DEFAULT_PARAMS)
+    sp.add_argument("--overrides", default="", help="applied to every point, after the frontier's own settings")
+    sp.add_argument("--levels", default="", help="concurrency levels, e.g. 1,2,4,8 (default: 1..32 up to "
+                                                 "--max-level, doubling beyond it, and 1.1x it)")
+    sp.add_argument("--max-level", type=int, default=0,
+                    help="the declared maximum concurrency (default: harness.max_in_flight, else build.max_batch_size)")
+    sp.add_argument("--engines", default="", help="engine axes, e.g. 'build.max_batch_size=8,32' (';' between axes)")
+    sp.add_argument("--gpus", type=int, default=-1, help="GPUs serving, for tokens/s per GPU (default: "
+                                                         "runtime.num_gpus on GPUs; on CPU per system)")
+    sp.add_argument("--keep-servers", action="store_true", help="leave the servers running afterwards")
+    sp.add_argument("--verbose", action="store_true", help="show third-party warnings and chatter")
+
+
+def run(args) -> int:
+    try:
+        task = Frontier(params_file=args.params_file, overrides=args.overrides, levels=args.levels,
+                        max_level=args.max_level, engines=args.engines, gpus=args.gpus,
+                        keep_servers=args.keep_servers, verbose=args.verbose)
+        task.definition  # noqa: B018  every point's parameters checked before any stage runs
+    except PerfdagError as e:
+        print(e)
+        return 2
+    luigi.build([task], local_scheduler=True, detailed_summary=False, workers=1)
+    if not task.is_done():
+        print("perfdag: the frontier did not finish; see the log above (a rerun reuses every point it measured)")
+        return 1
+    return 0

@@ -1,0 +1,116 @@
+"""Frontier: the latency-throughput frontier of one or more engines, as a Sweep over concurrency.
+
+Each point is a streamed closed-loop FullRun (LoadGen Offline with `harness.max_in_flight` users,
+`harness.stream=true`, Offline sized by `auto`), so TTFT and TPOT are the client's. `--engines`
+adds build axes (`build.max_batch_size=8,32`): every engine is built once, whatever its number of
+levels, and its levels run one after another on its servers. The table, plot and Pareto front are
+harness/reports/frontier.py.
+"""
+from __future__ import annotations
+
+import itertools
+from functools import cached_property
+from pathlib import Path
+
+import luigi
+
+from harness.backends import backend_for
+from harness.config import ParamsError
+from harness.config.sweeps import SweepError, SweepFile, duplicate_points, parse_grid
+from harness.reports.frontier import levels, parse_levels, text_table, write_frontier
+from harness.reports.frontier import frontier_rows as make_rows
+from pipeline.sweep import Sweep, point_problems
+from tasks.base import load_params
+from tasks.lifecycle import note_result
+
+#: What makes a point a frontier point; --overrides come after and win.
+FRONTIER_OVERRIDES = "loadgen.scenario=Offline,harness.stream=true,loadgen.offline_expected_qps=auto"
+
+
+class Frontier(Sweep):
+    stage = "Frontier"
+    levels = luigi.Parameter(default="", description="concurrency levels, e.g. '1,2,4,8' (default: 1..32 up to "
+                             "--max-level, doubling beyond, and 1.1x it)")
+    max_level = luigi.IntParameter(default=0, description="the declared maximum concurrency (default: the "
+                                   "params' harness.max_in_flight, else build.max_batch_size)")
+    engines = luigi.Parameter(default="", description="engine axes, as --grid: 'build.max_batch_size=8,32'")
+    gpus = luigi.IntParameter(default=-1, description="GPUs serving, for tokens/s per GPU (default: "
+                              "what the backend's servers use, runtime.num_gpus on GPUs; 0 on CPU: per system)")
+
+    @cached_property
+    def _loaded(self):
+        base = Path(self.params_file)
+        try:
+            engines = parse_grid(self.engines) if self.engines else {}
+            bad = [k for k in engines if not k.startswith(("build.", "quantize.", "model.", "runtime."))]
+            if bad:
+                raise SweepError("", [f"--engines: {k} is not an engine parameter (build.*, quantize.*, model.*, "
+                                      "runtime.*); the frontier varies harness.max_in_flight itself" for k in bad])
+            sweep = SweepFile(name=self.sweep_name(), base=str(base), overrides=FRONTIER_OVERRIDES,
+                              points=self.frontier_points(engines))
+        except (SweepError, ValueError) as e:
+            raise ParamsError(getattr(e, "problems", None) or [str(e)]) from None
+        problems = duplicate_points(sweep) + point_problems(sweep, base, self.overrides)
+        if problems:
+            raise ParamsError(problems)
+        return sweep, base
+
+    def frontier_points(self, engines: dict) -> list[dict]:
+        """Each engine's levels, one after another (its servers serve them all). A level below the
+        params' client count runs with fewer clients: the harness never holds fewer requests in
+        flight than it has clients, so level 1 is one client."""
+        h = load_params(self.params_file, self.overrides).harness
+        out = []
+        for combo in itertools.product(*engines.values()):
+            for c in self.level_list():
+                frontends = min(h.frontends, c)
+                point = {**dict(zip(engines, combo)), "harness.max_in_flight": c,
+                         "harness.clients_per_frontend": max(1, min(h.clients_per_frontend, c // frontends))}
+                out.append(point | ({"harness.frontends": frontends} if h.frontends > 1 else {}))
+        return out
+
+    def sweep_name(self) -> str:
+        return f"frontier-{Path(self.params_file).stem}"
+
+    def level_list(self) -> list[int]:
+        if self.levels:
+            return parse_levels(self.levels)
+        if self.max_level:
+            return levels(self.max_level)
+        p = load_params(self.params_file, self.overrides)
+        return levels(p.harness.max_in_flight or p.build.max_batch_size)
+
+    @property
+    def engine_keys(self) -> list[str]:
+        return [k for k in self.definition.points[0] if not k.startswith("harness.")]
+
+    @property
+    def gpu_count(self) -> int:
+        if self.gpus >= 0:
+            return self.gpus
+        p = load_params(self.params_file, self.overrides)
+        return backend_for(p).launch.gpus(p)
+
+    def key_inputs(self):
+        return {**super().key_inputs(), "gpus": self.gpu_count}
+
+    def code(self):
+        return (*super().code(), "harness.reports.frontier")
+
+    def build(self, out_dir: Path) -> dict:
+        import json
+
+        done = super().build(out_dir)
+        rows = make_rows(json.loads((out_dir / "sweep.json").read_text())["rows"], self.engine_keys, self.gpu_count)
+        files = write_frontier(out_dir, self.definition_name(), self.engine_keys, self.gpu_count, rows)
+        return {**done, "frontier": files}
+
+    def _note(self) -> None:
+        import json
+
+        rows = json.loads((self.artifact_dir / "frontier.json").read_text())["rows"]
+        summary = (f"\nperfdag Frontier {self.definition_name()}: {len(rows)} point(s), "
+                   f"{len({r['engine'] for r in rows})} engine(s)\n{text_table(rows, self.gpu_count)}\n"
+                   f"  (*: on the Pareto front of the VALID points)\n"
+                   f"  report     {self.artifact_dir / 'frontier.md'}\n")
+        note_result(self.task_id, valid=True, accuracy=True, summary=summary, persist=False)

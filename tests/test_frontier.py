@@ -1,0 +1,87 @@
+"""The frontier: a streamed closed-loop concurrency sweep per engine, drawn as tokens/s per user
+against tokens/s per system (per GPU where GPUs serve), with the Pareto front of the VALID points.
+
+End to end on two engines of the FAST model: each engine built once, each level held exactly its
+concurrency, the table, JSON and plot written; and TTFT in a closed loop starts at the client's
+send, not at LoadGen's issue of every sample at once (which made level 1's TTFT p99 seconds)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import FAST, REPO, tritonservers_under
+
+from harness.reports.frontier import frontier_rows, levels, parse_levels
+
+pytestmark = pytest.mark.timeout(900)
+
+
+def test_default_levels_follow_the_endpoints_regions():
+    """1..32 up to the declared maximum, doubling beyond it, and last 1.1x it."""
+    assert levels(1) == [1]
+    assert levels(8) == [1, 2, 4, 8, 9]
+    assert levels(32) == [1, 2, 4, 8, 16, 32, 36]
+    assert levels(100) == [1, 2, 4, 8, 16, 32, 64, 110]
+    assert parse_levels("4, 1,2,2") == [1, 2, 4]
+    for bad in ("0,1", "x", ""):
+        with pytest.raises(ValueError, match="--levels"):
+            parse_levels(bad)
+
+
+def _row(engine, c, tps, tpot50, valid=True):
+    return {"build.max_batch_size": engine, "harness.max_in_flight": c, "tokens_per_s": tps, "tpot_p50_ms": tpot50,
+            "ttft_p50_ms": 1.0, "ttft_p99_ms": 2.0, "tpot_p99_ms": tpot50 * 2, "valid": valid}
+
+
+def test_the_front_holds_the_valid_points_no_other_beats_on_both_axes():
+    rows = frontier_rows([_row(4, 1, 500, 2.0), _row(4, 8, 2000, 5.0), _row(8, 1, 450, 2.5),
+                          _row(8, 8, 2400, 4.0), _row(8, 16, 9000, 1.0, valid=False)],
+                         ["build.max_batch_size"], gpus=2)
+    front = {(r["engine"], r["concurrency"]) for r in rows if r["on_front"]}
+    # (8,1) is beaten by (4,1) on both; (4,8) by (8,8); the INVALID point beats all and is no trade-off
+    assert front == {("build.max_batch_size=4", 1), ("build.max_batch_size=8", 8)}
+    assert rows[0]["tokens_per_s_per_user"] == 500.0 and rows[0]["tokens_per_s_per_gpu"] == 250.0
+    assert frontier_rows([_row(4, 1, 500, 2.0)], ["build.max_batch_size"], gpus=0)[0]["tokens_per_s_per_gpu"] is None
+
+
+def _frontier(root, *args):
+    return subprocess.run([sys.executable, "-m", "pipeline", "frontier", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=800, env={**os.environ, "PERFDAG_ARTIFACTS": str(root)})
+
+
+def test_a_bad_engine_axis_is_refused_before_anything_runs(tmp_path):
+    root = tmp_path / "artifacts"
+    proc = _frontier(root, "--engines", "harness.frontends=1,2")
+    assert proc.returncode == 2 and "--engines: harness.frontends is not an engine parameter" in proc.stdout
+    assert not root.exists()
+
+
+def test_a_frontier_over_two_engines_builds_each_once_and_draws_the_front(tmp_path):
+    root = tmp_path / "artifacts"
+    short = (f"{FAST},dataset.num_samples=32,loadgen.min_duration_ms=1000,loadgen.min_query_count=32,"
+             "accuracy.num_samples=8,accuracy.target=0.05")
+    proc = _frontier(root, "--levels", "1,4", "--engines", "build.max_batch_size=4,8", "--overrides", short)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "perfdag Frontier frontier-default: 4 point(s), 2 engine(s)" in proc.stdout, proc.stdout[-3000:]
+    assert len([d for d in (root / "BuildEngine").iterdir() if not d.name.startswith(".")]) == 2
+    (out,) = [d for d in (root / "Frontier").iterdir() if not d.name.startswith(".")]
+    assert {"frontier.md", "frontier.json", "frontier.png"} <= {p.name for p in out.iterdir()}
+    doc = json.loads((out / "frontier.json").read_text())
+    assert doc["gpus"] == 0 and doc["y"] == "tokens/s per system"
+    got = sorted((r["engine"], r["concurrency"]) for r in doc["rows"])
+    assert got == [(f"build.max_batch_size={b}", c) for b in (4, 8) for c in (1, 4)]
+    assert all(r["valid"] and r["tokens_per_s_per_user"] > 0 and r["ttft_p99_ms"] for r in doc["rows"])
+    assert any(r["on_front"] for r in doc["rows"])
+    assert "| build.max_batch_size=4 | 1 |" in (out / "frontier.md").read_text()
+    results = [json.loads(p.read_text()) for p in root.glob("RunLoadgen/*/result.json")]
+    held = sorted((r["harness"]["max_in_flight"], r["harness"]["peak_in_flight"]) for r in results)
+    assert held == [(1, 1), (1, 1), (4, 4), (4, 4)], held
+    for r in results:
+        m = r["measured"]
+        assert m["latency_from"] == "send" and r["ttft_source"] == "harness"
+        if r["harness"]["max_in_flight"] == 1:  # every sample issued at once, sent one at a time
+            assert m["ttft_ms"]["p99"] < 0.25 * m["queue_ms"]["p50"], (m["ttft_ms"], m["queue_ms"])
+    assert tritonservers_under(root) == []
