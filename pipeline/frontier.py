@@ -56,18 +56,9 @@ class Frontier(Sweep):
         return sweep, base
 
     def frontier_points(self, engines: dict) -> list[dict]:
-        """Each engine's levels, one after another (its servers serve them all). A level below the
-        params' client count runs with fewer clients: the harness never holds fewer requests in
-        flight than it has clients, so level 1 is one client."""
-        h = load_params(self.params_file, self.overrides).harness
-        out = []
-        for combo in itertools.product(*engines.values()):
-            for c in self.level_list():
-                frontends = min(h.frontends, c)
-                point = {**dict(zip(engines, combo)), "harness.max_in_flight": c,
-                         "harness.clients_per_frontend": max(1, min(h.clients_per_frontend, c // frontends))}
-                out.append(point | ({"harness.frontends": frontends} if h.frontends > 1 else {}))
-        return out
+        """Each engine's levels, one after another (its servers serve them all)."""
+        return [{**dict(zip(engines, combo)), "harness.max_in_flight": c}
+                for combo in itertools.product(*engines.values()) for c in self.level_list()]
 
     def sweep_name(self) -> str:
         return f"frontier-{Path(self.params_file).stem}"

@@ -209,7 +209,8 @@ class HarnessSection(Section):
     frontends: int = Field(1, ge=1, le=64)
     clients_per_frontend: int = Field(4, ge=1, le=256)
     # Requests in flight per server at most (HTTP connections, gRPC requests per stream follow);
-    # unset: build.max_batch_size, what one server batches at once.
+    # unset: build.max_batch_size, what one server batches at once. Below frontends x
+    # clients_per_frontend, fewer clients run (each holds at least one request).
     max_in_flight: Optional[int] = Field(None, ge=1, le=65536)
     # Streamed responses. Unset: Server/Interactive stream, Offline does not. true in Offline: a closed-loop
     # run (max_in_flight) whose TTFT and inter-token latency the client measures (LoadGen's Offline has none).

@@ -34,12 +34,17 @@ def _run(servers, samples, params, out_dir: Path, *, mode: str, settings: dict, 
     name = protocol_of(servers)
     if protocol(name).core_setup:  # what the core is told beyond endpoints (OpenAI: prompts, tokens)
         extra["api"], extra["prompt_texts"] = protocol(name).load("core_setup")(params, samples, tokenizer_dir)
+    in_flight = in_flight_per_server(params) * len(eps)
+    # Fewer clients than requests allowed in flight: a client holds at least one (max_in_flight 1 is
+    # one client, one request at a time), never the limit raised to the client count.
+    frontends = min(h.frontends, in_flight)
+    per_frontend = max(1, min(h.clients_per_frontend, in_flight // frontends))
     return run_loadgen(eps, names, samples, settings, out_dir, scenario=params.loadgen.scenario, mode=mode,
-                       frontends=h.frontends, clients_per_frontend=h.clients_per_frontend, warmup_queries=warmup,
+                       frontends=frontends, clients_per_frontend=per_frontend, warmup_queries=warmup,
                        end_id=end_id, pad_id=pad_id, max_new_tokens=params.dataset.max_new_tokens,
                        request_timeout_s=request_timeout(h.request_timeout_s, params.dataset.max_new_tokens),
                        protocol=name, streaming=h.stream,
-                       max_in_flight=max(in_flight_per_server(params) * len(eps), h.frontends * h.clients_per_frontend),
+                       max_in_flight=in_flight,
                        **extra)
 
 
