@@ -12,7 +12,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from harness.loadgen.chunks import chunk_stats, concat, distribution
+from harness.loadgen.chunks import chunk_stats, concat, distribution, pct_key
+from harness.loadgen.early_stopping import estimate
 from harness.loadgen.verdict import errors_reason, read_errors, run_validity
 
 
@@ -327,6 +328,9 @@ def json_default(o):
     return str(o)
 
 
+#: The percentiles whose early-stopping estimate a run reports (p99.9 needs 6,636 queries).
+ES_PERCENTILES = (0.5, 0.9, 0.99, 0.999)
+
 REQUEST_COLUMNS = ["sample_index", "server", "issue_ms", "ttft_ms", "latency_ms", "n_tokens", "tpot_ms", "queue_ms"]
 
 
@@ -382,6 +386,12 @@ def measured_stats(records: Sequence[tuple], chunks: Sequence[bytes] = (), from_
         "tpot_ms": pct((td[multi] - tf[multi]) / 1e6 / (n[multi] - 1)),
         "output_tokens": pct(n),
         "queue_ms": pct((ts[ts > 0] - ti[ts > 0]) / 1e6) if (ts > 0).any() else None,
+        # LoadGen's early-stopping estimate at each percentile the report shows (None: too few queries)
+        "early_stopping": {name: {pct_key(100 * q): estimate(values, q) for q in ES_PERCENTILES}
+                           for name, values in (("latency_ms", (td - t0) / 1e6),
+                                                ("ttft_ms", (tf[has_first] - t0[has_first]) / 1e6),
+                                                ("tpot_ms", (td[multi] - tf[multi]) / 1e6 / (n[multi] - 1)))
+                           if values.size},
         "latency_from": "send" if from_send else "issue",
         **_chunk_stats(chunks),
     }

@@ -49,6 +49,9 @@ def build_report(stage_keys: dict[str, str], perf: dict, accuracy: dict | None, 
             # streamed runs, client-side (harness/loadgen/chunks.py): per-token ITL, the gaps between
             # chunks, and how many tokens a chunk carried; p1 .. p99.9
             **{k: (perf.get("measured") or {}).get(k) for k in ("itl_ms", "chunk_gap_ms", "tokens_per_chunk")},
+            # MLPerf's early-stopping estimate of each percentile, over the client's own timings
+            # (harness/loadgen/early_stopping.py); None where the run had too few queries for it
+            "early_stopping_estimates": (perf.get("measured") or {}).get("early_stopping"),
             # the serving layout (serving/layout.py layout_summary): each role's instances and nodes
             "layout": perf.get("layout"),
         },
@@ -144,6 +147,7 @@ def render_markdown(report: dict, plots: list[str]) -> str:
         lines.append(f"| SingleStream: p90 latency ms (its metric) / early-stopping estimate (of first tokens) | "
                      f"{_fmt(ss['p90_latency_ms'], '.2f')} / {_fmt(ss['early_stopping_latency_ms'], '.2f')} |")
     lines += _itl_rows(p)
+    lines += _early_stopping_rows(p.get("early_stopping_estimates") or {})
     if a is not None:
         lines += _accuracy_table(a)
 
@@ -167,6 +171,13 @@ def _itl_rows(p: dict) -> list[str]:
         out.append(f"| tokens per chunk: mean / max; chunks of several tokens | {c['mean']:.2f} / {c['max']}; "
                    f"{c['multi_token_chunks']:,} of {c['chunks']:,} chunks, {c['multi_token_share']:.0%} of tokens |")
     return out
+
+
+def _early_stopping_rows(es: dict) -> list[str]:
+    """MLPerf's early-stopping estimate at p50 / p90 / p99 / p99.9 ('-': too few queries for it)."""
+    return [f"| {name} early-stopping estimate p50 / p90 / p99 / p99.9 (client) | "
+            + " / ".join(_fmt(v.get(q), ".2f") for q in ("p50", "p90", "p99", "p99_9")) + " |"
+            for name, v in es.items() if v]
 
 
 def _accuracy_table(a: dict) -> list[str]:
