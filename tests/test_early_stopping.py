@@ -1,6 +1,7 @@
 """MLPerf's early-stopping estimate at any percentile (harness/loadgen/early_stopping.py), as LoadGen
 computes it for the percentile a scenario constrains: the query counts LoadGen asks for, the same t
-as LoadGen's upward walk, and the estimate in the report of a run."""
+as LoadGen's upward walk, and the estimate in the report of a run. Also the run's finish reasons
+(stop / length), which come from the same per-request records."""
 from __future__ import annotations
 
 import numpy as np
@@ -58,3 +59,11 @@ def test_a_run_reports_the_estimate_of_every_percentile_it_has_queries_for(tmp_p
     assert report["performance"]["early_stopping_estimates"] == es
     md = render_markdown(report, [])
     assert "| ttft_ms early-stopping estimate p50 / p90 / p99 / p99.9 (client) |" in md
+
+
+def test_finish_reasons_come_from_each_requests_own_output_limit():
+    """A synthetic workload's samples carry their own limits: 'length' is a request that reached its own."""
+    records = [(i, 0, 0, 1, 10, n, 0) for i, n in enumerate((8, 3, 16, 16, 2))]
+    m = measured_stats(records, limits=np.array([8, 8, 16, 32, 8]))
+    assert m["finish"] == {"stop": 3, "length": 2, "from": "token counts"}
+    assert measured_stats(records)["finish"] is None  # no limits given: not guessed

@@ -149,6 +149,7 @@ def test_accuracy_logs_are_identical_to_the_grpc_paths(server, tmp_path):
     for proto in ("triton-grpc", "triton-generate"):
         r = _run(server, proto, "echo", samples, tmp_path / proto, scenario="Interactive", mode="AccuracyOnly",
                  end_id=end_id, max_new_tokens=8)
+        finish = r["measured"]["finish"]
         assert r["harness"]["methods"]["rpc"] == {"triton-grpc": "ModelStreamInfer",
                                                   "triton-generate": "generate_stream"}[proto]
         logs[proto] = (parse_accuracy_log(tmp_path / proto / "mlperf_log_accuracy.json"),
@@ -157,6 +158,10 @@ def test_accuracy_logs_are_identical_to_the_grpc_paths(server, tmp_path):
     assert logs["triton-grpc"] == logs["triton-generate"]
     made = {s.index: echo_tokens(s.input_ids, 8, end_id=end_id) for s in samples}
     assert logs["triton-generate"][0] == {i: t + [end_id] * (2 - len(t)) for i, t in made.items()}
+    # why each request ended, from its token count: at the 8-token limit, or stopped at the end token
+    stopped = sum(len(t) < 8 for t in made.values())
+    assert 0 < stopped < len(samples)
+    assert finish == {"stop": stopped, "length": len(samples) - stopped, "from": "token counts"}
 
 
 def test_ttft_and_n_tokens_match_the_grpc_path_on_chunked_streams(server, tmp_path):

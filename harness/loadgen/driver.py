@@ -374,7 +374,9 @@ class _Driver(Progress):
                       for s in range(self.n_servers)]
         stats = {**self._stats_brief(), "test_s": round(test_s, 3), "warmup_s": round(warm_s, 3),
                  "warmup_requests": warm_n, "streaming": any(streaming.values()) if streaming else None,
-                 "per_server": per_server, "measured": measured_stats(self.records, self.chunks, from_send=from_send),
+                 "per_server": per_server, "measured": measured_stats(self.records, self.chunks, from_send=from_send,
+                                            limits=[cfg["prompts"].max_tokens(r[0], cfg["max_new_tokens"])
+                                                    for r in self.records]),
                  "methods": _methods(clients), "max_in_flight": cfg.get("max_in_flight"),
                  **client_usage(driver_usage, self.frontend_usage)}
         self.emit({"event": "done", "stats": stats, "final_progress": final})

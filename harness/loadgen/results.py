@@ -361,10 +361,19 @@ def write_requests_csv(path: Path, records: Sequence[tuple], t0: int, from_send:
             w.writerow([sidx, s, f"{(ti - t0) / 1e6:.3f}", ttft, f"{(td - t) / 1e6:.3f}", n, tpot, queue])
 
 
-def measured_stats(records: Sequence[tuple], chunks: Sequence[bytes] = (), from_send: bool = False) -> dict:
+def finish_counts(n_tokens: np.ndarray, limits: np.ndarray) -> dict:
+    """Why each request ended, as OpenAI servers' finish_reason says it, read from the token counts
+    (so every protocol has it): "length" when it reached its output limit, "stop" before it."""
+    length = int((n_tokens >= limits).sum())
+    return {"stop": int(n_tokens.size) - length, "length": length, "from": "token counts"}
+
+
+def measured_stats(records: Sequence[tuple], chunks: Sequence[bytes] = (), from_send: bool = False,
+                   limits: np.ndarray | None = None) -> dict:
     """Harness-side throughput and latency percentiles from the per-request records, and the
     inter-token latency of their streamed chunks (chunks.py). TTFT and latency start where `_starts`
-    says; queue_ms is the wait between LoadGen's issue and the send."""
+    says; queue_ms is the wait between LoadGen's issue and the send. `limits`: each record's output
+    limit (max tokens), for the finish reasons."""
     if not records:
         return {}
     rec = np.array([(r[2], r[3], r[4], r[5]) for r in records], dtype=np.float64)
@@ -386,6 +395,7 @@ def measured_stats(records: Sequence[tuple], chunks: Sequence[bytes] = (), from_
         "tpot_ms": pct((td[multi] - tf[multi]) / 1e6 / (n[multi] - 1)),
         "output_tokens": pct(n),
         "queue_ms": pct((ts[ts > 0] - ti[ts > 0]) / 1e6) if (ts > 0).any() else None,
+        "finish": None if limits is None else finish_counts(n, np.asarray(limits, dtype=np.float64)),
         # LoadGen's early-stopping estimate at each percentile the report shows (None: too few queries)
         "early_stopping": {name: {pct_key(100 * q): estimate(values, q) for q in ES_PERCENTILES}
                            for name, values in (("latency_ms", (td - t0) / 1e6),

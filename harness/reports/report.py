@@ -52,6 +52,8 @@ def build_report(stage_keys: dict[str, str], perf: dict, accuracy: dict | None, 
             # MLPerf's early-stopping estimate of each percentile, over the client's own timings
             # (harness/loadgen/early_stopping.py); None where the run had too few queries for it
             "early_stopping_estimates": (perf.get("measured") or {}).get("early_stopping"),
+            # why requests ended: "stop" before their output limit, "length" at it (from token counts)
+            "finish_reasons": (perf.get("measured") or {}).get("finish"),
             # the serving layout (serving/layout.py layout_summary): each role's instances and nodes
             "layout": perf.get("layout"),
         },
@@ -148,6 +150,10 @@ def render_markdown(report: dict, plots: list[str]) -> str:
                      f"{_fmt(ss['p90_latency_ms'], '.2f')} / {_fmt(ss['early_stopping_latency_ms'], '.2f')} |")
     lines += _itl_rows(p)
     lines += _early_stopping_rows(p.get("early_stopping_estimates") or {})
+    if f := p.get("finish_reasons"):
+        total = max(1, f["stop"] + f["length"])
+        lines.append(f"| finished: stop / length (at the output limit; from token counts) | {f['stop']:,} "
+                     f"({f['stop'] / total:.0%}) / {f['length']:,} ({f['length'] / total:.0%}) |")
     if a is not None:
         lines += _accuracy_table(a)
 
