@@ -65,7 +65,8 @@ class FullRun(StageTask):
     def code(self):  # the report, its plots and stats, and the request log they read
         return ("harness.reports.report", "harness.reports.plots", "harness.loadgen.results", "harness.loadgen.verdict",
                 "harness.loadgen.chunks",
-                "harness.loadgen.goodput")  # the goodput line
+                "harness.loadgen.goodput",  # the goodput line
+                "harness.loadgen.early_stopping")  # imported by results (the report reads none of it)
 
     def stage_keys(self) -> dict[str, str]:
         keys, todo = {}, [self]

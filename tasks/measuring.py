@@ -30,6 +30,7 @@ SUT_CODE = ("harness.loadgen.measure", "harness.loadgen", "harness.loadgen.runne
             "harness.loadgen.verdict",  # result.json's verdict (LoadGen errors) and its relaunch record
             "harness.serving.protocols",  # which core and readiness probe a protocol name means
             "harness.loadgen.goodput", "harness.config.slo",  # result.json's goodput under the latency limits
+            "harness.loadgen.early_stopping",  # result.json's early-stopping estimates at every percentile
             "harness.serving.layout",  # which servers the clients go to (a layout's front door), its summary
             ) + package_modules(("harness.mlperf.benchmarks",))  # latency limits, LoadGen names: user.conf
 

@@ -37,7 +37,7 @@ if os.environ.get("PYTEST_XDIST_WORKER") and "PERFDAG_SANDBOX_UID_BASE" not in o
 # independent minutes-long tests are split into one group per test.
 PER_TEST = {"test_standins_fullrun"}
 # The groups that take minutes, started first so that no worker is left with one at the end.
-LONGEST_FIRST = ["test_faults", "test_slurm", "test_concurrency_sweep", "test_fullrun",
+LONGEST_FIRST = ["test_standins_fullrun", "test_faults", "test_slurm", "test_singlestream", "test_concurrency_sweep", "test_fullrun",
                  "test_operate", "test_openai_fullrun", "test_submission", "test_trust_artifacts"]
 
 

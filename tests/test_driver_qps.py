@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness.loadgen.driver import _Driver
+from harness.loadgen.messages import Done
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -45,7 +46,7 @@ def test_server_queries_go_to_the_least_busy_server_and_client():
         _issue(d, [i])
     assert d.server_out == [4, 4] and d.client_out == [2, 2, 2, 2]
     d._complete_done(types.SimpleNamespace(QuerySampleResponse=lambda *a: a, QuerySamplesComplete=lambda r: None),
-                     [(3, 0, 10, b"", 2, b"")])
+                     [Done(3, 0, 10, b"", 2, b"")])
     freed = d.inflight.get(3) is None
     assert freed and sum(d.server_out) == 7 and d.records[-1][5] == 2
     g3 = [m for q in d.in_qs for batch in q.puts for m in batch if m.qid == 3][0].client
