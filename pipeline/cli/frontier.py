@@ -2,9 +2,8 @@
 more engines drawn as tokens/s per user against tokens/s per GPU, with its Pareto front."""
 from __future__ import annotations
 
-import luigi
-
 from harness.errors import PerfdagError
+from pipeline.cli.flow import build_flow
 from pipeline.frontier import Frontier
 from tasks.settings import DEFAULT_PARAMS
 
@@ -37,8 +36,4 @@ def run(args) -> int:
     except PerfdagError as e:
         print(e)
         return 2
-    luigi.build([task], local_scheduler=True, detailed_summary=False, workers=1)
-    if not task.is_done():
-        print("perfdag: the frontier did not finish; see the log above (a rerun reuses every point it measured)")
-        return 1
-    return 0
+    return build_flow(task, "the frontier did not finish; see the log above (a rerun reuses every point it measured)")

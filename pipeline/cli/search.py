@@ -2,9 +2,8 @@
 is pipeline/search.py, the plan harness/search/). Its flags are the params' search.* keys."""
 from __future__ import annotations
 
-import luigi
-
 from harness.errors import PerfdagError
+from pipeline.cli.flow import build_flow
 from pipeline.search import FindMaxLoad
 from tasks.settings import DEFAULT_PARAMS
 
@@ -44,8 +43,4 @@ def run(args) -> int:
     except PerfdagError as e:
         print(e)
         return 2
-    luigi.build([task], local_scheduler=True, detailed_summary=False, workers=1)
-    if not task.is_done():
-        print("perfdag: the search did not finish; see the log above (a rerun resumes from the probes it measured)")
-        return 1
-    return 0  # the verdict's exit code (10, 11) is set at exit, with the summary
+    return build_flow(task, "the search did not finish; see the log above (a rerun resumes from the probes it measured)")
