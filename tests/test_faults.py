@@ -22,9 +22,11 @@ from conftest import FAST, REPO, luigi_cmd, run_luigi, run_records, statuses, tr
 
 pytestmark = pytest.mark.timeout(900)
 
-# Short, VALID-sized runs on the FAST model (whose accuracy is not the point here).
+# Short, VALID-sized runs on the FAST model (whose accuracy is not the point here). Offline is VALID
+# only while the host stays under 1.1 x offline_expected_qps (faster ends before min_duration):
+# CI's two cores reached 342 samples/s, so 250 made a run INVALID there.
 FAULT = FAST + (",dataset.num_samples=24,loadgen.min_duration_ms=800,loadgen.min_query_count=16,"
-                "loadgen.offline_expected_qps=250,accuracy.target=0.05")
+                "loadgen.offline_expected_qps=600,accuracy.target=0.05")
 VERDICT = {0, 10, 11, 12}  # a run that completed (whatever its verdict), not a failed or crashed one
 
 
