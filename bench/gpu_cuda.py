@@ -59,6 +59,12 @@ def _cmd(argv: list[str]) -> str:
         return f"unavailable: {e}"
 
 
+def _commit() -> str:
+    """The commit measured: PERFDAG_COMMIT where the caller knows it (a lent machine's copy of the
+    tree can carry git metadata older than its files), else the checkout's HEAD."""
+    return os.environ.get("PERFDAG_COMMIT") or _cmd(["git", "-C", str(REPO), "rev-parse", "HEAD"])
+
+
 def versions(device: str) -> dict:
     import torch
     import transformers
@@ -68,7 +74,7 @@ def versions(device: str) -> dict:
     v = {"python": platform.python_version(), "torch": torch.__version__, "torch_cuda": torch.version.cuda,
          "transformers": transformers.__version__, "nvidia-modelopt": package_version("nvidia-modelopt"),
          "numpy": package_version("numpy"), "triton": package_version("triton"),
-         "pydantic": package_version("pydantic"), "perfdag_commit": _cmd(["git", "-C", str(REPO), "rev-parse", "HEAD"]),
+         "pydantic": package_version("pydantic"), "perfdag_commit": _commit(),
          "cpus": os.cpu_count()}
     if device == "cuda":
         p = torch.cuda.get_device_properties(0)
