@@ -227,7 +227,8 @@ class LoadgenSection(Section):
     # Offline: LoadGen issues expected_qps x min_duration samples at once; set it at or above
     # what the system sustains, or the run ends early and is INVALID. "auto": measured by a short
     # sizing run before the timed one, times a margin (harness/loadgen/measure.py).
-    offline_expected_qps: Union[Annotated[float, Field(gt=0)], Literal["auto"]] = 600
+    # 600.0, not 600: a file's 600 validates to 600.0, and the default must key the same
+    offline_expected_qps: Union[Annotated[float, Field(gt=0)], Literal["auto"]] = 600.0
     server_target_qps: float = Field(20, gt=0)
     # SingleStream: the latency one query is expected to take; LoadGen generates 2 x min_duration /
     # this many queries (harness/loadgen/settings.py). Unset: mlperf.conf's 10 ms.
