@@ -46,7 +46,8 @@ class Nightly(luigi.Task):
     date = NightDate()
     sweep = luigi.Parameter(description="sweep file measured every night")
     overrides = luigi.Parameter(default="", description="applied to every point after the sweep's values")
-    max_drop = luigi.FloatParameter(default=0.05, description="Offline: the least tokens/s drop that counts")
+    max_drop = luigi.FloatParameter(default=0.05, description="the least drop that counts: Offline tokens/s, "
+                                    "Server/Interactive goodput, a searched point's max VALID load")
     max_latency_rise = luigi.FloatParameter(default=0.10, description="Server/Interactive: the least TTFT/TPOT p99 "
                                                                          "rise that counts (SingleStream: p90 latency)")
     repeats = luigi.IntParameter(default=1, description="measure each point N times; medians are compared and a "
@@ -94,7 +95,8 @@ class Nightly(luigi.Task):
         prev = self.previous_night()
         params = self.point_params(rows, varied)
         floors = {"tokens_per_s": self.max_drop, "ttft_p99_ms": self.max_latency_rise,
-                  "tpot_p99_ms": self.max_latency_rise, "latency_p90_ms": self.max_latency_rise}
+                  "tpot_p99_ms": self.max_latency_rise, "latency_p90_ms": self.max_latency_rise,
+                  "goodput_samples_per_s": self.max_drop, "max_load": self.max_drop}
         points = nightly.compare(rows, prev["rows"] if prev else [], varied, floors)
         regressions = [{"point": p["point"], "reasons": p["reasons"]} for p in points if p["reasons"]]
         doc = {"date": self.date.isoformat(), "sweep": self.sweep, "compared_with": prev["date"] if prev else None,

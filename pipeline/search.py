@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import luigi
+
 from harness.config import ParamsError
 from harness.config.slo import parse_slo
 from harness.search import evidence
@@ -29,6 +31,9 @@ _SAID: set[str] = set()  # probes whose progress line was printed in this proces
 class FindMaxLoad(StageTask):  # not in STAGES: a flow over RunLoadgen probes, as Sweep is over FullRuns
     stage = "FindMaxLoad"
     reads = ("search", "loadgen", "harness", "model.name")
+    point_label = luigi.Parameter(default="", significant=False, description="set by Sweep: the point searched")
+    as_point = luigi.BoolParameter(default=False, significant=False,
+                                   description="set by Sweep: one line when done; the sweep's table is the verdict")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -93,6 +98,9 @@ class FindMaxLoad(StageTask):  # not in STAGES: a flow over RunLoadgen probes, a
     def upstream(self):
         return {"servers": self.clone(LaunchServers), "dataset": self.clone(PrepareDataset)}
 
+    def key_inputs(self):  # under Nightly every night searches afresh, as its probes measure afresh
+        return {"nightly_date": self.nightly_date} if self.nightly_date else {}
+
     def code(self):
         return ("harness.search.plan", "harness.search.judge", "harness.search.evidence", "harness.config.slo",
                 "harness.loadgen.verdict")
@@ -118,8 +126,7 @@ class FindMaxLoad(StageTask):  # not in STAGES: a flow over RunLoadgen probes, a
         if found.found is not None and self.params.search.confirm:
             tried = []
             for value in self.candidates(found.found, probes):  # the found load; if it fails, the next passed
-                full = self.clone(FullRun, overrides=self.at_load(value, probe=False), as_point=True,
-                                  point_label=f"search confirmation, {self.axis}={value:g}")
+                full = self.confirmation(value)
                 yield full
                 result = json.loads((full.upstream()["performance"].artifact_dir / "result.json").read_text())
                 verdict = judge(result, self.slo)
@@ -138,6 +145,19 @@ class FindMaxLoad(StageTask):  # not in STAGES: a flow over RunLoadgen probes, a
         self._note(persist=True)
         release_servers([self.clone(LaunchServers).key[:16]], keep=self.keep_servers,
                         why="search done; --keep-servers keeps them")
+
+    def confirmation(self, value: float) -> FullRun:
+        """The FullRun that confirms `value` at the params' full settings (performance and accuracy)."""
+        return self.clone(FullRun, overrides=self.at_load(value, probe=False), as_point=True,
+                          point_label=f"search confirmation, {self.axis}={value:g}")
+
+    def confirmed_run(self) -> FullRun | None:
+        """The confirmation of the search's result (None: nothing was confirmed, or confirm=false)."""
+        doc = self.search_doc()
+        c = doc.get("confirmation")
+        if not c or doc["result"] is None:
+            return None
+        return self.confirmation(doc["result"])
 
     def candidates(self, found: float, probes: list[dict]) -> list[float]:
         """What a confirmation tries, highest first: the found load, then (where it fails at full settings)
@@ -163,7 +183,7 @@ class FindMaxLoad(StageTask):  # not in STAGES: a flow over RunLoadgen probes, a
         low = max((v for v in passed if v not in failed), default=None)
         high = min(failed, default=None)
         p = probes[-1]
-        log.info("search %s", progress_line(n, self.axis, p["value"], p["repeat"], out, low, high, _HOW[task.key]))
+        log.info("search %s%s", f"[{self.point_label}] " if self.point_label else "", progress_line(n, self.axis, p["value"], p["repeat"], out, low, high, _HOW[task.key]))
 
     def _doc(self, found, probes: list[dict]) -> dict:
         pl, s, lg = self.search_plan(), self.params.search, self.params.loadgen
@@ -209,6 +229,12 @@ class FindMaxLoad(StageTask):  # not in STAGES: a flow over RunLoadgen probes, a
 
     def _note(self, persist: bool) -> None:
         doc = self.search_doc()
+        if self.as_point:
+            c = doc.get("confirmation") or {}
+            log.info("search point %s: %s", self.point_label or self.key[:16],
+                     f"{doc['axis']}={doc['result']:g}" + (" confirmed" if c else " (not confirmed)")
+                     if doc["result"] is not None else f"no load confirmed ({c.get('reason') or doc['stopped']})")
+            return
         c = doc.get("confirmation") or {}
         valid = doc["result"] is not None
         note_result(self.task_id, valid=valid, accuracy=c.get("accuracy_passed", True), summary=self.summary(doc),

@@ -24,8 +24,9 @@ from harness.config.sweeps import (
     points,
 )
 from harness.reports.nightly import repeat_of
-from harness.reports.sweep import fmt, lookup, row, text_table, write_results
+from harness.reports.sweep import fmt, lookup, row, search_row, text_table, write_results
 from pipeline.full_run import FullRun
+from pipeline.search import FindMaxLoad
 from pipeline.sweep_array import fans_out, run_array
 from tasks import LaunchServers, lifecycle
 from tasks.base import StageTask, load_params
@@ -46,12 +47,31 @@ def point_problems(sweep, base, overrides: str) -> list[str]:
     return [f"{p} ({', '.join(names[:3])}{' and others' if len(names) > 3 else ''})" for p, names in found.items()]
 
 
+def search_problems(sweep, base, overrides: str) -> list[str]:
+    """Where each point is a search: what FindMaxLoad refuses for a point (an Offline point without an
+    SLO, say), and Slurm arrays, whose tasks run one FullRun each."""
+    found: dict[str, list[str]] = {}
+    for name, point in zip(point_names(sweep), points(sweep)):
+        try:
+            task = FindMaxLoad(params_file=str(base), overrides=point_overrides(sweep, point, overrides))
+            if task.params.slurm is not None and task.params.slurm.array:
+                raise ParamsError(["search: true with slurm.array: each array task runs one FullRun, and a search's "
+                                   "probes run one after another; set slurm.array=false (the searches then share "
+                                   "their engines' serving allocations)"])
+        except ParamsError as e:
+            for problem in e.problems or [str(e)]:
+                found.setdefault(problem, []).append(name)
+    return [f"{p} ({', '.join(names[:3])}{' and others' if len(names) > 3 else ''})" for p, names in found.items()]
+
+
 class Sweep(StageTask):  # not in STAGES: it takes a sweep file, not one params document
     stage = "Sweep"  # --overrides apply to every point, after the sweep's own values
     sweep = luigi.Parameter(default="", description="sweep file, e.g. params/sweeps/batch.yaml")
     grid = luigi.Parameter(default="", description="axes without a file: 'loadgen.server_target_qps=10,20,40' "
                            "(several separated by ';'), on --params-file; with --sweep, added to its grid")
     keep_servers = luigi.BoolParameter(default=False, significant=False)
+    search = luigi.BoolParameter(default=False, description="each point is a search for its highest VALID load "
+                                 "(as the sweep file's search: true)")
 
     @cached_property
     def _loaded(self):
@@ -64,9 +84,13 @@ class Sweep(StageTask):  # not in STAGES: it takes a sweep file, not one params 
                 sweep, base = SweepFile(base=self.params_file, grid=parse_grid(self.grid)), Path(self.params_file)
             if self.sweep and self.grid:
                 sweep = sweep.model_copy(update={"grid": {**sweep.grid, **parse_grid(self.grid)}})
+            if self.search:
+                sweep = sweep.model_copy(update={"search": True})
         except SweepError as e:
             raise ParamsError(e.problems or [str(e)]) from None
         problems = duplicate_points(sweep) + point_problems(sweep, base, self.overrides)
+        if sweep.search and not problems:
+            problems = search_problems(sweep, base, self.overrides)
         if problems:
             raise ParamsError(problems)
         return sweep, base
@@ -102,6 +126,13 @@ class Sweep(StageTask):  # not in STAGES: it takes a sweep file, not one params 
     def upstream(self):
         n, rep = len(self.points), repeat_of(self.nightly_date)
         night = f" (night {self.nightly_date.partition('.')[0]}, repeat {rep})" if rep else ""
+        if self.definition.search:  # the sweep releases the servers when every search is done
+            return {f"point{i:03d}": self.clone(FindMaxLoad, params_file=str(self.base), keep_servers=True,
+                                                 as_point=True,
+                                                 overrides=point_overrides(self.definition, p, self.overrides),
+                                                 point_label=f"{i + 1}/{n} " + (", ".join(
+                                                     f"{k}={fmt(v)}" for k, v in p.items()) or "base") + night)
+                    for i, p in enumerate(self.points)}
         return {f"point{i:03d}": self.clone(FullRun, params_file=str(self.base),
                                              overrides=point_overrides(self.definition, p, self.overrides),
                                              as_point=True, point_label=f"{i + 1}/{n} " + (
@@ -120,8 +151,8 @@ class Sweep(StageTask):  # not in STAGES: it takes a sweep file, not one params 
         # a point failed to run (luigi's own codes). Under Nightly the points' verdicts keep deciding the
         # night's exit code (10, 11, 12; 13 for a regression), as they always have.
         judged = bool(self.nightly_date)
-        note_result(self.task_id, valid=not judged or all(r.get("valid") for r in rows),
-                    accuracy=not judged or all(r.get("accuracy_passed") for r in rows),
+        note_result(self.task_id, valid=not judged or all(r.get("valid") for r in rows),  # None: no accuracy run
+                    accuracy=not judged or all(r.get("accuracy_passed") is not False for r in rows),
                     summary=None if self.nightly_date else summary, persist=False)
 
     def is_done(self) -> bool:
@@ -134,9 +165,15 @@ class Sweep(StageTask):  # not in STAGES: it takes a sweep file, not one params 
         rows = []
         varied = list(dict.fromkeys(k for p in self.points for k in p))
         for (name, task), point in zip(self.upstream().items(), self.points):
-            report = json.loads((task.artifact_dir / "report.json").read_text())
             doc = task.params.model_dump(mode="json")  # what the point ran with, defaults included
-            rows.append(row(point, report, {k: lookup(doc, k) for k in varied}))
+            resolved = {k: lookup(doc, k) for k in varied}
+            if self.definition.search:
+                confirmed = task.confirmed_run()
+                report = json.loads((confirmed.artifact_dir / "report.json").read_text()) if confirmed else None
+                rows.append(search_row(point, task.search_doc(), report, resolved))
+                continue
+            report = json.loads((task.artifact_dir / "report.json").read_text())
+            rows.append(row(point, report, resolved))
         plots = write_results(out_dir, self.definition_name(), varied, rows)
         return {"points": len(rows), "plots": plots}
 

@@ -34,7 +34,8 @@ def test_slower_tpot_is_a_regression_while_throughput_is_unchanged():
 def test_offline_is_judged_by_throughput_only():
     (p,) = nightly.compare([srow(tokens=2500.0, tpot=None, ttft=None, scenario="Offline")],
                            [srow(tokens=3000.0, tpot=None, ttft=None, scenario="Offline")], VARIED)
-    assert [c["verdict"] for c in p["checks"]] == ["regression", "-", "-", "-"]  # TTFT, TPOT, SingleStream's p90
+    # TTFT, TPOT, SingleStream's p90, goodput (judged at a streaming scenario's fixed load), a search's load
+    assert [c["verdict"] for c in p["checks"]] == ["regression", "-", "-", "-", "-", "-"]
     assert "tokens/s fell" in p["reasons"][0]
     (same,) = nightly.compare([srow(tokens=2950.0, scenario="Offline")], [srow(tokens=3000.0, scenario="Offline")], VARIED)
     assert same["reasons"] == []  # -1.7% is under the 5% floor
@@ -59,7 +60,50 @@ def test_validity_accuracy_and_the_limit_are_judged_everywhere():
     assert "over its limit 30.0" in text
     (first,) = nightly.compare([srow()], [], VARIED)  # no previous night: nothing to compare
     assert first["reasons"] == [] and {c["verdict"] for c in first["checks"]
-                                       if c["metric"] != "latency_p90_ms"} <= {"new", "shown only"}
+                                       if c["now"] is not None} <= {"new", "shown only"}
+
+
+def test_goodput_at_a_fixed_load_is_judged_in_server():
+    now, before = srow(), srow()
+    now["goodput_samples_per_s"], before["goodput_samples_per_s"] = 17.0, 20.0  # fewer requests met the limits
+    (p,) = nightly.compare([now], [before], VARIED)
+    by = {c["metric"]: c for c in p["checks"]}
+    assert by["goodput_samples_per_s"]["verdict"] == "regression"
+    assert p["reasons"] == ["goodput (samples/s) 20.0 -> 17.0 (-15.0%), outside the spread and the 5% floor"]
+    off_now, off_before = srow(scenario="Offline"), srow(scenario="Offline")
+    off_now["goodput_samples_per_s"], off_before["goodput_samples_per_s"] = 17.0, 20.0
+    (o,) = nightly.compare([off_now], [off_before], VARIED)  # Offline: its throughput is judged instead
+    assert {c["metric"]: c for c in o["checks"]}["goodput_samples_per_s"]["verdict"] == "shown only"
+
+
+def search_row(max_load, tpot=10.0, valid=True):
+    """A point that is a search: its found load, and the confirming run's numbers at that load."""
+    return {**srow(tpot=tpot, valid=valid, acc=None), "search_axis": "server_target_qps", "max_load": max_load}
+
+
+def test_a_searched_point_is_judged_by_the_load_it_found_alone():
+    (p,) = nightly.compare([search_row(30.0, tpot=5.0)], [search_row(40.0, tpot=10.0)], VARIED)
+    by = {c["metric"]: c for c in p["checks"]}
+    assert by["max_load"]["verdict"] == "regression" and by["max_load"]["judged"]
+    assert not by["tpot_p99_ms"]["judged"]  # measured at another load than last night's: shown only
+    assert p["reasons"] == ["max VALID load 40.0 -> 30.0 (-25.0%), outside the spread and the 5% floor"]
+    (same,) = nightly.compare([search_row(39.0, tpot=20.0)], [search_row(40.0)], VARIED)
+    assert same["reasons"] == []  # -2.5%, under the floor; no accuracy run is no accuracy failure
+    (none,) = nightly.compare([search_row(None, valid=False)], [search_row(40.0)], VARIED)
+    assert any("INVALID in 1 of 1" in r for r in none["reasons"])  # nothing passed tonight
+    md = nightly.render_markdown({**doc_for([p]), "rows": [search_row(30.0)]})
+    assert "| max VALID load | 40.0 | 30.0 | -10.0 (-25.0%) | - | **regression** |" in md, md
+
+
+def test_a_search_sweeps_table_names_the_best_point():
+    from harness.reports.sweep import table, text_table
+
+    rows = [{**search_row(30.0), "build.max_batch_size": 8}, {**search_row(45.0), "build.max_batch_size": 32},
+            {**search_row(None, valid=False), "build.max_batch_size": 1, "invalid_reason": "nothing passed"}]
+    header, cells, _ = table(["build.max_batch_size"], rows)
+    assert header[:2] == ["build.max_batch_size", "max server_target_qps"]
+    assert [c[:2] for c in cells] == [["8", "30"], ["32", "45"], ["1", "-"]] and cells[0][-1] == "-"
+    assert text_table(["build.max_batch_size"], rows).endswith("best: build.max_batch_size=32, server_target_qps=45")
 
 
 def test_markdown_shows_previous_delta_verdict_and_formats_numbers():

@@ -18,7 +18,7 @@ from harness.config import ParamsError, resolve
 from harness.config.slo import Limit, SloError, parse_slo
 from harness.search.judge import judge
 from harness.search.plan import Outcome, Plan, Probe, drive
-from conftest import REPO, copied_root, echo_tritonserver, run_records
+from conftest import REPO, copied_root, echo_tritonserver, run_luigi, run_records, statuses
 
 # ====================================================================== the plan
 
@@ -261,3 +261,38 @@ def test_search_resumes_after_a_kill_reruns_for_free_and_reuses_probes_when_tigh
         assert again == {p["key"] for p in doc["probes"]}  # every earlier probe reused
         assert _built(run_records(root)[-1], "RunLoadgen") == {f"RunLoadgen/{p['key'][:16]}" for p in tight["probes"]
                                                               if p["key"] not in again}
+
+
+# ====================================================================== searches in a sweep, under Nightly
+
+NIGHT_SEARCH = (SEARCH + ",search.slo=ttft_p99_ms<=300,search.probe_min_duration_ms=1000,search.probe_min_query_count=64,"
+                "search.start=20,search.tolerance=0.5,search.max_probes=4,search.repeats=1,search.confirm=false")
+
+
+def test_nightly_searches_each_point_names_the_best_and_flags_a_slower_server(built_fast, tmp_path):
+    """A sweep whose points are searches (`search: true`) runs one FindMaxLoad per point, and its table
+    names the point with the highest load. Under Nightly every night searches afresh, and a server
+    made slower (Triton holds each request up to 100 ms in its queue: runtime.max_queue_delay_microseconds)
+    is flagged by the load it found, exit 13, with its other numbers shown only."""
+    sweep = tmp_path / "searches.yaml"
+    sweep.write_text(f"name: searches\nbase: {REPO / 'params' / 'default.yaml'}\noverrides: \"{NIGHT_SEARCH}\"\n"
+                     "search: true\ngrid:\n  harness.max_in_flight: [2, 16]\n")
+    with copied_root(built_fast, tmp_path / "root") as root:
+        first = run_luigi("Nightly", "--date", "2026-11-01", "--sweep", str(sweep), artifacts=root)
+        assert "search [1/2 harness.max_in_flight=2 (night 2026-11-01, repeat 1)] probe 1:" in first.stderr
+        night1 = json.loads((root / "Nightly" / "searches" / "2026-11-01" / "nightly.json").read_text())
+        assert night1["regressions"] == [] and all(r["max_load"] for r in night1["rows"])
+        best = max(night1["rows"], key=lambda r: r["max_load"])
+        sweep_md = next((root / "Sweep").glob("*/sweep.md")).read_text()
+        assert f"Best: harness.max_in_flight={best['harness.max_in_flight']}, server_target_qps=" in sweep_md
+        assert "| harness.max_in_flight | max server_target_qps |" in sweep_md
+
+        second = run_luigi("Nightly", "--date", "2026-11-02", "--sweep", str(sweep), "--overrides",
+                           "runtime.max_queue_delay_microseconds=100000", artifacts=root, check=False)
+        assert second.returncode == 13, second.stderr[-3000:]
+        night2 = json.loads((root / "Nightly" / "searches" / "2026-11-02" / "nightly.json").read_text())
+        reasons = [r for reg in night2["regressions"] for r in reg["reasons"]]
+        assert any(r.startswith("max VALID load ") for r in reasons), reasons
+        assert not {s for s, v in statuses(run_records(root)[-1]).items() if v == "built"} & {"PrepareModel", "Quantize"}
+        md = (root / "Nightly" / "searches" / "2026-11-02" / "nightly.md").read_text()
+        assert "| max VALID load |" in md and "**regression**" in md

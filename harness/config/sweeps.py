@@ -29,6 +29,9 @@ class SweepFile(BaseModel):
     overrides: str = ""
     grid: dict[str, list[Any]] = Field(default_factory=dict)
     points: list[dict[str, Any]] = Field(default_factory=list)
+    # Each point is a search (FindMaxLoad under the point's search.* settings) instead of one FullRun:
+    # the table then names the point with the highest confirmed load.
+    search: bool = False
 
     @field_validator("grid")
     @classmethod

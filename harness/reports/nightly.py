@@ -4,7 +4,10 @@ A scenario is judged by different numbers: Offline by throughput; Server and Int
 and TPOT p99 against their limits (throughput there is fixed by the target QPS, so it is shown,
 never judged); SingleStream by its 90th-percentile latency (one query at a time: MLPerf's metric);
 every scenario by validity, accuracy and server crashes (a server relaunched mid-measurement: the
-run is measured again and whole, but the crash is news). A night may measure
+run is measured again and whole, but the crash is news). Server and Interactive are also judged by
+goodput at their fixed load (requests/s that met the latency limits). A point that is a search
+(a sweep with `search: true`) is judged by the load it found and confirmed alone: its other numbers
+were measured at that load, which moves from night to night. A night may measure
 each point several times (`--repeats`): the medians are compared, and a change counts only when
 the two nights' ranges (min..max over the repeats) do not overlap *and* the medians differ by more
 than the metric's floor. One repeat has no spread, so only the floor decides; the floors are the noise an
@@ -28,10 +31,13 @@ class Metric:
     scenarios: tuple[str, ...]   # where it is judged; elsewhere it is shown only
     floor: float            # the least relative change of the medians that counts
     limit: str | None = None     # the row's field holding the scenario's p99 limit
+    of_search: bool = False      # judged on points that are searches, and only there
 
 
 STREAMING = ("Server", "Interactive")
-DEFAULT_FLOORS = {"tokens_per_s": 0.05, "ttft_p99_ms": 0.10, "tpot_p99_ms": 0.10, "latency_p90_ms": 0.10}
+SCENARIOS = ("Offline", *STREAMING, "SingleStream")
+DEFAULT_FLOORS = {"tokens_per_s": 0.05, "ttft_p99_ms": 0.10, "tpot_p99_ms": 0.10, "latency_p90_ms": 0.10,
+                  "goodput_samples_per_s": 0.05, "max_load": 0.05}
 
 
 def metrics(floors: dict[str, float] | None = None) -> list[Metric]:
@@ -39,7 +45,9 @@ def metrics(floors: dict[str, float] | None = None) -> list[Metric]:
     return [Metric("tokens_per_s", "tokens/s", True, ("Offline",), f["tokens_per_s"]),
             Metric("ttft_p99_ms", "TTFT p99 (ms)", False, STREAMING, f["ttft_p99_ms"], "ttft_limit_ms"),
             Metric("tpot_p99_ms", "TPOT p99 (ms)", False, STREAMING, f["tpot_p99_ms"], "tpot_limit_ms"),
-            Metric("latency_p90_ms", "latency p90 (ms)", False, ("SingleStream",), f["latency_p90_ms"])]
+            Metric("latency_p90_ms", "latency p90 (ms)", False, ("SingleStream",), f["latency_p90_ms"]),
+            Metric("goodput_samples_per_s", "goodput (samples/s)", True, STREAMING, f["goodput_samples_per_s"]),
+            Metric("max_load", "max VALID load", True, SCENARIOS, f["max_load"], of_search=True)]
 
 
 def fmt(v: Any) -> str:
@@ -74,7 +82,10 @@ def summarize(rows: list[dict], varied: list[str]) -> dict[str, dict]:
     for pid, rs in groups.items():
         first = rs[0]
         s = {"point": json.loads(pid), "scenario": first.get("scenario"), "repeats": len(rs),
-             "valid": sum(bool(r.get("valid")) for r in rs), "accuracy_passed": sum(bool(r.get("accuracy_passed")) for r in rs),
+             "search": any("max_load" in r for r in rs),
+             # a point without an accuracy run (a search not confirmed) has nothing to fail
+             "valid": sum(bool(r.get("valid")) for r in rs),
+             "accuracy_passed": sum(r.get("accuracy_passed") is not False for r in rs),
              "invalid_reasons": sorted({r["invalid_reason"] for r in rs if r.get("invalid_reason")}),
              # repeats measured without a server crash (a crashed server is relaunched and measured again)
              "relaunch_free": sum(not r.get("relaunches") for r in rs),
@@ -125,7 +136,7 @@ def compare(rows: list[dict], prev_rows: list[dict], varied: list[str],
         reasons, checks = [], []
         for m in metrics(floors):
             c = compare_metric(m, s["metrics"][m.key], before["metrics"][m.key] if before else None)
-            c["judged"] = s["scenario"] in m.scenarios
+            c["judged"] = s["scenario"] in m.scenarios and m.of_search == s["search"]
             if m.limit and s.get(m.limit) and c["now"]:
                 c["limit"] = s[m.limit]
                 c["headroom"] = 1 - c["now"]["median"] / s[m.limit]  # share of the limit still free
@@ -203,8 +214,8 @@ def _repeat_values(rows: list[dict], p: dict) -> str | None:
     mine = [r for r in rows if all(r.get(k) == v for k, v in p["point"].items())]
     if len(mine) < 2:
         return None
-    key = "tokens_per_s" if p["scenario"] not in STREAMING else "tpot_p99_ms"
-    label = "tokens/s" if key == "tokens_per_s" else "TPOT p99 ms"
+    key, label = (("max_load", "max VALID load") if any("max_load" in r for r in mine)
+                  else ("tokens_per_s", "tokens/s") if p["scenario"] not in STREAMING else ("tpot_p99_ms", "TPOT p99 ms"))
     return f"{label} by repeat: " + ", ".join(f"{r.get('repeat', i + 1)}: {fmt(r.get(key))}"
                                               for i, r in enumerate(sorted(mine, key=lambda r: r.get("repeat") or 0)))
 

@@ -24,6 +24,7 @@ def row(point: dict[str, Any], report: dict, resolved: dict[str, Any] | None = N
             "ttft_p99_ms": p["ttft_ms"]["p99"], "tpot_p99_ms": p["tpot_ms"]["p99"], "valid": is_valid(p),
             "ttft_p50_ms": p["ttft_ms"]["p50"], "tpot_p50_ms": p["tpot_ms"]["p50"],
             "goodput_share": (p.get("goodput") or {}).get("share"),
+            "goodput_samples_per_s": (p.get("goodput") or {}).get("samples_per_s"),
             "latency_p90_ms": (p.get("single_stream") or {}).get("p90_latency_ms"),
             "ttft_limit_ms": p.get("ttft_limit_ms"), "tpot_limit_ms": p.get("tpot_limit_ms"),
             "invalid_reason": invalid_reason(p), "loadgen_errors": error_count(p),
@@ -31,6 +32,36 @@ def row(point: dict[str, Any], report: dict, resolved: dict[str, Any] | None = N
             "relaunch_why": "; ".join(r.get("why") or "" for r in p.get("relaunches") or ()) or None,
             "accuracy_passed": a is None or a["passed"], "target_qps": p.get("target_qps"),
             "fullrun_key": report["stages"]["FullRun"][:16]}
+
+
+def search_row(point: dict[str, Any], search: dict, report: dict | None,
+               resolved: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A point that is a search (FindMaxLoad's search.json): the load it found and confirmed
+    (`max_load`, None when nothing passed or the confirmation failed), and what the confirming
+    FullRun measured at that load (its report; None when the search confirmed nothing)."""
+    if report is not None:
+        base = row(point, report, resolved)
+    else:
+        c = search.get("confirmation") or {}
+        base = {**point, **(resolved or {}), "scenario": search["scenario"], "valid": search["result"] is not None,
+                "invalid_reason": None if search["result"] is not None else (c.get("reason") or search["stopped"]),
+                "accuracy_passed": c.get("accuracy_passed"), "fullrun_key": (c.get("key") or "")[:16] or None}
+    return {**base, "search_axis": search["axis"], "max_load": search["result"], "found": search["found"],
+            "bracket": [search["low"], search["high"]], "probes": len(search["probes"])}
+
+
+def winner(rows: list[dict]) -> dict | None:
+    """The searched point with the highest confirmed load (None: no point is a search, or none passed)."""
+    found = [r for r in rows if r.get("max_load") is not None]
+    return max(found, key=lambda r: r["max_load"]) if found else None
+
+
+def winner_line(varied: list[str], rows: list[dict]) -> str | None:
+    best = winner(rows)
+    if best is None:
+        return None if not any("max_load" in r for r in rows) else "best: none; no point's search confirmed a load"
+    name = ", ".join(f"{k}={fmt(best.get(k))}" for k in varied if applies(k, best)) or "the point"
+    return f"best: {name}, {best['search_axis']}={fmt(best['max_load'])}"
 
 
 def lookup(doc: dict, dotted: str) -> Any:
@@ -84,7 +115,9 @@ def table(varied: list[str], rows: list[dict]) -> tuple[list[str], list[list[str
     scenario), then what was measured; an INVALID row's reason and a server relaunch go to numbered
     notes."""
     streaming = any(r.get("scenario") in STREAMING for r in rows)
-    metrics = [("tokens/s", "tokens_per_s"), ("samples/s", "samples_per_s")]
+    axes = sorted({r["search_axis"] for r in rows if r.get("search_axis")})  # points that are searches
+    metrics = [(f"max {' / '.join(axes)}", "max_load")] if axes else []
+    metrics += [("tokens/s", "tokens_per_s"), ("samples/s", "samples_per_s")]
     metrics += [("TTFT p99 ms", "ttft_p99_ms"), ("TPOT p99 ms", "tpot_p99_ms")] if streaming else []
     metrics += [("latency p90 ms", "latency_p90_ms")] if any(r.get("scenario") == "SingleStream" for r in rows) else []
     scenario_varied = "loadgen.scenario" in varied or len({r.get("scenario") for r in rows}) > 1
@@ -102,7 +135,7 @@ def table(varied: list[str], rows: list[dict]) -> tuple[list[str], list[list[str
         cells.append(([fmt(r.get("scenario"))] if scenario_varied else [])
                      + [fmt(r.get(k)) if applies(k, r) else "-" for k in params]
                      + [fmt(r.get(k)) for _, k in metrics]
-                     + [result, "PASS" if r.get("accuracy_passed") else "FAIL"])
+                     + [result, {True: "PASS", False: "FAIL"}.get(r.get("accuracy_passed"), "-")])
     return header, cells, notes
 
 
@@ -113,7 +146,8 @@ def text_table(varied: list[str], rows: list[dict]) -> str:
     line = lambda xs: "  ".join(x.rjust(w) if i < len(xs) - 2 else x.ljust(w)  # noqa: E731
                                 for i, (x, w) in enumerate(zip(xs, widths))).rstrip()
     out = [line(header)] + [line(c) for c in cells]
-    return "\n".join(out + [f"  [{i}] {n}" for i, n in enumerate(notes, 1)])
+    best = winner_line(varied, rows)
+    return "\n".join(out + [f"  [{i}] {n}" for i, n in enumerate(notes, 1)] + ([f"  {best}"] if best else []))
 
 
 def write_results(out_dir: Path, name: str, varied: list[str], rows: list[dict]) -> list[str]:
@@ -130,6 +164,8 @@ def write_results(out_dir: Path, name: str, varied: list[str], rows: list[dict])
           "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     md += ["| " + " | ".join(c) + " |" for c in cells]
     md += [""] + [f"[{i}] {n}  " for i, n in enumerate(notes, 1)] if notes else []
+    if best := winner_line(varied, rows):
+        md += ["", best[0].upper() + best[1:]]
     plots = _plots(out_dir, varied, rows)
     md += [""] + [f"![{Path(p).stem}]({p})" for p in plots]
     (out_dir / "sweep.md").write_text("\n".join(md) + "\n")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from harness.errors import PerfdagError
 from pipeline.cli.flow import build_flow
 from pipeline.search import FindMaxLoad
+from pipeline.sweep import Sweep
 from tasks.settings import DEFAULT_PARAMS
 
 #: flag -> the search.* key it sets (after --overrides)
@@ -16,8 +17,10 @@ def add_parser(sub) -> None:
     sp = sub.add_parser("search", help="the highest server_target_qps (or concurrency) that stays VALID or meets an SLO",
                         description="Brackets then bisects the load over cached RunLoadgen probes, confirms the "
                                     "found load with a FullRun at full settings, and writes search.md, a params "
-                                    "file and the user.conf line. Exit 0: found and confirmed; 10: nothing passed "
-                                    "or the confirmation was INVALID; 11: its accuracy FAILed.")
+                                    "file and the user.conf line. With --sweep or --grid, one search per point and a table "
+                                    "naming the best. Exit 0: found and confirmed; 10: nothing passed or the "
+                                    "confirmation was INVALID; 11: its accuracy FAILed (a sweep's points are "
+                                    "results in its table: it exits 0 when every search ran).")
     sp.add_argument("--params-file", default=DEFAULT_PARAMS)
     sp.add_argument("--overrides", default="")
     sp.add_argument("--slo", help="e.g. 'ttft_p99_ms<=500,tpot_p99_ms<=40' (default: LoadGen's verdict)")
@@ -26,6 +29,9 @@ def add_parser(sub) -> None:
     sp.add_argument("--tolerance", type=float, help="the bracket's final width over its low end (default 0.02)")
     sp.add_argument("--probe-min-duration-ms", type=int, help="each probe's loadgen.min_duration_ms")
     sp.add_argument("--probe-min-query-count", type=int, help="each probe's loadgen.min_query_count")
+    sp.add_argument("--sweep", default="", help="search every point of this sweep file (the table names the best)")
+    sp.add_argument("--grid", default="", help="search every point of these axes, e.g. 'build.max_batch_size=4,8' "
+                                               "(with --sweep, added to its grid)")
     sp.add_argument("--keep-servers", action="store_true", help="leave the servers running afterwards")
     sp.add_argument("--verbose", action="store_true", help="show third-party warnings and chatter")
 
@@ -38,8 +44,13 @@ def overrides(args) -> str:
 
 def run(args) -> int:
     try:
-        task = FindMaxLoad(params_file=args.params_file, overrides=overrides(args), keep_servers=args.keep_servers,
-                           verbose=args.verbose)
+        if args.sweep or args.grid:  # one search per point: a Sweep with search=true
+            task = Sweep(sweep=args.sweep, grid=args.grid, search=True, params_file=args.params_file,
+                         overrides=overrides(args), keep_servers=args.keep_servers, verbose=args.verbose)
+            task.definition  # its points' problems, before anything runs
+        else:
+            task = FindMaxLoad(params_file=args.params_file, overrides=overrides(args),
+                               keep_servers=args.keep_servers, verbose=args.verbose)
     except PerfdagError as e:
         print(e)
         return 2
