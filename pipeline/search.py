@@ -143,8 +143,9 @@ class FindMaxLoad(StageTask):  # not in STAGES: a flow over RunLoadgen probes, a
         self._search_doc = doc
         StageTask.run(self)
         self._note(persist=True)
-        release_servers([self.clone(LaunchServers).key[:16]], keep=self.keep_servers,
-                        why="search done; --keep-servers keeps them")
+        if not self.as_point:  # a sweep's point: the sweep releases its servers when every point is done
+            release_servers([self.clone(LaunchServers).key[:16]], keep=self.keep_servers,
+                            why="search done; --keep-servers keeps them")
 
     def confirmation(self, value: float) -> FullRun:
         """The FullRun that confirms `value` at the params' full settings (performance and accuracy)."""

@@ -127,8 +127,7 @@ class Sweep(StageTask):  # not in STAGES: it takes a sweep file, not one params 
         n, rep = len(self.points), repeat_of(self.nightly_date)
         night = f" (night {self.nightly_date.partition('.')[0]}, repeat {rep})" if rep else ""
         if self.definition.search:  # the sweep releases the servers when every search is done
-            return {f"point{i:03d}": self.clone(FindMaxLoad, params_file=str(self.base), keep_servers=True,
-                                                 as_point=True,
+            return {f"point{i:03d}": self.clone(FindMaxLoad, params_file=str(self.base), as_point=True,
                                                  overrides=point_overrides(self.definition, p, self.overrides),
                                                  point_label=f"{i + 1}/{n} " + (", ".join(
                                                      f"{k}={fmt(v)}" for k, v in p.items()) or "base") + night)

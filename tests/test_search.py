@@ -18,7 +18,7 @@ from harness.config import ParamsError, resolve
 from harness.config.slo import Limit, SloError, parse_slo
 from harness.search.judge import judge
 from harness.search.plan import Outcome, Plan, Probe, drive
-from conftest import REPO, copied_root, echo_tritonserver, run_luigi, run_records, statuses
+from conftest import REPO, copied_root, echo_tritonserver, run_luigi, run_records, statuses, tritonservers_under
 
 # ====================================================================== the plan
 
@@ -286,6 +286,7 @@ def test_nightly_searches_each_point_names_the_best_and_flags_a_slower_server(bu
         sweep_md = next((root / "Sweep").glob("*/sweep.md")).read_text()
         assert f"Best: harness.max_in_flight={best['harness.max_in_flight']}, server_target_qps=" in sweep_md
         assert "| harness.max_in_flight | max server_target_qps |" in sweep_md
+        assert tritonservers_under(root) == []  # the sweep stopped its points' servers
 
         second = run_luigi("Nightly", "--date", "2026-11-02", "--sweep", str(sweep), "--overrides",
                            "runtime.max_queue_delay_microseconds=100000", artifacts=root, check=False)
@@ -296,3 +297,4 @@ def test_nightly_searches_each_point_names_the_best_and_flags_a_slower_server(bu
         assert not {s for s, v in statuses(run_records(root)[-1]).items() if v == "built"} & {"PrepareModel", "Quantize"}
         md = (root / "Nightly" / "searches" / "2026-11-02" / "nightly.md").read_text()
         assert "| max VALID load |" in md and "**regression**" in md
+        assert tritonservers_under(root) == []

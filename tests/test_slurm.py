@@ -8,12 +8,13 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import psutil
 import pytest
-from conftest import FAST, REPO, luigi_cmd, run_luigi, run_records
+from conftest import FAST, REPO, copied_root, luigi_cmd, run_luigi, run_records
 
 SCRIPT = REPO / "scripts" / "slurm-local.sh"
 BUILD_STAGES = {"PrepareModel", "Quantize", "BuildEngine", "FillTritonRepo", "PrepareDataset", "CheckAccuracy"}
@@ -227,6 +228,29 @@ def test_a_gpu_request_reaches_the_job_environment(fullrun):
     logs = {j["stage"]: Path(j["log"]).read_text() for j in jobs(root)}
     assert "CUDA_VISIBLE_DEVICES=0\n" in logs["BuildEngine"]  # slurm.gpus_per_stage: {BuildEngine: 1}
     assert "CUDA_VISIBLE_DEVICES=unset" in logs["PrepareModel"]  # no GPU asked for, none given
+
+
+def test_a_searchs_probes_are_steps_of_one_serving_allocation(fullrun, tmp_path):
+    """Under Slurm a search's servers hold one allocation and every probe measures inside it, as a
+    step; the allocation ends with the search."""
+    search = ("loadgen.scenario=Server,search.slo=ttft_p99_ms<=2000,search.start=10,search.tolerance=0.5,"
+              "search.max_probes=3,search.repeats=1,search.confirm=false,search.probe_min_duration_ms=800,"
+              "search.probe_min_query_count=16")
+    with copied_root(fullrun[0], tmp_path / "root") as root:
+        proc = subprocess.run([sys.executable, "-m", "pipeline", "search", "--overrides",
+                               f"{FAST}{SHORT},{SLURM},slurm.gpus_per_stage={{BuildEngine: 1}},{search}"],
+                              cwd=REPO, env={**os.environ, "PERFDAG_ARTIFACTS": str(root)}, capture_output=True,
+                              text=True, timeout=600)
+        assert proc.returncode in (0, 10), proc.stdout[-3000:] + proc.stderr[-3000:]
+        (alloc,) = jobs(root, "allocation")
+        probes = json.loads(next(root.glob("FindMaxLoad/*/search.json")).read_text())["probes"]
+        steps = jobs(root, "step")
+        assert len(probes) >= 2 and len(steps) == len(probes), (probes, steps)
+        assert {s["job_id"] for s in steps} == {f"{alloc['job_id']}/RunLoadgen"}
+        assert {s["key"] for s in steps} == {p["key"] for p in probes}  # each probe, measured in it
+        assert proc.stderr.count(f"Slurm allocation {alloc['job_id']} submitted") == 1
+        assert job_state(alloc["job_id"]) == "CANCELLED"  # by the search's release
+        assert_nothing_left(root)
 
 
 def test_where_a_stage_ran_does_not_change_its_key(fullrun):
