@@ -245,7 +245,7 @@ def test_a_searchs_probes_are_steps_of_one_serving_allocation(fullrun, tmp_path)
         (alloc,) = jobs(root, "allocation")
         probes = json.loads(next(root.glob("FindMaxLoad/*/search.json")).read_text())["probes"]
         steps = jobs(root, "step")
-        assert len(probes) >= 2 and len(steps) == len(probes), (probes, steps)
+        assert len(probes) >= 2 and len(steps) == len(probes), proc.stderr[-6000:]
         assert {s["job_id"] for s in steps} == {f"{alloc['job_id']}/RunLoadgen"}
         assert {s["key"] for s in steps} == {p["key"] for p in probes}  # each probe, measured in it
         assert proc.stderr.count(f"Slurm allocation {alloc['job_id']} submitted") == 1

@@ -132,11 +132,13 @@ def record_relaunch(root: Path, entry: dict) -> None:
 
 
 def record_job(root: Path, entry: dict) -> None:
-    """A stage that ran as a Slurm job (tasks/slurm/submit.py): its job id, log, state; updated in place."""
+    """A stage that ran as a Slurm job (tasks/slurm/submit.py): its job id, log, state; updated in place.
+    A job is its id and the stage's key: the steps of one allocation share an id (`<job>/<stage>`), and
+    a search measures one step per probe."""
     def change(doc):
         jobs = doc.setdefault("slurm_jobs", [])
         for i, old in enumerate(jobs):
-            if old.get("job_id") == entry["job_id"]:
+            if old.get("job_id") == entry["job_id"] and old.get("key") == entry.get("key"):
                 jobs[i] = entry
                 return
         jobs.append(entry)
