@@ -152,11 +152,10 @@ class FindMaxLoad(StageTask):  # not in STAGES: a flow over RunLoadgen probes, a
         return self.clone(FullRun, overrides=self.at_load(value, probe=False), as_point=True,
                           point_label=f"search confirmation, {self.axis}={value:g}")
 
-    def confirmed_run(self) -> FullRun | None:
-        """The confirmation of the search's result (None: nothing was confirmed, or confirm=false)."""
-        doc = self.search_doc()
-        c = doc.get("confirmation")
-        if not c or doc["result"] is None:
+    def confirmed_run(self, doc: dict) -> FullRun | None:
+        """The confirmation of the result of `doc` (its search.json; None: nothing was confirmed, or
+        confirm=false)."""
+        if not doc.get("confirmation") or doc["result"] is None:
             return None
         return self.confirmation(doc["result"])
 
@@ -184,7 +183,9 @@ class FindMaxLoad(StageTask):  # not in STAGES: a flow over RunLoadgen probes, a
         low = max((v for v in passed if v not in failed), default=None)
         high = min(failed, default=None)
         p = probes[-1]
-        log.info("search %s%s", f"[{self.point_label}] " if self.point_label else "", progress_line(n, self.axis, p["value"], p["repeat"], out, low, high, _HOW[task.key]))
+        point = f"[{self.point_label}] " if self.point_label else ""
+        log.info("search %s%s", point,
+                 progress_line(n, self.axis, p["value"], p["repeat"], out, low, high, _HOW[task.key]))
 
     def _doc(self, found, probes: list[dict]) -> dict:
         pl, s, lg = self.search_plan(), self.params.search, self.params.loadgen
@@ -230,13 +231,12 @@ class FindMaxLoad(StageTask):  # not in STAGES: a flow over RunLoadgen probes, a
 
     def _note(self, persist: bool) -> None:
         doc = self.search_doc()
+        c = doc.get("confirmation") or {}
         if self.as_point:
-            c = doc.get("confirmation") or {}
             log.info("search point %s: %s", self.point_label or self.key[:16],
                      f"{doc['axis']}={doc['result']:g}" + (" confirmed" if c else " (not confirmed)")
                      if doc["result"] is not None else f"no load confirmed ({c.get('reason') or doc['stopped']})")
             return
-        c = doc.get("confirmation") or {}
         valid = doc["result"] is not None
         note_result(self.task_id, valid=valid, accuracy=c.get("accuracy_passed", True), summary=self.summary(doc),
                     persist=persist)

@@ -33,35 +33,36 @@ from tasks.base import StageTask, load_params
 from tasks.lifecycle import note_result, release_servers
 
 
-def point_problems(sweep, base, overrides: str) -> list[str]:
-    """Every point's parameter problems at once (not the first point's alone), each problem named
-    once with the points that have it."""
-
+def _problems_by_point(sweep, base, overrides: str, check) -> list[str]:
+    """`check(params_file, overrides)` on every point at once (not the first point's alone), each
+    problem it raises named once with the points that have it."""
     found: dict[str, list[str]] = {}
     for name, point in zip(point_names(sweep), points(sweep)):
         try:
-            load_params(str(base), point_overrides(sweep, point, overrides))
+            check(str(base), point_overrides(sweep, point, overrides))
         except ParamsError as e:
             for problem in e.problems or [str(e)]:
                 found.setdefault(problem, []).append(name)
     return [f"{p} ({', '.join(names[:3])}{' and others' if len(names) > 3 else ''})" for p, names in found.items()]
+
+
+def point_problems(sweep, base, overrides: str) -> list[str]:
+    """Every point's parameter problems."""
+    return _problems_by_point(sweep, base, overrides, load_params)
+
+
+def _searchable(params_file: str, overrides: str) -> None:
+    task = FindMaxLoad(params_file=params_file, overrides=overrides)  # raises what the search refuses
+    if task.params.slurm is not None and task.params.slurm.array:
+        raise ParamsError(["search: true with slurm.array: each array task runs one FullRun, and a search's "
+                           "probes run one after another; set slurm.array=false (the searches then share "
+                           "their engines' serving allocations)"])
 
 
 def search_problems(sweep, base, overrides: str) -> list[str]:
     """Where each point is a search: what FindMaxLoad refuses for a point (an Offline point without an
     SLO, say), and Slurm arrays, whose tasks run one FullRun each."""
-    found: dict[str, list[str]] = {}
-    for name, point in zip(point_names(sweep), points(sweep)):
-        try:
-            task = FindMaxLoad(params_file=str(base), overrides=point_overrides(sweep, point, overrides))
-            if task.params.slurm is not None and task.params.slurm.array:
-                raise ParamsError(["search: true with slurm.array: each array task runs one FullRun, and a search's "
-                                   "probes run one after another; set slurm.array=false (the searches then share "
-                                   "their engines' serving allocations)"])
-        except ParamsError as e:
-            for problem in e.problems or [str(e)]:
-                found.setdefault(problem, []).append(name)
-    return [f"{p} ({', '.join(names[:3])}{' and others' if len(names) > 3 else ''})" for p, names in found.items()]
+    return _problems_by_point(sweep, base, overrides, _searchable)
 
 
 class Sweep(StageTask):  # not in STAGES: it takes a sweep file, not one params document
@@ -126,13 +127,8 @@ class Sweep(StageTask):  # not in STAGES: it takes a sweep file, not one params 
     def upstream(self):
         n, rep = len(self.points), repeat_of(self.nightly_date)
         night = f" (night {self.nightly_date.partition('.')[0]}, repeat {rep})" if rep else ""
-        if self.definition.search:  # the sweep releases the servers when every search is done
-            return {f"point{i:03d}": self.clone(FindMaxLoad, params_file=str(self.base), as_point=True,
-                                                 overrides=point_overrides(self.definition, p, self.overrides),
-                                                 point_label=f"{i + 1}/{n} " + (", ".join(
-                                                     f"{k}={fmt(v)}" for k, v in p.items()) or "base") + night)
-                    for i, p in enumerate(self.points)}
-        return {f"point{i:03d}": self.clone(FullRun, params_file=str(self.base),
+        point_task = FindMaxLoad if self.definition.search else FullRun  # the sweep releases their servers
+        return {f"point{i:03d}": self.clone(point_task, params_file=str(self.base),
                                              overrides=point_overrides(self.definition, p, self.overrides),
                                              as_point=True, point_label=f"{i + 1}/{n} " + (
                                                  ", ".join(f"{k}={fmt(v)}" for k, v in p.items()) or "base") + night)
@@ -167,9 +163,10 @@ class Sweep(StageTask):  # not in STAGES: it takes a sweep file, not one params 
             doc = task.params.model_dump(mode="json")  # what the point ran with, defaults included
             resolved = {k: lookup(doc, k) for k in varied}
             if self.definition.search:
-                confirmed = task.confirmed_run()
+                search = task.search_doc()
+                confirmed = task.confirmed_run(search)
                 report = json.loads((confirmed.artifact_dir / "report.json").read_text()) if confirmed else None
-                rows.append(search_row(point, task.search_doc(), report, resolved))
+                rows.append(search_row(point, search, report, resolved))
                 continue
             report = json.loads((task.artifact_dir / "report.json").read_text())
             rows.append(row(point, report, resolved))

@@ -20,7 +20,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from harness.reports.sweep import applies, point_id
+from harness.reports.sweep import applies, point_id, searched
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ def summarize(rows: list[dict], varied: list[str]) -> dict[str, dict]:
     for pid, rs in groups.items():
         first = rs[0]
         s = {"point": json.loads(pid), "scenario": first.get("scenario"), "repeats": len(rs),
-             "search": any("max_load" in r for r in rs),
+             "search": any(map(searched, rs)),
              # a point without an accuracy run (a search not confirmed) has nothing to fail
              "valid": sum(bool(r.get("valid")) for r in rs),
              "accuracy_passed": sum(r.get("accuracy_passed") is not False for r in rs),
@@ -214,7 +214,7 @@ def _repeat_values(rows: list[dict], p: dict) -> str | None:
     mine = [r for r in rows if all(r.get(k) == v for k, v in p["point"].items())]
     if len(mine) < 2:
         return None
-    key, label = (("max_load", "max VALID load") if any("max_load" in r for r in mine)
+    key, label = (("max_load", "max VALID load") if any(map(searched, mine))
                   else ("tokens_per_s", "tokens/s") if p["scenario"] not in STREAMING else ("tpot_p99_ms", "TPOT p99 ms"))
     return f"{label} by repeat: " + ", ".join(f"{r.get('repeat', i + 1)}: {fmt(r.get(key))}"
                                               for i, r in enumerate(sorted(mine, key=lambda r: r.get("repeat") or 0)))

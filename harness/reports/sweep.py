@@ -50,6 +50,11 @@ def search_row(point: dict[str, Any], search: dict, report: dict | None,
             "bracket": [search["low"], search["high"]], "probes": len(search["probes"])}
 
 
+def searched(r: dict) -> bool:
+    """A row of a point that is a search (search_row), not of one FullRun."""
+    return "max_load" in r
+
+
 def winner(rows: list[dict]) -> dict | None:
     """The searched point with the highest confirmed load (None: no point is a search, or none passed)."""
     found = [r for r in rows if r.get("max_load") is not None]
@@ -59,7 +64,7 @@ def winner(rows: list[dict]) -> dict | None:
 def winner_line(varied: list[str], rows: list[dict]) -> str | None:
     best = winner(rows)
     if best is None:
-        return None if not any("max_load" in r for r in rows) else "best: none; no point's search confirmed a load"
+        return "best: none; no point's search confirmed a load" if any(map(searched, rows)) else None
     name = ", ".join(f"{k}={fmt(best.get(k))}" for k in varied if applies(k, best)) or "the point"
     return f"best: {name}, {best['search_axis']}={fmt(best['max_load'])}"
 
@@ -115,7 +120,7 @@ def table(varied: list[str], rows: list[dict]) -> tuple[list[str], list[list[str
     scenario), then what was measured; an INVALID row's reason and a server relaunch go to numbered
     notes."""
     streaming = any(r.get("scenario") in STREAMING for r in rows)
-    axes = sorted({r["search_axis"] for r in rows if r.get("search_axis")})  # points that are searches
+    axes = sorted({r["search_axis"] for r in rows if searched(r)})
     metrics = [(f"max {' / '.join(axes)}", "max_load")] if axes else []
     metrics += [("tokens/s", "tokens_per_s"), ("samples/s", "samples_per_s")]
     metrics += [("TTFT p99 ms", "ttft_p99_ms"), ("TPOT p99 ms", "tpot_p99_ms")] if streaming else []
