@@ -48,3 +48,19 @@ def test_goodput_is_in_the_report_and_the_summary(tmp_path):
     assert report["performance"]["goodput"]["good"] == 1
     line = "50.0% of 2 requests met ttft_p99_ms<=2000,tpot_p99_ms<=200"
     assert line in render_markdown(report, []) and f"goodput    {line}" in summary_text(report, tmp_path)
+
+
+def test_a_closed_loops_goodput_spans_first_issue_to_last_completion(tmp_path):
+    """Offline at one request in flight: LoadGen issues all four at once, the client sends each as the
+    last completes, and latency starts at the send. The run spans 0..400 ms, so 10 requests/s, not the
+    40 that the first issue plus one request's latency would give (requests.csv's start_ms says where
+    each latency starts)."""
+    from harness.loadgen.results import read_requests_csv, write_requests_csv
+
+    ms = 1_000_000
+    records = [(i, 0, 0, 0, (i + 1) * 100 * ms, 8, i * 100 * ms) for i in range(4)]  # issued at 0, sent in turn
+    write_requests_csv(tmp_path / "requests.csv", records, 0, from_send=True)
+    reqs = read_requests_csv(tmp_path / "requests.csv")
+    assert [r["latency_ms"] for r in reqs] == [100.0] * 4 and [r["start_ms"] for r in reqs] == [0, 100, 200, 300]
+    g = goodput(reqs, ())
+    assert g["samples_per_s"] == pytest.approx(10.0) and g["tokens_per_s"] == pytest.approx(80.0)

@@ -8,6 +8,7 @@ every completed request counts). Read from requests.csv, the client's own per-re
 from __future__ import annotations
 
 from harness.config.slo import Limit
+from harness.loadgen.results import latency_start_ms
 
 #: requests.csv's column for each SLO metric.
 COLUMNS = {"ttft": "ttft_ms", "tpot": "tpot_ms", "e2e": "latency_ms"}
@@ -28,7 +29,8 @@ def goodput(requests: list[dict], limits: tuple[Limit, ...]) -> dict | None:
     if not requests:
         return None
     good = [r for r in requests if meets(r, limits)]
-    span_s = (max(r["issue_ms"] + r["latency_ms"] for r in requests) - min(r["issue_ms"] for r in requests)) / 1e3
+    # a closed loop's latency starts at the send, not the issue
+    span_s = (max(latency_start_ms(r) + r["latency_ms"] for r in requests) - min(r["issue_ms"] for r in requests)) / 1e3
     return {"slo": ",".join(map(str, limits)),  # empty: no limits in force (Offline)
             "requests": len(requests), "good": len(good), "share": round(len(good) / len(requests), 4),
             "samples_per_s": round(len(good) / span_s, 3) if span_s > 0 else None,

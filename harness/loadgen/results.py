@@ -302,7 +302,8 @@ def merge_measured(result: dict, stats: dict, cfg: dict) -> dict:
 
 def read_requests_csv(path: str | os.PathLike) -> list[dict]:
     """Per-request rows written by the driver: sample_index, server, issue_ms (since the first
-    issue), ttft_ms (None when not streamed), latency_ms, n_tokens, tpot_ms, queue_ms (None when unknown)."""
+    issue), ttft_ms (None when not streamed), latency_ms, n_tokens, tpot_ms, queue_ms (None when unknown),
+    start_ms (since the first issue: where ttft_ms and latency_ms start; issue_ms in a file older than it)."""
     path = Path(path)
     if not path.is_file():
         return []
@@ -316,8 +317,15 @@ def read_requests_csv(path: str | os.PathLike) -> list[dict]:
                 "latency_ms": float(r["latency_ms"]), "n_tokens": int(r["n_tokens"]),
                 "tpot_ms": float(r["tpot_ms"]) if r["tpot_ms"] else None,
                 "queue_ms": float(r["queue_ms"]) if r.get("queue_ms") else None,
+                "start_ms": float(r["start_ms"]) if r.get("start_ms") else float(r["issue_ms"]),
             })
     return rows
+
+
+def latency_start_ms(request: dict) -> float:
+    """Where a request's TTFT and latency start, since the run's first issue: its start_ms, or its
+    issue where a row has none (latency from LoadGen's issue); it completes at this + latency_ms."""
+    return request.get("start_ms", request["issue_ms"])
 
 
 def json_default(o):
@@ -331,7 +339,8 @@ def json_default(o):
 #: The percentiles whose early-stopping estimate a run reports (p99.9 needs 6,636 queries).
 ES_PERCENTILES = (0.5, 0.9, 0.99, 0.999)
 
-REQUEST_COLUMNS = ["sample_index", "server", "issue_ms", "ttft_ms", "latency_ms", "n_tokens", "tpot_ms", "queue_ms"]
+REQUEST_COLUMNS = ["sample_index", "server", "issue_ms", "ttft_ms", "latency_ms", "n_tokens", "tpot_ms", "queue_ms",
+                   "start_ms"]
 
 
 def _starts(records: Sequence[tuple], from_send: bool) -> np.ndarray:
@@ -347,7 +356,8 @@ def _starts(records: Sequence[tuple], from_send: bool) -> np.ndarray:
 
 def write_requests_csv(path: Path, records: Sequence[tuple], t0: int, from_send: bool = False) -> None:
     """records: (sample index, server, t_issue, t_first or 0, t_done, n_tokens, t_sent or 0), monotonic ns.
-    issue_ms is since the first issue; ttft_ms and latency_ms start where `_starts` says."""
+    issue_ms is since the first issue; ttft_ms and latency_ms start where `_starts` says, at start_ms
+    (since the first issue too), so a request completes at start_ms + latency_ms."""
     start = _starts(records, from_send) if records else []
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
@@ -358,7 +368,8 @@ def write_requests_csv(path: Path, records: Sequence[tuple], t0: int, from_send:
             ttft = f"{(tf - t) / 1e6:.3f}" if tf else ""
             tpot = f"{(td - tf) / 1e6 / (n - 1):.4f}" if tf and n > 1 else ""
             queue = f"{(ts - ti) / 1e6:.3f}" if ts else ""
-            w.writerow([sidx, s, f"{(ti - t0) / 1e6:.3f}", ttft, f"{(td - t) / 1e6:.3f}", n, tpot, queue])
+            w.writerow([sidx, s, f"{(ti - t0) / 1e6:.3f}", ttft, f"{(td - t) / 1e6:.3f}", n, tpot, queue,
+                        f"{(t - t0) / 1e6:.3f}"])
 
 
 def finish_counts(n_tokens: np.ndarray, limits: np.ndarray) -> dict:

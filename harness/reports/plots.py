@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.loadgen.chunks import itl_values, later_chunks
+from harness.loadgen.results import latency_start_ms
 
 STATS = ("min", "mean", "std", "p50", "p90", "p99", "max")
 #: A limit more than this many times the largest value is annotated instead of drawn: scaled to it, the
@@ -79,7 +80,7 @@ def arrival_bins(requests: list[dict], target_bins: int = 50) -> tuple[np.ndarra
     request's lifetime would credit tokens to the time it waited in the server's queue)."""
     starts, ends, firsts, counts = [], [], [], []
     for r in requests:
-        t0 = r["issue_ms"] / 1000
+        t0 = latency_start_ms(r) / 1000  # where its TTFT and latency start (the send, in a closed loop)
         starts.append(t0)
         ends.append(t0 + r["latency_ms"] / 1000)
         firsts.append(t0 + r["ttft_ms"] / 1000 if r.get("ttft_ms") is not None else None)
