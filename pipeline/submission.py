@@ -19,7 +19,7 @@ import luigi
 
 from harness.cache.versions import versions
 from harness.config import ParamsError
-from harness.config.schema import SCENARIOS
+from harness.config.schema import BUILTIN_CHECKPOINTS, SCENARIOS
 from harness.errors import InputError
 from harness.loadgen.verdict import error_count, invalid_reason, is_valid
 from harness.mlperf import benchmarks, system_desc
@@ -74,9 +74,9 @@ class Submission(StageTask):  # not in STAGES: one tree over several scenarios
         sub, p = self.params.submission, self.params
         problems = [] if sub.submitter else [
             "submission.submitter: empty; set it to your organisation's name (it names <division>/<submitter>/)"]
-        if sub.division != "open" and p.model.checkpoint == "builtin":
-            problems.append(f"submission.division: {sub.division} needs the reference model; the built-in tiny "
-                            "Llama can only be an open-division entry (set submission.division=open)")
+        if sub.division != "open" and p.model.checkpoint in BUILTIN_CHECKPOINTS:
+            problems.append(f"submission.division: {sub.division} needs the reference model; perfdag's built-in "
+                            f"model ({p.model.checkpoint}) can only be an open-division entry (set submission.division=open)")
         try:
             user, meas = system_desc.load_user_yaml(self.system or None)
             src = self.system or "a --system YAML"
@@ -246,8 +246,9 @@ def _measurement_defaults(p) -> dict[str, str]:
     fmt = p.quantize.format
     weights = {"none": p.build.dtype.replace("float", "fp").replace("bfp16", "bf16"), "int8": "int8",
                "int8_sq": "int8", "fp8": "fp8", "int4_awq": "int4", "w4a8_awq": "int4", "nvfp4": "fp4"}[fmt]
-    start = ("perfdag's built-in tiny Llama (harness/model/tiny.py, trained on harness/data/corpus.txt)"
-             if p.model.checkpoint == "builtin" else Path(p.model.checkpoint).name)
+    start = {"builtin": "perfdag's built-in tiny Llama (harness/model/tiny.py, trained on harness/data/corpus.txt)",
+             "builtin-vl": "perfdag's built-in tiny LLaVA (harness/model/tiny_vl.py, seeded, untrained)"
+             }.get(p.model.checkpoint) or Path(p.model.checkpoint).name
     return {"input_data_types": "int32", "retraining": "No", "starting_weights_filename": start,
             "weight_data_types": weights,
             "weight_transformations": "none" if fmt == "none" else f"post-training quantization ({fmt}, NVIDIA modelopt)"}
@@ -268,6 +269,9 @@ def _notes(p, sub) -> list[str]:
     if p.model.checkpoint == "builtin":
         notes.append("the model is not MLPerf's reference model but a small Llama trained by perfdag on its "
                      "shipped corpus, so only the open division applies")
+    if p.model.checkpoint == "builtin-vl":
+        notes.append("the model is not MLPerf's reference model but a small seeded LLaVA built by perfdag, "
+                     "so only the open division applies")
     if p.dataset.format == "builtin":
         notes.append("dataset: prompts cut from perfdag's shipped corpus, not OpenOrca; accuracy references are "
                      "the unquantized model's greedy outputs (ROUGE against them, not against GPT-4 answers)")

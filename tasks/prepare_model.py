@@ -1,4 +1,4 @@
-"""PrepareModel: the built-in tiny Llama, or a user's Hugging Face checkpoint by content hash."""
+"""PrepareModel: the built-in tiny Llama or tiny LLaVA, or a user's Hugging Face checkpoint by content hash."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,8 +6,10 @@ from pathlib import Path
 from harness.cache.hashing import dir_content_hash
 from harness.cache.versions import versions
 from harness.errors import ArtifactError, InputError
-from harness.model.corpus import corpus_sha256, standins_sha256
+from harness.config.schema import BUILTIN_CHECKPOINTS
+from harness.model.corpus import corpus_sha256, standin_rows, standins_sha256
 from harness.model.tiny import build_tiny_llama
+from harness.model.tiny_vl import VL_STANDIN, build_tiny_llava
 from tasks import lifecycle
 from tasks.base import StageTask, log
 from tasks.registry import register
@@ -21,19 +23,29 @@ class PrepareModel(StageTask):
 
     @property
     def builtin(self) -> bool:
-        return self.params.model.checkpoint == "builtin"
+        return self.params.model.checkpoint in BUILTIN_CHECKPOINTS
+
+    @property
+    def vl(self) -> bool:
+        return self.params.model.checkpoint == "builtin-vl"
 
     @property
     def reads(self):  # a real checkpoint enters by content, not by path or label
+        if self.vl:  # the LLaVA's architecture is fixed in its code; only the seed is a parameter
+            return ("model.checkpoint", "model.tiny.seed")
         return ("model.tiny",) if self.builtin else ()
 
     def tools(self):
         return versions("torch", "transformers", "tokenizers") if self.builtin else {}
 
     def code(self):
+        if self.vl:
+            return ("harness.model.tiny_vl", "harness.model.tiny", "harness.model.corpus")
         return ("harness.model.tiny", "harness.model.corpus") if self.builtin else ()
 
     def key_inputs(self):
+        if self.vl:  # its tokenizer is trained on the stand-in's texts
+            return {"standins_sha256": standins_sha256([VL_STANDIN])}
         if self.builtin:
             teach = self.params.model.tiny.teach
             return {"corpus_sha256": corpus_sha256(), **({"standins_sha256": standins_sha256(teach)} if teach else {})}
@@ -75,6 +87,11 @@ class PrepareModel(StageTask):
                                     problems)
             return {"checkpoint": self.params.model.checkpoint}
 
+        if self.vl:
+            build_tiny_llava(out_dir / "model", [r["input"] for r in standin_rows(VL_STANDIN)],
+                             seed=self.params.model.tiny.seed)
+            log.info("PrepareModel: tiny LLaVA (untrained weights, tokenizer of the %s stand-in)", VL_STANDIN)
+            return {"checkpoint": "model", "tiny_model": {"family": "llava"}}
         info = build_tiny_llama(self.params.model.tiny, out_dir / "model", log=log.info)
         return {"checkpoint": "model", "tiny_model": info}
 

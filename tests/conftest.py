@@ -158,6 +158,13 @@ def tritonservers_under(root) -> list[int]:
     return [int(p) for p in out.stdout.split()]
 
 
+def openai_servers_under(root) -> list[int]:
+    """pids of OpenAI-compatible servers (`transformers serve`, ...) whose command line points into this root."""
+    import subprocess
+    out = subprocess.run(["pgrep", "-f", f"serve .*{root}"], capture_output=True, text=True)
+    return [int(p) for p in out.stdout.split()]
+
+
 @contextlib.contextmanager
 def copied_root(built: Path, dest: Path):
     """A copy of a session-built artifacts root (its run history left out); afterwards any

@@ -8,18 +8,13 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, run_luigi, run_records, statuses
+from conftest import REPO, openai_servers_under, run_luigi, run_records, statuses
 
 pytestmark = pytest.mark.timeout(900)
 OPENAI = "params/examples/openai-cpu.yaml"
 # offline_expected_qps sits far above what transformers serve reaches on CPU (~100 samples/s), so
 # LoadGen issues enough samples to fill min_duration on any machine.
 SHORT = "dataset.num_samples=64,loadgen.min_duration_ms=1000,loadgen.min_query_count=64,loadgen.offline_expected_qps=400"
-
-
-def servers_under(root) -> list[int]:
-    out = subprocess.run(["pgrep", "-f", f"serve .*{root}"], capture_output=True, text=True)
-    return [int(p) for p in out.stdout.split()]
 
 
 @pytest.fixture
@@ -37,7 +32,7 @@ def test_fullrun_through_transformers_serve_is_valid_accurate_and_leaves_nothing
     assert "result     VALID" in proc.stdout and "accuracy   PASS" in proc.stdout
     built = {s for s, v in statuses(run_records(root)[-1]).items() if v == "built"}
     assert "Quantize" not in built  # the torch backend's quantized checkpoint is shared
-    offline_servers = servers_under(root)
+    offline_servers = openai_servers_under(root)
     assert len(offline_servers) == 1, offline_servers
     perf = json.loads(next(root.glob("RunLoadgen/*/result.json")).read_text())
     assert perf["harness"]["protocol"] == "openai-http"
@@ -54,8 +49,8 @@ def test_fullrun_through_transformers_serve_is_valid_accurate_and_leaves_nothing
     assert len(list(root.glob("LaunchServers/*/manifest.json"))) == 1
     report = json.loads(max(root.glob("FullRun/*/report.json"), key=lambda f: f.stat().st_mtime).read_text())
     assert report["performance"]["scenario"] == "Server" and report["performance"]["ttft_ms"]["p99"] > 0
-    assert servers_under(root) == offline_servers  # the one process served both, kept as asked
+    assert openai_servers_under(root) == offline_servers  # the one process served both, kept as asked
     env = {**os.environ, "PERFDAG_ARTIFACTS": str(root)}
     subprocess.run([sys.executable, "-m", "pipeline", "servers", "stop", "--all"], cwd=REPO, env=env, check=True,
                    capture_output=True)
-    assert servers_under(root) == []
+    assert openai_servers_under(root) == []

@@ -73,3 +73,23 @@ def test_the_measuring_stages_key_the_chat_core_only_when_they_use_it():
     chat, plain = parts(QWEN), parts(f"{QWEN},openai.api=completions")
     assert "harness.loadgen.cores.openai_chat" in chat.code and "harness.loadgen.openai_chat_api" in chat.code
     assert not any("chat" in m for m in plain.code)
+
+
+@pytest.mark.parametrize("change, field", [
+    ("build.backend=torch", "model.checkpoint: builtin-vl (the tiny LLaVA) is served by transformers serve"),
+    ("build.backend=openai,openai.server=vllm,build.device=cuda", "model.checkpoint: builtin-vl"),
+    ("build.backend=openai,quantize.format=int8", "quantize.format: int8; a vision-language checkpoint is served"),
+])
+def test_the_builtin_llava_is_served_as_it_is_by_transformers_serve(change, field):
+    """model.checkpoint: builtin-vl has no torch engine and no quantized form: anything else is refused
+    before any stage, naming the field."""
+    with pytest.raises(ParamsError, match=field.replace("(", r"\(").replace(")", r"\)")):
+        resolve(REPO / "params" / "standins" / "qwen3-vl-235b-a22b.yaml", change)
+
+
+def test_an_outside_vision_language_checkpoint_must_not_be_quantized(tmp_path):
+    """A user's LLaVA directory (config.json with a vision_config) is served as it is, too."""
+    (tmp_path / "config.json").write_text('{"architectures": ["LlavaForConditionalGeneration"], "vision_config": {}}')
+    with pytest.raises(ParamsError, match="quantize.format: int8; a vision-language checkpoint"):
+        resolve(REPO / "params" / "standins" / "qwen3-vl-235b-a22b.yaml",
+                f"model.checkpoint={tmp_path},quantize.format=int8")

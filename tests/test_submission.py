@@ -109,7 +109,7 @@ def test_submission_tree_from_short_runs(root, tmp_path):
     (SHORT, SYSTEM_YAML, "submission.submitter: empty"),
     (SHORT + "," + SUBMIT + ",submission.division=closed", SYSTEM_YAML,
      "maps_to is read (as model_mapping.json) only in the open division"),
-    (SHORT + ",submission.submitter=X,submission.division=closed", SYSTEM_YAML, "built-in tiny Llama can only be an open"),
+    (SHORT + ",submission.submitter=X,submission.division=closed", SYSTEM_YAML, "built-in model (builtin) can only be an open"),
     (SHORT + "," + SUBMIT, None, "cooling: missing; add it to a --system YAML (e.g. cooling: air)"),
 ])
 def test_bad_submission_input_is_refused_before_anything_runs(tmp_path, overrides, system, needle):

@@ -10,6 +10,7 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
+from harness.config.schema import BUILTIN_CHECKPOINTS
 from harness.errors import InputError, shorten
 from harness.mlperf import benchmarks
 from harness.mlperf.codeexec import livecodebench
@@ -24,7 +25,7 @@ SMALL_TOKENIZER_FILES = ("tokenizer_config.json", "special_tokens_map.json", "ge
 
 
 def checkpoint_problems(checkpoint: str) -> list[str]:
-    if checkpoint == "builtin":
+    if checkpoint in BUILTIN_CHECKPOINTS:
         return []
     d = Path(checkpoint)
     field = "model.checkpoint"

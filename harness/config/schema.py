@@ -90,20 +90,24 @@ class TinyModel(Section):
         return self
 
 
+BUILTIN_CHECKPOINTS = ("builtin", "builtin-vl")  # models perfdag builds itself, not read from a directory
+
+
 class ModelSection(Section):
     name: str = Field("tiny-llama", min_length=1)
-    # "builtin" builds the tiny Llama; anything else is a Hugging Face checkpoint directory.
+    # "builtin" builds the tiny Llama; "builtin-vl" the tiny LLaVA of the qwen3-vl stand-in
+    # (harness/model/tiny_vl.py, seeded by model.tiny.seed); anything else is a Hugging Face checkpoint directory.
     checkpoint: str = "builtin"
     tiny: TinyModel = TinyModel()
 
     @field_validator("checkpoint")
     @classmethod
     def _checkpoint_exists(cls, v: str) -> str:
-        if v == "builtin":
+        if v in BUILTIN_CHECKPOINTS:
             return v
         p = Path(v).expanduser()
         if not p.is_dir():
-            raise ValueError(f"checkpoint directory {v!r} does not exist; give a Hugging Face model directory or 'builtin'")
+            raise ValueError(f"checkpoint directory {v!r} does not exist; give a Hugging Face model directory, 'builtin' or 'builtin-vl'")
         if not (p / "config.json").is_file():
             raise ValueError(f"checkpoint directory {v!r} has no config.json; is it a Hugging Face model directory?")
         return str(p.resolve())

@@ -17,7 +17,7 @@ import yaml
 from harness.backends import torch as torch_backend
 from harness.backends.base import Backend, Checks, Key, LaunchStep, Step, Work
 from harness.backends.openai.endpoints import endpoint_problems, parse_endpoints
-from harness.backends.openai.plain import WEIGHT_ONLY, write_plain_checkpoint
+from harness.backends.openai.plain import WEIGHT_ONLY, is_multimodal, write_plain_checkpoint, write_plain_multimodal
 from harness.backends.openai.servers import dp_gpus, llm_api_options, served_name, server_argv, server_env
 from harness.cache.executed import normalise
 from harness.config.openai import protocol as openai_protocol
@@ -26,6 +26,7 @@ from harness.cache.versions import versions
 from harness.serving.launcher import external_servers, launch
 from harness.serving.ports import port_count_problems, server_ports
 from harness.serving.spec import LaunchSpec
+from harness.model.tiny_vl import SERVED_BY
 
 SERVER_PACKAGE = {"transformers": "transformers", "trtllm-serve": "tensorrt_llm", "vllm": "vllm",
                   "sglang": "sglang"}
@@ -50,7 +51,13 @@ def problems(p) -> list[str]:
         for key in getattr(p, section).flags:
             out.append(f"{section}.flags.{key}: the openai backend takes no flags; use the section's keys "
                        "(or openai.extra_args / openai.llm_api_options)")
+    vl = p.model.checkpoint == "builtin-vl" or is_multimodal(p.model.checkpoint)
+    if p.model.checkpoint == "builtin-vl" and o.server != "transformers":
+        out.append(SERVED_BY)
     if o.server == "transformers":
+        if q.format != "none" and vl:
+            out.append(f"quantize.format: {q.format}; a vision-language checkpoint is served as it is: set "
+                       "quantize.format=none")
         if q.format not in WEIGHT_ONLY:
             out.append(f"quantize.format: {q.format} quantizes activations, which a plain checkpoint cannot carry; "
                        f"transformers serve runs {', '.join(WEIGHT_ONLY)}")
@@ -121,6 +128,11 @@ class Build(Step):
         p, b, checkpoint = w.params, w.params.build, w.inputs["checkpoint"]
         if p.openai.server != "transformers":  # the server loads modelopt's export itself
             return {"engine": os.path.relpath(checkpoint, w.final_dir), "pass_through": True}
+        if is_multimodal(checkpoint):  # no torch engine for images: the checkpoint itself, in build.dtype
+            config = write_plain_multimodal(checkpoint, w.out_dir / "engine", dtype=b.dtype)
+            w.log(f"BuildEngine: the vision-language checkpoint ({config['architecture']}, {b.dtype}) for "
+                  "transformers serve")
+            return {"engine": "engine", "engine_config": config}
         config = write_plain_checkpoint(checkpoint, w.out_dir / "engine", dtype=b.dtype, device=b.device,
                                         max_batch_size=b.max_batch_size, max_num_tokens=b.max_num_tokens,
                                         max_seq_len=b.max_seq_len, max_input_len=b.max_input_len)

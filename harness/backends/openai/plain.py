@@ -5,13 +5,17 @@ silently (int8 codes read as floats, scales dropped). So the openai backend serv
 engine's dequantized weights, saved as a plain checkpoint. Weight-only formats are exact (AWQ's
 pre-quant scale folds into the weight); formats that also quantize activations (int8_sq, fp8)
 cannot be expressed in a plain checkpoint and are refused before anything runs.
+
+A vision-language checkpoint (config.json with a `vision_config`) has no torch engine: it is saved
+again in build.dtype with its processor and tokenizer files, unquantized.
 """
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
-from harness.backends.checkpoint import TOKENIZER_FILES
+from harness.backends.checkpoint import TOKENIZER_FILES, architecture, hf_dtype_kwargs
 from harness.errors import BuildError
 
 WEIGHT_ONLY = ("none", "int8", "int4_awq")
@@ -55,3 +59,28 @@ def write_plain_checkpoint(checkpoint: Path, out_dir: Path, *, dtype: str, devic
             shutil.copy2(work / f, out_dir / f)
     shutil.rmtree(work, ignore_errors=True)
     return config
+
+
+def is_multimodal(checkpoint) -> bool:
+    """A checkpoint directory whose config.json has a vision tower (LLaVA, Qwen-VL, ...)."""
+    try:  # an unreadable config is the input checks' to name (model.checkpoint)
+        return "vision_config" in json.loads((Path(checkpoint) / "config.json").read_text())
+    except (OSError, ValueError, TypeError):
+        return False
+
+
+def write_plain_multimodal(checkpoint: Path, out_dir: Path, *, dtype: str) -> dict:
+    """The vision-language checkpoint saved in `dtype` with every non-weight file beside it (processor,
+    chat template, tokenizer); returns what was written."""
+    import torch
+    from transformers import AutoModelForImageTextToText
+
+    model = AutoModelForImageTextToText.from_pretrained(str(checkpoint), **hf_dtype_kwargs(getattr(torch, dtype)))
+    model.save_pretrained(str(out_dir), safe_serialization=True)
+    written = {p.name for p in out_dir.iterdir()}
+    for f in sorted(Path(checkpoint).iterdir()):
+        weights = f.suffix in (".safetensors", ".bin", ".pt") or f.name.endswith(".index.json")
+        if f.is_file() and not weights and f.name not in written:
+            shutil.copy2(f, out_dir / f.name)
+    return {"architecture": architecture(out_dir), "dtype": dtype, "quantization": {"format": "none"},
+            "multimodal": True}

@@ -32,6 +32,7 @@ from harness.serving.triton.server import (
     server_env,
     shell_safe_root,
 )
+from harness.model.tiny_vl import SERVED_BY
 
 # Flags the torch backend understands beyond the typed fields (none yet): anything else in a flag
 # dict is meant for TensorRT-LLM and would be silently ignored on CPU, so it is an error.
@@ -48,7 +49,7 @@ def num_servers(p) -> int:
 
 def problems(p) -> list[str]:
     b, q = p.build, p.quantize
-    out = []
+    out = [SERVED_BY] if p.model.checkpoint == "builtin-vl" else []
     if b.tp_size * b.pp_size != 1:
         out.append(f"build.tp_size/pp_size: the torch backend runs one device per engine (got tp {b.tp_size} x "
                    f"pp {b.pp_size}); use runtime.instances_per_server or triton.num_servers for data "

@@ -40,6 +40,7 @@ from harness.serving.endpoints import parse_endpoints
 from harness.serving.launcher import external_servers, launch
 from harness.serving.ports import free_port, port_count_problems
 from harness.serving.triton.pbtxt import model_names
+from harness.model.tiny_vl import SERVED_BY
 
 __all__ = ["TrtllmBackend", "TrtllmError"]
 
@@ -152,4 +153,5 @@ class TrtllmBackend(Backend):
         # its servers follow runtime/triton, not a layout's roles: a layout would be silently ignored
         layout = ["layout: the trtllm backend does not launch serving layouts yet (issue 34); remove the layout "
                   "section (build.backend=torch launches data-parallel servers over nodes)"] if p.layout else []
-        return Checks(trtllm_problems(p) + generate + layout + port_count_problems("triton.grpc_ports", p.triton.grpc_ports, num_servers(p), " (triton.num_servers)"), trtllm_notes(p))
+        vl = [SERVED_BY] if p.model.checkpoint == "builtin-vl" else []  # a text-only engine
+        return Checks(vl + trtllm_problems(p) + generate + layout + port_count_problems("triton.grpc_ports", p.triton.grpc_ports, num_servers(p), " (triton.num_servers)"), trtllm_notes(p))
