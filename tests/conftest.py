@@ -89,6 +89,18 @@ def statuses(run: dict) -> dict[str, str]:
     return {v["stage"]: v["status"] for v in run["stages"].values()}
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _default_root(tmp_path_factory):
+    """A test that forgets to name its root writes into this session's, never the repository's
+    artifacts/ (a task's key hashes an outside checkpoint into <root>/.hashcache)."""
+    if "PERFDAG_ARTIFACTS" in os.environ:
+        yield
+        return
+    os.environ["PERFDAG_ARTIFACTS"] = str(tmp_path_factory.mktemp("default_root") / "artifacts")
+    yield
+    os.environ.pop("PERFDAG_ARTIFACTS", None)
+
+
 @pytest.fixture(autouse=True)
 def _no_run_id_across_tests():
     """A test that runs a stage in-process makes this process a run (PERFDAG_RUN_ID, in os.environ so
