@@ -10,7 +10,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from conftest import FAST, REPO, copied_root, run_luigi, run_records, statuses
+from conftest import FAST, REPO, copied_root, openai_servers_under, run_luigi, run_records, statuses
 
 from harness.errors import InputError, MeasurementError
 from harness.serving.openai.client import probe
@@ -412,3 +412,28 @@ def test_the_trajectory_file_enters_the_key_by_content(tmp_path, artifacts):
     b.write_text(b.read_text().replace("task of c", "task of C"))
     assert {s for s, k in keys(b).items() if k != before[s]} == {"RunSessions"}
     assert not artifacts.exists()
+
+
+def test_a_replay_through_transformers_serve_on_the_builtin_model(tmp_path):
+    """The stand-in's conversations replayed by a real `transformers serve` running the tiny Llama (its
+    chat template renders roles, text parts and tool calls): every started turn answered and measured,
+    each prompt holding the turns before it, the inline accuracy scored, and the server stopped."""
+    standin = REPO / "harness/data/standins/agentic-trajectories.jsonl"
+    long_context = ("model.tiny.max_position_embeddings=4096,build.max_seq_len=4096,build.max_input_len=4000,"
+                    "build.max_num_tokens=4096")  # the replayed prompts pass the tiny model's default 512
+    root = tmp_path / "artifacts"
+    run_luigi("RunSessions", "--params-file", str(REPO / "params/examples/openai-cpu.yaml"), "--overrides",
+              f"{FAST},{long_context},sessions.trajectories_file={standin},sessions.users=4,sessions.trajectories=8,"
+              "sessions.max_tokens=8", artifacts=root)
+    (art,) = [p.parent for p in (root / "RunSessions").glob("*/manifest.json")]
+    result = json.loads((art / "result.json").read_text())
+    started = read_trajectories(standin)[:8]
+    assert result["trajectories"]["started"] == 8 and result["metrics"]["turns"] == sum(len(t.turns) for t in started)
+    turns = [json.loads(line) for line in (art / "turns.jsonl").read_text().splitlines()]
+    assert all(t["error"] is None and t["output_tokens"] > 0 and t["t_first"] > t["t_sent"] for t in turns), turns[:3]
+    first_by_conv = defaultdict(list)
+    for t in turns:
+        first_by_conv[t["conversation_id"]].append((t["turn"], t["input_tokens"]))
+    assert all([n for _, n in sorted(v)] == sorted(n for _, n in v) for v in first_by_conv.values())  # prompts grow
+    assert result["inline_accuracy"]["turns"]["scored"] > 0
+    assert openai_servers_under(root) == []

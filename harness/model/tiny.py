@@ -14,6 +14,13 @@ from harness.cpus import apply_torch_threads
 from harness.model.corpus import corpus_lines, standin_rows
 
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<pad>"]
+# A plain chat template, so an OpenAI server answers chat completions with the tiny model: each
+# message as "role: text" (text parts of a list content; an assistant's tool calls as JSON).
+CHAT_TEMPLATE = (
+    "{% for m in messages %}{{ m['role'] }}: {% if m['content'] is string %}{{ m['content'] }}"
+    "{% elif m['content'] %}{% for p in m['content'] %}{% if p['type'] == 'text' %}{{ p['text'] }}{% endif %}"
+    "{% endfor %}{% endif %}{% if m['tool_calls'] is defined and m['tool_calls'] %}{{ m['tool_calls'] | tojson }}"
+    "{% endif %}{{ '\\n' }}{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}")
 
 
 def train_tokenizer(vocab_size: int, out_dir: Path, extra_texts: list[str] = (), corpus: bool = True):
@@ -30,7 +37,7 @@ def train_tokenizer(vocab_size: int, out_dir: Path, extra_texts: list[str] = (),
                                   show_progress=False)
     tok.train_from_iterator([*(corpus_lines() if corpus else []), *extra_texts], trainer=trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>",
-                                   eos_token="</s>", pad_token="<pad>")
+                                   eos_token="</s>", pad_token="<pad>", chat_template=CHAT_TEMPLATE)
     fast.save_pretrained(out_dir)
     return fast
 
