@@ -141,3 +141,15 @@ def test_nightly_md_names_changed_parameters_applicable_ones_and_numbered_repeat
         {**doc_for(points), "rows": rows, "param_changes": same})
     assert [nightly.repeat_of(nightly.repeat_date("2026-11-02", i)) for i in (1, 2, 3)] == [1, 2, 3]
     assert nightly.repeat_of("") is None
+
+
+def test_nightly_md_names_the_observations_its_numbers_come_from():
+    """Each point names the FullRun observations it was measured by (repeats in order), as `compare`
+    takes them; a row without one (a search that confirmed nothing) names none."""
+    rows = [{**srow(scenario="Offline", repeat=i), "fullrun_key": "ab12" * 4, "observation": f"2026110{i}T0Z-1"}
+            for i in (2, 1)]
+    points = nightly.compare(rows, [srow(scenario="Offline")], VARIED)
+    md = nightly.render_markdown({**doc_for(points), "rows": rows})
+    assert "measured by `ab12ab12ab12ab12@20261101T0Z-1`, `ab12ab12ab12ab12@20261102T0Z-1`" in md
+    bare = [{**r, "observation": None} for r in rows]
+    assert "measured by" not in nightly.render_markdown({**doc_for(points), "rows": bare})

@@ -122,3 +122,9 @@ def test_nightly_reuses_engines_remeasures_and_flags_a_regression(root, tmp_path
     (changed,) = [line for line in md.splitlines() if line.startswith("changed since 2026-11-01: ")]
     assert "`loadgen.offline_expected_qps` " in changed and " -> 10" in changed, md  # the change, named
     assert "regression(s) on 2026-11-02 vs 2026-11-01" in proc.stderr and "Traceback" not in proc.stderr
+    (row,) = second["rows"]  # the night names the observation its numbers come from, as compare takes it
+    assert f"measured by `{row['fullrun_key']}@{row['observation']}`" in md
+    diff = subprocess.run([sys.executable, "-m", "pipeline", "compare", f"{first['rows'][0]['fullrun_key']}@"
+                           f"{first['rows'][0]['observation']}", f"{row['fullrun_key']}@{row['observation']}"],
+                          cwd=REPO, env={**os.environ, "PERFDAG_ARTIFACTS": str(root)}, capture_output=True, text=True)
+    assert diff.returncode == 0, diff.stdout + diff.stderr

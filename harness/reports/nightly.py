@@ -220,6 +220,14 @@ def _repeat_values(rows: list[dict], p: dict) -> str | None:
                                               for i, r in enumerate(sorted(mine, key=lambda r: r.get("repeat") or 0)))
 
 
+def _observations(rows: list[dict], p: dict) -> str | None:
+    """The FullRun observations the point's numbers come from, as `compare` takes them (KEY@OBSERVATION)."""
+    mine = [r for r in rows if all(r.get(k) == v for k, v in p["point"].items())]
+    named = [f"`{r['fullrun_key']}@{r['observation']}`" for r in sorted(mine, key=lambda r: r.get("repeat") or 0)
+             if r.get("fullrun_key") and r.get("observation")]
+    return "measured by " + ", ".join(named) + " (`python -m pipeline compare` takes them)" if named else None
+
+
 def render_markdown(doc: dict) -> str:
     floors = ", ".join(f"{m.label} {m.floor:.0%}" for m in metrics(doc.get("floors")))
     lines = [f"# nightly {doc['date']}", "",
@@ -242,6 +250,8 @@ def render_markdown(doc: dict) -> str:
             lines.append("")
         if by_repeat := _repeat_values(doc.get("rows") or [], p):
             lines += [by_repeat, ""]
+        if measured := _observations(doc.get("rows") or [], p):
+            lines += [measured, ""]
         lines += ["| metric | previous | now | delta | headroom | verdict |", "|---|---|---|---|---|---|"]
         for c in p["checks"]:
             if c["now"] is None and c["previous"] is None:

@@ -31,7 +31,8 @@ def row(point: dict[str, Any], report: dict, resolved: dict[str, Any] | None = N
             "relaunches": len(p.get("relaunches") or ()),
             "relaunch_why": "; ".join(r.get("why") or "" for r in p.get("relaunches") or ()) or None,
             "accuracy_passed": a is None or a["passed"], "target_qps": p.get("target_qps"),
-            "fullrun_key": report["stages"]["FullRun"][:16]}
+            "fullrun_key": report["stages"]["FullRun"][:16],
+            "observation": (report.get("observations") or {}).get("FullRun")}  # compare takes KEY@OBSERVATION
 
 
 def search_row(point: dict[str, Any], search: dict, report: dict | None,
