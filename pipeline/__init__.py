@@ -4,7 +4,7 @@ Importing this package defines the tasks and nothing else: no logging, signal or
 those are installed when a run starts (tasks/lifecycle.py).
 """
 from pipeline.bench import Bench
-from pipeline.frontier import Frontier
+from pipeline.frontier import Frontier, SessionsFrontier
 from pipeline.full_run import FullRun
 from pipeline.nightly import Nightly
 from pipeline.search import FindMaxLoad
@@ -31,5 +31,5 @@ from tasks import (
 
 __all__ = ["STAGES", "StageTask", "PrepareModel", "Quantize", "BuildEngine", "FillTritonRepo",
            "LaunchServers", "ExternalServers", "PrepareDataset", "RunLoadgen", "RunSessions", "RunAccuracy", "CheckAccuracy", "FullRun",
-           "Bench", "Sweep", "Frontier", "Nightly", "FindMaxLoad",
+           "Bench", "Sweep", "Frontier", "SessionsFrontier", "Nightly", "FindMaxLoad",
            "RunTest06", "RunTest07", "RunTest09", "Submission"]

@@ -5,6 +5,9 @@ Each point is a streamed closed-loop FullRun (LoadGen Offline with `harness.max_
 adds build axes (`build.max_batch_size=8,32`): every engine is built once, whatever its number of
 levels, and its levels run one after another on its servers. The table, plot and Pareto front are
 harness/reports/frontier.py.
+
+SessionsFrontier is the same over the users of an agentic replay (`--sessions`): one RunSessions per
+`sessions.users` level, the window's tokens/s against 1000 / TPOT p50 of the window's turns.
 """
 from __future__ import annotations
 
@@ -16,10 +19,12 @@ import luigi
 
 from harness.backends import backend_for
 from harness.config import ParamsError
-from harness.config.sweeps import SweepError, SweepFile, duplicate_points, parse_grid
+from harness.config.sweeps import SweepError, SweepFile, duplicate_points, parse_grid, point_overrides
 from harness.reports.frontier import levels, parse_levels, text_table, write_frontier
 from harness.reports.frontier import frontier_rows as make_rows
+from harness.reports.frontier import session_row
 from pipeline.sweep import Sweep, point_problems
+from tasks import RunSessions
 from tasks.base import load_params
 from tasks.lifecycle import note_result
 
@@ -29,6 +34,8 @@ FRONTIER_OVERRIDES = "loadgen.scenario=Offline,harness.stream=true,loadgen.offli
 
 class Frontier(Sweep):
     stage = "Frontier"
+    level_key = "harness.max_in_flight"  # what a level sets
+    point_settings = FRONTIER_OVERRIDES  # what makes a point a frontier point
     levels = luigi.Parameter(default="", description="concurrency levels, e.g. '1,2,4,8' (default: 1..32 up to "
                              "--max-level, doubling beyond, and 1.1x it)")
     max_level = luigi.IntParameter(default=0, description="the declared maximum concurrency (default: the "
@@ -45,8 +52,8 @@ class Frontier(Sweep):
             bad = [k for k in engines if not k.startswith(("build.", "quantize.", "model.", "runtime."))]
             if bad:
                 raise SweepError("", [f"--engines: {k} is not an engine parameter (build.*, quantize.*, model.*, "
-                                      "runtime.*); the frontier varies harness.max_in_flight itself" for k in bad])
-            sweep = SweepFile(name=self.sweep_name(), base=str(base), overrides=FRONTIER_OVERRIDES,
+                                      f"runtime.*); the frontier varies {self.level_key} itself" for k in bad])
+            sweep = SweepFile(name=self.sweep_name(), base=str(base), overrides=self.point_settings,
                               points=self.frontier_points(engines))
         except (SweepError, ValueError) as e:
             raise ParamsError(getattr(e, "problems", None) or [str(e)]) from None
@@ -57,7 +64,7 @@ class Frontier(Sweep):
 
     def frontier_points(self, engines: dict) -> list[dict]:
         """Each engine's levels, one after another (its servers serve them all)."""
-        return [{**dict(zip(engines, combo)), "harness.max_in_flight": c}
+        return [{**dict(zip(engines, combo)), self.level_key: c}
                 for combo in itertools.product(*engines.values()) for c in self.level_list()]
 
     def sweep_name(self) -> str:
@@ -73,7 +80,7 @@ class Frontier(Sweep):
 
     @property
     def engine_keys(self) -> list[str]:
-        return [k for k in self.definition.points[0] if not k.startswith("harness.")]
+        return [k for k in self.definition.points[0] if k != self.level_key]
 
     @property
     def gpu_count(self) -> int:
@@ -92,7 +99,8 @@ class Frontier(Sweep):
         import json
 
         done = super().build(out_dir)
-        rows = make_rows(json.loads((out_dir / "sweep.json").read_text())["rows"], self.engine_keys, self.gpu_count)
+        rows = make_rows(json.loads((out_dir / "sweep.json").read_text())["rows"], self.engine_keys, self.gpu_count,
+                         self.level_key)
         files = write_frontier(out_dir, self.definition_name(), self.engine_keys, self.gpu_count, rows)
         return {**done, "frontier": files}
 
@@ -100,8 +108,47 @@ class Frontier(Sweep):
         import json
 
         rows = json.loads((self.artifact_dir / "frontier.json").read_text())["rows"]
-        summary = (f"\nperfdag Frontier {self.definition_name()}: {len(rows)} point(s), "
+        summary = (f"\nperfdag {self.stage} {self.definition_name()}: {len(rows)} point(s), "
                    f"{len({r['engine'] for r in rows})} engine(s)\n{text_table(rows, self.gpu_count)}\n"
                    f"  (*: on the Pareto front of the VALID points)\n"
                    f"  report     {self.artifact_dir / 'frontier.md'}\n")
         note_result(self.task_id, valid=True, accuracy=True, summary=summary, persist=False)
+
+
+class SessionsFrontier(Frontier):
+    """The frontier over users of an agentic replay: a RunSessions per `sessions.users` level (an
+    engine's servers launched once and shared by its levels), drawn as Frontier draws concurrency."""
+    stage = "SessionsFrontier"
+    level_key = "sessions.users"
+    point_settings = ""
+
+    @cached_property
+    def _loaded(self):
+        sweep, base = super()._loaded
+        p = load_params(str(base), self.overrides)
+        if p.slurm is not None and p.slurm.array:
+            raise ParamsError(["slurm.array: a sessions frontier runs its levels as steps of one serving "
+                               "allocation; set slurm.array=false"])
+        return sweep, base
+
+    def sweep_name(self) -> str:
+        return f"sessions-frontier-{Path(self.params_file).stem}"
+
+    def level_list(self) -> list[int]:
+        if self.levels:
+            return parse_levels(self.levels)
+        return levels(self.max_level or load_params(self.params_file, self.overrides).sessions.users)
+
+    def upstream(self):
+        return {f"point{i:03d}": self.clone(RunSessions, params_file=str(self.base),
+                                             overrides=point_overrides(self.definition, p, self.overrides))
+                for i, p in enumerate(self.points)}
+
+    def build(self, out_dir: Path) -> dict:
+        import json
+
+        replays = [session_row(point, json.loads((t.artifact_dir / "result.json").read_text()), t.key)
+                   for t, point in zip(self.upstream().values(), self.points)]
+        rows = make_rows(replays, self.engine_keys, self.gpu_count, self.level_key)
+        files = write_frontier(out_dir, self.definition_name(), self.engine_keys, self.gpu_count, rows)
+        return {"points": len(rows), "frontier": files}

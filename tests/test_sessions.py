@@ -3,6 +3,7 @@ records each request's arrival, end and headers), the performance window, metric
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -437,3 +438,37 @@ def test_a_replay_through_transformers_serve_on_the_builtin_model(tmp_path):
     assert all([n for _, n in sorted(v)] == sorted(n for _, n in v) for v in first_by_conv.values())  # prompts grow
     assert result["inline_accuracy"]["turns"]["scored"] > 0
     assert openai_servers_under(root) == []
+    run_luigi("RunSessions", "--params-file", str(REPO / "params/examples/openai-cpu.yaml"), "--overrides",
+              f"{FAST},{long_context},sessions.trajectories_file={standin},sessions.users=4,sessions.trajectories=8,"
+              "sessions.max_tokens=8", artifacts=root)
+    assert statuses(run_records(root)[-1])["RunSessions"] == "reused"  # reruns from the cache
+
+
+def test_a_frontier_over_users_draws_one_replay_per_level(echo, built_fast, tmp_path):
+    """`python -m pipeline frontier --sessions --levels 1,4`: one RunSessions per sessions.users level on
+    the same servers, then frontier.md/json/png with tokens/s per user against the window's tokens/s and
+    the front marked; each level held that many conversations in flight; a rerun measures nothing."""
+    url, record = echo
+    standin = REPO / "harness/data/standins/agentic-trajectories.jsonl"
+    ov = (f"{FAST},build.backend=openai,openai.endpoints=[http://{url}],sessions.max_tokens=4,"
+          f"sessions.trajectories=8,sessions.trajectories_file={standin}")
+    cmd = [sys.executable, "-m", "pipeline", "frontier", "--sessions", "--levels", "1,4", "--overrides", ov]
+    with copied_root(built_fast, tmp_path / "artifacts") as root:
+        env = {**os.environ, "PERFDAG_ARTIFACTS": str(root)}
+        proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert "perfdag SessionsFrontier sessions-frontier-default: 2 point(s), 1 engine(s)" in proc.stdout
+        (out,) = [d for d in (root / "SessionsFrontier").iterdir() if not d.name.startswith(".")]
+        assert {"frontier.md", "frontier.json", "frontier.png"} <= {p.name for p in out.iterdir()}
+        doc = json.loads((out / "frontier.json").read_text())
+        assert sorted(r["concurrency"] for r in doc["rows"]) == [1, 4]
+        assert all(r["valid"] and r["tokens_per_s"] > 0 and r["tokens_per_s_per_user"] > 0 for r in doc["rows"])
+        assert any(r["on_front"] for r in doc["rows"])
+        replays = {json.loads(p.read_text())["plan"]["users"]: json.loads(p.read_text())
+                   for p in root.glob("RunSessions/*/result.json")}
+        assert {u: r["metrics"]["window"]["max_concurrency"] for u, r in replays.items()} == {1: 1, 4: 4}
+        since = _lines(record)
+        again = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        assert again.returncode == 0 and _lines(record) == since  # nothing sent again
+        bad = subprocess.run([*cmd[:4], "--levels", "0"], cwd=REPO, env=env, capture_output=True, text=True)
+        assert bad.returncode == 2 and "--levels '0'" in bad.stdout

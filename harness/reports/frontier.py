@@ -47,15 +47,29 @@ def engine_label(r: dict, engine_keys: list[str]) -> str:
     return ", ".join(f"{k}={fmt(r.get(k))}" for k in engine_keys) or "engine"
 
 
-def frontier_rows(rows: list[dict], engine_keys: list[str], gpus: int) -> list[dict[str, Any]]:
-    """One row per point: its engine, concurrency and what the frontier draws; `on_front` marks the
-    VALID points no other VALID point beats on both per-user and per-GPU (per-system) throughput."""
+def session_row(point: dict, result: dict, key: str) -> dict[str, Any]:
+    """A replay's RunSessions result.json as a frontier point: the performance window's tokens/s and its
+    turns' TTFT and TPOT. A replay has no LoadGen verdict: it counts as VALID unless its output lengths
+    missed their band (a failed turn fails the stage itself)."""
+    m = result["metrics"]
+    ttft, tpot = m.get("ttft_ms") or {}, m.get("tpot_ms") or {}
+    return {**point, "tokens_per_s": m["window"]["tokens_per_s"], "ttft_p50_ms": ttft.get("p50"),
+            "ttft_p99_ms": ttft.get("p99"), "tpot_p50_ms": tpot.get("p50"), "tpot_p99_ms": tpot.get("p99"),
+            "goodput_share": None, "valid": (result.get("osl") or {}).get("ok") is not False,
+            "accuracy_passed": None, "fullrun_key": key}
+
+
+def frontier_rows(rows: list[dict], engine_keys: list[str], gpus: int,
+                  level_key: str = "harness.max_in_flight") -> list[dict[str, Any]]:
+    """One row per point: its engine, concurrency (the `level_key` it set) and what the frontier draws;
+    `on_front` marks the VALID points no other VALID point beats on both per-user and per-GPU
+    (per-system) throughput."""
     out = []
     for r in rows:
         tpot50 = r.get("tpot_p50_ms")
         per_user = round(1000.0 / tpot50, 3) if tpot50 else None
         tps = r.get("tokens_per_s")
-        out.append({"engine": engine_label(r, engine_keys), "concurrency": r.get("harness.max_in_flight"),
+        out.append({"engine": engine_label(r, engine_keys), "concurrency": r.get(level_key),
                     "tokens_per_s": tps, "tokens_per_s_per_gpu": round(tps / gpus, 3) if gpus and tps else None,
                     "tokens_per_s_per_user": per_user,
                     "ttft_p50_ms": r.get("ttft_p50_ms"), "ttft_p99_ms": r.get("ttft_p99_ms"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from harness.errors import PerfdagError
 from pipeline.cli.flow import build_flow
-from pipeline.frontier import Frontier
+from pipeline.frontier import Frontier, SessionsFrontier
 from tasks.settings import DEFAULT_PARAMS
 
 
@@ -23,13 +23,17 @@ def add_parser(sub) -> None:
     sp.add_argument("--engines", default="", help="engine axes, e.g. 'build.max_batch_size=8,32' (';' between axes)")
     sp.add_argument("--gpus", type=int, default=-1, help="GPUs serving, for tokens/s per GPU (default: "
                                                          "runtime.num_gpus on GPUs; on CPU per system)")
+    sp.add_argument("--sessions", action="store_true",
+                    help="over the users of an agentic replay instead: one RunSessions per sessions.users level "
+                         "(default levels up to sessions.users)")
     sp.add_argument("--keep-servers", action="store_true", help="leave the servers running afterwards")
     sp.add_argument("--verbose", action="store_true", help="show third-party warnings and chatter")
 
 
 def run(args) -> int:
     try:
-        task = Frontier(params_file=args.params_file, overrides=args.overrides, levels=args.levels,
+        flow = SessionsFrontier if args.sessions else Frontier
+        task = flow(params_file=args.params_file, overrides=args.overrides, levels=args.levels,
                         max_level=args.max_level, engines=args.engines, gpus=args.gpus,
                         keep_servers=args.keep_servers, verbose=args.verbose)
         task.definition  # noqa: B018  every point's parameters checked before any stage runs
