@@ -87,9 +87,17 @@ def test_the_builtin_llava_is_served_as_it_is_by_transformers_serve(change, fiel
         resolve(REPO / "params" / "standins" / "qwen3-vl-235b-a22b.yaml", change)
 
 
-def test_an_outside_vision_language_checkpoint_must_not_be_quantized(tmp_path):
-    """A user's LLaVA directory (config.json with a vision_config) is served as it is, too."""
-    (tmp_path / "config.json").write_text('{"architectures": ["LlavaForConditionalGeneration"], "vision_config": {}}')
-    with pytest.raises(ParamsError, match="quantize.format: int8; a vision-language checkpoint"):
-        resolve(REPO / "params" / "standins" / "qwen3-vl-235b-a22b.yaml",
-                f"model.checkpoint={tmp_path},quantize.format=int8")
+@pytest.mark.parametrize("change, field", [
+    ("quantize.format=int8", "quantize.format: int8; a vision-language checkpoint is served as it is"),
+    (f"quantize.format=int8,openai.server=vllm,{GPU}", "quantize.format: int8; a vision-language checkpoint"),
+    ("build.backend=torch,quantize.format=none", "is a vision-language model, which this backend's text-only engine"),
+])
+def test_an_outside_vision_language_checkpoint_is_served_as_it_is_by_an_openai_server(tmp_path, change, field):
+    """A user's LLaVA directory (config.json with a vision_config) is served as it is too: never quantized
+    (Quantize's modelopt path loads text models only, whichever server follows), never by a text-only
+    engine. Refused before any stage, naming the field."""
+    ckpt = tmp_path / "llava"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text('{"architectures": ["LlavaForConditionalGeneration"], "vision_config": {}}')
+    with pytest.raises(ParamsError, match=field.replace("(", r"\(")):
+        resolve(REPO / "params" / "standins" / "qwen3-vl-235b-a22b.yaml", f"model.checkpoint={ckpt},{change}")

@@ -15,9 +15,6 @@ from harness.model.tiny import train_tokenizer
 
 IMAGE_TOKEN = "<image>"
 VL_STANDIN = "qwen3-vl-235b-a22b"  # the benchmark whose shipped stand-in its tokenizer is trained on
-# What a backend that cannot serve it says (the torch and trtllm engines are text-only).
-SERVED_BY = ("model.checkpoint: builtin-vl (the tiny LLaVA) is served by transformers serve; set "
-             "build.backend=openai and openai.server=transformers")
 TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {% if m['content'] is string %}{{ m['content'] }}"
             "{% else %}{% for p in m['content'] %}{% if p['type'] == 'image' %}" + IMAGE_TOKEN +
             "{% elif p['type'] == 'text' %}{{ p['text'] }}{% endif %}{% endfor %}{% endif %}\n{% endfor %}"

@@ -17,8 +17,9 @@ import yaml
 from harness.backends import torch as torch_backend
 from harness.backends.base import Backend, Checks, Key, LaunchStep, Step, Work
 from harness.backends.openai.endpoints import endpoint_problems, parse_endpoints
-from harness.backends.openai.plain import WEIGHT_ONLY, is_multimodal, write_plain_checkpoint, write_plain_multimodal
+from harness.backends.openai.plain import WEIGHT_ONLY, write_plain_checkpoint, write_plain_multimodal
 from harness.backends.openai.servers import dp_gpus, llm_api_options, served_name, server_argv, server_env
+from harness.backends.vision import SERVED_BY, is_multimodal, unquantized_problems
 from harness.cache.executed import normalise
 from harness.config.openai import protocol as openai_protocol
 from harness.mlperf import benchmarks
@@ -26,7 +27,6 @@ from harness.cache.versions import versions
 from harness.serving.launcher import external_servers, launch
 from harness.serving.ports import port_count_problems, server_ports
 from harness.serving.spec import LaunchSpec
-from harness.model.tiny_vl import SERVED_BY
 
 SERVER_PACKAGE = {"transformers": "transformers", "trtllm-serve": "tensorrt_llm", "vllm": "vllm",
                   "sglang": "sglang"}
@@ -51,13 +51,10 @@ def problems(p) -> list[str]:
         for key in getattr(p, section).flags:
             out.append(f"{section}.flags.{key}: the openai backend takes no flags; use the section's keys "
                        "(or openai.extra_args / openai.llm_api_options)")
-    vl = p.model.checkpoint == "builtin-vl" or is_multimodal(p.model.checkpoint)
     if p.model.checkpoint == "builtin-vl" and o.server != "transformers":
         out.append(SERVED_BY)
+    out += unquantized_problems(p)  # Quantize is the torch backend's for every server
     if o.server == "transformers":
-        if q.format != "none" and vl:
-            out.append(f"quantize.format: {q.format}; a vision-language checkpoint is served as it is: set "
-                       "quantize.format=none")
         if q.format not in WEIGHT_ONLY:
             out.append(f"quantize.format: {q.format} quantizes activations, which a plain checkpoint cannot carry; "
                        f"transformers serve runs {', '.join(WEIGHT_ONLY)}")
@@ -122,7 +119,7 @@ class Build(Step):
             return Key(reads=("build",))
         torch_build = torch_backend.Build().key(w)  # the torch engine, saved plain
         return Key(reads=("build",), tools=versions("torch", "transformers"),
-                   code=("harness.backends.openai.plain",) + torch_build.code)
+                   code=("harness.backends.openai.plain", "harness.backends.vision") + torch_build.code)
 
     def run(self, w: Work) -> dict:
         p, b, checkpoint = w.params, w.params.build, w.inputs["checkpoint"]

@@ -11,7 +11,6 @@ again in build.dtype with its processor and tokenizer files, unquantized.
 """
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
@@ -59,14 +58,6 @@ def write_plain_checkpoint(checkpoint: Path, out_dir: Path, *, dtype: str, devic
             shutil.copy2(work / f, out_dir / f)
     shutil.rmtree(work, ignore_errors=True)
     return config
-
-
-def is_multimodal(checkpoint) -> bool:
-    """A checkpoint directory whose config.json has a vision tower (LLaVA, Qwen-VL, ...)."""
-    try:  # an unreadable config is the input checks' to name (model.checkpoint)
-        return "vision_config" in json.loads((Path(checkpoint) / "config.json").read_text())
-    except (OSError, ValueError, TypeError):
-        return False
 
 
 def write_plain_multimodal(checkpoint: Path, out_dir: Path, *, dtype: str) -> dict:

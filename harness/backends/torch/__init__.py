@@ -15,6 +15,7 @@ from pathlib import Path
 from harness.backends.base import Backend, Checks, Key, LaunchStep, Step, Work
 from harness.backends.torch.quantize import quantize_checkpoint
 from harness.backends.torch.repo import fill_repos, render_repos
+from harness.backends.vision import text_only_problems
 from harness.cache.executed import normalise
 from harness.cache.versions import versions
 from harness.config.schema import CPU_QUANT_FORMATS, GPU_ONLY_QUANT_FORMATS
@@ -32,7 +33,6 @@ from harness.serving.triton.server import (
     server_env,
     shell_safe_root,
 )
-from harness.model.tiny_vl import SERVED_BY
 
 # Flags the torch backend understands beyond the typed fields (none yet): anything else in a flag
 # dict is meant for TensorRT-LLM and would be silently ignored on CPU, so it is an error.
@@ -49,7 +49,7 @@ def num_servers(p) -> int:
 
 def problems(p) -> list[str]:
     b, q = p.build, p.quantize
-    out = [SERVED_BY] if p.model.checkpoint == "builtin-vl" else []
+    out = text_only_problems(p)
     if b.tp_size * b.pp_size != 1:
         out.append(f"build.tp_size/pp_size: the torch backend runs one device per engine (got tp {b.tp_size} x "
                    f"pp {b.pp_size}); use runtime.instances_per_server or triton.num_servers for data "

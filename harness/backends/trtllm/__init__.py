@@ -32,6 +32,7 @@ from harness.backends.trtllm.layout import num_servers, server_layout
 from harness.backends.trtllm.quant import checkpoint_config_problems, export_plan, quantize_for_trtllm
 from harness.backends.trtllm.repo import fill_trtllm_repos, render_server_repos
 from harness.backends.trtllm.rules import trtllm_notes, trtllm_problems
+from harness.backends.vision import text_only_problems
 from harness.cache.executed import normalise
 from harness.cache.versions import versions
 from harness.model.calibration import calibration_prompts
@@ -40,7 +41,6 @@ from harness.serving.endpoints import parse_endpoints
 from harness.serving.launcher import external_servers, launch
 from harness.serving.ports import free_port, port_count_problems
 from harness.serving.triton.pbtxt import model_names
-from harness.model.tiny_vl import SERVED_BY
 
 __all__ = ["TrtllmBackend", "TrtllmError"]
 
@@ -153,5 +153,4 @@ class TrtllmBackend(Backend):
         # its servers follow runtime/triton, not a layout's roles: a layout would be silently ignored
         layout = ["layout: the trtllm backend does not launch serving layouts yet (issue 34); remove the layout "
                   "section (build.backend=torch launches data-parallel servers over nodes)"] if p.layout else []
-        vl = [SERVED_BY] if p.model.checkpoint == "builtin-vl" else []  # a text-only engine
-        return Checks(vl + trtllm_problems(p) + generate + layout + port_count_problems("triton.grpc_ports", p.triton.grpc_ports, num_servers(p), " (triton.num_servers)"), trtllm_notes(p))
+        return Checks(text_only_problems(p) + trtllm_problems(p) + generate + layout + port_count_problems("triton.grpc_ports", p.triton.grpc_ports, num_servers(p), " (triton.num_servers)"), trtllm_notes(p))
