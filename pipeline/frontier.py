@@ -73,10 +73,11 @@ class Frontier(Sweep):
     def level_list(self) -> list[int]:
         if self.levels:
             return parse_levels(self.levels)
-        if self.max_level:
-            return levels(self.max_level)
-        p = load_params(self.params_file, self.overrides)
-        return levels(p.harness.max_in_flight or p.build.max_batch_size)
+        return levels(self.max_level or self.declared_max(load_params(self.params_file, self.overrides)))
+
+    def declared_max(self, p) -> int:
+        """The default top level: what the params say the engine holds at once."""
+        return p.harness.max_in_flight or p.build.max_batch_size
 
     @property
     def engine_keys(self) -> list[str]:
@@ -134,10 +135,8 @@ class SessionsFrontier(Frontier):
     def sweep_name(self) -> str:
         return f"sessions-frontier-{Path(self.params_file).stem}"
 
-    def level_list(self) -> list[int]:
-        if self.levels:
-            return parse_levels(self.levels)
-        return levels(self.max_level or load_params(self.params_file, self.overrides).sessions.users)
+    def declared_max(self, p) -> int:
+        return p.sessions.users
 
     def upstream(self):
         return {f"point{i:03d}": self.clone(RunSessions, params_file=str(self.base),

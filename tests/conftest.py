@@ -172,7 +172,6 @@ def tritonservers_under(root) -> list[int]:
 
 def openai_servers_under(root) -> list[int]:
     """pids of OpenAI-compatible servers (`transformers serve`, ...) whose command line points into this root."""
-    import subprocess
     out = subprocess.run(["pgrep", "-f", f"serve .*{root}"], capture_output=True, text=True)
     return [int(p) for p in out.stdout.split()]
 

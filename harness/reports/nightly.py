@@ -209,21 +209,25 @@ def _point_name(p: dict) -> str:
     return ", ".join(f"{k}={fmt(v)}" for k, v in p["point"].items() if applies(k, row)) or "the point"
 
 
+def _rows_of(rows: list[dict], p: dict) -> list[dict]:
+    """The point's rows (one per repeat), in repeat order."""
+    return sorted((r for r in rows if all(r.get(k) == v for k, v in p["point"].items())),
+                  key=lambda r: r.get("repeat") or 0)
+
+
 def _repeat_values(rows: list[dict], p: dict) -> str | None:
     """'repeat 1: 3,000, repeat 2: 3,050' of the point's judged throughput or latency (None: one repeat)."""
-    mine = [r for r in rows if all(r.get(k) == v for k, v in p["point"].items())]
+    mine = _rows_of(rows, p)
     if len(mine) < 2:
         return None
     key, label = (("max_load", "max VALID load") if any(map(searched, mine))
                   else ("tokens_per_s", "tokens/s") if p["scenario"] not in STREAMING else ("tpot_p99_ms", "TPOT p99 ms"))
-    return f"{label} by repeat: " + ", ".join(f"{r.get('repeat', i + 1)}: {fmt(r.get(key))}"
-                                              for i, r in enumerate(sorted(mine, key=lambda r: r.get("repeat") or 0)))
+    return f"{label} by repeat: " + ", ".join(f"{r.get('repeat', i + 1)}: {fmt(r.get(key))}" for i, r in enumerate(mine))
 
 
 def _observations(rows: list[dict], p: dict) -> str | None:
     """The FullRun observations the point's numbers come from, as `compare` takes them (KEY@OBSERVATION)."""
-    mine = [r for r in rows if all(r.get(k) == v for k, v in p["point"].items())]
-    named = [f"`{r['fullrun_key']}@{r['observation']}`" for r in sorted(mine, key=lambda r: r.get("repeat") or 0)
+    named = [f"`{r['fullrun_key']}@{r['observation']}`" for r in _rows_of(rows, p)
              if r.get("fullrun_key") and r.get("observation")]
     return "measured by " + ", ".join(named) + " (`python -m pipeline compare` takes them)" if named else None
 
