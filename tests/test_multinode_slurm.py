@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
+import yaml
 from conftest import FAST, REPO, copied_root, run_luigi, run_records
 from test_slurm import SHORT, SLURM, assert_nothing_left, job_state, jobs
 
@@ -72,6 +73,25 @@ def cluster2(tmp_path_factory):
 def node_names() -> list[str]:
     out = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True, timeout=30)
     return sorted(set(out.stdout.split()))
+
+
+def kill_instances(root: Path, job_id: str, chosen, program: str) -> list[int]:
+    """SIGKILLs the processes running `program` of the recorded instances in allocation `job_id` that
+    `chosen(record)` picks (found by their launch token); returns their pids."""
+    killed = []
+    for f in root.glob("LaunchServers/*/servers.json"):
+        for rec in json.loads(f.read_text())["servers"]:
+            if str(rec.get("slurm_job")) != job_id or not chosen(rec):
+                continue
+            for pid in processes_with_token(rec["token"]):
+                try:  # a process of the token may have just exited (a zombie has no cmdline)
+                    cmd = " ".join(psutil.Process(pid).cmdline()[:3])
+                except psutil.Error:
+                    continue
+                if program in cmd:
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+    return killed
 
 
 def test_two_slurm_nodes_run_on_one_host(cluster2):
@@ -186,23 +206,106 @@ def test_a_server_killed_on_the_second_node_mid_measurement_is_relaunched(cluste
         held = Worker(root, "RunLoadgen", overrides)
         step = held.wait_job_log("RunLoadgen ", timeout=400)
         job_id = step["job_id"].split("/")[0]
-        killed = []
-        for f in root.glob("LaunchServers/*/servers.json"):
-            for rec in json.loads(f.read_text())["servers"]:
-                if str(rec.get("slurm_job")) == job_id and rec.get("instance_node") == node_names()[1]:
-                    for pid in processes_with_token(rec["token"]):
-                        try:  # a process of the token may have just exited (a zombie has no cmdline)
-                            argv0 = " ".join(psutil.Process(pid).cmdline()[:1])
-                        except psutil.Error:
-                            continue
-                        if "tritonserver" in argv0:
-                            os.kill(pid, signal.SIGKILL)
-                            killed.append(pid)
+        killed = kill_instances(root, job_id, lambda rec: rec.get("instance_node") == node_names()[1], "tritonserver")
         assert killed, "no tritonserver of the second node found"
         rc = held.finish(timeout=600)
         out = held.text()
         assert rc in (0, 10), out[-3000:]
         assert f"the servers in Slurm allocation {job_id} stopped answering mid-measurement" in out, out[-3000:]
+        again = jobs(root, "allocation")[-1]
+        assert again["job_id"] != job_id and job_state(again["job_id"]) == "CANCELLED"
+        assert (root / "RunLoadgen" / step["key"][:16] / "manifest.json").is_file()
+        assert_nothing_left(root)
+
+
+def _stack_stand_ins(bin_dir: Path) -> dict:
+    """`vllm`, `vllm-router` and `trtllm-serve` programs that start the echo server and router on what perfdag's rendered
+    command lines name (harness/serving/testing/echo_stack.py: only the GPU-only programs are replaced);
+    returns the environment that puts them first on PATH."""
+    bin_dir.mkdir()
+    for name in ("vllm", "vllm-router", "trtllm-serve"):
+        script = bin_dir / name
+        script.write_text(f'#!/bin/sh\nexec {sys.executable} -m harness.serving.testing.echo_stack {name} "$@"\n')
+        script.chmod(0o755)
+    return {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+
+
+DISAGG = ("quantize.format=none,build.backend=openai,build.device=cuda,layout.nodes=2,"
+          "layout.roles.context.count=1,layout.roles.context.gpus_per_instance=0,"
+          "layout.roles.generation.count=1,layout.roles.generation.gpus_per_instance=0,"
+          "layout.roles.router.count=1,layout.roles.router.gpus_per_instance=0")
+
+
+@pytest.mark.parametrize("stack", ["vllm", "trtllm-serve"])
+def test_a_disaggregated_layout_is_launched_over_two_nodes_and_measured_through_its_router(
+        stack, cluster2, built_fast, tmp_path):
+    """openai.server=vllm (trtllm-serve) with context and generation workers on two nodes and vllm-router
+    (`trtllm-serve disaggregated` and its config file) in front: perfdag renders each command line and
+    config, launches the workers (node 2's through `srun --overlap`), then the router, and LoadGen measures
+    through the router only, VALID; every role was used; nothing is left afterwards."""
+    env = _stack_stand_ins(tmp_path / "bin")
+    with copied_root(built_fast, tmp_path / "artifacts") as root:
+        overrides = (f"{FAST}{SHORT},{SLURM},slurm.stages=[],{DISAGG},openai.server={stack},"
+                     f"openai.binary={tmp_path / 'bin' / stack},"
+                     "loadgen.offline_expected_qps=4000")  # the echo answers faster than the tiny model
+        proc = run_luigi("RunLoadgen", "--overrides", overrides, artifacts=root, env=env, check=False, timeout=900)
+        assert proc.returncode == 0, f"RunLoadgen failed ({proc.returncode}):\n{proc.stderr[-6000:]}"
+        (servers_json,) = root.glob("LaunchServers/*/servers.json")
+        records = json.loads(servers_json.read_text())["servers"]
+        by_role = {r["role"]: r for r in records}
+        n0, n1 = node_names()
+        assert [r["role"] for r in records] == ["context", "generation", "router"]
+        assert by_role["context"]["instance_node"] == n0 and by_role["generation"]["instance_node"] == n1
+        assert f"--nodelist={n1}" in by_role["generation"]["cmd"]
+        if stack == "vllm":
+            assert "--kv-transfer-config" in by_role["generation"]["cmd"]
+            router_cmd = by_role["router"]["cmd"]
+            assert "--vllm-pd-disaggregation" in router_cmd
+            for role in ("context", "generation"):  # the router was given each worker at the address its node has
+                assert f"http://{by_role[role]['host']}:{by_role[role]['port']}" in router_cmd
+        else:  # each worker's options and the router's config, written in the LaunchServers artifact
+            layout = servers_json.parent / "layout"
+            worker = yaml.safe_load((layout / "generation_0" / "config.yaml").read_text())
+            assert worker["cache_transceiver_config"] == {"backend": "DEFAULT"}
+            router = yaml.safe_load((layout / "router_0" / "config.yaml").read_text())
+            for role in ("context", "generation"):
+                assert router[f"{role}_servers"]["urls"] == [f"{by_role[role]['host']}:{by_role[role]['port']}"]
+        (result,) = root.glob("RunLoadgen/*/result.json")
+        res = json.loads(result.read_text())
+        assert res["valid"] == "VALID", res
+        router = f"{by_role['router']['host']}:{by_role['router']['port']}"
+        assert [s["endpoint"] for s in res["harness"]["per_server"]] == [router]  # the front door only
+        assert res["layout"]["kind"] == "disaggregated" and res["layout"]["nodes"] == [n0, n1]
+        assert_nothing_left(root)
+        # the router, stopped with the layout, logged what it relayed: every request through both roles
+        log = (servers_json.parent / by_role["router"]["log"]).read_text()
+        stats = json.loads(log.split("echo router requests per role: ", 1)[1].splitlines()[0])
+        assert stats["context"] >= 16 and stats["generation"] >= 16, stats
+
+
+def test_a_generation_worker_killed_mid_measurement_is_named_and_the_layout_relaunched(cluster2, built_fast, tmp_path):
+    """The disaggregated vLLM layout's generation worker on the second node killed while LoadGen measures
+    through the router: the run says which instance went, by role and node, ends that allocation,
+    relaunches the whole layout in a new one and measures again; nothing is left."""
+    from test_slurm import Worker
+
+    env = _stack_stand_ins(tmp_path / "bin")
+    with copied_root(built_fast, tmp_path / "artifacts") as root:
+        overrides = (f"{FAST}{SHORT},{SLURM},slurm.stages=[],{DISAGG},openai.server=vllm,"
+                     f"openai.binary={tmp_path / 'bin' / 'vllm'},loadgen.offline_expected_qps=4000,"
+                     "loadgen.min_duration_ms=6000")
+        held = Worker(root, "RunLoadgen", overrides, env=env)
+        step = held.wait_job_log("RunLoadgen ", timeout=400)
+        job_id = step["job_id"].split("/")[0]
+        n1 = node_names()[1]
+        killed = kill_instances(root, job_id, lambda rec: rec.get("role") == "generation" and rec["instance_node"] == n1,
+                                "echo_openai")
+        assert killed, "no generation worker of the second node found"
+        rc = held.finish(timeout=600)
+        out = held.text()
+        assert rc in (0, 10), out[-3000:]
+        assert f"the servers in Slurm allocation {job_id} stopped answering mid-measurement" in out, out[-3000:]
+        assert f"generation 1 on {n1} " in out, out[-3000:]  # the instance, by role and node
         again = jobs(root, "allocation")[-1]
         assert again["job_id"] != job_id and job_state(again["job_id"]) == "CANCELLED"
         assert (root / "RunLoadgen" / step["key"][:16] / "manifest.json").is_file()

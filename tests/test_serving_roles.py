@@ -209,10 +209,19 @@ def test_trtllm_layouts_are_refused_until_launched(gpu_overrides):
                 "layout.roles.server.tp_size=8")
 
 
-def test_openai_layouts_are_refused_until_launched():
-    """An openai layout is rendered and checked but not launched yet: refused before any stage, saying so."""
-    with pytest.raises(ParamsError, match=r"layout: layouts of openai\.server=transformers are rendered but not launched"):
-        resolve(REPO / "params" / "default.yaml", "build.backend=openai,layout.roles.server.gpus_per_instance=0")
+def test_an_openai_layout_launches_and_what_cannot_launch_is_refused_before_any_stage():
+    """An openai layout resolves (it is launched: tests/test_multinode_slurm.py); fixed ports beside it, and
+    an instance spanning nodes (tp/pp across nodes, not launched yet), are refused naming the field."""
+    resolve(REPO / "params" / "default.yaml", "build.backend=openai,layout.roles.server.gpus_per_instance=0")
+    with pytest.raises(ParamsError, match=r"openai\.ports: a layout's ports are picked when it launches"):
+        resolve(REPO / "params" / "default.yaml",
+                "build.backend=openai,layout.roles.server.gpus_per_instance=0,openai.ports=[8000]")
+    with pytest.raises(ParamsError, match=r"layout\.roles\.server\.gpus_per_instance: server_0 spans 2 nodes; "
+                                          r"tp/pp across nodes is not launched yet"):
+        resolve(REPO / "params" / "default.yaml",
+                "build.backend=openai,openai.server=vllm,build.device=cuda,quantize.format=none,layout.nodes=2,"
+                "layout.gpus_per_node=4,layout.roles.server.gpus_per_instance=8,layout.roles.server.tp_size=8,"
+                "slurm.poll_s=1")
 
 
 def test_several_nodes_need_a_slurm_allocation():

@@ -39,6 +39,28 @@ _PROBE = ("import json, sys; from harness.serving.launcher import servers_live; 
           "sys.exit(0 if servers_live(json.loads(sys.argv[1]), patience_s=float(sys.argv[2])) else 1)")
 
 
+_GONE = ("import json, sys; from harness.serving.launcher import gone_servers; "
+         "print(chr(10).join(gone_servers(json.loads(sys.argv[1]), sys.argv[2])))")
+
+
+def gone_in_allocation(task: "LaunchServers") -> list[str]:
+    """The recorded instances that are gone, each named by its role and node ('generation 1 on node7 (pid
+    ...) is gone'), as seen from inside their allocation, where the srun steps that hold them run."""
+    alloc = allocation_of(task.servers())
+    if alloc is None:
+        return []
+    import sys
+
+    argv = srun_argv(alloc[0], [sys.executable, "-c", _GONE, json.dumps(task.servers()), str(task.artifact_dir)],
+                     name=f"perfdag-probe-{task.key[:16]}")
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=REPO_ROOT,
+                             env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    except subprocess.TimeoutExpired:
+        return []
+    return [line for line in out.stdout.splitlines() if line.strip()]
+
+
 def serving(task: "StageTask") -> bool:
     """Servers of this task's point live in an allocation, and this process is not inside it."""
     s = task.params.slurm
@@ -205,11 +227,12 @@ def measure(task: "StageTask") -> None:
             job_id = (allocation_of(servers.servers()) or ("?",))[0]
             if attempt > relaunches or not _servers_crashed(servers):
                 raise
-            log.warning("%s %s: the servers in Slurm allocation %s stopped answering mid-measurement; ending "
+            gone = gone_in_allocation(servers)
+            log.warning("%s %s: the servers in Slurm allocation %s stopped answering mid-measurement%s; ending "
                         "that allocation, relaunching them in a new one and measuring again from the start "
-                        "(%d of harness.server_relaunches=%d)", task.stage, task.key[:16], job_id, attempt,
-                        relaunches)
-            runlog.record_relaunch(task.store.root, {"stage": task.stage, "key": task.key, "servers": [job_id],
+                        "(%d of harness.server_relaunches=%d)", task.stage, task.key[:16], job_id,
+                        f" ({'; '.join(gone)})" if gone else "", attempt, relaunches)
+            runlog.record_relaunch(task.store.root, {"stage": task.stage, "key": task.key, "servers": [job_id, *gone],
                                                      "error": str(exc).splitlines()[0][:500], "kept": None})
             servers.relaunch()  # serve.launch: the stale allocation is scancelled, a new one submitted
     raise AssertionError("unreachable")

@@ -24,7 +24,9 @@ from harness.cache.executed import normalise
 from harness.config.openai import protocol as openai_protocol
 from harness.mlperf import benchmarks
 from harness.cache.versions import versions
-from harness.serving.launcher import external_servers, launch
+from harness.backends.openai.layouts import launch_problems, port_names, render_layout
+from harness.serving.launcher import external_servers, launch, launch_in_order
+from harness.serving.layout import LAUNCH_ORDER, node_targets, place, placed
 from harness.serving.ports import port_count_problems, server_ports
 from harness.serving.spec import LaunchSpec
 
@@ -82,10 +84,9 @@ def problems(p) -> list[str]:
         ws = b.tp_size * b.pp_size
         if p.runtime.num_gpus % ws:
             out.append(f"runtime.num_gpus: {p.runtime.num_gpus} is not a multiple of tp*pp={ws}")
-    if p.layout is not None:  # rendered and checked (disagg.py), not launched yet: refused before any stage
-        out.append(f"layout: layouts of openai.server={o.server} are rendered but not launched yet (issue 34); "
-                   "remove the layout section, or use build.backend=torch for data-parallel servers over nodes")
-    if not o.endpoints:
+    if p.layout is not None:
+        out += launch_problems(p)
+    elif not o.endpoints:
         out += port_count_problems("openai.ports", o.ports, num_servers(p))
     return out + endpoint_problems(o.endpoints) + prefix_caching_problems(p)
 
@@ -181,7 +182,8 @@ class Launch(LaunchStep):
 
     def key(self, w: Work) -> Key:
         # its own section, never triton.*: another endpoint is another server
-        return Key(reads=("openai.bind", "openai.ports", "openai.endpoints", "openai.binary"),
+        layout = ("layout",) if w.params.layout is not None else ()  # keyed only when set: keys of before stay
+        return Key(reads=("openai.bind", "openai.ports", "openai.endpoints", "openai.binary", *layout),
                    tools=versions(SERVER_PACKAGE[w.params.openai.server], "httpx"), executed=self._executed(w),
                    # chat servers are warmed up through chat; completions keys stay as they were
                    inputs={"protocol": proto} if (proto := self.protocol_for(w.params)) != self.protocol else {})
@@ -202,6 +204,10 @@ class Launch(LaunchStep):
         p = w.params
         if p.openai.endpoints:
             return {}
+        if p.layout is not None:  # nodes' addresses and ports are known at launch only
+            hosts = [f"<node{k}>" for k in range(p.layout.nodes)]
+            rendered = render_layout(p, hosts, lambda name: f"<{name}_port>", "<layout>", "<model>")
+            return normalise({"layout": rendered, "cwd": "<root>"})
         ports = p.openai.ports or ["<port>"] * num_servers(p)
         specs = self._specs(p, f"<root>/{w.rel('repo')}", "<model>", ports, "<root>")
         return normalise({"argv": [s.argv for s in specs], "env": [s.env for s in specs], "cwd": "<root>"})
@@ -211,12 +217,38 @@ class Launch(LaunchStep):
         if o.endpoints:
             return {"servers": external_servers(parse_endpoints(o.endpoints), [served_name(p)], o.ready_timeout_s,
                                                 protocol=self.protocol_for(p))}
+        if p.layout is not None:
+            return {"servers": self._launch_layout(w)}
         ports = [t[0] for t in server_ports(num_servers(p), o.bind, o.ports, per_server=1)]
         specs = self._specs(p, os.path.join(str(root), w.rel("repo")), os.path.join(str(root), w.layout["model"]),
                             ports, str(root))
         return {"servers": launch(specs, w.out_dir, ready_timeout_s=o.ready_timeout_s, warmup_prompt=[1, 2, 3, 4],
                                   streaming=False, on_spawn=w.on_spawn, log=w.log,
                                   names={str(root): "<root>"})}
+
+
+    def _launch_layout(self, w: Work) -> list[dict]:
+        """The layout's instances on their nodes of the Slurm allocation, workers ready before the
+        router; each role's config files written under this artifact's `layout/`."""
+        p, o, root = w.params, w.params.openai, str(w.root)
+        targets = node_targets(p.layout, o.bind, "openai.bind")
+        picked = iter(t[0] for t in server_ports(len(port_names(p)), o.bind, (), per_server=1))
+        ports = {name: next(picked) for name in port_names(p)}
+        model_dir = os.path.join(root, w.layout["model"])
+        rendered = render_layout(p, [t[1] for t in targets], ports.__getitem__, str(w.out_dir / "layout"), model_dir)
+        for r in rendered:
+            for name, doc in r["files"].items():
+                (w.out_dir / "layout" / r["name"]).mkdir(parents=True, exist_ok=True)
+                (w.out_dir / "layout" / r["name"] / name).write_text(yaml.safe_dump(doc, sort_keys=True))
+        specs = [LaunchSpec(index=k, argv=r["argv"], host=o.bind, ports={"serve": r["port"]},
+                            models=(served_name(p),), env={**server_env(p, []), **r["env"]} if r["role"] != "router"
+                            else {}, protocol=self.protocol_for(p), mode=o.server,
+                            repo=str(w.out_dir / "layout" / r["name"]), cwd=root)
+                 for k, r in enumerate(rendered)]
+        specs = placed(specs, place(p.layout), targets)
+        groups = [[s for s in specs if s.role in stage] for stage in LAUNCH_ORDER]
+        return launch_in_order(groups, w.out_dir, ready_timeout_s=o.ready_timeout_s, warmup_prompt=[1, 2, 3, 4],
+                               streaming=False, on_spawn=w.on_spawn, log=w.log, names={root: "<root>"})
 
 
 class OpenAIBackend(Backend):

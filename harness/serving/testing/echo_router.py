@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import itertools
 import json
+import signal
 
 from harness.serving.testing.echo_openai import _head, _read_request
 
@@ -143,8 +144,12 @@ def main() -> None:
 
     async def run():
         server = await asyncio.start_server(lambda r, w: _serve(r, w, router), args.host, args.port, backlog=1024)
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        loop.add_signal_handler(signal.SIGTERM, stop.set)  # stopped as servers are: its counts go to its log
         async with server:
-            await server.serve_forever()
+            await stop.wait()
+        print(f"echo router requests per role: {json.dumps(router.stats)}", flush=True)
 
     asyncio.run(run())
 

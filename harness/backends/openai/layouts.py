@@ -1,0 +1,47 @@
+"""An OpenAI stack's serving layout as launched: which layouts launch, the ports they need, and every
+instance rendered (disagg.py's pure functions) for the nodes' addresses and ports of one launch.
+
+A layout launches when each of its instances fits on one node; tp/pp across nodes (one instance over
+several nodes, through MPI or `srun`) is refused before any stage. Ports are picked at launch, one per
+instance, plus a bootstrap port per SGLang prefill worker."""
+from __future__ import annotations
+
+from typing import Callable
+
+from harness.backends.openai.disagg import render
+from harness.serving.layout import PlacementError, place
+
+
+def launch_problems(p) -> list[str]:
+    """A layout perfdag cannot launch (the stack's own role rules are backends/roles.py's)."""
+    out = []
+    if p.openai.ports:
+        out.append("openai.ports: a layout's ports are picked when it launches; remove openai.ports")
+    if p.openai.endpoints:
+        out.append("openai.endpoints: a layout is launched by perfdag, endpoints are servers it does not launch; "
+                   "remove one")
+    try:
+        instances = place(p.layout)
+    except PlacementError:
+        return out  # named by backends/roles.py
+    for inst in instances:
+        if len(inst.nodes) > 1:
+            out.append(f"layout.roles.{inst.role}.gpus_per_instance: {inst.name} spans {len(inst.nodes)} nodes; "
+                       "tp/pp across nodes is not launched yet: give each instance at most layout.gpus_per_node GPUs")
+            break
+    return out
+
+
+def port_names(p) -> list[str]:
+    """The ports a launch needs, by name: each instance's, and each SGLang prefill worker's bootstrap."""
+    names = []
+    for inst in place(p.layout):
+        names.append(inst.name)
+        if p.openai.server == "sglang" and inst.role == "context":
+            names.append(f"{inst.name}_bootstrap")
+    return names
+
+
+def render_layout(p, hosts: list[str], port: Callable[[str], object], layout_dir: str, model_dir: str) -> list[dict]:
+    """Every instance of `p.layout` rendered for these node addresses and ports (`port(name)`)."""
+    return render(p, place(p.layout), hosts, {name: port(name) for name in port_names(p)}, layout_dir, model_dir)
