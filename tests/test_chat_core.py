@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import REPO
 
@@ -94,7 +95,8 @@ def _run(url, rows, tmp_path, *, kind="vllm", scenario="Server", mode="AccuracyO
                     warmup_queries=1, max_new_tokens=tokens, progress=False, protocol="openai-chat",
                     prompt_texts=chat_parts(samples, kind), api=api, max_in_flight=in_flight)
     entries = json.loads((tmp_path / "mlperf_log_accuracy.json").read_text()) if mode == "AccuracyOnly" else []
-    logged = {e["qsl_idx"]: (bytes.fromhex(e["data"]).decode(), e.get("token_count")) for e in entries}
+    raw = {e["qsl_idx"]: (bytes.fromhex(e["data"]), e.get("token_count")) for e in entries}
+    logged = {k: (data.decode() if log == "text" else data, n) for k, (data, n) in raw.items()}
     return r, logged, chat.read_answers(tmp_path)
 
 
@@ -162,7 +164,8 @@ def test_chat_core_matches_a_bare_aiohttp_client_on_transformers_serve(tiny_chat
 
 def test_a_reasoning_delta_is_the_first_token_and_stays_apart(tmp_path):
     """The first reasoning_content delta is the first token (not the empty role chunk before it, nor the
-    first content delta after it); reasoning is logged apart from content, which alone goes to LoadGen."""
+    first content delta after it); reasoning and content are kept apart in chat_answers, and LoadGen logs
+    the reasoning then the content (what MLCommons' endpoints client scores)."""
     url, proc = _echo("--reasoning-tokens", "6", "--token-delay-ms", "40")
     try:
         r, logged, answers = _run(url, _texts(3), tmp_path)
@@ -171,8 +174,28 @@ def test_a_reasoning_delta_is_the_first_token_and_stays_apart(tmp_path):
     assert 35 <= r["ttft_ms"]["p50"] < 200  # first reasoning delta ~40 ms; first content ~280 ms
     for i in range(3):
         assert answers[i]["reasoning_content"].count(" r") == 6 and " r" not in answers[i]["content"]
-        assert logged[i][0] == answers[i]["content"] and logged[i][0].count(" t") == 2
+        assert logged[i][0] == answers[i]["reasoning_content"] + answers[i]["content"]
+        assert answers[i]["content"].count(" t") == 2 and logged[i][0].count(" r") == 6
         assert logged[i][1] == 8  # usage counts every generated token, reasoning included
+
+
+def test_a_reasoning_benchmark_logs_the_token_ids_of_reasoning_then_content(tiny_chat_model, tmp_path):
+    """Logged as token ids (deepseek-r1's and gpt-oss-120b's scripts read ids): the ids of the reasoning
+    followed by the content, so the script sees the whole generation and tokens per sample count it."""
+    from transformers import AutoTokenizer
+
+    url, proc = _echo("--reasoning-tokens", "5")
+    try:
+        _, logged, answers = _run(url, _texts(3), tmp_path, tokenizer=tiny_chat_model, log="token_ids")
+    finally:
+        _stop(proc)
+    tok = AutoTokenizer.from_pretrained(tiny_chat_model)
+    for i in range(3):
+        whole = answers[i]["reasoning_content"] + answers[i]["content"]
+        assert answers[i]["reasoning_content"].count(" r") == 5
+        ids = np.frombuffer(logged[i][0], dtype=np.int32).tolist()
+        assert ids == tok.encode(whole, add_special_tokens=False)
+        assert tok.decode(ids).count(" r") == 5
 
 
 def test_image_parts_arrive_byte_identical(tmp_path):
