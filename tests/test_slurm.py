@@ -378,7 +378,11 @@ def test_a_server_crash_mid_measurement_is_relaunched_in_a_new_allocation(fullru
     assert again["job_id"] != job_id and job_state(again["job_id"]) == "CANCELLED"  # ended with the run
     assert (root / "RunLoadgen" / step["key"][:16] / "manifest.json").is_file()
     relaunched = [r for r in run_records(root) if r.get("server_relaunches")]
-    assert relaunched and relaunched[-1]["server_relaunches"][0]["servers"] == [job_id], relaunched
+    assert relaunched, run_records(root)
+    # the record names the allocation, then each server that went, as seen from inside it
+    named = relaunched[-1]["server_relaunches"][0]["servers"]
+    assert named[0] == job_id and [s.split(" (pid ")[0] for s in named[1:]] == ["server 0"], named
+    assert all(s.endswith(" is gone") or " crashed (" in s for s in named[1:]), named
     assert_nothing_left(root)
 
 
