@@ -226,7 +226,6 @@ class Launch(LaunchStep):
                                   streaming=False, on_spawn=w.on_spawn, log=w.log,
                                   names={str(root): "<root>"})}
 
-
     def _launch_layout(self, w: Work) -> list[dict]:
         """The layout's instances on their nodes of the Slurm allocation, workers ready before the
         router; each role's config files written under this artifact's `layout/`."""
