@@ -219,9 +219,9 @@ def test_a_server_killed_on_the_second_node_mid_measurement_is_relaunched(cluste
 
 
 def _stack_stand_ins(bin_dir: Path) -> dict:
-    """`vllm`, `vllm-router` and `trtllm-serve` programs that start the echo server and router on what perfdag's rendered
-    command lines name (harness/serving/testing/echo_stack.py: only the GPU-only programs are replaced);
-    returns the environment that puts them first on PATH."""
+    """`vllm`, `vllm-router` and `trtllm-serve` programs that start the echo server and router on what
+    perfdag's rendered command lines name (harness/serving/testing/echo_stack.py: only the GPU-only
+    programs are replaced); returns the environment that puts them first on PATH."""
     bin_dir.mkdir()
     for name in ("vllm", "vllm-router", "trtllm-serve"):
         script = bin_dir / name

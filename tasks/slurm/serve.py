@@ -18,6 +18,7 @@ import logging
 import os
 import signal
 import subprocess
+import sys
 import time
 from typing import TYPE_CHECKING
 
@@ -43,22 +44,25 @@ _GONE = ("import json, sys; from harness.serving.launcher import gone_servers; "
          "print(chr(10).join(gone_servers(json.loads(sys.argv[1]), sys.argv[2])))")
 
 
-def gone_in_allocation(task: "LaunchServers") -> list[str]:
-    """The recorded instances that are gone, each named by its role and node ('generation 1 on node7 (pid
-    ...) is gone'), as seen from inside their allocation, where the srun steps that hold them run."""
-    alloc = allocation_of(task.servers())
-    if alloc is None:
-        return []
-    import sys
-
-    argv = srun_argv(alloc[0], [sys.executable, "-c", _GONE, json.dumps(task.servers()), str(task.artifact_dir)],
+def _in_allocation(task: "LaunchServers", job_id: str, code: str, arg: str,
+                   timeout_s: float) -> subprocess.CompletedProcess | None:
+    """`python -c code <servers.json> arg` as a step of the servers' allocation, where the processes
+    that hold them run (None: it did not finish in time)."""
+    argv = srun_argv(job_id, [sys.executable, "-c", code, json.dumps(task.servers()), arg],
                      name=f"perfdag-probe-{task.key[:16]}")
     try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=REPO_ROOT,
-                             env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, cwd=REPO_ROOT,
+                              env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
     except subprocess.TimeoutExpired:
-        return []
-    return [line for line in out.stdout.splitlines() if line.strip()]
+        return None
+
+
+def gone_in_allocation(task: "LaunchServers") -> list[str]:
+    """The recorded instances that are gone, each named by its role and node ('generation 1 on node7 (pid
+    ...) is gone'), as seen from inside their allocation."""
+    alloc = allocation_of(task.servers())
+    out = alloc and _in_allocation(task, alloc[0], _GONE, str(task.artifact_dir), 60)
+    return [line for line in out.stdout.splitlines() if line.strip()] if out else []
 
 
 def serving(task: "StageTask") -> bool:
@@ -97,16 +101,8 @@ def live(task: "LaunchServers", patience_s: float = 30.0) -> bool:
     lines = job_lines(job_id)
     if not lines or lines[0].get("JobState") != "RUNNING" or not serves_key(lines[0], task.key[:16]):
         return False  # (a servers.json naming another job is no allocation of these servers: nothing runs in it)
-    import sys
-
-    argv = srun_argv(job_id, [sys.executable, "-c", _PROBE, json.dumps(task.servers()), str(patience_s)],
-                     name=f"perfdag-probe-{task.key[:16]}")
-    try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=patience_s + 60, cwd=REPO_ROOT,
-                             env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
-    except subprocess.TimeoutExpired:
-        return False
-    return out.returncode == 0
+    out = _in_allocation(task, job_id, _PROBE, str(patience_s), patience_s + 60)
+    return out is not None and out.returncode == 0
 
 
 def launch(task: "LaunchServers") -> None:

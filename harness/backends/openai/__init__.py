@@ -24,7 +24,8 @@ from harness.cache.executed import normalise
 from harness.config.openai import protocol as openai_protocol
 from harness.mlperf import benchmarks
 from harness.cache.versions import versions
-from harness.backends.openai.layouts import launch_problems, port_names, render_layout
+from harness.backends.openai.disagg import render
+from harness.backends.openai.layouts import launch_problems, port_names
 from harness.serving.launcher import external_servers, launch, launch_in_order
 from harness.serving.layout import LAUNCH_ORDER, node_targets, place, placed
 from harness.serving.ports import port_count_problems, server_ports
@@ -206,7 +207,9 @@ class Launch(LaunchStep):
             return {}
         if p.layout is not None:  # nodes' addresses and ports are known at launch only
             hosts = [f"<node{k}>" for k in range(p.layout.nodes)]
-            rendered = render_layout(p, hosts, lambda name: f"<{name}_port>", "<layout>", "<model>")
+            instances = place(p.layout)
+            ports = {name: f"<{name}_port>" for name in port_names(p.openai.server, instances)}
+            rendered = render(p, instances, hosts, ports, "<layout>", "<model>")
             return normalise({"layout": rendered, "cwd": "<root>"})
         ports = p.openai.ports or ["<port>"] * num_servers(p)
         specs = self._specs(p, f"<root>/{w.rel('repo')}", "<model>", ports, "<root>")
@@ -230,11 +233,11 @@ class Launch(LaunchStep):
         """The layout's instances on their nodes of the Slurm allocation, workers ready before the
         router; each role's config files written under this artifact's `layout/`."""
         p, o, root = w.params, w.params.openai, str(w.root)
-        targets = node_targets(p.layout, o.bind, "openai.bind")
-        picked = iter(t[0] for t in server_ports(len(port_names(p)), o.bind, (), per_server=1))
-        ports = {name: next(picked) for name in port_names(p)}
-        model_dir = os.path.join(root, w.layout["model"])
-        rendered = render_layout(p, [t[1] for t in targets], ports.__getitem__, str(w.out_dir / "layout"), model_dir)
+        targets, instances = node_targets(p.layout, o.bind, "openai.bind"), place(p.layout)
+        names = port_names(o.server, instances)
+        ports = dict(zip(names, (t[0] for t in server_ports(len(names), o.bind, (), per_server=1))))
+        rendered = render(p, instances, [t[1] for t in targets], ports, str(w.out_dir / "layout"),
+                          os.path.join(root, w.layout["model"]))
         for r in rendered:
             for name, doc in r["files"].items():
                 (w.out_dir / "layout" / r["name"]).mkdir(parents=True, exist_ok=True)
@@ -244,7 +247,7 @@ class Launch(LaunchStep):
                             else {}, protocol=self.protocol_for(p), mode=o.server,
                             repo=str(w.out_dir / "layout" / r["name"]), cwd=root)
                  for k, r in enumerate(rendered)]
-        specs = placed(specs, place(p.layout), targets)
+        specs = placed(specs, instances, targets)
         groups = [[s for s in specs if s.role in stage] for stage in LAUNCH_ORDER]
         return launch_in_order(groups, w.out_dir, ready_timeout_s=o.ready_timeout_s, warmup_prompt=[1, 2, 3, 4],
                                streaming=False, on_spawn=w.on_spawn, log=w.log, names={root: "<root>"})

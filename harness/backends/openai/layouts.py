@@ -1,14 +1,11 @@
-"""An OpenAI stack's serving layout as launched: which layouts launch, the ports they need, and every
-instance rendered (disagg.py's pure functions) for the nodes' addresses and ports of one launch.
+"""An OpenAI stack's serving layout as launched: which layouts launch, and the ports they need (each
+instance is rendered by disagg.py's pure functions for the nodes' addresses and these ports).
 
 A layout launches when each of its instances fits on one node; tp/pp across nodes (one instance over
 several nodes, through MPI or `srun`) is refused before any stage. Ports are picked at launch, one per
 instance, plus a bootstrap port per SGLang prefill worker."""
 from __future__ import annotations
 
-from typing import Callable
-
-from harness.backends.openai.disagg import render
 from harness.serving.layout import PlacementError, place
 
 
@@ -32,16 +29,11 @@ def launch_problems(p) -> list[str]:
     return out
 
 
-def port_names(p) -> list[str]:
+def port_names(server: str, instances) -> list[str]:
     """The ports a launch needs, by name: each instance's, and each SGLang prefill worker's bootstrap."""
     names = []
-    for inst in place(p.layout):
+    for inst in instances:
         names.append(inst.name)
-        if p.openai.server == "sglang" and inst.role == "context":
+        if server == "sglang" and inst.role == "context":
             names.append(f"{inst.name}_bootstrap")
     return names
-
-
-def render_layout(p, hosts: list[str], port: Callable[[str], object], layout_dir: str, model_dir: str) -> list[dict]:
-    """Every instance of `p.layout` rendered for these node addresses and ports (`port(name)`)."""
-    return render(p, place(p.layout), hosts, {name: port(name) for name in port_names(p)}, layout_dir, model_dir)

@@ -1,8 +1,9 @@
 """Stands in for a GPU serving stack's programs where there is no GPU (tests of layouts on CPU): the
 command lines perfdag renders for vLLM's `vllm serve` and `vllm-router`, and for `trtllm-serve` and
 `trtllm-serve disaggregated -c CONFIG`, start the echo server and the echo router on the host and port
-they name (the trtllm-serve router's from its config file, as the real one reads them), so a layout launches, is measured and is stopped through
-perfdag's real code, with only the GPU-only programs replaced. Which flags those programs' own parsers
+they name (the trtllm-serve router's from its config file, as the real one reads them), so a layout
+launches, is measured and is stopped through perfdag's real code, with only the GPU-only programs
+replaced. Which flags those programs' own parsers
 accept is checked elsewhere (tests/test_serving_roles.py, against their sources).
 
     python -m harness.serving.testing.echo_stack vllm serve MODEL --host H --port P [...]
@@ -15,10 +16,23 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 
 def _address(url: str) -> str:
     return url.split("://", 1)[-1].rstrip("/")
+
+
+def _server(host: str, port: int, *extra: str) -> list[str]:
+    """The echo server on host:port (a worker of the stack)."""
+    return [sys.executable, "-m", "harness.serving.testing.echo_openai", "--host", host, "--port", str(port),
+            "--token-delay-ms", os.environ.get("ECHO_STACK_TOKEN_DELAY_MS", "1"), *extra]
+
+
+def _router(host: str, port: int, context: list[str], generation: list[str]) -> list[str]:
+    """The echo router on host:port over these workers (host:port each)."""
+    return [sys.executable, "-m", "harness.serving.testing.echo_router", "--host", host, "--port", str(port),
+            "--context", *context, "--generation", *generation]
 
 
 def main(argv: list[str]) -> None:
@@ -30,29 +44,24 @@ def main(argv: list[str]) -> None:
         if rest[:1] != ["serve"]:
             sys.exit(f"echo_stack vllm: only `vllm serve MODEL ...` is stood in for, not {rest[:1]}")
         args, _ = ap.parse_known_args(rest[2:])
-        run = [sys.executable, "-m", "harness.serving.testing.echo_openai", "--host", args.host,
-               "--port", str(args.port), "--token-delay-ms", os.environ.get("ECHO_STACK_TOKEN_DELAY_MS", "1")]
+        run = _server(args.host, args.port)
     elif program == "vllm-router":
         ap.add_argument("--prefill", action="append", default=[])
         ap.add_argument("--decode", action="append", default=[])
         args, _ = ap.parse_known_args(rest)
         if not (args.prefill and args.decode):
             sys.exit("echo_stack vllm-router: the echo router needs --prefill and --decode workers")
-        run = [sys.executable, "-m", "harness.serving.testing.echo_router", "--host", args.host, "--port",
-               str(args.port), "--context", *map(_address, args.prefill), "--generation", *map(_address, args.decode)]
+        run = _router(args.host, args.port, [*map(_address, args.prefill)], [*map(_address, args.decode)])
     elif program == "trtllm-serve" and rest[:1] == ["disaggregated"]:
         import yaml
 
         cfg = argparse.ArgumentParser(prog="trtllm-serve disaggregated")
         cfg.add_argument("-c", "--config_file", required=True)
-        doc = yaml.safe_load(open(cfg.parse_known_args(rest[1:])[0].config_file))
-        run = [sys.executable, "-m", "harness.serving.testing.echo_router", "--host", doc["hostname"], "--port",
-               str(doc["port"]), "--context", *doc["context_servers"]["urls"],
-               "--generation", *doc["generation_servers"]["urls"]]
+        doc = yaml.safe_load(Path(cfg.parse_known_args(rest[1:])[0].config_file).read_text())
+        run = _router(doc["hostname"], doc["port"], doc["context_servers"]["urls"], doc["generation_servers"]["urls"])
     elif program == "trtllm-serve":
         args, _ = ap.parse_known_args(rest[1:])
-        run = [sys.executable, "-m", "harness.serving.testing.echo_openai", "--host", args.host, "--port",
-               str(args.port), "--token-ids", "--token-delay-ms", os.environ.get("ECHO_STACK_TOKEN_DELAY_MS", "1")]
+        run = _server(args.host, args.port, "--token-ids")  # trtllm-serve returns token ids (detokenize: false)
     else:
         sys.exit(f"echo_stack: no stand-in for {program!r} (vllm, vllm-router, trtllm-serve)")
     os.execv(run[0], run)  # the stand-in is the process perfdag started: signals and records reach it
