@@ -5,8 +5,9 @@ on the shared root), with the local scheduler: build stages, servers and LoadGen
 (it is the point's allocation; no nested jobs, which could wait forever for the CPUs the array
 holds). Points that share a stage share its key, and perfdag's per-key locks make concurrent tasks
 build it once: the first builds, the others wait on the lock and reuse it. Servers are shared the
-same way by tasks on the same node; a task that launched servers other tasks still lease waits
-for them before it ends (its servers end with its job). The worker submits, streams each task's
+same way, across nodes too: a task on another node measures against them at their address while
+the job that launched them runs (harness/serving/elsewhere.py), and a task that launched servers
+other tasks still lease waits for them before it ends (its servers end with its job). The worker submits, streams each task's
 progress, waits for the array, reports per point, then writes the sweep's table from the points'
 reports as a Sweep without Slurm does.
 """
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING
 from harness.cache import runs as runlog
 from harness.cache.store import ArtifactStore
 from harness.serving.registry import ServerRegistry
+from harness.serving.spec import this_node
 from harness.slurm import JobError, JobSpec, SlurmJob, cancel, job_lines, submit
 from tasks.base import log
 from tasks.settings import REPO_ROOT, artifacts_root, params_path
@@ -153,13 +155,12 @@ def _cli_args(point) -> list[str]:
 def point_main(points_file: str) -> int:
     """Inside array task i: point i's FullRun (the luigi CLI, local scheduler, a run of its own), then
     the servers it launched stay up while other tasks still lease them."""
-    import socket
     import subprocess
 
     i = int(os.environ["SLURM_ARRAY_TASK_ID"])
     point = json.loads(open(points_file).read())[i]
     print(f"perfdag: sweep point {point['label']} in Slurm job {os.environ.get('SLURM_ARRAY_JOB_ID')}_{i} "
-          f"on {socket.gethostname()}", flush=True)
+          f"on {this_node()}", flush=True)
     env = {k: v for k, v in os.environ.items() if k != runlog.ENV}
     rc = subprocess.call([sys.executable, "-m", "luigi", "--module", "pipeline", "FullRun", "--local-scheduler",
                           *point["args"]], cwd=REPO_ROOT, env=env)
@@ -175,10 +176,7 @@ def _wait_for_other_holders(poll_s: float = 1.0) -> None:
     store = ArtifactStore(artifacts_root())
     registry = ServerRegistry(store.root)
     job = os.environ.get("SLURM_JOB_ID")
-    import socket
-
-    host = socket.gethostname()
-    mine = {r["key16"] for r in registry.records() if r.get("node") == host and _launched_in(r, job)}
+    mine = {r["key16"] for r in registry.records() if r.get("node") == this_node() and _launched_in(r, job)}
     said = set()
     while mine:
         for key16 in sorted(mine):

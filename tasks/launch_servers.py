@@ -13,9 +13,11 @@ from pathlib import Path
 
 from harness.backends import backend_for
 from harness.cache import runs as runlog
-from harness.errors import ArtifactError, PerfdagError
+from harness.errors import ArtifactError, PerfdagError, ServingError
+from harness.serving.elsewhere import addressed, reachable_from_here, running_elsewhere
 from harness.serving.records import read_servers
 from harness.serving.registry import ServerRegistry
+from harness.serving.spec import this_node, url_of
 from tasks import lifecycle, trust
 from tasks.base import StageTask, host_resource, log
 from tasks.fill_triton_repo import FillTritonRepo
@@ -151,6 +153,18 @@ class LaunchServers(StageTask):
             log.info("LaunchServers %s: stopped the servers it launched (pids %s)", self.key[:16],
                      ", ".join(map(str, stopped)))
 
+    def refuse_clobbering(self) -> None:
+        """Servers of this key launched by a Sweep's array task on another node, whose job still runs,
+        are that task's to stop: they are not replaced from here (the points on that node still use them)."""
+        there = [r for r in self.servers() if running_elsewhere(r)]
+        if there:
+            r, field = there[0], f"{backend_for(self.params).launch.section}.bind"
+            why = (f"they listen on {r['host']}, which {this_node()} cannot reach; set {field}=0.0.0.0 so that "
+                   "points on other nodes share them" if not reachable_from_here(r) else
+                   f"they did not answer from {this_node()} at {url_of(r)}")
+            raise ServingError(f"LaunchServers {self.key[:16]}: its servers run on {r['node']} in Slurm job "
+                               f"{r['launch_job']}, which another point of this sweep launched; {why}")
+
     def build(self, out_dir: Path) -> dict:
         # Under the key's lock: the registry stops what a stale launch left, and records each server.
         layout = self.verified_repo(self.upstream()["repo"])
@@ -160,7 +174,8 @@ class LaunchServers(StageTask):
             return step.run(self.work(running=True, out_dir=out_dir, final_dir=self.artifact_dir, layout=layout,
                                       on_spawn=on_spawn, log=log.info))["servers"]
 
+        self.refuse_clobbering()
         marks = slurm_serve.job_marks(self)  # inside a Slurm job: the node (and the allocation)
-        servers = self.registry.replace(self.key[:16], self.servers(), start, marks)
+        servers = [addressed(rec) for rec in self.registry.replace(self.key[:16], self.servers(), start, marks)]
         (out_dir / SERVERS_FILE).write_text(json.dumps({"servers": servers}, indent=2))
         return {"servers": servers}

@@ -46,6 +46,7 @@ NOT_SHAPING = {
     "harness.backends.trtllm": "",
     "harness.serving.processes": "process plumbing: how processes start and die, not what they compute",
     "harness.serving.ports": "", "harness.serving.launcher": "", "harness.serving.registry": "",
+    "harness.serving.spec": "", "harness.serving.elsewhere": "",
     "harness.gc.leftovers": "", "harness.serving.endpoints": "", "harness.serving.triton.client": "",
     "harness.serving.records": "checks what is read back of servers, never what a stage computes",
     "harness.loadgen.semaphores": "names the driver's semaphores so they can be cleaned up; no results",

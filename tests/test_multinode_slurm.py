@@ -310,3 +310,66 @@ def test_a_generation_worker_killed_mid_measurement_is_named_and_the_layout_rela
         assert again["job_id"] != job_id and job_state(again["job_id"]) == "CANCELLED"
         assert (root / "RunLoadgen" / step["key"][:16] / "manifest.json").is_file()
         assert_nothing_left(root)
+
+
+def test_two_array_tasks_on_two_nodes_share_one_launch_of_their_servers(cluster2, built_fast, tmp_path):
+    """A 2-point Sweep whose points share their servers (they differ only in LoadGen settings), one array
+    task per node (--exclusive): one task launches the servers on its node, the other leases them from the
+    other node and measures against them; they are launched once, and nothing is left afterwards."""
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(f"name: two_nodes\nbase: {REPO / 'params' / 'default.yaml'}\n"
+                     f"overrides: \"{FAST}{SHORT},{SLURM},slurm.max_parallel=2,slurm.extra_args=[--exclusive]\"\n"
+                     "grid:\n  loadgen.min_duration_ms: [3000, 3200]\n")
+    with copied_root(built_fast, tmp_path / "artifacts") as root:
+        proc = run_luigi("Sweep", "--sweep", str(sweep), artifacts=root, check=False, timeout=900)
+        assert proc.returncode in (0, 10, 11, 12), f"Sweep failed ({proc.returncode}):\n{proc.stderr[-6000:]}"
+        tasks = jobs(root, "array task")
+        assert sorted(t["node"] for t in tasks) == node_names(), tasks  # one task on each node
+        launch = [(run["run_id"], v["status"]) for run in run_records(root) for v in run["stages"].values()
+                  if v["stage"] == "LaunchServers"]
+        assert sorted(s for _, s in launch) == ["built", "reused"], launch
+        (servers_json,) = root.glob("LaunchServers/*/servers.json")
+        (rec,) = json.loads(servers_json.read_text())["servers"]
+        launcher = next(t for t in tasks if t["node"] == rec["node"])
+        assert rec["launch_job"] and rec["launch_job"] != launcher["job_id"].split("_")[0]  # the task's own job id
+        assert len(list(root.glob("RunLoadgen/*/result.json"))) == 2
+        assert_nothing_left(root)
+
+
+def test_servers_launched_on_another_node_are_alive_while_their_job_runs_there(cluster2, tmp_path):
+    """A record and a lease made on another node are judged by the job that made them, never by a pid on
+    this host: alive while that job is RUNNING there; `servers stop` from outside any job leaves such
+    servers to their job and says so; once the job ends, the lease no longer counts."""
+    from harness.serving.registry import ServerRegistry
+
+    n1 = node_names()[1]
+    job = subprocess.run(["sbatch", "--parsable", f"--nodelist={n1}", "--mem=100M", "--output=/dev/null",
+                          "--wrap=sleep 300"], capture_output=True, text=True, timeout=60)
+    assert job.returncode == 0, job.stderr
+    job_id = job.stdout.strip().split(";")[0]
+    try:
+        deadline = time.monotonic() + 60
+        while job_state(job_id) != "RUNNING":
+            assert time.monotonic() < deadline, job_state(job_id)
+            time.sleep(0.5)
+        root = tmp_path / "artifacts"
+        registry = ServerRegistry(root)
+        registry.record("k" * 16, {"host": "127.0.0.1", "port": 9, "models": ["m"], "pid": os.getpid(),
+                                   "create_time": psutil.Process().create_time(), "token": "0" * 32,
+                                   "node": n1, "launch_job": job_id})
+        registry.lease("k" * 16, {"run_id": "20261127T000000-999999", "pid": 999999, "node": n1,
+                                  "slurm_job": job_id})
+        assert [h["node"] for h in registry.holders("k" * 16)] == [n1]  # pid 999999 is not on this host
+        out = subprocess.run([sys.executable, "-m", "pipeline", "servers", "stop", "--all"], cwd=REPO,
+                             env={**os.environ, "PERFDAG_ARTIFACTS": str(root)}, capture_output=True, text=True,
+                             timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert f"left {'k' * 16} pid {os.getpid()} on {n1}: Slurm job {job_id} launched it" in out.stdout, out.stdout
+        assert len(registry.records("k" * 16)) == 1  # still there for the task that launched it
+    finally:
+        subprocess.run(["scancel", job_id], capture_output=True, timeout=30)
+    deadline = time.monotonic() + 60
+    while job_state(job_id) == "RUNNING" and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert registry.holders("k" * 16) == []  # its job ended: the lease is gone
+    assert ServerRegistry(root).stop("k" * 16) == [] and registry.records("k" * 16) == []  # forgotten, nothing signalled

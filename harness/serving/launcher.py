@@ -19,6 +19,7 @@ from typing import Callable, Iterator, Sequence
 
 from harness.cache.executed import normalise
 from harness.serving import records
+from harness.serving.elsewhere import reachable_from_here, running_elsewhere
 from harness.serving.ports import port_in_use
 from harness.serving.processes import (
     Process,
@@ -261,6 +262,14 @@ def remove_shm(rec: dict) -> list[str]:
     return remove_shm_files(regions)
 
 
+def _running(rec: dict) -> bool:
+    """Still the process we started (on this node), or launched on another node by a Slurm job that
+    still runs there and reachable from here (a Sweep's array task sharing its servers)."""
+    if rec.get("external") or is_ours(rec):
+        return True
+    return not on_this_host(rec) and running_elsewhere(rec) and reachable_from_here(rec)
+
+
 def servers_live(records: Sequence[dict], timeout_s: float = 2.0, patience_s: float = 0.0) -> bool:
     """Every server answers ready for all its models (and, when we launched it, still is our pid).
 
@@ -268,12 +277,12 @@ def servers_live(records: Sequence[dict], timeout_s: float = 2.0, patience_s: fl
     that does not answer is asked again, with longer timeouts, for up to that long before it counts
     as down (a dead process counts as down at once)."""
     for rec in records:
-        if not rec.get("external") and not is_ours(rec):
+        if not _running(rec):
             return False
         proto = client_for(rec.get("protocol", "triton-grpc"))
         deadline, t = time.monotonic() + patience_s, timeout_s
         while not proto.probe(url_of(rec), rec["models"], t):
-            if time.monotonic() + t > deadline or (not rec.get("external") and not is_ours(rec)):
+            if time.monotonic() + t > deadline or not _running(rec):
                 return False
             t = min(t * 2, 10.0)
     return True

@@ -62,7 +62,8 @@ class ServerRecord(StrictRecord):
     shm_prefix: Annotated[str, AfterValidator(_shm_prefix)] | None = None
     log: Annotated[str, AfterValidator(_inside)] | None = None
     node: Text | None = None
-    slurm_job: JobId | None = None
+    slurm_job: JobId | None = None   # the allocation the servers live in (slurm.serve)
+    launch_job: JobId | None = None  # the Slurm job that launched them in place (a Sweep's array task)
     # In a serving layout: its role, and the Slurm node it runs on through `srun --overlap` (the
     # recorded pid is that step's client, on `node`). Named in errors; never acted on.
     role: Literal["server", "context", "generation", "router"] | None = None
@@ -87,6 +88,8 @@ class LeaseRecord(StrictRecord):
     pid: Annotated[int, Field(gt=0)]
     create_time: Time | None = None
     host: str | None = None
+    node: Text | None = None       # inside a Slurm job: its node, and the job (alive while it runs there)
+    slurm_job: JobId | None = None
     since: Time | None = None
 
 

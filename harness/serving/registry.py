@@ -32,7 +32,8 @@ from harness.errors import PerfdagError
 from harness.serving import records
 from harness.serving.launcher import is_ours, remove_shm, servers_live, stop_recorded
 from harness.serving.processes import is_same_process, start_time
-from harness.serving.spec import on_this_host
+from harness.serving.elsewhere import job_runs_there, running_elsewhere
+from harness.serving.spec import on_this_host, this_node
 from harness.slurm import cancel, job_lines, wait_ended
 from harness.untrusted.records import ignored, read
 
@@ -51,8 +52,9 @@ def run_holder(run_id: str) -> dict:
     """A lease holder for the run `run_id` ('<time>-<pid>'): the run's main process, whichever
     worker process asks."""
     pid = int(run_id.rsplit("-", 1)[1])
+    job = os.environ.get("SLURM_JOB_ID")
     return {"run_id": run_id, "pid": pid, "create_time": start_time(pid), "host": socket.gethostname(),
-            "since": time.time()}
+            "since": time.time(), **({"node": this_node(), "slurm_job": job} if job else {})}
 
 
 class ServerRegistry:
@@ -126,6 +128,8 @@ class ServerRegistry:
             self.end_allocation(key16)
         stopped = []
         for rec in self.records(key16):
+            if running_elsewhere(rec):  # the array task that launched them stops them, once unleased
+                continue
             stopped += stop_recorded([rec], timeout)
             self._unlink(Path(rec["_file"]))
         self._unlink(self._dir(key16) / "keep")
@@ -221,7 +225,11 @@ class ServerRegistry:
             h = read(records.LeaseRecord, f, inside=self.base)
             if h is None:  # malformed (reported) or gone: no holder, and the file is left as it is
                 continue
-            if is_same_process(h["pid"], h.get("create_time")):
+            if h.get("node") and h["node"] != this_node():  # a run on another node: alive while its job is
+                alive = job_runs_there(h.get("slurm_job"), h["node"])
+            else:
+                alive = is_same_process(h["pid"], h.get("create_time"))
+            if alive:
                 out.append(h)
             else:
                 self._unlink(f)
@@ -269,7 +277,7 @@ def list_servers(root: Path) -> list[dict]:
     for rec in registry.records():
         key16 = rec["key16"]
         seen.add((key16, rec.get("pid")))
-        state = "ready" if servers_live([rec]) else ("running" if is_ours(rec) else "gone")
+        state = "ready" if servers_live([rec]) else ("running" if is_ours(rec) or running_elsewhere(rec) else "gone")
         rows.append(_row(key16, rec, state, registry))
     for key16, recs in published(store):
         for rec in recs:

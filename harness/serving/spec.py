@@ -1,6 +1,7 @@
 """What a backend hands the launcher: one server's command line, environment, ports and models."""
 from __future__ import annotations
 
+import os
 import socket
 from dataclasses import dataclass, field
 
@@ -31,7 +32,13 @@ def url_of(rec: dict) -> str:
     return f"{rec['host']}:{rec.get('port', rec.get('grpc_port'))}"
 
 
+def this_node() -> str:
+    """The node this process runs on: inside a Slurm job its node's name (several nodes may share one host
+    name, as scripts/slurm-local.sh's do), else the host name. A recorded pid means something only there."""
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
 def on_this_host(rec: dict) -> bool:
     """A server launched inside a Slurm job records its node; one on another node is not ours to
-    signal or probe by pid (its allocation owns it: ending the allocation stops it)."""
-    return not rec.get("node") or rec["node"] == socket.gethostname()
+    signal or probe by pid (the job that launched it owns it: it ends with that job)."""
+    return not rec.get("node") or rec["node"] == this_node()

@@ -12,11 +12,13 @@ from harness.slurm.jobs import (
            ended_error,
            job_lines,
            job_state,
+           node_address,
+           node_names,
            render_script,
            srun_argv,
            submit,
            wait_ended,
 )
 
-__all__ = ["JobError", "allocation_nodes", "JobSpec", "SlurmJob", "cancel", "ended_error", "job_lines", "job_state", "render_script",
-           "srun_argv", "submit", "wait_ended"]
+__all__ = ["JobError", "allocation_nodes", "JobSpec", "SlurmJob", "cancel", "ended_error", "job_lines", "job_state",
+           "node_address", "node_names", "render_script", "srun_argv", "submit", "wait_ended"]

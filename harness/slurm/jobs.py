@@ -276,10 +276,15 @@ def allocation_nodes(job_id: str) -> list[tuple[str, str]]:
     m = re.search(r"\bNodeList=(\S+)", out.stdout)
     if out.returncode or not m:
         raise JobError(f"Slurm job {job_id}: scontrol could not say its nodes ({out.stderr.strip()[:200]})")
-    names = _slurm(["scontrol", "show", "hostnames", m.group(1)]).stdout.split()
-    nodes = []
-    for name in names:
-        info = _slurm(["scontrol", "show", "node", name]).stdout
-        addr = re.search(r"\bNodeAddr=(\S+)", info)
-        nodes.append((name, addr.group(1) if addr else name))
-    return nodes
+    return [(name, node_address(name)) for name in node_names(m.group(1))]
+
+
+def node_names(nodelist: str) -> list[str]:
+    """The node names a Slurm node list ('n[0-3],gpu7') stands for (scontrol show hostnames)."""
+    return _slurm(["scontrol", "show", "hostnames", nodelist]).stdout.split()
+
+
+def node_address(name: str) -> str:
+    """The address other nodes reach node `name` at (its NodeAddr; the name where Slurm gives none)."""
+    addr = re.search(r"\bNodeAddr=(\S+)", _slurm(["scontrol", "show", "node", name]).stdout)
+    return addr.group(1) if addr else name

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 
-from harness.serving.registry import list_servers, stop_servers
+from harness.serving.elsewhere import running_elsewhere
+from harness.serving.registry import ServerRegistry, list_servers, stop_servers
 from tasks import LaunchServers
 from tasks.settings import DEFAULT_PARAMS, artifacts_root
 
@@ -39,4 +40,8 @@ def run(args) -> int:
     key16 = None if args.all else LaunchServers(params_file=args.params_file, overrides=args.overrides).key[:16]
     stopped = stop_servers(artifacts_root(), key16)
     print(f"stopped {len(stopped)} server(s)" + (f": pids {', '.join(map(str, stopped))}" if stopped else ""))
+    for r in ServerRegistry(artifacts_root()).records(key16):
+        if running_elsewhere(r):  # a Sweep's array task on another node launched it: that node's to stop
+            print(f"left {r['key16']} pid {r.get('pid')} on {r['node']}: Slurm job {r['launch_job']} launched it "
+                  f"there and stops it when no run uses it (scancel {r['launch_job']} ends it now)")
     return 0

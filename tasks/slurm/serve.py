@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from harness.cache import runs as runlog
 from harness.serving.launcher import stop_recorded
 from harness.serving.registry import serves_key
+from harness.serving.spec import this_node
 from harness.slurm import JobError, SlurmJob, ended_error, job_lines, srun_argv, submit
 from tasks import lifecycle
 from tasks.settings import REPO_ROOT
@@ -80,14 +81,13 @@ def allocation_of(servers: list[dict]) -> tuple[str, str] | None:
 
 
 def job_marks(task: "LaunchServers") -> dict:
-    """What a server record gets when launched inside a Slurm job: its node, and in the holder job
-    the allocation (a Sweep's array task launches on its node too, but measures there itself)."""
+    """What a server record gets when launched inside a Slurm job: its node, and in the holder job the
+    allocation; in a Sweep's array task, which measures on its node itself, the task's job, which
+    points on other nodes check before they share the servers (harness/serving/elsewhere.py)."""
     job = os.environ.get("SLURM_JOB_ID")
     if not job:
         return {}
-    import socket
-
-    return {"node": socket.gethostname(), **({"slurm_job": job} if runs_here(task) else {})}
+    return {"node": this_node(), **({"slurm_job": job} if runs_here(task) else {"launch_job": job})}
 
 
 # --- LaunchServers --------------------------------------------------------------------------------
