@@ -219,11 +219,11 @@ def test_a_server_killed_on_the_second_node_mid_measurement_is_relaunched(cluste
 
 
 def _stack_stand_ins(bin_dir: Path) -> dict:
-    """`vllm`, `vllm-router` and `trtllm-serve` programs that start the echo server and router on what
+    """`vllm`, `vllm-router`, `trtllm-serve` and `trtllm-llmapi-launch` programs that start the echo server and router on what
     perfdag's rendered command lines name (harness/serving/testing/echo_stack.py: only the GPU-only
     programs are replaced); returns the environment that puts them first on PATH."""
     bin_dir.mkdir()
-    for name in ("vllm", "vllm-router", "trtllm-serve"):
+    for name in ("vllm", "vllm-router", "trtllm-serve", "trtllm-llmapi-launch"):
         script = bin_dir / name
         script.write_text(f'#!/bin/sh\nexec {sys.executable} -m harness.serving.testing.echo_stack {name} "$@"\n')
         script.chmod(0o755)
@@ -281,6 +281,41 @@ def test_a_disaggregated_layout_is_launched_over_two_nodes_and_measured_through_
         log = (servers_json.parent / by_role["router"]["log"]).read_text()
         stats = json.loads(log.split("echo router requests per role: ", 1)[1].splitlines()[0])
         assert stats["context"] >= 16 and stats["generation"] >= 16, stats
+
+
+# One server of tp 4 over two nodes of 2 GPUs each.
+SPAN = ("quantize.format=none,build.backend=openai,build.device=cuda,layout.nodes=2,layout.gpus_per_node=2,"
+        "layout.roles.server.count=1,layout.roles.server.gpus_per_instance=4,layout.roles.server.tp_size=4")
+
+
+@pytest.mark.parametrize("stack,ranks", [("trtllm-serve", 4), ("vllm", 2)])
+def test_one_server_over_two_nodes_is_one_srun_step_and_is_measured_through_its_first_rank(
+        stack, ranks, cluster2, built_fast, tmp_path):
+    """tp 4 across two nodes: the server is one `srun` step over both (trtllm-serve: an MPI rank per GPU under
+    trtllm-llmapi-launch and --mpi=pmix; vLLM: a process per node, --headless on the second); the first rank
+    serves and LoadGen measures it VALID; every other rank joined on its node; nothing is left."""
+    env = _stack_stand_ins(tmp_path / "bin")
+    with copied_root(built_fast, tmp_path / "artifacts") as root:
+        overrides = (f"{FAST}{SHORT},{SLURM},slurm.stages=[],{SPAN},openai.server={stack},"
+                     f"openai.binary={tmp_path / 'bin' / stack},loadgen.offline_expected_qps=4000")
+        proc = run_luigi("RunLoadgen", "--overrides", overrides, artifacts=root, env=env, check=False, timeout=900)
+        assert proc.returncode == 0, f"RunLoadgen failed ({proc.returncode}):\n{proc.stderr[-6000:]}"
+        (servers_json,) = root.glob("LaunchServers/*/servers.json")
+        (rec,) = json.loads(servers_json.read_text())["servers"]
+        n0, n1 = node_names()
+        assert rec["instance_node"] == f"{n0},{n1}"
+        step = rec["cmd"][:rec["cmd"].index("--kill-on-bad-exit=1") + 3]
+        assert f"--nodelist={n0},{n1}" in step and f"--ntasks={ranks}" in step, step
+        assert ("--mpi=pmix" in step) == (stack == "trtllm-serve"), step
+        log = (servers_json.parent / rec["log"]).read_text()
+        joined = sorted(line.split(" rank ", 1)[1] for line in log.splitlines() if line.endswith(" joined"))
+        per_node = ranks // 2
+        assert joined == [f"{r} on {n0 if r < per_node else n1} joined" for r in range(1, ranks)], log[-3000:]
+        (result,) = root.glob("RunLoadgen/*/result.json")
+        res = json.loads(result.read_text())
+        assert res["valid"] == "VALID", res
+        assert [s["endpoint"] for s in res["harness"]["per_server"]] == [f"{rec['host']}:{rec['port']}"]
+        assert_nothing_left(root)
 
 
 def test_a_generation_worker_killed_mid_measurement_is_named_and_the_layout_relaunched(cluster2, built_fast, tmp_path):

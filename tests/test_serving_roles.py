@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 import yaml
@@ -33,6 +34,10 @@ DISAGG = ("layout.nodes=2,layout.gpus_per_node=8,"
           "layout.roles.generation.tp_size=4,layout.roles.router.gpus_per_instance=0")
 DP = ("layout.nodes=2,layout.gpus_per_node=8,layout.roles.server.count=2,layout.roles.server.gpus_per_instance=8,"
       "layout.roles.server.tp_size=8")
+# One server over two nodes of 4 GPUs (tp 8 across nodes).
+SPAN = ("layout.nodes=2,layout.gpus_per_node=4,layout.roles.server.count=1,layout.roles.server.gpus_per_instance=8,"
+        "layout.roles.server.tp_size=8")
+LAYOUTS = {"disagg": DISAGG, "dp": DP, "span": SPAN}
 
 
 def params(stack: str, layout: str = DISAGG, extra: str = ""):
@@ -49,7 +54,23 @@ def rendered(p) -> list[dict]:
     for k, inst in enumerate(instances):
         ports[inst.name] = 8000 + k
         ports[f"{inst.name}_bootstrap"] = 9000 + k
+        ports[f"{inst.name}_dist"] = 29500 + k
     return normalise(render(p, instances, ["node0", "node1"], ports, "/repo", "/ckpt"))
+
+
+def portable(argv: list[str]) -> list[str]:
+    """A command line without this machine's program path; an instance over several nodes keeps its wrapper
+    (`trtllm-llmapi-launch`, or the shell that adds each node's rank: `/bin/sh -c SCRIPT node-rank ...`)."""
+    if argv[:2] == ["/bin/sh", "-c"]:
+        return argv[:4] + argv[5:]
+    if argv[0].endswith("trtllm-llmapi-launch"):
+        return ["trtllm-llmapi-launch"] + argv[2:]
+    return argv[1:]
+
+
+def server_part(argv: list[str]) -> list[str]:
+    """A portable command line's part that its stack's parser reads (after an instance's wrapper)."""
+    return argv[4:] if argv[:2] == ["/bin/sh", "-c"] else argv[1:] if argv[0] == "trtllm-llmapi-launch" else argv
 
 
 def options(argv: list[str]) -> list[str]:
@@ -66,17 +87,19 @@ def program(stack: str, inst: dict) -> str:
 
 
 @pytest.mark.parametrize("stack,layout", [("trtllm-serve", "disagg"), ("sglang", "disagg"), ("vllm", "disagg"),
-                                          ("sglang", "dp"), ("vllm", "dp"), ("trtllm-serve", "dp")])
+                                          ("sglang", "dp"), ("vllm", "dp"), ("trtllm-serve", "dp"),
+                                          ("trtllm-serve", "span"), ("sglang", "span"), ("vllm", "span")])
 def test_layout_renders_as_golden_and_each_option_is_its_parsers(stack, layout):
     """Each stack's layout renders to the golden command lines and configs, and every option in them is one
     the stack's own parser defines (tests/golden/serving_roles/upstream_flags.json names the source)."""
-    lay = DISAGG if layout == "disagg" else DP + (",layout.roles.router.gpus_per_instance=0" if stack != "trtllm-serve"
-                                                  else "")
+    lay = LAYOUTS[layout] + (",layout.roles.router.gpus_per_instance=0" if layout == "dp" and stack != "trtllm-serve"
+                             else "")
     got = rendered(params(stack, lay))
     for inst in got:
-        inst["argv"] = inst["argv"][1:]  # the program's path is this machine's
+        inst["argv"] = portable(inst["argv"])
         allowed = set(UPSTREAM[program(stack, inst)]["options"])
-        unknown = [o for o in options(inst["argv"]) if o not in allowed]
+        rank_flags = re.findall(r"--[a-z-]+", inst["argv"][2]) if inst["argv"][:2] == ["/bin/sh", "-c"] else []
+        unknown = [o for o in options(server_part(inst["argv"])) + rank_flags if o not in allowed]
         assert not unknown, f"{inst['name']}: options its parser lacks: {unknown}"
     f = GOLDEN / f"{stack}-{layout}.json"
     if UPDATE:
@@ -210,18 +233,16 @@ def test_trtllm_layouts_are_refused_until_launched(gpu_overrides):
 
 
 def test_an_openai_layout_launches_and_what_cannot_launch_is_refused_before_any_stage():
-    """An openai layout resolves (it is launched: tests/test_multinode_slurm.py); fixed ports beside it, and
-    an instance spanning nodes (tp/pp across nodes, not launched yet), are refused naming the field."""
+    """An openai layout resolves (it is launched: tests/test_multinode_slurm.py), an instance over two nodes
+    too; fixed ports beside a layout are refused naming the field."""
     resolve(REPO / "params" / "default.yaml", "build.backend=openai,layout.roles.server.gpus_per_instance=0")
     with pytest.raises(ParamsError, match=r"openai\.ports: a layout's ports are picked when it launches"):
         resolve(REPO / "params" / "default.yaml",
                 "build.backend=openai,layout.roles.server.gpus_per_instance=0,openai.ports=[8000]")
-    with pytest.raises(ParamsError, match=r"layout\.roles\.server\.gpus_per_instance: server_0 spans 2 nodes; "
-                                          r"tp/pp across nodes is not launched yet"):
-        resolve(REPO / "params" / "default.yaml",
-                "build.backend=openai,openai.server=vllm,build.device=cuda,quantize.format=none,layout.nodes=2,"
-                "layout.gpus_per_node=4,layout.roles.server.gpus_per_instance=8,layout.roles.server.tp_size=8,"
-                "slurm.poll_s=1")
+    resolve(REPO / "params" / "default.yaml",
+            "build.backend=openai,openai.server=vllm,build.device=cuda,quantize.format=none,layout.nodes=2,"
+            "layout.gpus_per_node=4,layout.roles.server.gpus_per_instance=8,layout.roles.server.tp_size=8,"
+            "slurm.poll_s=1")
 
 
 def test_several_nodes_need_a_slurm_allocation():

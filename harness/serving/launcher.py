@@ -96,7 +96,7 @@ def record_of(spec: LaunchSpec, proc: Process, out_dir: Path, names: dict[str, s
             "cmd": normalise(proc.argv, names), "env": normalise(spec.env, names), "shm_prefix": spec.shm_prefix,
             "token": proc.token,
             **({"role": spec.role} if spec.role else {}),
-            **({"instance_node": spec.node} if spec.node else {}),
+            **({"instance_node": ",".join(spec.span) or spec.node} if spec.node else {}),
             **({"grpc_port": spec.ports["serve"]} if spec.protocol == "triton-grpc" else {})}
 
 
@@ -104,13 +104,14 @@ def placed_argv(spec: LaunchSpec) -> list[str]:
     """What runs here for a spec: its argv, or on another node of this Slurm job, the `srun --overlap`
     step that runs it there (its client stays here: signalling it signals the instance, and it ends
     when the instance does)."""
-    if not spec.node or spec.node == os.environ.get("SLURMD_NODENAME"):  # this node: started here
+    if not spec.span and (not spec.node or spec.node == os.environ.get("SLURMD_NODENAME")):  # started here
         return list(spec.argv)
     job = os.environ.get("SLURM_JOB_ID")
     if not job:
         raise ServerError(f"{spec.role or 'server'} {spec.index}: placed on node {spec.node}, but this process runs "
                           "in no Slurm job (a layout over several nodes launches inside its allocation)")
-    return srun_argv(job, list(spec.argv), name=f"perfdag-{spec.role or 'server'}-{spec.index}", node=spec.node)
+    return srun_argv(job, list(spec.argv), name=f"perfdag-{spec.role or 'server'}-{spec.index}", node=spec.node,
+                     nodes=spec.span, tasks_per_node=spec.tasks_per_node, mpi=spec.mpi)
 
 
 def launch(specs: Sequence[LaunchSpec], out_dir: str | Path, *, ready_timeout_s: float,

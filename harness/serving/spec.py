@@ -22,6 +22,11 @@ class LaunchSpec:
     shm_prefix: str | None = None
     role: str = ""      # its role in a serving layout (server, context, generation, router); "": no layout
     node: str = ""      # the Slurm node it runs on, through `srun --overlap` in this job; "": this process's host
+    # One instance over several nodes (tp/pp across nodes): one `srun` step over all of them, with
+    # this many tasks on each (MPI ranks, or one process per node) and srun's --mpi plugin ("": none).
+    span: tuple[str, ...] = ()
+    tasks_per_node: int = 1
+    mpi: str = ""
 
     @property
     def url(self) -> str:

@@ -256,11 +256,18 @@ def wait_ended(job_id: str, timeout: float = 60.0) -> str:
 
 
 def srun_argv(job_id: str, command: list[str], *, name: str = "", container_image: str = "",
-              container_mounts: tuple[str, ...] = (), workdir: str = "", node: str = "") -> list[str]:
+              container_mounts: tuple[str, ...] = (), workdir: str = "", node: str = "",
+              nodes: tuple[str, ...] = (), tasks_per_node: int = 1, mpi: str = "") -> list[str]:
     """A step inside a running allocation that shares its resources (the holder step keeps them all);
-    `node`: on that node of the allocation."""
-    argv = ["srun", f"--jobid={job_id}", "--overlap", "--nodes=1", "--ntasks=1", "--kill-on-bad-exit=1"]
-    argv += [f"--nodelist={node}"] if node else []
+    `node`: on that node of the allocation; `nodes`: over these nodes, `tasks_per_node` tasks on each
+    (one task ending ends them all), under srun's `mpi` plugin."""
+    if nodes:
+        argv = ["srun", f"--jobid={job_id}", "--overlap", f"--nodes={len(nodes)}",
+                f"--ntasks={len(nodes) * tasks_per_node}", f"--ntasks-per-node={tasks_per_node}",
+                "--kill-on-bad-exit=1", f"--nodelist={','.join(nodes)}"] + ([f"--mpi={mpi}"] if mpi else [])
+    else:
+        argv = ["srun", f"--jobid={job_id}", "--overlap", "--nodes=1", "--ntasks=1", "--kill-on-bad-exit=1"]
+        argv += [f"--nodelist={node}"] if node else []
     argv += [f"--job-name={name}"] if name else []
     if container_image:
         argv += [f"--container-image={container_image}"]

@@ -10,6 +10,7 @@ LaunchServers starts the servers (servers.py renders their argv).
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import yaml
@@ -247,7 +248,9 @@ class Launch(LaunchStep):
                             else {}, protocol=self.protocol_for(p), mode=o.server,
                             repo=str(w.out_dir / "layout" / r["name"]), cwd=root)
                  for k, r in enumerate(rendered)]
-        specs = placed(specs, instances, targets)
+        specs = [dataclasses.replace(s, span=tuple(targets[k][0] for k in r["nodes"]), tasks_per_node=r["tasks_per_node"],
+                                     mpi=r["mpi"]) if len(r["nodes"]) > 1 else s
+                 for s, r in zip(placed(specs, instances, targets), rendered, strict=True)]
         groups = [[s for s in specs if s.role in stage] for stage in LAUNCH_ORDER]
         return launch_in_order(groups, w.out_dir, ready_timeout_s=o.ready_timeout_s, warmup_prompt=[1, 2, 3, 4],
                                streaming=False, on_spawn=w.on_spawn, log=w.log, names={root: "<root>"})

@@ -110,6 +110,30 @@ def router_argv(p, workers: dict[str, list[tuple[str, int]]], host: str, port: i
     return argv + extra
 
 
+# An instance over several nodes is one `srun` step over them (serving/launcher.placed_argv). Per stack:
+# - trtllm-serve: one MPI rank per GPU under `trtllm-llmapi-launch` (srun --mpi=pmix): rank 0 serves,
+#   the others join its MPI world (TensorRT-LLM's multi-node serving with Slurm);
+# - SGLang: one process per node, `--nnodes N --node-rank R --dist-init-addr <first node>:<port>`;
+# - vLLM: one process per node, `--nnodes N --node-rank R --master-addr/--master-port`, `--headless`
+#   on every node but the first (its multiprocessing executor, no Ray).
+# The node rank is the step's task rank (SLURM_PROCID), read by a shell on each node.
+NODE_RANK = {"sglang": 'exec "$@" --node-rank "$SLURM_PROCID"',
+             "vllm": 'if [ "$SLURM_PROCID" = 0 ]; then exec "$@" --node-rank 0; fi; '
+                     'exec "$@" --node-rank "$SLURM_PROCID" --headless'}
+
+
+def spanning(p, inst, argv: list[str], hosts: list[str], dist_port: int | None) -> tuple[list[str], dict]:
+    """An instance over several nodes: its command line on each, and its step's shape (tasks per node, MPI)."""
+    stack, n, head = p.openai.server, len(inst.nodes), hosts[inst.nodes[0]]
+    if stack == "trtllm-serve":
+        return [_program("trtllm-llmapi-launch"), *argv], {"tasks_per_node": p.layout.gpus_per_node, "mpi": "pmix"}
+    if stack == "sglang":
+        argv = [*argv, "--nnodes", str(n), "--dist-init-addr", f"{head}:{dist_port}"]
+    else:
+        argv = [*argv, "--nnodes", str(n), "--master-addr", head, "--master-port", str(dist_port)]
+    return ["/bin/sh", "-c", NODE_RANK[stack], "node-rank", *argv], {"tasks_per_node": 1, "mpi": ""}
+
+
 def render(p, instances, hosts: list[str], ports: dict[str, int], repo_dir: str, model_dir: str) -> list[dict]:
     """Every instance of the layout: its role, node, command line, environment and config files.
     `instances` come from serving.layout.place; `hosts[k]` is node k's address, `ports[name]` an
@@ -136,6 +160,9 @@ def render(p, instances, hosts: list[str], ports: dict[str, int], repo_dir: str,
                                config_path=cfg if stack == "trtllm-serve" else None,
                                bootstrap_port=ports.get(f"{inst.name}_bootstrap"))
             env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, inst.gpus))} if inst.gpus else {}
+        step = {}
+        if len(inst.nodes) > 1:
+            argv, step = spanning(p, inst, argv, hosts, ports.get(f"{inst.name}_dist"))
         out.append({"name": inst.name, "role": inst.role, "nodes": list(inst.nodes), "host": host,
-                    "port": ports[inst.name], "argv": argv, "env": env, "files": files})
+                    "port": ports[inst.name], "argv": argv, "env": env, "files": files, **step})
     return out

@@ -1,12 +1,9 @@
 """An OpenAI stack's serving layout as launched: which layouts launch, and the ports they need (each
 instance is rendered by disagg.py's pure functions for the nodes' addresses and these ports).
 
-A layout launches when each of its instances fits on one node; tp/pp across nodes (one instance over
-several nodes, through MPI or `srun`) is refused before any stage. Ports are picked at launch, one per
-instance, plus a bootstrap port per SGLang prefill worker."""
+Ports are picked at launch, one per instance, plus a bootstrap port per SGLang prefill worker and a
+rendezvous port per SGLang or vLLM instance over several nodes."""
 from __future__ import annotations
-
-from harness.serving.layout import PlacementError, place
 
 
 def launch_problems(p) -> list[str]:
@@ -17,15 +14,6 @@ def launch_problems(p) -> list[str]:
     if p.openai.endpoints:
         out.append("openai.endpoints: a layout is launched by perfdag, endpoints are servers it does not launch; "
                    "remove one")
-    try:
-        instances = place(p.layout)
-    except PlacementError:
-        return out  # named by backends/roles.py
-    for inst in instances:
-        if len(inst.nodes) > 1:
-            out.append(f"layout.roles.{inst.role}.gpus_per_instance: {inst.name} spans {len(inst.nodes)} nodes; "
-                       "tp/pp across nodes is not launched yet: give each instance at most layout.gpus_per_node GPUs")
-            break
     return out
 
 
@@ -36,4 +24,6 @@ def port_names(server: str, instances) -> list[str]:
         names.append(inst.name)
         if server == "sglang" and inst.role == "context":
             names.append(f"{inst.name}_bootstrap")
+        if server in ("sglang", "vllm") and len(inst.nodes) > 1:  # its nodes meet at the first one
+            names.append(f"{inst.name}_dist")
     return names

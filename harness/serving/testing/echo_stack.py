@@ -10,6 +10,12 @@ accept is checked elsewhere (tests/test_serving_roles.py, against their sources)
     python -m harness.serving.testing.echo_stack vllm-router --host H --port P [...] --prefill URL --decode URL
     python -m harness.serving.testing.echo_stack trtllm-serve MODEL --host H --port P [...]
     python -m harness.serving.testing.echo_stack trtllm-serve disaggregated -c CONFIG [...]
+    python -m harness.serving.testing.echo_stack trtllm-llmapi-launch PROGRAM [...]
+
+An instance over several nodes runs as one srun step: under `trtllm-llmapi-launch`, MPI rank 0 runs
+PROGRAM (the server) and every other rank joins and waits, as TensorRT-LLM's workers do; a
+`vllm serve ... --headless` node waits likewise. Each waiting rank says where it runs, then lives
+until it is signalled (the step ends when any of its tasks does).
 """
 from __future__ import annotations
 
@@ -35,8 +41,25 @@ def _router(host: str, port: int, context: list[str], generation: list[str]) -> 
             "--context", *context, "--generation", *generation]
 
 
+def _wait_as_rank(what: str) -> None:
+    """A rank that is not the serving one: joins (says where), then waits to be signalled."""
+    import signal
+
+    print(f"echo_stack: {what} rank {os.environ.get('SLURM_PROCID', '?')} on {os.environ.get('SLURMD_NODENAME', '?')} "
+          "joined", flush=True)
+    signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+    while True:
+        signal.pause()
+
+
 def main(argv: list[str]) -> None:
     program, rest = argv[0], argv[1:]
+    if program == "trtllm-llmapi-launch":
+        if os.environ.get("SLURM_PROCID", "0") != "0":
+            _wait_as_rank("trtllm-llmapi-launch")
+        os.execvp(rest[0], rest)
+    if program == "vllm" and "--headless" in rest:
+        _wait_as_rank("vllm --headless")
     ap = argparse.ArgumentParser(prog=program)
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, required=True)
