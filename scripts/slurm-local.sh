@@ -38,12 +38,13 @@ daemon() { env $(compgen -e | sed -n 's/^PERFDAG_.*/-u &/p') "$@"; }
 alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
 install() {
+  # libpmix-dev: srun --mpi=pmix (an instance over several nodes as MPI ranks) loads its libpmix.so
   command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v sbatch >/dev/null \
-    && command -v munged >/dev/null && return 0
+    && command -v munged >/dev/null && ldconfig -p | grep -q 'libpmix\.so ' && return 0
   [ "$(id -u)" = 0 ] || die "slurm is not installed and installing needs root"
-  echo "slurm-local: installing munge slurmctld slurmd slurm-client (apt)"
+  echo "slurm-local: installing munge slurmctld slurmd slurm-client libpmix-dev (apt)"
   { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-      munge slurmctld slurmd slurm-client; } >"$DIR/apt.log" 2>&1 \
+      munge slurmctld slurmd slurm-client libpmix-dev; } >"$DIR/apt.log" 2>&1 \
     || die "apt-get could not install slurm; see $DIR/apt.log"
 }
 
@@ -67,6 +68,7 @@ AuthInfo=socket=$DIR/munge/munge.socket
 CredType=cred/munge
 StateSaveLocation=$DIR/state
 SlurmdSpoolDir=$DIR/spool$( [ "$NODES" = 1 ] || echo /%n)
+TmpFS=$( [ "$NODES" = 1 ] && echo /tmp || echo "$DIR/tmp/%n")
 SlurmctldPidFile=$RUN/slurmctld.pid
 SlurmdPidFile=$RUN/slurmd$( [ "$NODES" = 1 ] || echo -%n).pid
 SlurmctldLogFile=$LOG/slurmctld.log
@@ -100,7 +102,7 @@ CONF
   echo "PartitionName=debug Nodes=$nodes Default=YES MaxTime=INFINITE State=UP" >>"$CONF"
   for name in $(node_names); do
     echo "NodeName=$name Name=gpu File=$DIR/dev/fakegpu[0-1]"
-    [ "$NODES" = 1 ] || mkdir -p "$DIR/spool/$name"
+    [ "$NODES" = 1 ] || mkdir -p "$DIR/spool/$name" "$DIR/tmp/$name"  # (srun --mpi=pmix's directories per node)
   done >"$ETC/gres.conf"
   # Memory limits are enforced by the cgroup (a job over --mem ends OUT_OF_MEMORY).
   cat >"$ETC/cgroup.conf" <<CONF

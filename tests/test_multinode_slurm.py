@@ -296,8 +296,8 @@ def test_one_server_over_two_nodes_is_one_srun_step_and_is_measured_through_its_
     serves and LoadGen measures it VALID; every other rank joined on its node; nothing is left."""
     env = _stack_stand_ins(tmp_path / "bin")
     with copied_root(built_fast, tmp_path / "artifacts") as root:
-        overrides = (f"{FAST}{SHORT},{SLURM},slurm.stages=[],{SPAN},openai.server={stack},"
-                     f"openai.binary={tmp_path / 'bin' / stack},loadgen.offline_expected_qps=4000")
+        overrides = (f"{FAST}{SHORT},{SLURM},slurm.stages=[],{SPAN},openai.server={stack},"  # (no router: faster)
+                     f"openai.binary={tmp_path / 'bin' / stack},loadgen.offline_expected_qps=20000")
         proc = run_luigi("RunLoadgen", "--overrides", overrides, artifacts=root, env=env, check=False, timeout=900)
         assert proc.returncode == 0, f"RunLoadgen failed ({proc.returncode}):\n{proc.stderr[-6000:]}"
         (servers_json,) = root.glob("LaunchServers/*/servers.json")

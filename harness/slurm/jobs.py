@@ -260,10 +260,11 @@ def srun_argv(job_id: str, command: list[str], *, name: str = "", container_imag
               nodes: tuple[str, ...] = (), tasks_per_node: int = 1, mpi: str = "") -> list[str]:
     """A step inside a running allocation that shares its resources (the holder step keeps them all);
     `node`: on that node of the allocation; `nodes`: over these nodes, `tasks_per_node` tasks on each
-    (one task ending ends them all), under srun's `mpi` plugin."""
+    (one task ending ends them all), under srun's `mpi` plugin; --overcommit, since ranks are GPU
+    processes and the allocation may hold fewer CPUs per node than a node has ranks."""
     if nodes:
         argv = ["srun", f"--jobid={job_id}", "--overlap", f"--nodes={len(nodes)}",
-                f"--ntasks={len(nodes) * tasks_per_node}", f"--ntasks-per-node={tasks_per_node}",
+                f"--ntasks={len(nodes) * tasks_per_node}", f"--ntasks-per-node={tasks_per_node}", "--overcommit",
                 "--kill-on-bad-exit=1", f"--nodelist={','.join(nodes)}"] + ([f"--mpi={mpi}"] if mpi else [])
     else:
         argv = ["srun", f"--jobid={job_id}", "--overlap", "--nodes=1", "--ntasks=1", "--kill-on-bad-exit=1"]
