@@ -120,6 +120,15 @@ def layout_markdown(layout: dict | None) -> list[str]:
         door = [i["url"] for i in insts if i["clients"]]
         lines.append(f"| {role} | {len(insts)} | {', '.join(sorted({i['node'] for i in insts}))} | "
                      f"{', '.join(door) or '-'} |")
+    timings = layout.get("timings") or {}
+    if timings:  # as the stack's own /metrics report them (serving/role_timings.py)
+        lines += ["", "Per-role timings, from each instance's own metrics over the measurement:", "",
+                  "| role | what | mean ms | requests |", "|---|---|---|---|"]
+        for role, whats in timings.items():
+            for what, t in whats.items():
+                mean = t.get("mean_ms", t.get("last_ms"))
+                lines.append(f"| {role} | {what}{'' if 'mean_ms' in t else ' (last)'} | {mean:.3f} | "
+                             f"{t.get('count', '-')} |")
     return lines
 
 

@@ -76,7 +76,40 @@ def _head(status: str, extra: str) -> bytes:
     return f"HTTP/1.1 {status}\r\n{extra}Connection: keep-alive\r\n\r\n".encode()
 
 
+# --metrics vllm: the request phases vLLM's /metrics reports (its names), timed here: no queue, the
+# first event's time as prefill, the rest as decode. Summed per phase: [sum of seconds, count].
+_PHASES = {"queue": [0.0, 0], "prefill": [0.0, 0], "decode": [0.0, 0]}
+_VLLM = {"queue": "vllm:request_queue_time_seconds", "prefill": "vllm:request_prefill_time_seconds",
+         "decode": "vllm:request_decode_time_seconds"}
+
+
+def _observe(phase: str, seconds: float) -> None:
+    _PHASES[phase][0] += seconds
+    _PHASES[phase][1] += 1
+
+
+def _metrics_text() -> bytes:
+    lines = []
+    for phase, name in _VLLM.items():
+        total, count = _PHASES[phase]
+        lines += [f"# TYPE {name} histogram", f'{name}_bucket{{le="+Inf",model_name="echo"}} {count}',
+                  f'{name}_sum{{model_name="echo"}} {total}', f'{name}_count{{model_name="echo"}} {count}']
+    return ("\n".join(lines) + "\n").encode()
+
+
 async def _complete(writer, body: dict, args) -> None:
+    t0, first = time.monotonic(), {}
+    try:
+        await _complete_timed(writer, body, args, first)
+    finally:
+        if args.metrics:  # a whole (unstreamed) answer is all prefill
+            end = time.monotonic()
+            _observe("queue", 0.0)
+            _observe("prefill", first.get("t", end) - t0)
+            _observe("decode", end - first.get("t", end))
+
+
+async def _complete_timed(writer, body: dict, args, first: dict) -> None:
     toks = echo_tokens(body.get("prompt", ""), body.get("max_tokens", 16), args.eos_id)
     ids = args.token_ids or body.get("return_token_ids") or body.get("detokenize") is False
     finish = "stop" if args.eos_id is not None and toks and toks[-1] == args.eos_id else "length"
@@ -104,6 +137,7 @@ async def _complete(writer, body: dict, args) -> None:
         choice = {"index": 0, "text": _text(part, args.eos_id), **({"token_ids": part} if ids else {})}
         parts.append(_chunk(json.dumps({"choices": [choice]})))
         writer.write(parts[-1])
+        first.setdefault("t", time.monotonic())
         if args.token_delay_ms or i // k % 8 == 7:  # paced: each event flushed alone, one per read
             await writer.drain()
     end = {"choices": [{"index": 0, "text": "", "finish_reason": finish}], "usage": {"completion_tokens": len(toks)}}
@@ -229,6 +263,9 @@ async def _serve(reader, writer, args) -> None:
             method, path, headers, body = req
             if method == "GET" and path.startswith("/health"):
                 writer.write(_head("200 OK", "Content-Length: 2\r\n") + b"ok")
+            elif method == "GET" and path.startswith("/metrics") and args.metrics:
+                text = _metrics_text()
+                writer.write(_head("200 OK", f"Content-Type: text/plain\r\nContent-Length: {len(text)}\r\n") + text)
             elif method == "POST" and path.startswith("/v1/chat/completions"):
                 await _chat(writer, json.loads(body or b"{}"), headers, time.monotonic(), args)
             elif method == "POST" and path.startswith("/v1/completions"):
@@ -254,6 +291,7 @@ def main() -> None:
     ap.add_argument("--reasoning-tokens", type=int, default=0, help="chat: the first R tokens as reasoning_content")
     ap.add_argument("--no-usage", action="store_true", help="chat: send no usage (count with a tokenizer)")
     ap.add_argument("--chat-tool-calls", action="store_true", help="chat: call bash with the last message's text")
+    ap.add_argument("--metrics", choices=["vllm"], default=None, help="serve /metrics: request phases, vLLM's names")
     ap.add_argument("--record", default=None, help="chat: append one JSON line per request (arrival, end, headers, body)")
     args = ap.parse_args()
 

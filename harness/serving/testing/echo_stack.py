@@ -67,7 +67,7 @@ def main(argv: list[str]) -> None:
         if rest[:1] != ["serve"]:
             sys.exit(f"echo_stack vllm: only `vllm serve MODEL ...` is stood in for, not {rest[:1]}")
         args, _ = ap.parse_known_args(rest[2:])
-        run = _server(args.host, args.port)
+        run = _server(args.host, args.port, "--metrics", "vllm")  # /metrics with vLLM's request phases
     elif program == "vllm-router":
         ap.add_argument("--prefill", action="append", default=[])
         ap.add_argument("--decode", action="append", default=[])

@@ -1,0 +1,103 @@
+"""Per-role timings of a serving layout, where its stack exposes them: each instance's Prometheus
+`/metrics` read before and after the measurement, and each histogram's mean over the requests in
+between, per role (the prefill queue of the context workers, the KV transfer of the generation ones).
+
+Read from the stacks' own sources: vLLM's vllm/v1/metrics/loggers.py (request phases) and its NIXL
+connector's stats (vllm:nixl_xfer_time_seconds, per transfer), SGLang's srt/metrics/collector.py
+(with --enable-metrics; its KV-transfer figures are gauges: the last value is kept). trtllm-serve's
+`/metrics` is JSON iteration stats, and its per-request timings need return_perf_metrics: not read.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+
+# stack -> what the report calls it -> (metric, histogram or gauge, to milliseconds)
+METRICS = {
+    "vllm": {"queue": ("vllm:request_queue_time_seconds", "histogram", 1e3),
+             "prefill": ("vllm:request_prefill_time_seconds", "histogram", 1e3),
+             "decode": ("vllm:request_decode_time_seconds", "histogram", 1e3),
+             "kv_transfer": ("vllm:nixl_xfer_time_seconds", "histogram", 1e3)},
+    "sglang": {"queue": ("sglang:queue_time_seconds", "histogram", 1e3),
+               "first_token": ("sglang:time_to_first_token_seconds", "histogram", 1e3),
+               "kv_transfer": ("sglang:kv_transfer_latency_ms", "gauge", 1.0)},
+}
+
+
+def stack_of(params) -> str | None:
+    """The stack whose metrics are read: a layout's openai server that exposes them; else None."""
+    if params.layout is None or params.build.backend != "openai":
+        return None
+    return params.openai.server if params.openai.server in METRICS else None
+
+
+def parse(text: str) -> dict[str, float]:
+    """Prometheus text: each sample's value summed over its label sets (`name_sum`, `name_count`, gauges)."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name_labels, _, value = line.rpartition(" ")
+        name = name_labels.split("{", 1)[0].strip()
+        try:
+            out[name] = out.get(name, 0.0) + float(value)
+        except ValueError:
+            continue
+    return out
+
+
+def scrape(servers: list[dict], stack: str | None, timeout_s: float = 5.0) -> dict[str, dict[str, float]] | None:
+    """Each worker instance's metrics by address (None: no stack to read; {} for an instance that did not answer)."""
+    if stack is None:
+        return None
+    out = {}
+    for rec in servers:
+        if rec.get("role") in (None, "router"):
+            continue
+        url = f"{rec['host']}:{rec.get('port')}"
+        try:
+            r = httpx.get(f"http://{url}/metrics", timeout=timeout_s)
+            out[url] = parse(r.text) if r.status_code == 200 else {}
+        except httpx.HTTPError:
+            out[url] = {}
+    return out
+
+
+def per_role(servers: list[dict], stack: str, before: dict, after: dict) -> dict[str, dict[str, dict]]:
+    """role -> what -> {"mean_ms", "count"} over the measured requests (a gauge: its last value, "last_ms")."""
+    sums: dict[str, dict[str, list[float]]] = {}
+    for rec in servers:
+        url = f"{rec['host']}:{rec.get('port')}"
+        if url not in after:
+            continue
+        for what, (name, kind, scale) in METRICS[stack].items():
+            b, a = before.get(url, {}), after[url]
+            acc = sums.setdefault(rec["role"], {}).setdefault(what, [0.0, 0.0, 0.0])
+            if kind == "histogram" and f"{name}_count" in a:
+                acc[0] += (a[f"{name}_sum"] - b.get(f"{name}_sum", 0.0)) * scale
+                acc[1] += a[f"{name}_count"] - b.get(f"{name}_count", 0.0)
+            elif kind == "gauge" and name in a:
+                acc[2] = max(acc[2], a[name] * scale)
+                acc[1] = max(acc[1], 1.0)
+    out: dict[str, dict[str, dict]] = {}
+    for role, whats in sums.items():
+        for what, (total, count, last) in whats.items():
+            if count <= 0:
+                continue
+            kind = METRICS[stack][what][1]
+            out.setdefault(role, {})[what] = ({"mean_ms": round(total / count, 3), "count": int(count)}
+                                              if kind == "histogram" else {"last_ms": round(last, 3)})
+    return out
+
+
+def record(out_dir: Path, result: dict, timings: dict) -> None:
+    """Adds the per-role timings to the result's layout (result.json and the dict returned)."""
+    if not timings or not result.get("layout"):
+        return
+    result["layout"]["timings"] = timings
+    path = Path(out_dir) / "result.json"
+    doc = json.loads(path.read_text())
+    doc.setdefault("layout", {})["timings"] = timings
+    path.write_text(json.dumps(doc, indent=2, default=str))
