@@ -242,13 +242,15 @@ def test_a_disaggregated_layout_is_launched_over_two_nodes_and_measured_through_
     """openai.server=vllm (trtllm-serve) with context and generation workers on two nodes and vllm-router
     (`trtllm-serve disaggregated` and its config file) in front: perfdag renders each command line and
     config, launches the workers (node 2's through `srun --overlap`), then the router, and LoadGen measures
-    through the router only, VALID; every role was used, and (vLLM) each role's timings were read from its
-    workers' /metrics; nothing is left afterwards."""
+    through the router only, VALID; every role was used, and each role's timings were read from its workers'
+    own metrics (vLLM's /metrics, trtllm-serve's /perf_metrics); nothing is left afterwards."""
     env = _stack_stand_ins(tmp_path / "bin")
     with copied_root(built_fast, tmp_path / "artifacts") as root:
+        perf = (",openai.llm_api_options={return_perf_metrics: true, perf_metrics_max_requests: 100000}"
+                if stack == "trtllm-serve" else "")  # its per-request timings are served when asked for
         overrides = (f"{FAST}{SHORT},{SLURM},slurm.stages=[],{DISAGG},openai.server={stack},"
                      f"openai.binary={tmp_path / 'bin' / stack},"
-                     "loadgen.offline_expected_qps=4000")  # the echo answers faster than the tiny model
+                     f"loadgen.offline_expected_qps=4000{perf}")  # the echo answers faster than the tiny model
         proc = run_luigi("RunLoadgen", "--overrides", overrides, artifacts=root, env=env, check=False, timeout=900)
         assert proc.returncode == 0, f"RunLoadgen failed ({proc.returncode}):\n{proc.stderr[-6000:]}"
         (servers_json,) = root.glob("LaunchServers/*/servers.json")
@@ -277,13 +279,10 @@ def test_a_disaggregated_layout_is_launched_over_two_nodes_and_measured_through_
         router = f"{by_role['router']['host']}:{by_role['router']['port']}"
         assert [s["endpoint"] for s in res["harness"]["per_server"]] == [router]  # the front door only
         assert res["layout"]["kind"] == "disaggregated" and res["layout"]["nodes"] == [n0, n1]
-        timings = res["layout"].get("timings")  # each role's phases, from its workers' own /metrics
-        if stack == "vllm":  # (the stand-in serves vLLM's request-phase metrics; trtllm-serve's are not read)
-            assert {role: sorted(t) for role, t in timings.items()} == {r: ["decode", "prefill", "queue"]
-                                                                          for r in ("context", "generation")}
-            assert timings["generation"]["decode"]["count"] >= 16 and timings["context"]["prefill"]["mean_ms"] > 0
-        else:
-            assert timings is None
+        timings = res["layout"]["timings"]  # each role's timings, from its workers' own metrics
+        whats = ["decode", "prefill", "queue"] if stack == "vllm" else ["first_token", "queue"]  # (no KV moved)
+        assert {role: sorted(t) for role, t in timings.items()} == {r: whats for r in ("context", "generation")}
+        assert timings["generation"]["queue"]["count"] >= 16 and timings["context"][whats[-2]]["mean_ms"] > 0
         assert_nothing_left(root)
         # the router, stopped with the layout, logged what it relayed: every request through both roles
         log = (servers_json.parent / by_role["router"]["log"]).read_text()

@@ -18,9 +18,18 @@ from harness.serving.ports import free_port
 
 @pytest.fixture
 def worker():
+    yield from _echo("vllm")
+
+
+@pytest.fixture
+def trtllm_worker():
+    yield from _echo("trtllm")
+
+
+def _echo(metrics: str):
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "harness.serving.testing.echo_openai", "--port", str(port),
-                             "--token-delay-ms", "2", "--metrics", "vllm"], cwd=REPO)
+                             "--token-delay-ms", "2", "--metrics", metrics], cwd=REPO)
     deadline = time.monotonic() + 30
     while True:
         try:
@@ -71,3 +80,22 @@ def test_prometheus_text_sums_each_sample_over_its_labels():
     text = ('# HELP x\nvllm:a_sum{model_name="m",engine="0"} 1.5\nvllm:a_sum{model_name="m",engine="1"} 2.5\n'
             'vllm:a_count{engine="0"} 3\nsglang:kv_transfer_latency_ms 7.25\nbroken line here\n')
     assert role_timings.parse(text) == {"vllm:a_sum": 4.0, "vllm:a_count": 3.0, "sglang:kv_transfer_latency_ms": 7.25}
+
+
+def test_trtllm_serves_its_per_request_timings_only_when_asked_and_each_read_empties_them(trtllm_worker):
+    from harness.backends import resolve
+
+    base = ("build.backend=openai,openai.server=trtllm-serve,build.device=cuda,quantize.format=none,"
+            "layout.gpus_per_node=1,layout.roles.server.gpus_per_instance=1")
+    assert role_timings.stack_of(resolve(REPO / "params" / "default.yaml", base)) is None
+    asked = resolve(REPO / "params" / "default.yaml",
+                    f"{base},openai.llm_api_options={{return_perf_metrics: true, perf_metrics_max_requests: 100}}")
+    assert role_timings.stack_of(asked) == "trtllm-serve"
+    servers = [trtllm_worker]
+    _complete(trtllm_worker, 3, stream=True)
+    before = role_timings.scrape(servers, "trtllm-serve")  # empties the 3 earlier ones
+    _complete(trtllm_worker, 4, stream=True)
+    got = role_timings.per_role(servers, "trtllm-serve", before, role_timings.scrape(servers, "trtllm-serve"))
+    gen = got["generation"]
+    assert {w: t["count"] for w, t in gen.items()} == {"queue": 4, "first_token": 4}  # no KV transfer here
+    assert gen["queue"]["mean_ms"] == 0.0 and 1 <= gen["first_token"]["mean_ms"] < 50, gen

@@ -1,11 +1,13 @@
-"""Per-role timings of a serving layout, where its stack exposes them: each instance's Prometheus
-`/metrics` read before and after the measurement, and each histogram's mean over the requests in
+"""Per-role timings of a serving layout, where its stack exposes them: each worker instance's own
+metrics read before and after the measurement, and each timing's mean over the requests in
 between, per role (the prefill queue of the context workers, the KV transfer of the generation ones).
 
-Read from the stacks' own sources: vLLM's vllm/v1/metrics/loggers.py (request phases) and its NIXL
-connector's stats (vllm:nixl_xfer_time_seconds, per transfer), SGLang's srt/metrics/collector.py
-(with --enable-metrics; its KV-transfer figures are gauges: the last value is kept). trtllm-serve's
-`/metrics` is JSON iteration stats, and its per-request timings need return_perf_metrics: not read.
+Read from the stacks' own sources: vLLM's Prometheus `/metrics` (vllm/v1/metrics/loggers.py for the
+request phases, its NIXL connector's stats for vllm:nixl_xfer_time_seconds, per transfer), SGLang's
+(srt/metrics/collector.py, with --enable-metrics; its KV-transfer figures are gauges: the last value
+is kept), and trtllm-serve's `/perf_metrics` (tensorrt_llm/serve/openai_server.py: one entry per
+request, its timing_metrics; served only with return_perf_metrics and perf_metrics_max_requests in
+its options, and emptied by each read). trtllm-serve's own `/metrics` is iteration stats: not read.
 """
 from __future__ import annotations
 
@@ -23,14 +25,22 @@ METRICS = {
     "sglang": {"queue": ("sglang:queue_time_seconds", "histogram", 1e3),
                "first_token": ("sglang:time_to_first_token_seconds", "histogram", 1e3),
                "kv_transfer": ("sglang:kv_transfer_latency_ms", "gauge", 1.0)},
+    # summed here from /perf_metrics' entries (`requests`: each read empties it, nothing to subtract)
+    "trtllm-serve": {"queue": ("queue", "requests", 1e3), "first_token": ("first_token", "requests", 1e3),
+                     "kv_transfer": ("kv_transfer", "requests", 1e3)},
 }
+# trtllm-serve's timing_metrics: what -> (from, to), seconds on one clock
+PERF_SPANS = {"queue": ("arrival_time", "first_scheduled_time"), "first_token": ("arrival_time", "first_token_time"),
+              "kv_transfer": ("kv_cache_transfer_start", "kv_cache_transfer_end")}
 
 
 def stack_of(params) -> str | None:
     """The stack whose metrics are read: a layout's openai server that exposes them; else None."""
-    if params.layout is None or params.build.backend != "openai":
+    if params.layout is None or params.build.backend != "openai" or params.openai.server not in METRICS:
         return None
-    return params.openai.server if params.openai.server in METRICS else None
+    if params.openai.server == "trtllm-serve" and not params.openai.llm_api_options.get("return_perf_metrics"):
+        return None  # its per-request timings are served only when asked for
+    return params.openai.server
 
 
 def parse(text: str) -> dict[str, float]:
@@ -58,10 +68,23 @@ def scrape(servers: list[dict], stack: str | None, timeout_s: float = 5.0) -> di
             continue
         url = f"{rec['host']}:{rec.get('port')}"
         try:
-            r = httpx.get(f"http://{url}/metrics", timeout=timeout_s)
-            out[url] = parse(r.text) if r.status_code == 200 else {}
-        except httpx.HTTPError:
+            r = httpx.get(f"http://{url}/{'perf_metrics' if stack == 'trtllm-serve' else 'metrics'}", timeout=timeout_s)
+            ok = r.status_code == 200
+            out[url] = (perf_sums(r.json()) if stack == "trtllm-serve" else parse(r.text)) if ok else {}
+        except (httpx.HTTPError, ValueError):
             out[url] = {}
+    return out
+
+
+def perf_sums(entries: list) -> dict[str, float]:
+    """trtllm-serve's /perf_metrics entries as sums and counts of each span (`queue_sum`, `queue_count`)."""
+    out: dict[str, float] = {}
+    for entry in entries if isinstance(entries, list) else []:
+        t = ((entry or {}).get("perf_metrics") or {}).get("timing_metrics") or {}
+        for what, (start, end) in PERF_SPANS.items():
+            if isinstance(t.get(start), (int, float)) and isinstance(t.get(end), (int, float)):
+                out[f"{what}_sum"] = out.get(f"{what}_sum", 0.0) + t[end] - t[start]
+                out[f"{what}_count"] = out.get(f"{what}_count", 0.0) + 1
     return out
 
 
@@ -75,7 +98,9 @@ def per_role(servers: list[dict], stack: str, before: dict, after: dict) -> dict
         for what, (name, kind, scale) in METRICS[stack].items():
             b, a = before.get(url, {}), after[url]
             acc = sums.setdefault(rec["role"], {}).setdefault(what, [0.0, 0.0, 0.0])
-            if kind == "histogram" and f"{name}_count" in a:
+            if kind == "requests":
+                b = {}  # read once: what came before was emptied by the first read
+            if kind in ("histogram", "requests") and f"{name}_count" in a:
                 acc[0] += (a[f"{name}_sum"] - b.get(f"{name}_sum", 0.0)) * scale
                 acc[1] += a[f"{name}_count"] - b.get(f"{name}_count", 0.0)
             elif kind == "gauge" and name in a:
@@ -87,8 +112,8 @@ def per_role(servers: list[dict], stack: str, before: dict, after: dict) -> dict
             if count <= 0:
                 continue
             kind = METRICS[stack][what][1]
-            out.setdefault(role, {})[what] = ({"mean_ms": round(total / count, 3), "count": int(count)}
-                                              if kind == "histogram" else {"last_ms": round(last, 3)})
+            out.setdefault(role, {})[what] = ({"last_ms": round(last, 3)} if kind == "gauge" else
+                                              {"mean_ms": round(total / count, 3), "count": int(count)})
     return out
 
 

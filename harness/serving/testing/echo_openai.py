@@ -78,7 +78,10 @@ def _head(status: str, extra: str) -> bytes:
 
 # --metrics vllm: the request phases vLLM's /metrics reports (its names), timed here: no queue, the
 # first event's time as prefill, the rest as decode. Summed per phase: [sum of seconds, count].
+# --metrics trtllm: trtllm-serve's /perf_metrics, one entry per request (its timing_metrics), emptied
+# by each read.
 _PHASES = {"queue": [0.0, 0], "prefill": [0.0, 0], "decode": [0.0, 0]}
+_PERF: list = []
 _VLLM = {"queue": "vllm:request_queue_time_seconds", "prefill": "vllm:request_prefill_time_seconds",
          "decode": "vllm:request_decode_time_seconds"}
 
@@ -102,11 +105,15 @@ async def _complete(writer, body: dict, args) -> None:
     try:
         await _complete_timed(writer, body, args, first)
     finally:
-        if args.metrics:  # a whole (unstreamed) answer is all prefill
-            end = time.monotonic()
+        end = time.monotonic()
+        if args.metrics == "vllm":  # a whole (unstreamed) answer is all prefill
             _observe("queue", 0.0)
             _observe("prefill", first.get("t", end) - t0)
             _observe("decode", end - first.get("t", end))
+        elif args.metrics == "trtllm":
+            _PERF.append({"request_id": len(_PERF), "perf_metrics": {"timing_metrics": {
+                "arrival_time": t0, "first_scheduled_time": t0, "first_token_time": first.get("t", end),
+                "last_token_time": end}}})
 
 
 async def _complete_timed(writer, body: dict, args, first: dict) -> None:
@@ -263,7 +270,11 @@ async def _serve(reader, writer, args) -> None:
             method, path, headers, body = req
             if method == "GET" and path.startswith("/health"):
                 writer.write(_head("200 OK", "Content-Length: 2\r\n") + b"ok")
-            elif method == "GET" and path.startswith("/metrics") and args.metrics:
+            elif method == "GET" and path.startswith("/perf_metrics") and args.metrics == "trtllm":
+                text = json.dumps(_PERF).encode()
+                _PERF.clear()
+                writer.write(_head("200 OK", f"Content-Type: application/json\r\nContent-Length: {len(text)}\r\n") + text)
+            elif method == "GET" and path.startswith("/metrics") and args.metrics == "vllm":
                 text = _metrics_text()
                 writer.write(_head("200 OK", f"Content-Type: text/plain\r\nContent-Length: {len(text)}\r\n") + text)
             elif method == "POST" and path.startswith("/v1/chat/completions"):
@@ -291,7 +302,8 @@ def main() -> None:
     ap.add_argument("--reasoning-tokens", type=int, default=0, help="chat: the first R tokens as reasoning_content")
     ap.add_argument("--no-usage", action="store_true", help="chat: send no usage (count with a tokenizer)")
     ap.add_argument("--chat-tool-calls", action="store_true", help="chat: call bash with the last message's text")
-    ap.add_argument("--metrics", choices=["vllm"], default=None, help="serve /metrics: request phases, vLLM's names")
+    ap.add_argument("--metrics", choices=["vllm", "trtllm"], default=None,
+                    help="vllm: /metrics with vLLM's request phases; trtllm: trtllm-serve's /perf_metrics")
     ap.add_argument("--record", default=None, help="chat: append one JSON line per request (arrival, end, headers, body)")
     args = ap.parse_args()
 

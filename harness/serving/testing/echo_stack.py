@@ -83,8 +83,13 @@ def main(argv: list[str]) -> None:
         doc = yaml.safe_load(Path(cfg.parse_known_args(rest[1:])[0].config_file).read_text())
         run = _router(doc["hostname"], doc["port"], doc["context_servers"]["urls"], doc["generation_servers"]["urls"])
     elif program == "trtllm-serve":
+        import yaml
+
+        ap.add_argument("--extra_llm_api_options", default=None)
         args, _ = ap.parse_known_args(rest[1:])
-        run = _server(args.host, args.port, "--token-ids")  # trtllm-serve returns token ids (detokenize: false)
+        options = yaml.safe_load(Path(args.extra_llm_api_options).read_text()) if args.extra_llm_api_options else {}
+        perf = ["--metrics", "trtllm"] if (options or {}).get("return_perf_metrics") else []  # as trtllm-serve
+        run = _server(args.host, args.port, "--token-ids", *perf)  # it returns token ids (detokenize: false)
     else:
         sys.exit(f"echo_stack: no stand-in for {program!r} (vllm, vllm-router, trtllm-serve)")
     os.execv(run[0], run)  # the stand-in is the process perfdag started: signals and records reach it
