@@ -218,6 +218,34 @@ def test_a_server_killed_on_the_second_node_mid_measurement_is_relaunched(cluste
         assert_nothing_left(root)
 
 
+@pytest.mark.parametrize("fault", ["scancel", "sigterm"])
+def test_a_two_node_layout_ended_mid_measurement_leaves_nothing_on_either_node(fault, cluster2, built_fast, tmp_path):
+    """Data-parallel tritonservers on two nodes, the measurement held in its step: scancel of the allocation
+    fails the run naming the job; SIGTERM of the worker cancels the allocation (exit 130). Either way no
+    job, server or stub is left on either node."""
+    from test_slurm import Worker
+
+    layout = "layout.nodes=2,layout.roles.server.count=2,layout.roles.server.gpus_per_instance=0"
+    with copied_root(built_fast, tmp_path / "artifacts") as root:
+        held = Worker(root, "RunLoadgen", f"{FAST}{SHORT},{SLURM},slurm.stages=[],{layout}",
+                      env={"PERFDAG_FAULT_SLEEP": "RunLoadgen:300"})
+        step = held.wait_job_log("fault hook: holding", timeout=400)
+        job_id = step["job_id"].split("/")[0]
+        records = json.loads(next(root.glob("LaunchServers/*/servers.json")).read_text())["servers"]
+        assert sorted(r["instance_node"] for r in records) == node_names()  # up on both nodes
+        if fault == "scancel":
+            subprocess.run(["scancel", job_id], check=True, timeout=30)
+            rc = held.finish()
+            assert rc != 0 and f"Slurm job {job_id} on " in held.text(), held.text()[-3000:]
+        else:
+            held.proc.send_signal(signal.SIGTERM)
+            assert held.finish(60) == 130
+        assert job_state(job_id) == "CANCELLED"
+        assert not list(root.glob(f"RunLoadgen/{step['key'][:16]}/manifest.json"))
+        assert_nothing_left(root)
+        assert not any(processes_with_token(r["token"]) for r in records), "an instance outlived its allocation"
+
+
 def _stack_stand_ins(bin_dir: Path) -> dict:
     """`vllm`, `vllm-router`, `trtllm-serve` and `trtllm-llmapi-launch` programs that start the echo server and router on what
     perfdag's rendered command lines name (harness/serving/testing/echo_stack.py: only the GPU-only
