@@ -318,6 +318,31 @@ def test_a_disaggregated_layout_is_launched_over_two_nodes_and_measured_through_
         assert stats["context"] >= 16 and stats["generation"] >= 16, stats
 
 
+def test_each_instance_runs_on_its_own_gpus_on_either_node(cluster2, built_fast, tmp_path):
+    """Four 1-GPU vLLM servers over two nodes of 2 GPUs: each runs with CUDA_VISIBLE_DEVICES of its placed
+    GPU, on the second node too (where Slurm sets a step's to all of the job's GPUs); measured VALID."""
+    env = _stack_stand_ins(tmp_path / "bin")
+    dp = ("quantize.format=none,build.backend=openai,build.device=cuda,layout.nodes=2,layout.gpus_per_node=2,"
+          "layout.roles.server.count=4,layout.roles.server.gpus_per_instance=1")
+    with copied_root(built_fast, tmp_path / "artifacts") as root:
+        overrides = (f"{FAST}{SHORT},{SLURM},slurm.stages=[],{dp},openai.server=vllm,"
+                     f"openai.binary={tmp_path / 'bin' / 'vllm'},loadgen.offline_expected_qps=20000")
+        proc = run_luigi("RunLoadgen", "--overrides", overrides, artifacts=root, env=env, check=False, timeout=900)
+        assert proc.returncode == 0, f"RunLoadgen failed ({proc.returncode}):\n{proc.stderr[-6000:]}"
+        (servers_json,) = root.glob("LaunchServers/*/servers.json")
+        records = json.loads(servers_json.read_text())["servers"]
+        n0, n1 = node_names()
+        seen = []
+        for rec in records:
+            line = next(x for x in (servers_json.parent / rec["log"]).read_text().splitlines()
+                        if x.startswith("echo_stack: vllm on "))
+            seen.append(line.split(" on ", 1)[1])
+        assert sorted(seen) == sorted(f"{n} with CUDA_VISIBLE_DEVICES={g}" for n in (n0, n1) for g in (0, 1)), seen
+        res = json.loads(next(root.glob("RunLoadgen/*/result.json")).read_text())
+        assert res["valid"] == "VALID", res
+        assert_nothing_left(root)
+
+
 # One server of tp 4 over two nodes of 2 GPUs each.
 SPAN = ("quantize.format=none,build.backend=openai,build.device=cuda,layout.nodes=2,layout.gpus_per_node=2,"
         "layout.roles.server.count=1,layout.roles.server.gpus_per_instance=4,layout.roles.server.tp_size=4")

@@ -364,6 +364,9 @@ def test_an_instance_on_another_node_runs_through_srun_in_this_job(monkeypatch):
     argv = placed_argv(spec)
     assert argv[:2] == ["srun", "--jobid=41"] and "--overlap" in argv and "--nodelist=n1" in argv
     assert argv[-3:] == ["echo-server", "--port", "9"]
+    on_gpu = LaunchSpec(index=1, argv=["echo-server"], host="127.0.0.1", ports={"serve": 9}, models=("",),
+                        role="generation", node="n1", env={"CUDA_VISIBLE_DEVICES": "1"})
+    assert placed_argv(on_gpu)[-3:] == ["env", "CUDA_VISIBLE_DEVICES=1", "echo-server"]  # (Slurm's own is all)
     monkeypatch.setenv("SLURMD_NODENAME", "n1")
     assert placed_argv(spec) == ["echo-server", "--port", "9"]
 

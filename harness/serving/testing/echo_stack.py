@@ -54,6 +54,8 @@ def _wait_as_rank(what: str) -> None:
 
 def main(argv: list[str]) -> None:
     program, rest = argv[0], argv[1:]
+    print(f"echo_stack: {program} on {os.environ.get('SLURMD_NODENAME', '?')} with CUDA_VISIBLE_DEVICES="
+          f"{os.environ.get('CUDA_VISIBLE_DEVICES', '')}", flush=True)  # where it runs, on which GPUs
     if program == "trtllm-llmapi-launch":
         if os.environ.get("SLURM_PROCID", "0") != "0":
             _wait_as_rank("trtllm-llmapi-launch")
