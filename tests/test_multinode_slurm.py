@@ -461,6 +461,10 @@ def test_servers_launched_on_another_node_are_alive_while_their_job_runs_there(c
         assert out.returncode == 0, out.stderr
         assert f"left {'k' * 16} pid {os.getpid()} on {n1}: Slurm job {job_id} launched it" in out.stdout, out.stdout
         assert len(registry.records("k" * 16)) == 1  # still there for the task that launched it
+        from harness.gc.collect import plan, servers_in_use
+
+        assert servers_in_use(registry.records("k" * 16))  # gc keeps what its job still runs
+        assert plan(root).servers["dead_records"] == []
     finally:
         subprocess.run(["scancel", job_id], capture_output=True, timeout=30)
     deadline = time.monotonic() + 60

@@ -53,6 +53,7 @@ from harness.gc.leftovers import orphan_servers, orphan_shm
 from harness.loadgen import semaphores
 from harness.serving import launcher
 from harness.serving import records as untrusted
+from harness.serving.elsewhere import running_elsewhere
 from harness.serving.launcher import is_ours
 from harness.serving.registry import ServerRegistry
 from harness.serving.shm import remove_shm_files
@@ -151,7 +152,7 @@ def servers_in_use(records: list[dict]) -> bool:
         return False
     if launcher.servers_live(records):
         return True
-    return any(is_ours(r) for r in records)
+    return any(is_ours(r) or running_elsewhere(r) for r in records)  # (another node's: while its job runs)
 
 
 def _server_records(entry_dir: Path, manifest: dict) -> list[dict]:
@@ -334,7 +335,8 @@ def _plan(root: Path, keep_days: float, now: datetime | None) -> Plan:
         if (root / NIGHTLY).is_dir() else []
     servers = {"orphans": [{"key16": r["key16"], "pid": r["pid"]} for r in
                            orphan_servers(root, lambda k: not lock_held(root, "LaunchServers", k))],
-               "dead_records": [r["_file"] for r in registry.records() if not r.get("external") and not is_ours(r)],
+               "dead_records": [r["_file"] for r in registry.records()
+                                if not r.get("external") and not is_ours(r) and not running_elsewhere(r)],
                "orphan_shm": orphan_shm(), "orphan_semaphores": semaphores.orphans()}
     return Plan(root, keep_days, now, cutoff, entries, runs_info, {"nights": len(nights)}, skipped, warnings,
                 {r["file"]: r["mtime_ns"] for r in runs}, servers)
