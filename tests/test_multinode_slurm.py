@@ -21,6 +21,7 @@ from test_slurm import SHORT, SLURM, assert_nothing_left, job_state, jobs
 
 from harness.serving.launcher import gone_servers, servers_live
 from harness.serving.processes import processes_with_token
+from harness.slurm import job_lines
 
 SCRIPT = REPO / "scripts" / "slurm-local.sh"
 
@@ -426,7 +427,8 @@ def test_two_array_tasks_on_two_nodes_share_one_launch_of_their_servers(cluster2
         (servers_json,) = root.glob("LaunchServers/*/servers.json")
         (rec,) = json.loads(servers_json.read_text())["servers"]
         launcher = next(t for t in tasks if t["node"] == rec["node"])
-        assert rec["launch_job"] and rec["launch_job"] != launcher["job_id"].split("_")[0]  # the task's own job id
+        (own,) = [line for line in job_lines(rec["launch_job"]) if line.get("JobId") == rec["launch_job"]]
+        assert f"{own['ArrayJobId']}_{own['ArrayTaskId']}" == launcher["job_id"]  # the launching task's own job
         assert len(list(root.glob("RunLoadgen/*/result.json"))) == 2
         assert_nothing_left(root)
 

@@ -20,7 +20,8 @@ def job_runs_there(job_id: str | None, node: str | None) -> bool:
     if not job_id or not node:
         return False
     try:
-        lines = job_lines(job_id)
+        # the job's own record: an array's first task has the array's id, which names every task
+        lines = [line for line in job_lines(job_id) if line.get("JobId") == str(job_id)]
         if not lines or lines[0].get("JobState") != "RUNNING":
             return False
         uid = lines[0].get("UserId", "")
