@@ -163,8 +163,8 @@ stop() {
     SLURM_CONF=$CONF scancel --quiet --state=PENDING,RUNNING,SUSPENDED --full -u root 2>/dev/null || true
     for _ in $(seq 1 20); do [ -z "$(SLURM_CONF=$CONF squeue -h -o %i 2>/dev/null)" ] && break; sleep 0.5; done
   fi
-  local name
-  for name in $(node_names); do stop_pid "$(slurmd_pid "$name")" "slurmd $name"; done
+  local f  # every slurmd this directory started, whatever PERFDAG_SLURM_NODES says now
+  for f in "$RUN"/slurmd*.pid; do [ -e "$f" ] && stop_pid "$f" "slurmd $(basename "$f" .pid)"; done
   # slurmstepd daemons belong to slurmd's jobs; any left after scancel are ours (found by this config).
   for p in $(pgrep -x slurmstepd 2>/dev/null); do
     grep -qs "$DIR" "/proc/$p/environ" "/proc/$p/cmdline" && kill -9 "$p" 2>/dev/null || true
