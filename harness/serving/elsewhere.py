@@ -7,6 +7,7 @@ RUNNING on that node for this user, and as reachable when its address is one thi
 """
 from __future__ import annotations
 
+import ipaddress
 import os
 
 from harness.errors import PerfdagError
@@ -49,8 +50,6 @@ def reachable_from_here(rec: dict) -> bool:
 def addressed(rec: dict) -> dict:
     """A record launched in a Slurm job with a wildcard bind (0.0.0.0), at the address other nodes reach
     this node at, so that a point on another node can share its servers."""
-    import ipaddress
-
     try:
         wildcard = ipaddress.ip_address(rec["host"]).is_unspecified
     except ValueError:

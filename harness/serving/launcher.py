@@ -272,7 +272,7 @@ def _running(rec: dict) -> bool:
     still runs there and reachable from here (a Sweep's array task sharing its servers)."""
     if rec.get("external") or is_ours(rec):
         return True
-    return not on_this_host(rec) and running_elsewhere(rec) and reachable_from_here(rec)
+    return running_elsewhere(rec) and reachable_from_here(rec)
 
 
 def servers_live(records: Sequence[dict], timeout_s: float = 2.0, patience_s: float = 0.0) -> bool:

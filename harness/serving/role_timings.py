@@ -16,6 +16,8 @@ from pathlib import Path
 
 import httpx
 
+from harness.serving.spec import url_of
+
 # stack -> what the report calls it -> (metric, histogram or gauge, to milliseconds)
 METRICS = {
     "vllm": {"queue": ("vllm:request_queue_time_seconds", "histogram", 1e3),
@@ -66,7 +68,7 @@ def scrape(servers: list[dict], stack: str | None, timeout_s: float = 5.0) -> di
     for rec in servers:
         if rec.get("role") in (None, "router"):
             continue
-        url = f"{rec['host']}:{rec.get('port')}"
+        url = url_of(rec)
         try:
             r = httpx.get(f"http://{url}/{'perf_metrics' if stack == 'trtllm-serve' else 'metrics'}", timeout=timeout_s)
             ok = r.status_code == 200
@@ -92,7 +94,7 @@ def per_role(servers: list[dict], stack: str, before: dict, after: dict) -> dict
     """role -> what -> {"mean_ms", "count"} over the measured requests (a gauge: its last value, "last_ms")."""
     sums: dict[str, dict[str, list[float]]] = {}
     for rec in servers:
-        url = f"{rec['host']}:{rec.get('port')}"
+        url = url_of(rec)
         if url not in after:
             continue
         for what, (name, kind, scale) in METRICS[stack].items():
