@@ -19,7 +19,8 @@ from tasks.settings import may_write_root
 SCORER_MODULES = ("harness.mlperf.accuracy", "harness.mlperf.evaluate", "harness.mlperf.benchmarks",
                   "harness.mlperf.scoring", "harness.mlperf.codeexec.mbxp", "harness.mlperf.codeexec.livecodebench",
                   "harness.mlperf.codeexec.lcb_runner", "harness.mlperf.codeexec.lcb_judge", "harness.mlperf.codeexec.sandbox",
-                  "harness.mlperf.codeexec.view", "harness.mlperf.codeexec.uids", "harness.mlperf.codeexec")
+                  "harness.mlperf.codeexec.view", "harness.mlperf.codeexec.uids", "harness.mlperf.codeexec",
+                  "harness.mlperf.bfcl")
 
 
 def livecodebench_key(task) -> dict:

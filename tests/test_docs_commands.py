@@ -190,7 +190,8 @@ def help_argv(cmd: Command, exe: str) -> tuple[str, ...] | None:
     if not exe:
         return None
     if name.startswith("python") and argv[1:3] == ["-m", "pipeline"] and len(argv) > 3:
-        return (exe, "-m", "pipeline", argv[3], "--help")
+        verb = argv[4:5] if len(argv) > 4 and not argv[4].startswith("-") else []  # `bfcl dataset`: its own flags
+        return (exe, "-m", "pipeline", argv[3], *verb, "--help")
     if name.startswith("python") and len(argv) > 1 and argv[1].startswith("bench/"):
         script = REPO / argv[1]
         return (exe, argv[1], "--help") if script.is_file() and "argparse" in script.read_text() else None

@@ -21,6 +21,7 @@ import numpy as np
 from harness.errors import InputError
 from harness.mlperf import benchmarks
 from harness.mlperf.accuracy import AccuracyLogError, check_gates, failure_reasons, gates_for
+from harness.mlperf.bfcl import env as bfcl_env
 from harness.mlperf.codeexec import livecodebench
 from harness.mlperf.codeexec.mbxp import score_mbxp
 from harness.mlperf.scoring import score_log
@@ -71,11 +72,15 @@ def samples_frame(samples: Sequence, bench: benchmarks.Benchmark):
 
 def code_runner_for(bench: benchmarks.Benchmark, *, workers: int, timeout_s: float, allow_network: bool,
                     results_dir: str | os.PathLike | None, livecodebench_problems: str | os.PathLike | None = None,
-                    livecodebench_timeout_s: float | None = None, where: str | None = None):
+                    livecodebench_timeout_s: float | None = None, where: str | None = None,
+                    bfcl_python: str | os.PathLike | None = None):
     """The sandboxed code runner for benchmarks with a pass@1 metric, else None: mixtral's MBXP (tests from
     the dataset), deepseek-r1's and gpt-oss-120b's LiveCodeBench (tests from the local problems copy at
-    `livecodebench_problems`, named `where` in errors; per-test timeout `livecodebench_timeout_s`)."""
+    `livecodebench_problems`, named `where` in errors; per-test timeout `livecodebench_timeout_s`),
+    qwen3.6-27b's BFCL checker (bfcl-eval in the environment of `bfcl_python`, harness/mlperf/bfcl/env.py)."""
 
+    if bench.scorer == "qwen3_6_27b":  # BFCL: bfcl-eval's checker, in its own environment
+        return partial(bfcl_env.check, bfcl_env.python(bfcl_python))
     if bench.name in livecodebench.RELEASES:
         return livecodebench.lazy_runner(
             bench.name, livecodebench_problems, workers=workers,
@@ -122,7 +127,8 @@ def evaluate(log_path: str | os.PathLike, samples: Sequence, tokenizer, *, bench
              code_workers: int = 2, code_timeout_s: float = 20.0, allow_network: bool = False,
              out_dir: str | os.PathLike | None = None, reference_source: str | None = None,
              livecodebench_problems: str | os.PathLike | None = None, livecodebench_timeout_s: float | None = None,
-             problems_field: str | None = None, log_problems: Sequence[str] = ()) -> dict:
+             problems_field: str | None = None, log_problems: Sequence[str] = (),
+             bfcl_python: str | os.PathLike | None = None) -> dict:
     """Score `log_path` with the benchmark's scorer, judge it, and (with `out_dir`) write
     accuracy.json and the scorer's per-row detail. Returns the accuracy document. `log_problems`:
     why the log fails whatever it scores (LoadGen errors in its run), first among the reasons."""
@@ -136,7 +142,7 @@ def evaluate(log_path: str | os.PathLike, samples: Sequence, tokenizer, *, bench
                           livecodebench_problems, problems_field or livecodebench.FIELD)
     runner = partial(code_runner_for, bench, workers=code_workers, timeout_s=code_timeout_s,
                      allow_network=allow_network, livecodebench_problems=livecodebench_problems,
-                     livecodebench_timeout_s=livecodebench_timeout_s, where=problems_field)
+                     livecodebench_timeout_s=livecodebench_timeout_s, where=problems_field, bfcl_python=bfcl_python)
     # The scorer checks every entry (qsl_idx within the dataset, hex ids of `dtype`) and names the log.
     scores = score(bench, entries, frame, tokenizer, dtype=dtype, log_name=str(log_path),
                    code_runner=runner(results_dir=Path(out_dir) / "code_outputs" if out_dir else None))

@@ -16,13 +16,13 @@ def add_parser(sub) -> None:
     sc = sub.add_parser("score", help="score an mlperf_log_accuracy.json as MLCommons' script does; exit 0 pass, 11 fail",
                         description=__doc__)
     sc.add_argument("--benchmark", required=True, help="llama2-70b, llama3.1-8b, mixtral-8x7b, llama3.1-405b, "
-                                                      "deepseek-r1, gpt-oss-120b, qwen3-vl-235b-a22b, llama3.1-8b-edge (MLPerf's and "
+                                                      "deepseek-r1, gpt-oss-120b, qwen3-vl-235b-a22b, llama3.1-8b-edge, qwen3.6-27b (MLPerf's and "
                                                       "LoadGen's spellings too)")
     sc.add_argument("--log", required=True, metavar="FILE", help="mlperf_log_accuracy.json")
     sc.add_argument("--dataset", required=True, metavar="FILE",
                     help="the benchmark's dataset: MLPerf's pickle (.pkl, with --allow-pickle) or JSON lines (.jsonl)")
     sc.add_argument("--tokenizer", default=None, metavar="DIR",
-                    help="a Hugging Face tokenizer directory (not for a log of text answers: qwen3-vl-235b-a22b)")
+                    help="a Hugging Face tokenizer directory (not for a log of text answers: qwen3-vl-235b-a22b, qwen3.6-27b)")
     sc.add_argument("--round", default="", help="MLPerf round whose gates apply (default: the newest that has it)")
     sc.add_argument("--target", type=float, default=0.0, help="0.99 or 0.999 (default: the round's lowest)")
     sc.add_argument("--dtype", default="int32", choices=["int32", "int64"], help="of the logged token ids")
@@ -41,6 +41,9 @@ def add_parser(sub) -> None:
     sc.add_argument("--allow-code-network", action="store_true",
                     help="where the kernel refuses the sandbox's namespaces, run generated code with weaker "
                          "isolation (the host's network; as root, no namespaces) instead of refusing")
+    sc.add_argument("--bfcl-python", default=None, metavar="PYTHON",
+                    help="qwen3.6-27b: the Python of a bfcl-eval environment (default: $PERFDAG_BFCL_PYTHON, else "
+                         "the one `python -m pipeline bfcl setup` made)")
     sc.add_argument("--out", default="", metavar="DIR", help="write accuracy.json and per-row detail here")
     sc.add_argument("--json", action="store_true", help="print the whole result as JSON")
 
@@ -68,14 +71,15 @@ def run(args) -> int:
                    gates_from=args.gates, dtype=args.dtype, code_workers=args.workers, code_timeout_s=args.timeout,
                    allow_network=args.allow_code_network, out_dir=out, reference_source=f"{args.dataset}",
                    livecodebench_problems=args.livecodebench_problems, livecodebench_timeout_s=args.livecodebench_timeout,
-                   problems_field="--livecodebench-problems")
+                   problems_field="--livecodebench-problems", bfcl_python=args.bfcl_python)
     if args.json:
         print(json.dumps(doc, indent=2, default=str))
     else:
         print(f"{bench.name} ({round_}, target {target}): {doc['samples']} samples scored")
+        width = max([18, *map(len, doc["scores"])])
         for name, value in doc["scores"].items():
             mark = _mark(doc["check"], name)
-            print(f"  {name:<18} {_fmt(value):>14}  {mark}")
+            print(f"  {name:<{width}} {_fmt(value):>14}  {mark}")
         print(f"accuracy {'PASS' if doc['passed'] else 'FAIL'}" + ("" if doc["passed"] else f": {doc['why']}"))
     return 0 if doc["passed"] else EXIT_FAIL
 

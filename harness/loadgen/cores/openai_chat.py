@@ -5,10 +5,10 @@ encoded once (harness/serving/openai/chat.py: messages, images as the dataset ha
 a stream is scanned as bytes, every complete event of a read at once. The first event with output
 (content, reasoning or a tool call) is the first token; `usage.completion_tokens` is the count.
 A performance run decodes nothing unless the server sent no usage (then the answer's text is decoded
-once and counted with the tokenizer). An accuracy run decodes each answer: its reasoning then its
-content go to LoadGen's accuracy log (as UTF-8 text or as their token ids, `api["log"]`), which is
-what MLCommons' endpoints client scores; content, reasoning and tool calls, kept apart, go to
-`chat_answers.<client>.jsonl` beside it.
+once and counted with the tokenizer). An accuracy run decodes each answer: what MLCommons' endpoints
+client scores (its tool calls as JSON where it has any, else its reasoning then its content) goes to
+LoadGen's accuracy log (as UTF-8 text or as token ids, `api["log"]`); content, reasoning and tool
+calls, kept apart, go to `chat_answers.<client>.jsonl` beside it.
 
 `info["output_tokens"]` says where counts came from ("usage" or "tokenizer"): result.json's
 `harness.methods.output_tokens`.
@@ -147,9 +147,9 @@ class OpenAIChatCore(HttpCore):
             counted = self.info["output_tokens"] = "tokenizer"
         if not keep:
             return b"", n
-        # What is scored: the reasoning, then the content, as MLCommons' endpoints client scores a chat
-        # answer (str(TextModelOutput)); a reasoning benchmark's script reads the whole generation
-        scored = answer.reasoning_text + answer.text
+        # What is scored, as MLCommons' endpoints client scores a chat answer: its tool calls (BFCL), else
+        # the reasoning then the content (a reasoning benchmark's script reads the whole generation)
+        scored = answer.scored()
         if self.log_as == "text":
             data = scored.encode("utf-8")
             # LoadGen refuses a count under 2 (cores/base.py MIN_TOKENS); the text stays as it came

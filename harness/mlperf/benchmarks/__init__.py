@@ -21,11 +21,12 @@ from harness.mlperf.benchmarks.llama3_1_8b import BENCHMARK as LLAMA3_1_8B
 from harness.mlperf.benchmarks.llama3_1_8b_edge import BENCHMARK as LLAMA3_1_8B_EDGE
 from harness.mlperf.benchmarks.llama3_1_405b import BENCHMARK as LLAMA3_1_405B
 from harness.mlperf.benchmarks.mixtral_8x7b import BENCHMARK as MIXTRAL_8X7B
+from harness.mlperf.benchmarks.qwen3_6_27b import BENCHMARK as QWEN3_6_27B
 from harness.mlperf.benchmarks.qwen3_vl_235b_a22b import BENCHMARK as QWEN3_VL_235B_A22B
 
 REGISTRY: dict[str, Benchmark] = {b.name: b for b in (LLAMA2_70B, LLAMA3_1_8B, MIXTRAL_8X7B, LLAMA3_1_405B,
                                                    DEEPSEEK_R1, GPT_OSS_120B, QWEN3_VL_235B_A22B,
-                                                   LLAMA3_1_8B_EDGE)}
+                                                   LLAMA3_1_8B_EDGE, QWEN3_6_27B)}
 _ALIASES = {a: b.name for b in REGISTRY.values() for a in (b.loadgen_model, *b.aliases)}
 
 

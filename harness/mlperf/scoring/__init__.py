@@ -37,7 +37,8 @@ def score_log(benchmark, log_entries: list[dict], dataset, tokenizer, *, code_ru
     scorer's ``REQUIRED_COLUMNS``).  ``tokenizer``: a HF tokenizer (``batch_decode``).
     ``code_runner(rows, texts) -> {"mbxp": percent, ...}`` scores mixtral's MBXP rows;
     for deepseek-r1 and gpt-oss-120b ``code_runner(question_ids, codes) -> [passed, ...]`` runs
-    LiveCodeBench programs.
+    LiveCodeBench programs; for qwen3.6-27b ``code_runner(jobs) -> [{"valid": ...}]`` is bfcl-eval's
+    checker, in its own environment.
     ``subsets``: values of the dataset's ``dataset`` column; when given, only log entries
     of rows in these subsets are scored (e.g. the GSM8K rows of a mixtral log).
     ``dtype``: of the logged ids, "int32" (what the SUTs log) or "int64".
@@ -47,7 +48,7 @@ def score_log(benchmark, log_entries: list[dict], dataset, tokenizer, *, code_ru
     check_columns(dataset, scorer.REQUIRED_COLUMNS, benchmark.name, dataset_name)
     if getattr(scorer, "LOG", "token_ids") == "text":  # answers logged as text, every entry scored (qwen3-vl)
         return scorer.score(text_entries(log_entries, len(dataset), log_name), dataset, tokenizer,
-                            dataset_name=dataset_name)
+                            code_runner=code_runner, dataset_name=dataset_name)
     samples = first_entries(log_entries, len(dataset), dtype, log_name)  # validates every entry
     if subsets is not None:
         log_entries = _only_subsets(log_entries, dataset, set(subsets), dataset_name)

@@ -85,11 +85,16 @@ class Answer:
             reasoning = part.get("reasoning_content") or part.get("reasoning")
             if reasoning:
                 self.reasoning.append(reasoning)
-            for k, call in enumerate(part.get("tool_calls") or ()):
-                slot = self.tool_calls.setdefault(int(call.get("index", k)), {"id": None, "name": "", "arguments": ""})
+            streamed = "delta" in choice
+            for call in part.get("tool_calls") or ():
+                # A stream's pieces join by their index (0 where absent); a whole message's calls are
+                # its list, in order. A name is sent whole, once: a later one replaces it (as
+                # MLCommons' endpoints client merges tool-call deltas).
+                at = int(call.get("index") or 0) if streamed else len(self.tool_calls)
+                slot = self.tool_calls.setdefault(at, {"id": None, "name": "", "arguments": ""})
                 slot["id"] = call.get("id") or slot["id"]
                 fn = call.get("function") or {}
-                slot["name"] += fn.get("name") or ""
+                slot["name"] = fn.get("name") or slot["name"]
                 slot["arguments"] += fn.get("arguments") or ""
 
     @property
@@ -102,6 +107,15 @@ class Answer:
 
     def calls(self) -> list[dict]:
         return [self.tool_calls[k] for k in sorted(self.tool_calls)]
+
+    def scored(self) -> str:
+        """What MLCommons' endpoints client scores for a chat answer: its tool calls as a JSON list of
+        OpenAI tool calls when there are any (bfcl_v4_scorer.py), else its reasoning then its content."""
+        if self.tool_calls:
+            return json.dumps([{"id": c["id"], "type": "function",
+                                "function": {"name": c["name"], "arguments": c["arguments"]}}
+                               for c in self.calls()], ensure_ascii=False)
+        return self.reasoning_text + self.text
 
     def generated_text(self) -> str:
         """Everything the model generated, for a tokenizer's count: reasoning, content, tool calls."""
