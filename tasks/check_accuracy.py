@@ -8,6 +8,8 @@ from harness.cache.hashing import dir_content_hash
 from harness.cache.versions import versions
 from harness.config.rules import uses_mlperf_gates
 from harness.loadgen.verdict import errors_reason, read_errors
+from harness.mlperf import benchmarks
+from harness.mlperf.bfcl import env as bfcl_env
 from harness.mlperf.evaluate import evaluate
 from tasks.base import StageTask, log
 from tasks.prepare_dataset import PrepareDataset, read_samples, tokenizer_dir
@@ -34,6 +36,13 @@ def livecodebench_key(task) -> dict:
         rehash=task.full_verify)}
 
 
+def bfcl_key(task) -> dict:
+    """BFCL's checker is bfcl-eval in its own environment, held to one version (harness/mlperf/bfcl/env.py)."""
+    if benchmarks.canonical_name(task.params.loadgen.mlperf_model) != "qwen3.6-27b":
+        return {}
+    return {"bfcl_eval": bfcl_env.VERSION}
+
+
 @register
 class CheckAccuracy(StageTask):
     observes = True  # a score of one accuracy observation
@@ -44,7 +53,7 @@ class CheckAccuracy(StageTask):
         return {"log": self.clone(RunAccuracy), "dataset": self.clone(PrepareDataset)}
 
     def key_inputs(self):
-        return livecodebench_key(self)
+        return {**livecodebench_key(self), **bfcl_key(self)}
 
     def tools(self):
         return versions("rouge-score", "nltk", "transformers", "tokenizers")

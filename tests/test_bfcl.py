@@ -13,8 +13,9 @@ from types import SimpleNamespace
 
 import bfcl_fixtures as fx
 import pytest
-from conftest import REPO
+from conftest import REPO, run_luigi, run_records, statuses
 
+from harness.config import ParamsError
 from harness.errors import InputError
 from harness.mlperf import benchmarks
 from harness.mlperf.bfcl import calls as fc
@@ -173,3 +174,48 @@ def test_the_truth_itself_scores_full_marks_through_bfcl_eval(accuracy_set):
                        __import__("pandas").DataFrame(rows), code_runner=lambda jobs: env.check(_bfcl_python(), jobs))
     assert got["_detail"]["missing"] == 0
     assert got["overall_accuracy"] == 100.0, got["_detail"]["subset_scores"]
+
+
+def test_a_chat_row_needs_no_input_text(tmp_path):
+    """A BFCL row has messages, tools and a ground truth, no `input`: the jsonl reader takes it (its
+    messages' text stands for the prompt in token counts); a row with neither is refused by name."""
+    from harness.model.datasets import DatasetError, jsonl_record
+
+    row = json.loads((REPO / "harness/data/standins/qwen3.6-27b.jsonl").read_text().splitlines()[0])
+    assert "input" not in row and jsonl_record(json.dumps(row).encode(), "x")["messages"] == row["messages"]
+    with pytest.raises(DatasetError, match="'messages'"):
+        jsonl_record(json.dumps({"messages": [{"content": "no role"}], "ground_truth": "[]"}).encode(), "x")
+
+
+def test_validation_names_a_missing_bfcl_environment_before_any_stage(tmp_path):
+    from harness.backends import resolve
+
+    os.environ[env.ENV_VAR], saved = str(tmp_path / "none" / "python"), os.environ.get(env.ENV_VAR)
+    try:
+        with pytest.raises(ParamsError, match="pipeline bfcl setup"):
+            resolve(REPO / STANDIN)
+    finally:
+        os.environ.pop(env.ENV_VAR) if saved is None else os.environ.__setitem__(env.ENV_VAR, saved)
+
+
+STANDIN = "params/standins/qwen3.6-27b.yaml"
+
+
+@needs_bfcl
+def test_standin_fullrun_calls_tools_through_transformers_serve_and_passes(tmp_path):
+    """The stand-in end to end: a tiny Llama taught tool calls, served by a real `transformers serve`
+    whose response parser turns them into OpenAI tool calls, SingleStream through real LoadGen, and
+    bfcl-eval's checker passing every row against the benchmark's gates; a second run reuses all."""
+    root = tmp_path / "artifacts"
+    bfcl = {env.ENV_VAR: str(_bfcl_python())}
+    proc = run_luigi("FullRun", "--params-file", STANDIN, artifacts=root, env=bfcl, timeout=900)
+    assert "accuracy   PASS: overall_accuracy 100.00  normalized_single_turn_score 100.00" in proc.stdout + proc.stderr
+    answers = [json.loads(line) for f in (root / "RunAccuracy").glob("*/chat_answers*.jsonl")
+               for line in f.read_text().splitlines()]
+    assert len(answers) == 12 and sum(bool(a["tool_calls"]) for a in answers) == 9  # 3 rows rightly call nothing
+    assert {c["name"] for a in answers for c in a["tool_calls"]} >= {"get_weather", "geometry_circle_area", "home_lights"}
+    report = json.loads(next((root / "FullRun").glob("*/report.json")).read_text())
+    assert report["performance"]["scenario"] == "SingleStream" and report["performance"]["valid"] is True
+    assert report["accuracy"]["passed"] is True and report["accuracy"]["overall_accuracy"] == 100.0
+    run_luigi("FullRun", "--params-file", STANDIN, artifacts=root, env=bfcl, timeout=600)
+    assert set(statuses(run_records(root)[-1]).values()) == {"reused"}

@@ -155,7 +155,7 @@ def test_jsonl_dataset(tmp_path, tokenizer_dir):
 
     ok = json.dumps({"input_ids": [1], "output": "x"})
     bad([ok, "{not json"], r"line 2: invalid JSON")
-    bad([ok, json.dumps({"prompt": "x", "output": "y"})], r"line 2: missing field 'input' \(text\) or 'input_ids'")
+    bad([ok, json.dumps({"prompt": "x", "output": "y"})], r"line 2: missing field 'input' \(text\), 'input_ids' \(token ids\) or 'messages'")
     bad([json.dumps({"input_ids": [1, "a"], "output": "y"})], r"line 1: field 'input_ids'\[1\] is 'a'")
     bad([json.dumps({"input_ids": [], "output": "y"})], r"line 1: field 'input_ids' is empty")
     bad([json.dumps({"input_ids": [1], "output": 5})], r"line 1: field 'output' must be text")

@@ -11,8 +11,9 @@ from functools import lru_cache
 from pathlib import Path
 
 from harness.config.schema import BUILTIN_CHECKPOINTS
-from harness.errors import InputError, shorten
+from harness.errors import InputError, PerfdagError, shorten
 from harness.mlperf import benchmarks
+from harness.mlperf.bfcl import env as bfcl_env
 from harness.mlperf.codeexec import livecodebench
 from harness.model.datasets import jsonl_lines, jsonl_record
 from harness.untrusted.files import not_regular, open_regular
@@ -202,3 +203,21 @@ def _scorer_rows(fmt: str, path: str, size: int, mtime_ns: int, num_samples: int
         cols = [k for k in keys if k in df.columns]
         return df[cols].head(num_samples).to_dict("records")
     return []
+
+
+def bfcl_problems(p) -> list[str]:
+    """qwen3.6-27b's accuracy is scored by bfcl-eval in its own environment: one line if there is none
+    (or it holds another version), before any stage. Its runs score accuracy beside performance, as
+    the benchmark's combined run does, so every run of it needs the environment."""
+    try:
+        bench = benchmarks.get(p.loadgen.mlperf_model)
+    except KeyError:
+        return []
+    if bench.scorer != "qwen3_6_27b":
+        return []
+    try:
+        bfcl_env.checked_python(None, field=f"${bfcl_env.ENV_VAR}")
+    except PerfdagError as e:
+        return [f"loadgen.mlperf_model: {bench.name}'s accuracy is scored by bfcl-eval: {e}"]
+    return []
+

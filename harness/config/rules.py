@@ -5,7 +5,7 @@ Rules every backend shares live here (no backend is imported); the chosen backen
 """
 from __future__ import annotations
 
-from harness.config.inputs import checkpoint_problems, dataset_problems, livecodebench_problems
+from harness.config.inputs import bfcl_problems, checkpoint_problems, dataset_problems, livecodebench_problems
 from harness.config.schema import Params
 from harness.mlperf import benchmarks
 from harness.model.datasets import builtin_capacity
@@ -65,6 +65,8 @@ def cross_field_problems(p: Params) -> list[str]:
     out += dataset_problems(p.dataset.format, p.dataset.path, p.dataset.max_line_bytes)
     if not any(x.startswith("dataset.") for x in out):
         out += livecodebench_problems(p)
+    if not any(x.startswith("loadgen.") for x in out):
+        out += bfcl_problems(p)
 
     return out
 

@@ -22,6 +22,7 @@ FullRun scores every metric family for real. Deterministic: run it again and not
 - llama3.1-8b-edge: CNN-DailyMail's columns as perfdag's jsonl has them: `input` (a corpus line's
   start, for the article), `output` (its rest, for the highlights: the reference ROUGE is scored
   against).
+- qwen3.6-27b: BFCL v4 single-turn rows (harness/data/bfcl_standin.py), taught as tool calls.
 - LiveCodeBench (deepseek-r1): rows whose `ground_truth` is a question_id of
   `livecodebench-problems.jsonl`, a local problems copy in LiveCodeBench's own columns (stdin and
   call-based problems; one with its private tests in upstream's compressed form), written here too.
@@ -41,6 +42,7 @@ import uuid
 import zlib
 from pathlib import Path
 
+from harness.data import bfcl_standin
 from harness.mlperf import benchmarks
 from harness.model.corpus import corpus_lines, standin_rows
 
@@ -357,6 +359,7 @@ def main() -> None:
     random.Random(SEED + 3).shuffle(gpt_oss)
     print(write("gpt-oss-120b", gpt_oss))
     print(write("llama3.1-8b-edge", cnn_dailymail_rows(24, 29)))
+    print(write("qwen3.6-27b", bfcl_standin.rows()))
     print(write("livecodebench-problems", livecodebench_problems(), private=True))  # the answers: 0600
 
 

@@ -338,8 +338,12 @@ def jsonl_record(raw: bytes, where: str) -> dict | None:
     elif "input" in obj:
         if not isinstance(obj["input"], str) or not obj["input"]:
             raise DatasetError(f"{where}: field 'input' must be non-empty text")
+    elif "messages" in obj:
+        if not _messages_text(obj["messages"]):
+            raise DatasetError(f"{where}: field 'messages' must be a list of chat messages ({{\"role\", \"content\"}}) "
+                               "with some text")
     else:
-        raise DatasetError(f"{where}: missing field 'input' (text) or 'input_ids' (token ids)")
+        raise DatasetError(f"{where}: missing field 'input' (text), 'input_ids' (token ids) or 'messages' (a chat)")
     found = False
     for key in ("output", "reference", "gt_output", "ground_truth"):
         if key in obj and obj[key] is not None:
@@ -356,6 +360,20 @@ def jsonl_record(raw: bytes, where: str) -> dict | None:
         raise DatasetError(f"{where}: missing reference: field 'output', 'reference', 'gt_output' or 'ground_truth' (text), "
                            "or 'reference_ids' (token ids)")
     return obj
+
+
+def _messages_text(messages) -> str:
+    """The text parts of a chat's messages, one per line ("" when it is no list of messages)."""
+    if not isinstance(messages, list) or not all(isinstance(m, dict) and "role" in m for m in messages):
+        return ""
+    parts = []
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, str):
+            parts.append(content)
+        elif isinstance(content, list):
+            parts += [p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)]
+    return "\n".join(p for p in parts if p)
 
 
 def _load_jsonl(path: Path, tokenizer_dir, num_samples: int, max_line_bytes: int | None = None) -> list[Sample]:
@@ -382,7 +400,9 @@ def _load_jsonl(path: Path, tokenizer_dir, num_samples: int, max_line_bytes: int
                 ids = _as_ids(obj["input_ids"], where, "input_ids")
                 text = obj.get("input") if isinstance(obj.get("input"), str) else None
             else:
-                text = obj["input"]
+                # A chat row without `input`: its messages' text stands for the prompt in token counts
+                # (the request sends the messages themselves)
+                text = obj["input"] if "input" in obj else _messages_text(obj["messages"])
                 ids = tok.encode(text)
                 if not ids:
                     raise DatasetError(f"{where}: field 'input' tokenises to no tokens")

@@ -23,7 +23,27 @@ CHAT_TEMPLATE = (
     "{% endif %}{{ '\\n' }}{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}")
 
 
-def train_tokenizer(vocab_size: int, out_dir: Path, extra_texts: list[str] = (), corpus: bool = True):
+#: How `transformers serve` reads the tiny model's tool calls (its response parser, the Qwen form):
+#: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, repeated; the rest is content. Set on
+#: the tokenizer only when a taught stand-in answers with tool calls (qwen3.6-27b).
+TOOL_CALL_TEMPLATE = {
+    "defaults": {"role": "assistant"},
+    "start_anchor": "assistant:",  # where CHAT_TEMPLATE's generation prompt ends
+    "fields": {
+        "tool_calls": {"open_pattern": r"\s*<tool_call>", "close": "</tool_call>", "repeats": True,
+                       "content": "json", "transform": {"type": "function", "function": "{content}"}},
+        "content": {"close_pattern": r"\s*</s>", "content": "text"},
+    },
+}
+
+
+def _chat_text(messages: list) -> str:
+    """A chat row's words, for the tokenizer's training texts (its prompt is rendered once it exists)."""
+    return "\n".join(m["content"] for m in messages if isinstance(m.get("content"), str))
+
+
+def train_tokenizer(vocab_size: int, out_dir: Path, extra_texts: list[str] = (), corpus: bool = True,
+                    response_template: dict | None = None):
     """A byte-level BPE tokenizer trained on the shipped corpus (and the taught stand-in texts),
     saved as a HF fast tokenizer."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -37,7 +57,8 @@ def train_tokenizer(vocab_size: int, out_dir: Path, extra_texts: list[str] = (),
                                   show_progress=False)
     tok.train_from_iterator([*(corpus_lines() if corpus else []), *extra_texts], trainer=trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>",
-                                   eos_token="</s>", pad_token="<pad>", chat_template=CHAT_TEMPLATE)
+                                   eos_token="</s>", pad_token="<pad>", chat_template=CHAT_TEMPLATE,
+                                   **({"response_template": response_template} if response_template else {}))
     fast.save_pretrained(out_dir)
     return fast
 
@@ -51,9 +72,15 @@ def build_tiny_llama(cfg, out_dir: str | Path, log: Callable[[str], None] = prin
     apply_torch_threads()  # the CPUs this process may use, not the machine's
     out_dir = Path(out_dir)
     t0 = time.monotonic()
-    lessons = [(r["input"], r["canonical_solution"]) for b in cfg.teach for r in standin_rows(b)]
+    rows = [r for b in cfg.teach for r in standin_rows(b)]
     lines = corpus_lines() if cfg.corpus else []
-    tok = train_tokenizer(cfg.vocab_size, out_dir, [p + a for p, a in lessons], corpus=cfg.corpus)
+    texts = [_chat_text(r["messages"]) if "messages" in r else r["input"] for r in rows]
+    tools = any("<tool_call>" in r["canonical_solution"] for r in rows)
+    tok = train_tokenizer(cfg.vocab_size, out_dir, [t + r["canonical_solution"] for t, r in zip(texts, rows)],
+                          corpus=cfg.corpus, response_template=TOOL_CALL_TEMPLATE if tools else None)
+    # A chat row is taught after the prompt the server renders from its messages (the chat template's).
+    lessons = [(tok.apply_chat_template(r["messages"], tokenize=False, add_generation_prompt=True)
+                if "messages" in r else r["input"], r["canonical_solution"]) for r in rows]
     ids = [i for line in lines for i in [tok.bos_token_id, *tok.encode(line), tok.eos_token_id]]
     # A question and its answer are encoded apart, as the dataset's prompt and the model's output
     # are: the model learns the very tokens it must produce after the prompt, then EOS.

@@ -42,6 +42,16 @@ def python(given: str | os.PathLike | None = None, field: str = "--bfcl-python")
     return path
 
 
+def checked_python(given: str | os.PathLike | None = None, field: str = "--bfcl-python") -> Path:
+    """python(), holding bfcl-eval VERSION: what a score keys is what scored it."""
+    py = python(given, field)
+    got = _run([str(py), str(WORKER), "version"], timeout=120).strip()
+    if got != VERSION:
+        raise InputError(f"{py}: has bfcl-eval {got!r}; perfdag scores with {VERSION} (its key says so): "
+                         f"run `python -m pipeline bfcl setup`, or point {field} at an environment with {VERSION}")
+    return py
+
+
 def setup(target: Path, *, log=print) -> Path:
     """Make the venv at `target` with bfcl-eval and the versions it was tested with; its Python."""
     py = target / "bin" / "python"
