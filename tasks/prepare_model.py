@@ -7,13 +7,18 @@ from harness.cache.hashing import dir_content_hash
 from harness.cache.versions import versions
 from harness.errors import ArtifactError, InputError
 from harness.config.schema import BUILTIN_CHECKPOINTS
-from harness.model.corpus import corpus_sha256, standin_rows, standins_sha256
+from harness.model.corpus import corpus_sha256, standin_path, standin_rows, standins_sha256
 from harness.model.tiny import build_tiny_llama
 from harness.model.tiny_vl import VL_STANDIN, build_tiny_llava
+from harness.sessions.lessons import lesson_rows
 from tasks import lifecycle
 from tasks.base import StageTask, log
 from tasks.registry import register
 from tasks.settings import may_write_root
+
+
+#: The session stand-in (harness/data/standins/agentic-trajectories.jsonl), taught by its client turns.
+TRAJECTORIES = "agentic-trajectories"
 
 
 @register
@@ -41,7 +46,18 @@ class PrepareModel(StageTask):
     def code(self):
         if self.vl:
             return ("harness.model.tiny_vl", "harness.model.tiny", "harness.model.corpus")
-        return ("harness.model.tiny", "harness.model.corpus") if self.builtin else ()
+        sessions = ("harness.sessions.lessons", "harness.sessions.trajectories") if TRAJECTORIES in self.teach else ()
+        return ("harness.model.tiny", "harness.model.corpus", *sessions) if self.builtin else ()
+
+    @property
+    def teach(self) -> list[str]:
+        return list(self.params.model.tiny.teach)
+
+    def lessons(self) -> list[dict]:
+        """What the tiny model is taught: each named stand-in's rows; a trajectory file's client turns
+        and their recorded answers (harness/sessions/lessons.py)."""
+        return [r for b in self.teach
+                for r in (lesson_rows(standin_path(b)) if b == TRAJECTORIES else standin_rows(b))]
 
     def key_inputs(self):
         if self.vl:  # its tokenizer is trained on the stand-in's texts
@@ -92,7 +108,7 @@ class PrepareModel(StageTask):
                              seed=self.params.model.tiny.seed)
             log.info("PrepareModel: tiny LLaVA (untrained weights, tokenizer of the %s stand-in)", VL_STANDIN)
             return {"checkpoint": "model", "tiny_model": {"family": "llava"}}
-        info = build_tiny_llama(self.params.model.tiny, out_dir / "model", log=log.info)
+        info = build_tiny_llama(self.params.model.tiny, out_dir / "model", log=log.info, rows=self.lessons())
         return {"checkpoint": "model", "tiny_model": info}
 
 

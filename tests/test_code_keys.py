@@ -84,7 +84,7 @@ def test_declared_code_covers_what_each_stage_imports(gpu_overrides):
     """A module a stage uses for its work and does not list is caught here: the closure of its
     declared modules, and everything its task module imports, must be declared or explained."""
     cases = (("params/default.yaml", ""), (H100, gpu_overrides), ("params/examples/openai-cpu.yaml", ""),
-             ("params/standins/qwen3-vl-235b-a22b.yaml", ""),
+             ("params/standins/qwen3-vl-235b-a22b.yaml", ""), ("params/standins/agentic-sessions.yaml", ""),
              ("params/default.yaml", "layout.roles.server.gpus_per_instance=0"))  # a layout keys more
     for name in STAGES:
         declared_any: set[str] = set()

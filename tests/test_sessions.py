@@ -444,6 +444,23 @@ def test_a_replay_through_transformers_serve_on_the_builtin_model(tmp_path):
     assert statuses(run_records(root)[-1])["RunSessions"] == "reused"  # reruns from the cache
 
 
+def test_a_tiny_model_taught_the_recorded_turns_calls_tools_in_the_replay(tmp_path):
+    """params/standins/agentic-sessions.yaml, shorter trained: the tiny Llama taught each client turn's
+    recorded answer (harness/sessions/lessons.py) answers through `transformers serve` with OpenAI tool
+    calls (its response template), so the replay's inline accuracy scores what it learned."""
+    root = tmp_path / "artifacts"
+    run_luigi("RunSessions", "--params-file", "params/standins/agentic-sessions.yaml", "--overrides",
+              "model.tiny.train_steps=500,model.tiny.learning_rate=0.006,quantize.calib_size=4", artifacts=root,
+              timeout=900)
+    (art,) = [p.parent for p in (root / "RunSessions").glob("*/manifest.json")]
+    result = json.loads((art / "result.json").read_text())
+    turns = [json.loads(line) for line in (art / "turns.jsonl").read_text().splitlines()]
+    calls = [c for t in turns for c in t["tool_calls"] or []]
+    assert len(calls) > len(turns) // 2 and {c["function"]["name"] for c in calls} == {"bash"}
+    assert result["inline_accuracy"]["turns"]["scored"] > 200 and result["inline_accuracy"]["score"] > 0.1
+    assert openai_servers_under(root) == []
+
+
 def test_a_frontier_over_users_draws_one_replay_per_level(echo, built_fast, tmp_path):
     """`python -m pipeline frontier --sessions --levels 1,4`: one RunSessions per sessions.users level on
     the same servers, then frontier.md/json/png with tokens/s per user against the window's tokens/s and

@@ -76,8 +76,9 @@ class TinyModel(Section):
     learning_rate: float = Field(3e-3, gt=0, le=1)
     # Shipped stand-in datasets (harness/data/standins/) whose answers go into the training text,
     # each `teach_repeats` times, so the model can answer their benchmark's questions.
+    # agentic-trajectories: the session stand-in's recorded assistant turns (harness/sessions/lessons.py).
     teach: list[Literal["mixtral-8x7b", "llama3.1-405b", "deepseek-r1", "gpt-oss-120b", "llama3.1-8b-edge",
-                        "qwen3.6-27b"]] = []
+                        "qwen3.6-27b", "agentic-trajectories"]] = []
     teach_repeats: int = Field(4, ge=1, le=100)
     # false: train on the taught stand-ins only (a model that must answer them, not continue the corpus).
     corpus: bool = True

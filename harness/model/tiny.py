@@ -15,12 +15,16 @@ from harness.model.corpus import corpus_lines, standin_rows
 
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<pad>"]
 # A plain chat template, so an OpenAI server answers chat completions with the tiny model: each
-# message as "role: text" (text parts of a list content; an assistant's tool calls as JSON).
+# message as "role: text" (text parts of a list content), an assistant's tool calls as
+# `<tool_call>{"name": ..., "arguments": ...}</tool_call>` (the Qwen form, which TOOL_CALL_TEMPLATE
+# reads back): a replayed conversation shows the model the calls in the form it answers with.
 CHAT_TEMPLATE = (
     "{% for m in messages %}{{ m['role'] }}: {% if m['content'] is string %}{{ m['content'] }}"
     "{% elif m['content'] %}{% for p in m['content'] %}{% if p['type'] == 'text' %}{{ p['text'] }}{% endif %}"
-    "{% endfor %}{% endif %}{% if m['tool_calls'] is defined and m['tool_calls'] %}{{ m['tool_calls'] | tojson }}"
-    "{% endif %}{{ '\\n' }}{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}")
+    "{% endfor %}{% endif %}{% if m['tool_calls'] is defined and m['tool_calls'] %}{% for c in m['tool_calls'] %}"
+    "<tool_call>{\"name\": {{ c['function']['name'] | tojson }}, \"arguments\": {% if c['function']['arguments'] is string %}"
+    "{{ c['function']['arguments'] }}{% else %}{{ c['function']['arguments'] | tojson }}{% endif %}}</tool_call>"
+    "{% endfor %}{% endif %}{{ '\\n' }}{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}")
 
 
 #: How `transformers serve` reads the tiny model's tool calls (its response parser, the Qwen form):
@@ -63,8 +67,10 @@ def train_tokenizer(vocab_size: int, out_dir: Path, extra_texts: list[str] = (),
     return fast
 
 
-def build_tiny_llama(cfg, out_dir: str | Path, log: Callable[[str], None] = print) -> dict:
-    """Trains tokenizer + model per `cfg` (schema.TinyModel) and saves a normal HF directory."""
+def build_tiny_llama(cfg, out_dir: str | Path, log: Callable[[str], None] = print, rows: list[dict] | None = None) -> dict:
+    """Trains tokenizer + model per `cfg` (schema.TinyModel) and saves a normal HF directory. `rows`:
+    what it is taught (default: the stand-ins `cfg.teach` names), each {"input" or "messages",
+    "canonical_solution"}."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -72,7 +78,7 @@ def build_tiny_llama(cfg, out_dir: str | Path, log: Callable[[str], None] = prin
     apply_torch_threads()  # the CPUs this process may use, not the machine's
     out_dir = Path(out_dir)
     t0 = time.monotonic()
-    rows = [r for b in cfg.teach for r in standin_rows(b)]
+    rows = [r for b in cfg.teach for r in standin_rows(b)] if rows is None else rows
     lines = corpus_lines() if cfg.corpus else []
     texts = [_chat_text(r["messages"]) if "messages" in r else r["input"] for r in rows]
     tools = any("<tool_call>" in r["canonical_solution"] for r in rows)

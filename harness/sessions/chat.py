@@ -54,7 +54,10 @@ def _merge_calls(calls: list[dict], deltas) -> bool:
 def _event(reply: ChatReply, data: str, now: float) -> None:
     if data == DONE:
         return
-    obj = json.loads(data)
+    try:
+        obj = json.loads(data)
+    except ValueError as exc:  # transformers serve writes a parser's error message into JSON unescaped
+        raise RuntimeError(f"the server sent an event that is not JSON ({exc}): {data[:300]!r}") from None
     if "error" in obj and not obj.get("choices"):
         raise RuntimeError(f"server error: {obj['error']}")
     if obj.get("usage"):
