@@ -69,7 +69,7 @@ def test_llama3_1_8b_edge_entry_is_the_checkers():
 @pytest.mark.parametrize("overrides,needle", [
     ("loadgen.scenario=SingleStream", "loadgen.scenario: llama2-70b has no SingleStream scenario in v6.1 "
                                       "(datacenter: Offline, Server, Interactive; edge: none)"),
-    ("loadgen.scenario=SingleStream,loadgen.mlperf_model=llama3.1-8b", "or a benchmark that has it (llama3.1-8b-edge)"),
+    ("loadgen.scenario=SingleStream,loadgen.mlperf_model=llama3.1-8b", "or a benchmark that has it (llama3.1-8b-edge, qwen3.6-27b)"),
     ("loadgen.scenario=Server,loadgen.mlperf_model=llama3.1-8b-edge", "llama3.1-8b-edge has no Server scenario"),
     ("loadgen.scenario=Interactive,loadgen.mlperf_model=llama3.1-8b-edge", "use one of Offline, SingleStream"),
     ("loadgen.scenario=MultiStream,loadgen.mlperf_model=llama3.1-8b-edge", "loadgen.scenario"),
