@@ -219,3 +219,19 @@ def test_standin_fullrun_calls_tools_through_transformers_serve_and_passes(tmp_p
     assert report["accuracy"]["passed"] is True and report["accuracy"]["overall_accuracy"] == 100.0
     run_luigi("FullRun", "--params-file", STANDIN, artifacts=root, env=bfcl, timeout=600)
     assert set(statuses(run_records(root)[-1]).values()) == {"reused"}
+
+
+def test_a_text_log_benchmark_is_never_judged_against_its_own_references(tmp_path):
+    """Its references are no answer a server would log (a tool call comes back parsed), so the self
+    gates are refused, naming the fix: by the score command before anything else, and by the scoring
+    itself (CheckAccuracy) in one line, not a traceback."""
+    from harness.mlperf.evaluate import evaluate
+
+    with pytest.raises(InputError, match="reference_scores: mlperf"):
+        evaluate(tmp_path, [], None, benchmark="qwen3-vl-235b-a22b", round_="v6.1", target=0.99, gates_from="self")
+    log = tmp_path / "mlperf_log_accuracy.json"
+    log.write_text(json.dumps([{"seq_id": 0, "qsl_idx": 0, "data": b"No.".hex().upper()}]))
+    proc = subprocess.run([sys.executable, "-m", "pipeline", "score", "--benchmark", "qwen3.6-27b", "--log", str(log),
+                           "--dataset", str(REPO / "harness/data/standins/qwen3.6-27b.jsonl"), "--gates", "self"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "use --gates mlperf" in proc.stderr, proc.stderr  # before any environment

@@ -133,6 +133,9 @@ def evaluate(log_path: str | os.PathLike, samples: Sequence, tokenizer, *, bench
     accuracy.json and the scorer's per-row detail. Returns the accuracy document. `log_problems`:
     why the log fails whatever it scores (LoadGen errors in its run), first among the reasons."""
     bench = benchmarks.get(benchmark)
+    if gates_from != "mlperf" and bench.accuracy_log == "text":  # its references are no answer a server logs
+        raise InputError(f"{bench.name}'s log holds answers as text, which its references are not: judge it "
+                         "against MLPerf's gates (--gates mlperf, accuracy.reference_scores: mlperf)")
     entries = read_log_entries(log_path)
     frame = samples_frame(samples, bench)
     # LiveCodeBench rows need the local problems copy: missing, unreadable or incomplete is one line, now.

@@ -60,6 +60,9 @@ def run(args) -> int:
     if args.gates == "mlperf" and benchmarks.target_name(target) not in bench.targets[round_]:
         allowed = ", ".join(str(benchmarks.TARGETS[t]) for t in bench.targets[round_])
         raise InputError(f"--target: {target} is not a target of {bench.name} in {round_}; use {allowed}")
+    if args.gates == "self" and bench.accuracy_log == "text":
+        raise InputError(f"--gates: {bench.name}'s log holds answers as text, which its references are not: "
+                         "use --gates mlperf")
     samples = read_scoring_dataset(Path(args.dataset), args.allow_pickle)
     if args.tokenizer is None and bench.accuracy_log != "text":
         raise InputError(f"--tokenizer: {bench.name}'s log holds token ids; give the tokenizer directory that made them")
