@@ -148,6 +148,19 @@ def test_split_conversations_and_bad_files_are_refused(tmp_path):
 
 # --- salts ----------------------------------------------------------------------------------------
 
+def test_streamed_tool_call_pieces_join_as_the_endpoints_client_joins_them():
+    """Pieces join by index (0 where a server sends none), arguments appended, a repeated name
+    replacing the first (MLCommons' merge_tool_calls), so inline accuracy reads the call it scores."""
+    from harness.sessions.chat import _merge_calls
+
+    calls: list[dict] = []
+    _merge_calls(calls, [{"index": 0, "id": "a", "function": {"name": "bash", "arguments": '{"comm'}}])
+    _merge_calls(calls, [{"function": {"name": "bash", "arguments": 'and": "ls"}'}}])  # no index: 0
+    _merge_calls(calls, [{"index": 1, "id": "b", "function": {"name": "bash", "arguments": {"command": "pwd"}}}])
+    assert [(c["id"], c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == \
+        [("a", "bash", {"command": "ls"}), ("b", "bash", {"command": "pwd"})]
+
+
 def test_salts_follow_the_three_reuse_rules():
     """Reuse within a trajectory, the system prompt shared within a pass, nothing shared across passes."""
     msgs = ({"role": "system", "content": SYSTEM}, {"role": "user", "content": "hi"})

@@ -37,17 +37,19 @@ class ChatReply:
 def _merge_calls(calls: list[dict], deltas) -> bool:
     got = False
     for d in deltas or ():
-        i = d.get("index", len(calls))
+        i = int(d.get("index") or 0)  # pieces join by index, 0 where absent (as harness/serving/openai/chat.py)
         while len(calls) <= i:
             calls.append({"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
         call, fn = calls[i], d.get("function") or {}
         call["id"] = d.get("id") or call["id"]
         if isinstance(fn.get("arguments"), dict):  # some servers send the arguments whole, as an object
             fn = {**fn, "arguments": json.dumps(fn["arguments"])}
-        for key in ("name", "arguments"):
-            if fn.get(key):
-                call["function"][key] += fn[key]
-                got = True
+        if fn.get("name"):  # a name comes whole, once: a repeat replaces it (MLCommons' endpoints client)
+            call["function"]["name"] = fn["name"]
+            got = True
+        if fn.get("arguments"):
+            call["function"]["arguments"] += fn["arguments"]
+            got = True
     return got
 
 
