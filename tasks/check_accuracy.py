@@ -38,7 +38,8 @@ def livecodebench_key(task) -> dict:
 
 def bfcl_key(task) -> dict:
     """BFCL's checker is bfcl-eval in its own environment, held to one version (harness/mlperf/bfcl/env.py)."""
-    if benchmarks.canonical_name(task.params.loadgen.mlperf_model) != "qwen3.6-27b":
+    name = benchmarks.canonical_name(task.params.loadgen.mlperf_model)
+    if name is None or not bfcl_env.scores(benchmarks.REGISTRY[name]):
         return {}
     return {"bfcl_eval": bfcl_env.VERSION}
 

@@ -56,7 +56,7 @@ class PrepareDataset(StageTask):
         return versions("transformers", "torch")
 
     def code(self):
-        return ("harness.model.datasets", "harness.model.corpus", "harness.model.synthetic",
+        return ("harness.model.datasets", "harness.model.corpus", "harness.model.synthetic", "harness.model.messages",
                 "harness.backends.checkpoint") + (  # which tokenizer files a dataset.tokenizer copies
             ("harness.model.references",) if self.greedy_references else ())
 

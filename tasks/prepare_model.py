@@ -45,9 +45,9 @@ class PrepareModel(StageTask):
 
     def code(self):
         if self.vl:
-            return ("harness.model.tiny_vl", "harness.model.tiny", "harness.model.corpus")
+            return ("harness.model.tiny_vl", "harness.model.tiny", "harness.model.corpus", "harness.model.messages")
         sessions = ("harness.sessions.lessons", "harness.sessions.trajectories") if TRAJECTORIES in self.teach else ()
-        return ("harness.model.tiny", "harness.model.corpus", *sessions) if self.builtin else ()
+        return ("harness.model.tiny", "harness.model.corpus", "harness.model.messages", *sessions) if self.builtin else ()
 
     @property
     def teach(self) -> list[str]:

@@ -213,7 +213,7 @@ def bfcl_problems(p) -> list[str]:
         bench = benchmarks.get(p.loadgen.mlperf_model)
     except KeyError:
         return []
-    if bench.scorer != "qwen3_6_27b":
+    if not bfcl_env.scores(bench):
         return []
     try:
         bfcl_env.checked_python(None, field=f"${bfcl_env.ENV_VAR}")

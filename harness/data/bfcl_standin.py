@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 
+from harness.model.tiny import tool_call_text
+
 _TYPES = {"dict": "object", "float": "number", "integer": "integer", "string": "string", "boolean": "boolean",
           "array": "array"}
 
@@ -69,9 +71,8 @@ def _truth(fn: dict, args: dict) -> dict:
 def rows() -> list[dict]:
     out = []
     for i, (subset, question, functions, calls) in enumerate(ROWS):
-        answer = REFUSAL if calls is None else "".join(
-            "<tool_call>" + json.dumps({"name": fn["name"].replace(".", "_"), "arguments": args}) + "</tool_call>"
-            for fn, args in calls)
+        answer = REFUSAL if calls is None else "".join(tool_call_text(fn["name"].replace(".", "_"), args)
+                                                        for fn, args in calls)
         out.append({"messages": [{"role": "user", "content": question}], "tools": [_tool(f) for f in functions],
                     "ground_truth": json.dumps([_truth(fn, a) for fn, a in calls or []]),
                     "func_description": json.dumps(functions), "subset": subset, "sample_id": f"{subset}_{i}",

@@ -79,7 +79,7 @@ def code_runner_for(bench: benchmarks.Benchmark, *, workers: int, timeout_s: flo
     `livecodebench_problems`, named `where` in errors; per-test timeout `livecodebench_timeout_s`),
     qwen3.6-27b's BFCL checker (bfcl-eval in the environment of `bfcl_python`, harness/mlperf/bfcl/env.py)."""
 
-    if bench.scorer == "qwen3_6_27b":  # BFCL: bfcl-eval's checker, in its own environment
+    if bfcl_env.scores(bench):  # BFCL: bfcl-eval's checker, in its own environment
         return partial(bfcl_env.check, bfcl_env.checked_python(bfcl_python))
     if bench.name in livecodebench.RELEASES:
         return livecodebench.lazy_runner(

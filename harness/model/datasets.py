@@ -36,6 +36,7 @@ from typing import Any, Iterator, Sequence
 from harness.cache.hashing import file_sha256
 from harness.errors import InputError
 from harness.model.corpus import corpus_lines
+from harness.model.messages import messages_text
 from harness.model.synthetic import synthetic_samples
 from harness.untrusted.files import not_regular, open_regular
 
@@ -339,7 +340,7 @@ def jsonl_record(raw: bytes, where: str) -> dict | None:
         if not isinstance(obj["input"], str) or not obj["input"]:
             raise DatasetError(f"{where}: field 'input' must be non-empty text")
     elif "messages" in obj:
-        if not _messages_text(obj["messages"]):
+        if not messages_text(obj["messages"]):
             raise DatasetError(f"{where}: field 'messages' must be a list of chat messages ({{\"role\", \"content\"}}) "
                                "with some text")
     else:
@@ -360,20 +361,6 @@ def jsonl_record(raw: bytes, where: str) -> dict | None:
         raise DatasetError(f"{where}: missing reference: field 'output', 'reference', 'gt_output' or 'ground_truth' (text), "
                            "or 'reference_ids' (token ids)")
     return obj
-
-
-def _messages_text(messages) -> str:
-    """The text parts of a chat's messages, one per line ("" when it is no list of messages)."""
-    if not isinstance(messages, list) or not all(isinstance(m, dict) and "role" in m for m in messages):
-        return ""
-    parts = []
-    for m in messages:
-        content = m.get("content")
-        if isinstance(content, str):
-            parts.append(content)
-        elif isinstance(content, list):
-            parts += [p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)]
-    return "\n".join(p for p in parts if p)
 
 
 def _load_jsonl(path: Path, tokenizer_dir, num_samples: int, max_line_bytes: int | None = None) -> list[Sample]:
@@ -402,7 +389,7 @@ def _load_jsonl(path: Path, tokenizer_dir, num_samples: int, max_line_bytes: int
             else:
                 # A chat row without `input`: its messages' text stands for the prompt in token counts
                 # (the request sends the messages themselves)
-                text = obj["input"] if "input" in obj else _messages_text(obj["messages"])
+                text = obj["input"] if "input" in obj else messages_text(obj["messages"])
                 ids = tok.encode(text)
                 if not ids:
                     raise DatasetError(f"{where}: field 'input' tokenises to no tokens")

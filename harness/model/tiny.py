@@ -6,12 +6,14 @@ torch version and thread count.
 """
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Callable
 
 from harness.cpus import apply_torch_threads
 from harness.model.corpus import corpus_lines, standin_rows
+from harness.model.messages import messages_text
 
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<pad>"]
 # A plain chat template, so an OpenAI server answers chat completions with the tiny model: each
@@ -41,9 +43,11 @@ TOOL_CALL_TEMPLATE = {
 }
 
 
-def _chat_text(messages: list) -> str:
-    """A chat row's words, for the tokenizer's training texts (its prompt is rendered once it exists)."""
-    return "\n".join(m["content"] for m in messages if isinstance(m.get("content"), str))
+def tool_call_text(name: str, arguments) -> str:
+    """A call as CHAT_TEMPLATE renders it and TOOL_CALL_TEMPLATE reads it back (what a taught answer
+    is): `arguments` as the JSON text a recorded call holds, or an object to write as JSON."""
+    args = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    return '<tool_call>{"name": ' + json.dumps(name) + ', "arguments": ' + args + "}</tool_call>"
 
 
 def train_tokenizer(vocab_size: int, out_dir: Path, extra_texts: list[str] = (), corpus: bool = True,
@@ -80,7 +84,8 @@ def build_tiny_llama(cfg, out_dir: str | Path, log: Callable[[str], None] = prin
     t0 = time.monotonic()
     rows = [r for b in cfg.teach for r in standin_rows(b)] if rows is None else rows
     lines = corpus_lines() if cfg.corpus else []
-    texts = [_chat_text(r["messages"]) if "messages" in r else r["input"] for r in rows]
+    # a chat row's words train the tokenizer; its prompt is rendered once the tokenizer exists
+    texts = [messages_text(r["messages"]) if "messages" in r else r["input"] for r in rows]
     tools = any("<tool_call>" in r["canonical_solution"] for r in rows)
     tok = train_tokenizer(cfg.vocab_size, out_dir, [t + r["canonical_solution"] for t, r in zip(texts, rows)],
                           corpus=cfg.corpus, response_template=TOOL_CALL_TEMPLATE if tools else None)

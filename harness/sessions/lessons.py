@@ -5,9 +5,9 @@ tiny tokenizer's response template turns them into OpenAI tool calls in `transfo
 its content where it calls nothing. Rows the tiny model's builder reads like a stand-in's."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from harness.model.tiny import tool_call_text
 from harness.sessions.trajectories import read_trajectories
 
 
@@ -15,17 +15,12 @@ def answer_text(expected: dict) -> str:
     calls = expected.get("tool_calls") or []
     if not calls:
         return expected.get("content") or ""
-    out = []
-    for call in calls:  # as the tiny chat template renders a recorded call (harness/model/tiny.py)
-        fn = call.get("function") or {}
-        args = fn.get("arguments")
-        out.append('<tool_call>{"name": ' + json.dumps(fn.get("name", "")) + ', "arguments": '
-                   + (args if isinstance(args, str) else json.dumps(args)) + "}</tool_call>")
-    return "".join(out)
+    fns = [c.get("function") or {} for c in calls]
+    return "".join(tool_call_text(fn.get("name", ""), fn.get("arguments")) for fn in fns)
 
 
 def lesson_rows(path: str | Path) -> list[dict]:
     """{"messages", "canonical_solution"} per client turn that a recorded assistant row answers."""
-    return [{"messages": list(turn.messages), "canonical_solution": answer_text(turn.expected)}
+    return [{"messages": list(turn.messages), "canonical_solution": answer}
             for t in read_trajectories(path) for turn in t.turns
-            if turn.expected is not None and answer_text(turn.expected)]
+            if turn.expected is not None and (answer := answer_text(turn.expected))]

@@ -22,6 +22,11 @@ CONSTRAINTS = Path(__file__).with_name("environment.txt")
 CHECK_TIMEOUT_S = 600
 
 
+def scores(bench) -> bool:
+    """Whether a benchmark's accuracy is BFCL's, judged in this environment (qwen3.6-27b)."""
+    return bench.scorer == "qwen3_6_27b"
+
+
 def default_dir() -> Path:
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return cache / "perfdag" / f"bfcl-eval-{VERSION}"
@@ -45,9 +50,9 @@ def python(given: str | os.PathLike | None = None, field: str = "--bfcl-python")
 def checked_python(given: str | os.PathLike | None = None, field: str = "--bfcl-python") -> Path:
     """python(), holding bfcl-eval VERSION: what a score keys is what scored it."""
     py = python(given, field)
-    got = _run([str(py), str(WORKER), "version"], timeout=120).strip()
+    got = installed_version(py)
     if got != VERSION:
-        raise InputError(f"{py}: has bfcl-eval {got!r}; perfdag scores with {VERSION} (its key says so): "
+        raise InputError(f"{py}: has {'no bfcl-eval' if got is None else f'bfcl-eval {got}'}; perfdag scores with {VERSION} (its key says so): "
                          f"run `python -m pipeline bfcl setup`, or point {field} at an environment with {VERSION}")
     return py
 
@@ -55,18 +60,27 @@ def checked_python(given: str | os.PathLike | None = None, field: str = "--bfcl-
 def setup(target: Path, *, log=print) -> Path:
     """Make the venv at `target` with bfcl-eval and the versions it was tested with; its Python."""
     py = target / "bin" / "python"
-    if py.is_file() and _run([str(py), str(WORKER), "version"], timeout=120).strip() == VERSION:
+    if py.is_file() and installed_version(py) == VERSION:
         log(f"bfcl-eval {VERSION} is already at {target}")
         return py
     log(f"making {target} (bfcl-eval {VERSION} and its pins, about 2 GB; a few minutes)")
     subprocess.run([sys.executable, "-m", "venv", str(target)], check=True)
     subprocess.run([str(py), "-m", "pip", "install", "-q", "-c", str(CONSTRAINTS), f"bfcl-eval=={VERSION}",
                     "soundfile"], check=True)
-    got = _run([str(py), str(WORKER), "version"], timeout=120).strip()
+    got = installed_version(py)
     if got != VERSION:
-        raise MeasurementError(f"{target}: has bfcl-eval {got!r} after installing, expected {VERSION}")
+        raise MeasurementError(f"{target}: has {'no bfcl-eval' if got is None else f'bfcl-eval {got}'} after "
+                               f"installing, expected {VERSION}")
     log(f"bfcl-eval {VERSION} ready: {py}")
     return py
+
+
+def installed_version(py: Path) -> str | None:
+    """The bfcl-eval version `py` imports; None where it has none (a venv an install left unfinished)."""
+    try:
+        return _run([str(py), str(WORKER), "version"], timeout=120).strip()
+    except MeasurementError:
+        return None
 
 
 def _run(argv: list[str], *, stdin: str | None = None, timeout: float) -> str:
