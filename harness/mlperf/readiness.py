@@ -8,6 +8,9 @@ from __future__ import annotations
 from harness.mlperf import benchmarks
 
 MIN_DURATION_MS = 600_000  # the checker's minimum for every LLM scenario (mlperf.conf min_duration)
+# Scenarios whose query count the checker leaves to LoadGen's early stopping: it reads no
+# min_query_count for them (submission_checker configuration.uses_early_stopping).
+EARLY_STOPPING_SCENARIOS = ("Server", "SingleStream", "MultiStream")
 
 
 def submission_warnings(p) -> list[str]:
@@ -25,8 +28,7 @@ def submission_warnings(p) -> list[str]:
         out.append(f"accuracy is scored on {scored:,} of the dataset's {full:,} samples: the checker needs "
                    "the whole dataset (dataset.num_samples, accuracy.num_samples=0)")
     for scenario, needed in (bench.min_queries.items() if bench and ds.format != "builtin" else ()):
-        # SingleStream: the checker reads no min_query_count but LoadGen's early stopping (uses_early_stopping)
-        if scenario == lg.scenario != "SingleStream" and lg.min_query_count < needed:
+        if scenario == lg.scenario and scenario not in EARLY_STOPPING_SCENARIOS and lg.min_query_count < needed:
             out.append(f"loadgen.min_query_count={lg.min_query_count:,}: {scenario} needs at least {needed:,} "
                        "queries for the checker")
     return out
