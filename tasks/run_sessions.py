@@ -24,7 +24,8 @@ from tasks.registry import register
 
 SESSION_CODE = ("harness.sessions", "harness.sessions.trajectories", "harness.sessions.salts", "harness.sessions.chat",
                 "harness.sessions.scheduler", "harness.sessions.metrics", "harness.sessions.inline",
-                "harness.sessions.workload", "harness.serving.openai.sse", "harness.serving.openai.client",
+                "harness.sessions.workload", "harness.serving.openai.sse", "harness.serving.openai.toolcalls",
+                "harness.serving.openai.client",
                 "harness.reports.sessions")
 
 

@@ -151,13 +151,14 @@ def test_split_conversations_and_bad_files_are_refused(tmp_path):
 def test_streamed_tool_call_pieces_join_as_the_endpoints_client_joins_them():
     """Pieces join by index (0 where a server sends none), arguments appended, a repeated name
     replacing the first (MLCommons' merge_tool_calls), so inline accuracy reads the call it scores."""
-    from harness.sessions.chat import _merge_calls
+    from harness.serving.openai.toolcalls import as_openai, merge_stream
 
-    calls: list[dict] = []
-    _merge_calls(calls, [{"index": 0, "id": "a", "function": {"name": "bash", "arguments": '{"comm'}}])
-    _merge_calls(calls, [{"function": {"name": "bash", "arguments": 'and": "ls"}'}}])  # no index: 0
-    _merge_calls(calls, [{"index": 1, "id": "b", "function": {"name": "bash", "arguments": {"command": "pwd"}}}])
-    assert [(c["id"], c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == \
+    slots: dict[int, dict] = {}
+    assert merge_stream(slots, [{"index": 0, "id": "a", "function": {"name": "bsh", "arguments": '{"comm'}}])
+    merge_stream(slots, [{"function": {"name": "bash", "arguments": 'and": "ls"}'}}])  # no index: 0; name replaced
+    merge_stream(slots, [{"index": 1, "id": "b", "function": {"name": "bash", "arguments": {"command": "pwd"}}}])
+    assert not merge_stream(slots, [{"index": 1, "function": {}}])  # carried no text: not a token
+    assert [(c["id"], c["function"]["name"], json.loads(c["function"]["arguments"])) for c in as_openai(slots)] == \
         [("a", "bash", {"command": "ls"}), ("b", "bash", {"command": "pwd"})]
 
 
@@ -312,8 +313,9 @@ def test_streamed_tool_calls_are_joined():
                "usage": {"completion_tokens": 9}}]
     for i, e in enumerate(events):
         _event(r, json.dumps(e), float(i + 1))
-    assert [c["function"]["arguments"] for c in r.tool_calls] == ['{"command": "git log"}', '{"command": "ls"}']
-    assert [c["id"] for c in r.tool_calls] == ["a", "b"] and r.reasoning_content == "hm"
+    calls = r.message()["tool_calls"]
+    assert [c["function"]["arguments"] for c in calls] == ['{"command": "git log"}', '{"command": "ls"}']
+    assert [c["id"] for c in calls] == ["a", "b"] and r.reasoning_content == "hm"
     assert r.t_first == 1.0 and r.token_times == [1.0, 2.0, 3.0, 4.0, 5.0] and r.usage == {"completion_tokens": 9}
     assert inline.bash_actions(r.message()) == ["git", "ls"] and r.finish_reason == "tool_calls"
     with pytest.raises(RuntimeError, match="server error"):

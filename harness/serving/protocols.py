@@ -56,7 +56,7 @@ PROTOCOLS = {p.name: p for p in (
              tools=("httpx", "aiohttp"),
              code=("harness.loadgen.cores.openai_chat", "harness.loadgen.cores.openai_http",
                    "harness.loadgen.cores.http_pool", "harness.loadgen.cores.http_core", "harness.loadgen.openai_chat_api", "harness.serving.openai.chat", "harness.serving.openai.sse",
-                   "harness.serving.openai.client"),
+                   "harness.serving.openai.toolcalls", "harness.serving.openai.client"),
              request_settings="harness.loadgen.openai_chat_api:chat_request_settings",
              core_setup="harness.loadgen.openai_chat_api:chat_api"),
 )}

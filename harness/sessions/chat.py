@@ -4,7 +4,8 @@ Kept to one function on purpose: it is the session workload's only contact with 
 the chat-completions core (harness/loadgen/cores/, issue 31) can take its place in one line.
 Events are parsed with harness/serving/openai/sse.py. The first event that carries generated text
 (content, reasoning or a tool call's name or arguments) is the first token; every such event's
-arrival is kept for TPOT. Tool calls arrive as deltas by `index` and are joined here.
+arrival is kept for TPOT. Tool calls arrive as deltas by `index`, joined by
+harness/serving/openai/toolcalls.py.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 
 from harness.serving.openai.sse import DONE, SSEParser
+from harness.serving.openai.toolcalls import as_openai, merge_stream
 
 
 @dataclass
@@ -23,7 +25,7 @@ class ChatReply:
     token_times: list[float] = field(default_factory=list)  # each event with generated text
     content: str = ""
     reasoning_content: str = ""
-    tool_calls: list[dict] = field(default_factory=list)
+    tool_calls: dict[int, dict] = field(default_factory=dict)  # by index (harness/serving/openai/toolcalls.py)
     usage: dict | None = None
     finish_reason: str | None = None
     error: str | None = None
@@ -31,26 +33,7 @@ class ChatReply:
     def message(self) -> dict:
         """The generated turn as an assistant message (what inline accuracy scores)."""
         return {"role": "assistant", "content": self.content or None,
-                "reasoning_content": self.reasoning_content or None, "tool_calls": self.tool_calls or None}
-
-
-def _merge_calls(calls: list[dict], deltas) -> bool:
-    got = False
-    for d in deltas or ():
-        i = int(d.get("index") or 0)  # pieces join by index, 0 where absent (as harness/serving/openai/chat.py)
-        while len(calls) <= i:
-            calls.append({"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
-        call, fn = calls[i], d.get("function") or {}
-        call["id"] = d.get("id") or call["id"]
-        if isinstance(fn.get("arguments"), dict):  # some servers send the arguments whole, as an object
-            fn = {**fn, "arguments": json.dumps(fn["arguments"])}
-        if fn.get("name"):  # a name comes whole, once: a repeat replaces it (MLCommons' endpoints client)
-            call["function"]["name"] = fn["name"]
-            got = True
-        if fn.get("arguments"):
-            call["function"]["arguments"] += fn["arguments"]
-            got = True
-    return got
+                "reasoning_content": self.reasoning_content or None, "tool_calls": as_openai(self.tool_calls) or None}
 
 
 def _event(reply: ChatReply, data: str, now: float) -> None:
@@ -71,7 +54,7 @@ def _event(reply: ChatReply, data: str, now: float) -> None:
             if delta.get(key):
                 setattr(reply, key, getattr(reply, key) + delta[key])
                 got = True
-        got = _merge_calls(reply.tool_calls, delta.get("tool_calls")) or got
+        got = merge_stream(reply.tool_calls, delta.get("tool_calls")) or got
         reply.finish_reason = choice.get("finish_reason") or reply.finish_reason
     if got:
         reply.token_times.append(now)

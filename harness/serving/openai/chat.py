@@ -24,6 +24,7 @@ from pathlib import Path
 from dataclasses import dataclass, field
 
 from harness.serving.openai.sse import DONE, SSEParser
+from harness.serving.openai.toolcalls import as_openai, merge_piece, merge_stream, new_slot
 
 #: Servers that take `stream_options` (and send no usage in a stream without it) and `tool_choice`.
 USAGE_ON_REQUEST = ("trtllm-serve", "vllm", "sglang")
@@ -85,17 +86,11 @@ class Answer:
             reasoning = part.get("reasoning_content") or part.get("reasoning")
             if reasoning:
                 self.reasoning.append(reasoning)
-            streamed = "delta" in choice
-            for call in part.get("tool_calls") or ():
-                # A stream's pieces join by their index (0 where absent); a whole message's calls are
-                # its list, in order. A name is sent whole, once: a later one replaces it (as
-                # MLCommons' endpoints client merges tool-call deltas).
-                at = int(call.get("index") or 0) if streamed else len(self.tool_calls)
-                slot = self.tool_calls.setdefault(at, {"id": None, "name": "", "arguments": ""})
-                slot["id"] = call.get("id") or slot["id"]
-                fn = call.get("function") or {}
-                slot["name"] = fn.get("name") or slot["name"]
-                slot["arguments"] += fn.get("arguments") or ""
+            if "delta" in choice:
+                merge_stream(self.tool_calls, part.get("tool_calls"))
+            else:  # a whole message's calls are its list, in order
+                for call in part.get("tool_calls") or ():
+                    merge_piece(self.tool_calls.setdefault(len(self.tool_calls), new_slot()), call)
 
     @property
     def text(self) -> str:
@@ -112,9 +107,7 @@ class Answer:
         """What MLCommons' endpoints client scores for a chat answer: its tool calls as a JSON list of
         OpenAI tool calls when there are any (bfcl_v4_scorer.py), else its reasoning then its content."""
         if self.tool_calls:
-            return json.dumps([{"id": c["id"], "type": "function",
-                                "function": {"name": c["name"], "arguments": c["arguments"]}}
-                               for c in self.calls()], ensure_ascii=False)
+            return json.dumps(as_openai(self.tool_calls), ensure_ascii=False)
         return self.reasoning_text + self.text
 
     def generated_text(self) -> str:
