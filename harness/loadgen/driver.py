@@ -306,7 +306,9 @@ class _Driver(Progress):
 
         cfg = self.cfg
         ctx = mp.get_context("spawn")
-        name_semaphores_as_perfdag()  # so that whoever outlives a killed driver can find them (semaphores.py)
+        # The driver makes no semaphores (pipes only); any multiprocessing object that would gets
+        # perfdag's name, so that whoever outlives a killed driver finds it (semaphores.py).
+        name_semaphores_as_perfdag()
         # One pipe per frontend, written in the frontend's loop thread: no feeder thread to wake
         # (and contend for its GIL) per message batch, and no lock shared between processes that a
         # frontend exiting mid-write could leave held.
