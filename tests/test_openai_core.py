@@ -62,6 +62,23 @@ def test_a_server_that_is_not_there_is_named(tmp_path):
                     progress=False, protocol="openai-http", api=API, startup_timeout_s=30)
 
 
+def test_a_stalled_stream_ends_the_run_naming_its_server(tmp_path):
+    """One streamed request stops after its first event while the server answers every other one: the
+    run ends with an error naming the server (the driver's watchdog, harness.request_timeout_s), not a
+    hang, though the client sets no per-read timeout."""
+    url, proc = _echo_server("--token-delay-ms", "1", "--stall-request", "3")
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(LoadgenError, match=rf"server {url}.*sent no response for 3s with 1 request"):
+            run_loadgen([url], "", PROMPTS[:16], {"server_target_qps": 50, "min_duration_ms": 0, "min_query_count": 16},
+                        tmp_path, scenario="Server", frontends=1, clients_per_frontend=2, warmup_queries=0,
+                        max_new_tokens=8, progress=False, protocol="openai-http", api=API, request_timeout_s=3)
+        assert time.monotonic() - t0 < 60
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
 def _echo_server(*flags: str):
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "harness.serving.testing.echo_openai", "--port", str(port), *flags],

@@ -4,8 +4,8 @@ Over 400 lines because LoadGen's callbacks, the scheduler and the completer shar
     python -m harness.loadgen.driver --driver cfg.pkl     (started by runner.run_loadgen)
 
 - LoadGen runs StartTestWithLogSettings on the main thread; `issue_queries` picks a client
-  (least-outstanding server for Server/Interactive, round-robin for Offline) and puts an `Issue`
-  on that client's frontend queue.
+  (least-outstanding server for Server/Interactive, round-robin for Offline) and writes the
+  query to that client's frontend pipe (messages.ISSUE), from LoadGen's issue thread.
 - The completer thread lives for the whole test and is the only caller of FirstTokenComplete /
   QuerySamplesComplete (LoadGen's logger segfaults on calls from threads that exit mid-test),
   holding each response buffer until the call returns (else the accuracy log holds garbage).
@@ -36,7 +36,7 @@ import numpy as np
 
 from harness.loadgen.chunks import CHUNKS_FILE, write_chunks
 from harness.loadgen.frontend import frontend_main
-from harness.loadgen.messages import Alive, Done, Failed, First, Issue, Quit, Ready, Stopped
+from harness.loadgen.messages import ISSUE, Alive, Done, Failed, First, Quit, Ready, Stopped
 from harness.loadgen.progress import Progress
 from harness.loadgen.results import client_usage, json_default, measured_stats, write_requests_csv
 from harness.loadgen.semaphores import name_semaphores_as_perfdag
@@ -101,7 +101,8 @@ class _Driver(Progress):
         self.stopping = False
         self.request_errors = 0
         self.procs = []
-        self.in_qs = []
+        self.to_frontends = []      # the write end of each frontend's issue pipe
+        self.send_locks = []        # one writer at a time per pipe (a long message is several writes)
         self.t_setup = time.monotonic()
         self.frontend_usage: dict[int, dict] = {}
         self.rate_history: collections.deque = collections.deque()
@@ -140,7 +141,7 @@ class _Driver(Progress):
         # defaultdict; one list per frontend that has queries
         now = time.monotonic_ns()
         per_fe: dict[int, list] = {}
-        server_of, frontend_of, pick = self.server_of, self.frontend_of, self._pick
+        server_of, frontend_of, pick, pack = self.server_of, self.frontend_of, self._pick, ISSUE.pack
         client_out, server_out, inflight = self.client_out, self.server_out, self.inflight
         with self.lock:
             if not self.t0:
@@ -158,10 +159,14 @@ class _Driver(Progress):
                 items = per_fe.get(fe)
                 if items is None:
                     items = per_fe[fe] = []
-                items.append(Issue(qid, idx, g))
+                items.append(pack(qid, idx, g))
             self.issued += len(query_samples)
         for fe, items in per_fe.items():
-            self.in_qs[fe].put(items)
+            try:
+                with self.send_locks[fe]:
+                    self.to_frontends[fe].send_bytes(b"".join(items))
+            except OSError:  # that frontend is gone: the watchdog reports it (and ends the run)
+                pass
 
     # -- completer thread: the only caller of FirstTokenComplete / QuerySamplesComplete --
     def completer(self, lg, readers: list) -> None:
@@ -301,22 +306,27 @@ class _Driver(Progress):
 
         cfg = self.cfg
         ctx = mp.get_context("spawn")
-        name_semaphores_as_perfdag()  # so that whoever outlives a killed driver can find them (semaphores.py)
+        # The driver makes no semaphores (pipes only); any multiprocessing object that would gets
+        # perfdag's name, so that whoever outlives a killed driver finds it (semaphores.py).
+        name_semaphores_as_perfdag()
         # One pipe per frontend, written in the frontend's loop thread: no feeder thread to wake
         # (and contend for its GIL) per message batch, and no lock shared between processes that a
         # frontend exiting mid-write could leave held.
         pipes = [ctx.Pipe(duplex=False) for _ in range(cfg["frontends"])]
         quit_r, self.quit_w = ctx.Pipe(duplex=False)
-        self.in_qs = [ctx.Queue() for _ in range(cfg["frontends"])]
+        issue_pipes = [ctx.Pipe(duplex=False) for _ in range(cfg["frontends"])]
+        self.to_frontends = [w for _, w in issue_pipes]
+        self.send_locks = [threading.Lock() for _ in issue_pipes]
         fe_cfg = {k: v for k, v in cfg.items() if k != "prompts"}
         for fe in range(cfg["frontends"]):
             specs = [c for c in self.clients if c["frontend"] == fe]
             p = ctx.Process(target=frontend_main, name=f"perfdag-frontend-{fe}", daemon=True,
-                            args=(fe, specs, fe_cfg, cfg["prompts"], self.in_qs[fe], pipes[fe][1], os.getpid()))
+                            args=(fe, specs, fe_cfg, cfg["prompts"], issue_pipes[fe][0], pipes[fe][1], os.getpid()))
             p.start()
             self.procs.append(p)
-        for _, w in pipes:
+        for (_, w), (r, _) in zip(pipes, issue_pipes):
             w.close()  # the frontends hold the write ends: a reader sees EOF when its frontend exits
+            r.close()  # and the read ends of their issue pipes
         self.emit({"event": "started", "pid": os.getpid(), "frontend_pids": [p.pid for p in self.procs]})
         comp = threading.Thread(target=self.completer, args=(lg, [r for r, _ in pipes] + [quit_r]),
                                 name="loadgen-completer", daemon=True)
@@ -353,8 +363,9 @@ class _Driver(Progress):
         final = self.progress()
         # close the gRPC streams (frontends) before anyone stops tritonserver
         self.stopping = True
-        for q in self.in_qs:
-            q.put(None)
+        for fe, w in enumerate(self.to_frontends):
+            with contextlib.suppress(OSError), self.send_locks[fe]:
+                w.send_bytes(b"")  # the end
         if not self.stopped_ev.wait(60.0):
             sys.stderr.write("frontends did not stop within 60s; killing them\n")
         for p in self.procs:

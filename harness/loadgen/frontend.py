@@ -1,12 +1,11 @@
 """A frontend process: `clients_per_frontend` cores, fed by the driver, reporting to the driver.
 
 It dies with the driver whatever happens to it: PR_SET_PDEATHSIG on Linux, and a parent check
-that does not depend on its queue being idle.
+that does not depend on its pipe being idle.
 """
 from __future__ import annotations
 
 import os
-import queue
 import signal
 import threading
 import time
@@ -15,20 +14,21 @@ import traceback
 from harness.loadgen.cores import core_class
 from harness.loadgen.cores.aioloop import BatchSink, FrontendLoop, PipeOut
 from harness.loadgen.cores.base import Prompts
-from harness.loadgen.messages import Failed, Ready, Stopped
+from harness.loadgen.messages import ISSUE, Failed, Ready, Stopped
 from harness.loadgen.usage import Usage
 from harness.serving.processes import pdeathsig_setter
 
 
 def _watch_parent(parent_pid: int) -> None:
-    """Exit at once when the driver is gone (its queue may never wake us)."""
+    """Exit at once when the driver is gone (its pipe may never wake us)."""
     while True:
         time.sleep(0.5)
         if os.getppid() != parent_pid:
             os._exit(3)
 
 
-def frontend_main(fe_idx: int, specs: list[dict], cfg: dict, prompts: Prompts, in_q, out_q, parent_pid: int) -> None:
+def frontend_main(fe_idx: int, specs: list[dict], cfg: dict, prompts: Prompts, in_conn, out_q, parent_pid: int) -> None:
+    """`in_conn`: the read end of the driver's issue pipe (messages.ISSUE records; empty: stop)."""
     setter = pdeathsig_setter(signal.SIGKILL)
     if setter is not None:
         setter()
@@ -72,18 +72,20 @@ def frontend_main(fe_idx: int, specs: list[dict], cfg: dict, prompts: Prompts, i
                                 "warmup_requests": sum(c.completed for c in cores.values()),
                                 "clients": {c.g: c.info for c in cores.values()}}))
         while True:
-            try:
-                items = in_q.get(timeout=1.0)
-            except queue.Empty:
+            if not in_conn.poll(1.0):
                 continue
-            if items is None:
+            try:
+                data = in_conn.recv_bytes()
+            except EOFError:  # the driver is gone; _watch_parent ends this process
+                data = b""
+            if not data:
                 usage = timed.stop() if timed is not None else {}
                 break
             if timed is None:
                 timed = Usage()
             per_core: dict[int, list] = {}
-            for it in items:
-                per_core.setdefault(it.client, []).append((it.qid, it.sample))
+            for qid, sample, g in ISSUE.iter_unpack(data):
+                per_core.setdefault(g, []).append((qid, sample))
             for g, batch in per_core.items():
                 cores[g].enqueue_many(batch)
     except Exception as exc:

@@ -1,18 +1,17 @@
-"""What the LoadGen driver and its frontend processes send each other (over multiprocessing queues).
+"""What the LoadGen driver and its frontend processes send each other (over pipes).
 
-Named tuples, so no side unpacks a message by position and both sides agree on its fields.
-Times are `time.monotonic_ns()`; token buffers are int32 bytes.
+Driver -> frontend: issued queries packed as fixed-size records (ISSUE: qid, QSL index, global
+client number), many per message, written by LoadGen's issue thread itself: no pickling and no
+feeder thread to wake per Server query. An empty message ends the frontend.
+Frontend -> driver: named tuples, so no side unpacks a message by position and both sides agree on
+its fields. Times are `time.monotonic_ns()`; token buffers are int32 bytes.
 """
 from __future__ import annotations
 
+import struct
 from typing import Any, NamedTuple
 
-
-# driver -> frontend (a list of these per put; None ends the frontend)
-class Issue(NamedTuple):
-    qid: int
-    sample: int          # QSL index
-    client: int          # global client number
+ISSUE = struct.Struct("<QqI")  # LoadGen's query id (a pointer), the sample's QSL index, the client
 
 
 # frontend -> driver

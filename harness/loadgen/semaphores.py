@@ -1,7 +1,8 @@
 """The LoadGen driver's multiprocessing semaphores, named so that perfdag finds its own and only those.
 
-The frontend queues (multiprocessing.Queue in a spawn context) hold POSIX named semaphores,
-/dev/shm/sem.<name>. Python unlinks them at a clean exit, and its resource tracker after most
+The driver's frontends are fed through pipes, so today's driver makes none; a multiprocessing.Queue
+or Lock (in a spawn context) would hold POSIX named semaphores, /dev/shm/sem.<name>, as the
+drivers before did. Python unlinks them at a clean exit, and its resource tracker after most
 others, but a driver killed together with its process group (a hung or stopped driver, SIGKILL)
 leaves them behind for good. So the driver names them
 

@@ -16,13 +16,17 @@ class HttpPool:
     _instance: "HttpPool | None" = None
     _lock = threading.Lock()
 
-    def __init__(self, fl: FrontendLoop, size: int, timeout_s: float):
+    def __init__(self, fl: FrontendLoop, size: int):
         import aiohttp
 
         async def make():
             conn = aiohttp.TCPConnector(limit=size, limit_per_host=0, keepalive_timeout=60)
+            # No sock_read timeout: aiohttp re-arms it on every read (a timer cancelled and made,
+            # ~2 µs, once per streamed event when a server sends one per read). A request that
+            # stalls still ends the run: the driver's watchdog fails a server that sends nothing
+            # for harness.request_timeout_s while it has requests outstanding (driver.py).
             return aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(
-                total=None, sock_connect=30.0, sock_read=timeout_s), auto_decompress=False)
+                total=None, sock_connect=30.0, sock_read=None), auto_decompress=False)
 
         self.fl = fl
         self.size = size
@@ -30,10 +34,10 @@ class HttpPool:
         self.session = fl.run(make(), timeout=30)
 
     @classmethod
-    def get(cls, fl: FrontendLoop, size: int, timeout_s: float) -> "HttpPool":
+    def get(cls, fl: FrontendLoop, size: int) -> "HttpPool":
         with cls._lock:
             if cls._instance is None:
-                cls._instance = cls(fl, size, timeout_s)
+                cls._instance = cls(fl, size)
             cls._instance.users += 1
             return cls._instance
 

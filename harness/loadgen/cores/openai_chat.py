@@ -56,7 +56,7 @@ class OpenAIChatCore(HttpCore):
             raise RuntimeError(f"GET /health answered {r.status_code}")
         size = sum(c.get("cap") or 1 for c in self.cfg["clients"] if c["frontend"] == self.frontend)
         self.fl = FrontendLoop.get()
-        self.pool = _Pool.get(self.fl, size, self.cfg["request_timeout_s"])
+        self.pool = _Pool.get(self.fl, size)
         self.tasks: set = set()
         self.run_part = chat.run_part(self.kind, self.model, self.cfg["max_new_tokens"], self.streaming)
         self.bodies: dict[int, bytes] = {}

@@ -77,7 +77,7 @@ class OpenAIHttpCore(HttpCore):
             raise RuntimeError(f"GET /health answered {r.status_code}")
         size = sum(c.get("cap") or 1 for c in self.cfg["clients"] if c["frontend"] == self.frontend)
         self.fl = FrontendLoop.get()
-        self.pool = _Pool.get(self.fl, size, self.cfg["request_timeout_s"])
+        self.pool = _Pool.get(self.fl, size)
         self.tasks: set = set()
         self.bodies: dict[int, bytes] = {}
         self.info = {"streaming": self.streaming, "prompt": self.prompt_method, "output_tokens": self.output_method,

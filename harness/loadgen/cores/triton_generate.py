@@ -55,7 +55,7 @@ class TritonGenerateCore(HttpCore):
         self.endpoint = f"{self.base}/v2/models/{self.model}/generate_stream"
         size = sum(c.get("cap") or 1 for c in self.cfg["clients"] if c["frontend"] == self.frontend)
         self.fl = FrontendLoop.get()
-        self.pool = HttpPool.get(self.fl, size, self.cfg["request_timeout_s"])
+        self.pool = HttpPool.get(self.fl, size)
         self.tasks: set = set()
         self.bodies: dict[int, bytes] = {}
         self.info = {"streaming": self.streaming, "decoupled": self.decoupled, "prompt": "token_ids",

@@ -137,7 +137,12 @@ async def _complete_timed(writer, body: dict, args, first: dict) -> None:
     parts = []
     loop = asyncio.get_running_loop()
     start = loop.time()
+    _ARRIVALS[0] += 1
+    stall = _ARRIVALS[0] == args.stall_request
     for i in range(0, len(toks), k):
+        if stall and i:  # the first event went out; then nothing more, the connection left open
+            await writer.drain()
+            await asyncio.Event().wait()
         if args.token_delay_ms:  # each event at its own time from the start: a late wake-up is not carried on
             await asyncio.sleep(max(0.0, start + args.token_delay_ms * (i + len(toks[i:i + k])) / 1000 - loop.time()))
         part = toks[i:i + k]
@@ -155,6 +160,7 @@ async def _complete_timed(writer, body: dict, args, first: dict) -> None:
 
 
 _CACHE: dict = {}
+_ARRIVALS = [0]  # streamed completions so far (--stall-request)
 
 
 def image_digest(url: str) -> str:
@@ -304,6 +310,8 @@ def main() -> None:
     ap.add_argument("--chat-tool-calls", action="store_true", help="chat: call bash with the last message's text")
     ap.add_argument("--metrics", choices=["vllm", "trtllm"], default=None,
                     help="vllm: /metrics with vLLM's request phases; trtllm: trtllm-serve's /perf_metrics")
+    ap.add_argument("--stall-request", type=int, default=0,
+                    help="the Nth streamed completion (1-based) sends its first event, then nothing, on an open connection")
     ap.add_argument("--record", default=None, help="chat: append one JSON line per request (arrival, end, headers, body)")
     args = ap.parse_args()
 
