@@ -161,6 +161,8 @@ class _Driver(Progress):
                     items = per_fe[fe] = []
                 items.append(pack(qid, idx, g))
             self.issued += len(query_samples)
+        # A frontend more than a pipe's buffer behind (64 KiB, ~3,000 queries) holds this thread until
+        # it reads; such a frontend is saturated, and the run is flagged client-bound either way.
         for fe, items in per_fe.items():
             try:
                 with self.send_locks[fe]:
