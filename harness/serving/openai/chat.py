@@ -90,7 +90,8 @@ class Answer:
                 merge_stream(self.tool_calls, part.get("tool_calls"))
             else:  # a whole message's calls are its list, in order
                 for call in part.get("tool_calls") or ():
-                    merge_piece(self.tool_calls.setdefault(len(self.tool_calls), new_slot()), call)
+                    self.tool_calls[len(self.tool_calls)] = slot = new_slot()
+                    merge_piece(slot, call)
 
     @property
     def text(self) -> str:
