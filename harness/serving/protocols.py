@@ -37,14 +37,14 @@ PROTOCOLS = {p.name: p for p in (
     Protocol("triton-generate",
              client="harness.serving.triton.generate:TritonGenerate",
              core="harness.loadgen.cores.triton_generate:TritonGenerateCore",
-             tools=("aiohttp", "httpx"),  # aiohttp: the core's requests; httpx: readiness and warm-up
+             tools=("httptools", "httpx"),  # httptools: the core's responses (http_pool.py); httpx: readiness, warm-up
              code=("harness.loadgen.cores.triton_generate", "harness.loadgen.cores.http_pool",
                    "harness.loadgen.cores.http_core", "harness.serving.triton.contract",
                    "harness.serving.triton.generate")),
     Protocol("openai-http",
              client="harness.serving.openai.client:OpenAIHttp",
              core="harness.loadgen.cores.openai_http:OpenAIHttpCore",
-             tools=("httpx", "aiohttp"),  # httpx: readiness and warm-up; aiohttp: the core's requests
+             tools=("httpx", "httptools"),  # httpx: readiness and warm-up; httptools: the core's responses
              code=("harness.loadgen.cores.openai_http", "harness.loadgen.cores.http_pool",
                    "harness.loadgen.cores.http_core", "harness.serving.openai.sse", "harness.serving.openai.client"),
              request_settings="harness.loadgen.openai_api:request_settings",
@@ -53,7 +53,7 @@ PROTOCOLS = {p.name: p for p in (
     Protocol("openai-chat",
              client="harness.serving.openai.client:OpenAIChat",
              core="harness.loadgen.cores.openai_chat:OpenAIChatCore",
-             tools=("httpx", "aiohttp"),
+             tools=("httpx", "httptools"),
              code=("harness.loadgen.cores.openai_chat", "harness.loadgen.cores.openai_http",
                    "harness.loadgen.cores.http_pool", "harness.loadgen.cores.http_core", "harness.loadgen.openai_chat_api", "harness.serving.openai.chat", "harness.serving.openai.sse",
                    "harness.serving.openai.toolcalls", "harness.serving.openai.client"),

@@ -1,6 +1,7 @@
 """What perfdag's HTTP client cores share (OpenAI completions and chat, Triton's generate
-extension): requests sent as tasks on the frontend's loop as slots free, and a close that lets
-them finish, then cancels what is left and gives the frontend's connection pool back."""
+extension): requests sent as tasks on the frontend's loop as slots free, a response's body scanned
+as it arrives (http_pool.py), and a close that lets them finish, then cancels what is left and gives
+the frontend's connection pool back."""
 from __future__ import annotations
 
 import time
@@ -8,9 +9,48 @@ import time
 from harness.loadgen.cores.base import Core
 
 
+class Regions:
+    """A server-sent event stream's complete events, every one a read completes at once: `feed`
+    returns them (each with its blank line) or b"", `end` what an unterminated stream left."""
+
+    __slots__ = ("rest",)
+
+    def __init__(self):
+        self.rest = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        if b"\r" in chunk:
+            chunk = chunk.replace(b"\r\n", b"\n")
+        if self.rest:
+            chunk = self.rest + chunk
+        end = chunk.rfind(b"\n\n")
+        if end < 0:
+            self.rest = chunk
+            return b""
+        self.rest = chunk[end + 2:]
+        return chunk[:end + 2]
+
+    def end(self) -> bytes:
+        region, self.rest = self.rest, b""
+        return region + b"\n\n" if region.strip() else b""
+
+
 class HttpCore(Core):
-    """A core whose subclass sets `self.pool` (an HttpPool) and `self.tasks` (a set) and defines
-    `async _request(qid, sample)`."""
+    """A core whose subclass sets `self.pool` (an HttpPool), `self.target` (an http_pool.Target) and
+    `self.tasks` (a set) and defines `async _request(qid, sample)`."""
+
+    # --- requests ----------------------------------------------------------------------------
+    async def post(self, body: bytes, on_data) -> None:
+        """POSTs `body` to the core's target; a 200 response's body goes to `on_data` as it arrives."""
+        status, error = await self.pool.post(self.target, body, on_data)
+        if status != 200:
+            raise RuntimeError(f"HTTP {status}: {error[:300]!r}")
+
+    async def post_read(self, body: bytes) -> bytes:
+        """POSTs `body` and returns the whole 200 response's body."""
+        pieces: list[bytes] = []
+        await self.post(body, pieces.append)
+        return b"".join(pieces)
 
     # --- sending (on the frontend's loop) ------------------------------------------------------
     def enqueue(self, qid, sample: int) -> None:

@@ -1,37 +1,159 @@
-"""One aiohttp session (connection pool) per frontend process, shared by its HTTP cores (OpenAI
-completions, Triton's generate extension): a connection for every request its clients may have in
-flight, on the frontend's one loop."""
+"""One HTTP/1.1 connection pool per frontend process, shared by its HTTP cores (OpenAI completions
+and chat, Triton's generate extension), on the frontend's one loop.
+
+A response's body goes to the caller's callback as each read delivers it, straight from the
+connection's `data_received`, parsed by httptools (the C parser uvicorn uses, by uvloop's authors):
+no stream reader and no coroutine woken per read. aiohttp, used here before, woke the request's
+coroutine on every read (`StreamReader.readany`), which cost more than the read's own scan when a
+server sends one event per read (docs/performance.md, `bench/harness_overhead.py --servers paced`).
+
+Connections are kept alive and a new one is opened whenever none is idle: the cores' caps bound how
+many requests a frontend has outstanding, so a request never waits for a connection. A request sent
+on a reused connection that the server had closed meanwhile (not one byte came back) is sent once
+more on a new connection. There is no read timeout: a stalled request ends the run through the
+driver's watchdog, which fails a server that sends nothing for harness.request_timeout_s while it
+has requests outstanding (driver.py).
+"""
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import ssl
 import threading
+from urllib.parse import urlsplit
+
+import httptools
 
 from harness.loadgen.cores.aioloop import FrontendLoop
 
 
+class Target:
+    """Where a core's requests go: `http(s)://host:port[/prefix]` and the path it posts to."""
+
+    def __init__(self, base: str, path: str):
+        u = urlsplit(base)
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise ValueError(f"not an http(s) URL: {base!r}")
+        self.host = u.hostname
+        self.port = u.port or (443 if u.scheme == "https" else 80)
+        self.ssl = ssl.create_default_context() if u.scheme == "https" else None
+        self.key = (u.scheme, self.host, self.port)
+        self.head = (f"POST {u.path.rstrip('/')}{path} HTTP/1.1\r\nHost: {u.netloc}\r\n"
+                     "Content-Type: application/json\r\nContent-Length: ").encode()
+
+    def request(self, body: bytes) -> bytes:
+        return b"%s%d\r\n\r\n%s" % (self.head, len(body), body)
+
+
+class NothingBack(ConnectionError):
+    """The connection closed before one byte of the response came back."""
+
+
+class _Connection(asyncio.Protocol):
+    """One keep-alive connection; at most one request at a time."""
+
+    def __init__(self, pool: "HttpPool", key):
+        self.pool, self.key = pool, key
+        self.transport = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.used = False
+        self.waiter: asyncio.Future | None = None
+        self.on_data = None
+        self.pieces: list[bytes] = []
+        self.error_body: list[bytes] | None = None
+        self.status = 0
+        self.got = 0
+        self.complete = self.keep = False
+
+    # --- a request -----------------------------------------------------------------------------
+    def send(self, data: bytes, on_data, waiter: asyncio.Future) -> None:
+        self.used = True
+        self.waiter, self.on_data = waiter, on_data
+        self.status = self.got = 0
+        self.complete = self.keep = False
+        self.error_body = None
+        self.transport.write(data)
+
+    def _settle(self, exc: BaseException | None = None) -> None:
+        waiter, self.waiter, self.on_data = self.waiter, None, None
+        if exc is not None:
+            self.abort()
+            if waiter is not None and not waiter.done():
+                waiter.set_exception(exc)
+            return
+        keep = self.keep
+        if waiter is not None and not waiter.done():
+            waiter.set_result((self.status, b"".join(self.error_body or ())))
+        if keep and not self.transport.is_closing():
+            self.pool._idle.setdefault(self.key, []).append(self)
+        else:
+            self.abort()
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+    # --- asyncio.Protocol ------------------------------------------------------------------------
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        if self.waiter is None:  # bytes nobody asked for: the connection is no longer usable
+            self.abort()
+            return
+        self.got += len(data)
+        try:
+            self.parser.feed_data(data)
+            if self.pieces:
+                chunk = self.pieces[0] if len(self.pieces) == 1 else b"".join(self.pieces)
+                self.pieces.clear()
+                self.on_data(chunk)
+        except Exception as exc:  # a malformed response, or the caller's scan refused it
+            self.pieces.clear()
+            self._settle(exc)
+            return
+        if self.complete:
+            self._settle()
+
+    def connection_lost(self, exc) -> None:
+        self.pool._all.discard(self)
+        idle = self.pool._idle.get(self.key)
+        if idle and self in idle:
+            idle.remove(self)
+        if self.waiter is not None:
+            if self.got == 0:
+                self._settle(NothingBack("the server closed the connection before it answered"))
+            else:
+                self._settle(ConnectionResetError(
+                    f"the server closed the connection after {self.got} bytes of a response"
+                    + (f": {exc}" if exc else "")))
+
+    # --- httptools callbacks ---------------------------------------------------------------------
+    def on_headers_complete(self) -> None:
+        self.status = self.parser.get_status_code()
+        if self.status != 200:
+            self.error_body = []
+
+    def on_body(self, body: bytes) -> None:
+        (self.pieces if self.error_body is None else self.error_body).append(body)
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+        self.keep = self.parser.should_keep_alive()  # read here: the parser forgets it once the feed returns
+
+
 class HttpPool:
-    """One aiohttp session (connection pool) per frontend process, on the frontend's loop, with a
-    connection for every request its clients may have in flight."""
+    """One connection pool per frontend process, on the frontend's loop."""
 
     _instance: "HttpPool | None" = None
     _lock = threading.Lock()
 
     def __init__(self, fl: FrontendLoop, size: int):
-        import aiohttp
-
-        async def make():
-            conn = aiohttp.TCPConnector(limit=size, limit_per_host=0, keepalive_timeout=60)
-            # No sock_read timeout: aiohttp re-arms it on every read (a timer cancelled and made,
-            # ~2 µs, once per streamed event when a server sends one per read). A request that
-            # stalls still ends the run: the driver's watchdog fails a server that sends nothing
-            # for harness.request_timeout_s while it has requests outstanding (driver.py).
-            return aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(
-                total=None, sock_connect=30.0, sock_read=None), auto_decompress=False)
-
         self.fl = fl
         self.size = size
         self.users = 0
-        self.session = fl.run(make(), timeout=30)
+        self._idle: dict[tuple, list[_Connection]] = {}
+        self._all: set[_Connection] = set()
 
     @classmethod
     def get(cls, fl: FrontendLoop, size: int) -> "HttpPool":
@@ -41,9 +163,42 @@ class HttpPool:
             cls._instance.users += 1
             return cls._instance
 
+    async def post(self, target: Target, body: bytes, on_data) -> tuple[int, bytes]:
+        """POSTs `body`; a 200 response's body goes to `on_data` as it arrives (each read's bytes
+        at once). Returns (status, the body of a response other than 200)."""
+        data = target.request(body)
+        for attempt in (0, 1):
+            idle = self._idle.get(target.key)
+            conn = idle.pop() if idle else await self._open(target)
+            reused = conn.used
+            waiter = self.fl.loop.create_future()
+            conn.send(data, on_data, waiter)
+            try:
+                return await waiter
+            except NothingBack:
+                if not reused or attempt:
+                    raise
+            except asyncio.CancelledError:
+                conn.abort()  # a response half read: the connection cannot carry another
+                raise
+        raise AssertionError("unreachable")
+
+    async def _open(self, target: Target) -> _Connection:
+        loop = self.fl.loop
+        _, conn = await asyncio.wait_for(loop.create_connection(
+            lambda: _Connection(self, target.key), target.host, target.port, ssl=target.ssl), timeout=30.0)
+        self._all.add(conn)
+        return conn
+
     def release(self) -> None:
         with self._lock:
             self.users -= 1
             if self.users == 0:
+                def close_all():
+                    for conn in self._all:
+                        with contextlib.suppress(Exception):
+                            conn.transport.close()
+                    self._all.clear()
+                    self._idle.clear()
                 with contextlib.suppress(Exception):
-                    self.fl.run(self.session.close(), timeout=10)
+                    self.fl.loop.call_soon_threadsafe(close_all)

@@ -23,12 +23,11 @@ import numpy as np
 
 from harness.loadgen.cores.aioloop import FrontendLoop
 from harness.loadgen.cores.base import MIN_TOKENS
-from harness.loadgen.cores.http_core import HttpCore
+from harness.loadgen.cores.http_core import HttpCore, Regions
+from harness.loadgen.cores.http_pool import Target
 from harness.loadgen.cores.openai_http import _Pool  # one pool per frontend, shared by both OpenAI cores
 from harness.serving.openai import chat
 from harness.serving.openai.client import base_url
-
-_JSON = {"Content-Type": "application/json"}
 
 
 class OpenAIChatCore(HttpCore):
@@ -50,13 +49,13 @@ class OpenAIChatCore(HttpCore):
             raise RuntimeError("logging token ids needs a tokenizer (api['tokenizer'])")
         self.eos = b"" if self.log_as == "text" else self.eos  # no end-token padding inside text
         self.base = base_url(self.url)
-        self.endpoint = f"{self.base}/v1/chat/completions"
         r = httpx.get(f"{self.base}/health", timeout=min(30.0, self.cfg["request_timeout_s"]))
         if r.status_code != 200:
             raise RuntimeError(f"GET /health answered {r.status_code}")
         size = sum(c.get("cap") or 1 for c in self.cfg["clients"] if c["frontend"] == self.frontend)
         self.fl = FrontendLoop.get()
         self.pool = _Pool.get(self.fl, size)
+        self.target = Target(self.base, "/v1/chat/completions")
         self.tasks: set = set()
         self.run_part = chat.run_part(self.kind, self.model, self.cfg["max_new_tokens"], self.streaming)
         self.bodies: dict[int, bytes] = {}
@@ -77,14 +76,13 @@ class OpenAIChatCore(HttpCore):
 
     async def _request(self, qid, sample: int) -> None:
         try:
-            async with self.pool.session.post(self.endpoint, data=self._body(sample), headers=_JSON) as r:
-                if r.status != 200:
-                    raise RuntimeError(f"HTTP {r.status}: {(await r.read())[:300]!r}")
-                if self.streaming:
-                    t_first, raw, usage = await self._stream(qid, r.content)
-                else:
-                    t_first, raw = 0, await r.read()
-                    usage = chat.usage_tokens(raw)
+            if self.streaming:
+                scan = _ChatStream(self, qid)
+                await self.post(self._body(sample), scan.feed)
+                t_first, raw, usage = scan.end()
+            else:
+                t_first, raw = 0, await self.post_read(self._body(sample))
+                usage = chat.usage_tokens(raw)
             self.sent += 1
             data, n = self._finish(qid, sample, raw, usage)
         except Exception as exc:  # a request that fails ends the run, naming the server
@@ -94,43 +92,6 @@ class OpenAIChatCore(HttpCore):
         finally:
             self._pump_later()
         self.on_done(qid, t_first, data, time.monotonic_ns(), n)
-
-    async def _stream(self, qid, content) -> tuple[int, bytes, int | None]:
-        """A streamed answer scanned as bytes: complete events of each read at once; the first with
-        output is the first token. The bytes are kept until the answer is done (its text may be needed)."""
-        regions: list[bytes] = []
-        usage = None
-        t_first = 0
-        rest = b""
-        while True:
-            chunk = await content.readany()
-            if not chunk:
-                region, rest = rest, b""
-                if not region.strip():
-                    break
-            else:
-                if b"\r" in chunk:
-                    chunk = chunk.replace(b"\r\n", b"\n")
-                buf = rest + chunk
-                end = buf.rfind(b"\n\n")
-                if end < 0:
-                    rest = buf
-                    continue
-                region, rest = buf[:end + 2], buf[end + 2:]
-            now = time.monotonic_ns()
-            if b'"error"' in region:
-                chat.raise_errors(region)
-            if t_first:
-                self.on_alive(now)
-            elif chat.FIRST_OUTPUT.search(region):
-                t_first = now
-                self.on_first(qid, now, b"")
-            if b'"completion_tokens"' in region:
-                usage = chat.usage_tokens(region)
-            regions.append(region)
-            if not chunk:
-                break
-        return t_first, b"".join(regions), usage
 
     def _finish(self, qid, sample: int, raw: bytes, usage: int | None) -> tuple[bytes, int]:
         """(what LoadGen logs, the token count) for a complete answer."""
@@ -167,3 +128,40 @@ class OpenAIChatCore(HttpCore):
         super().close()
         if self.answers is not None:
             self.answers.close()
+
+
+class _ChatStream:
+    """A streamed answer scanned as bytes as it arrives: complete events of each read at once; the
+    first with output is the first token. The bytes are kept until the answer is done (its text may
+    be needed)."""
+
+    def __init__(self, core: OpenAIChatCore, qid):
+        self.core, self.qid = core, qid
+        self.regions = Regions()
+        self.kept: list[bytes] = []
+        self.usage: int | None = None
+        self.t_first = 0
+
+    def feed(self, chunk: bytes) -> None:
+        region = self.regions.feed(chunk)
+        if region:
+            self._scan(region)
+
+    def _scan(self, region: bytes) -> None:
+        now = time.monotonic_ns()
+        if b'"error"' in region:
+            chat.raise_errors(region)
+        if self.t_first:
+            self.core.on_alive(now)
+        elif chat.FIRST_OUTPUT.search(region):
+            self.t_first = now
+            self.core.on_first(self.qid, now, b"")
+        if b'"completion_tokens"' in region:
+            self.usage = chat.usage_tokens(region)
+        self.kept.append(region)
+
+    def end(self) -> tuple[int, bytes, int | None]:
+        region = self.regions.end()
+        if region:
+            self._scan(region)
+        return self.t_first, b"".join(self.kept), self.usage

@@ -1,9 +1,10 @@
 """The OpenAI HTTP core: streamed `/v1/completions` over one async connection pool per frontend.
 
-Each frontend process runs one event loop (aioloop.py) with one aiohttp session: the pool, a
+Each frontend process runs one event loop (aioloop.py) with one connection pool (http_pool.py), a
 connection for every request its clients may have in flight; a core is a client lane with its
 own share of that limit. Where the server returns token ids, a streamed response is scanned as
-bytes: every complete event of a read at once, ids counted (kept only when LoadGen logs them).
+bytes as each read delivers it: every complete event of a read at once, ids counted (kept only when
+LoadGen logs them).
 Text that must be re-tokenized is parsed with harness/serving/openai/sse.py. The first chunk that
 carries tokens is the first token (FirstTokenComplete), whatever its number of tokens.
 
@@ -25,8 +26,9 @@ import time
 import numpy as np
 
 from harness.loadgen.cores.aioloop import FrontendLoop
-from harness.loadgen.cores.http_core import HttpCore
+from harness.loadgen.cores.http_core import HttpCore, Regions
 from harness.loadgen.cores.http_pool import HttpPool as _Pool
+from harness.loadgen.cores.http_pool import Target
 from harness.loadgen.openai_api import TOKEN_ID_SERVERS, methods
 from harness.serving.openai.client import base_url
 from harness.serving.openai.sse import DONE, SSEParser
@@ -78,6 +80,7 @@ class OpenAIHttpCore(HttpCore):
         size = sum(c.get("cap") or 1 for c in self.cfg["clients"] if c["frontend"] == self.frontend)
         self.fl = FrontendLoop.get()
         self.pool = _Pool.get(self.fl, size)
+        self.target = Target(self.base, "/v1/completions")
         self.tasks: set = set()
         self.bodies: dict[int, bytes] = {}
         self.info = {"streaming": self.streaming, "prompt": self.prompt_method, "output_tokens": self.output_method,
@@ -104,15 +107,14 @@ class OpenAIHttpCore(HttpCore):
     async def _request(self, qid, sample: int) -> None:
         body = self._body(sample)
         try:
-            async with self.pool.session.post(self.endpoint, data=body, headers=_JSON) as r:
-                if r.status != 200:
-                    raise RuntimeError(f"HTTP {r.status}: {(await r.read())[:300]!r}")
-                if self.output_method == "server" and self.streaming:
-                    t_first, data, n = await self._stream_ids(qid, r.content)
-                elif self.output_method == "server" and not self.keep_tokens:
-                    t_first, data, n = 0, b"", _count_ids(await r.read())
-                else:
-                    t_first, data, n = await self._decoded(qid, r)
+            if self.output_method == "server" and self.streaming:
+                scan = _IdStream(self, qid)
+                await self.post(body, scan.feed)
+                t_first, data, n = scan.end()
+            elif self.output_method == "server" and not self.keep_tokens:
+                t_first, data, n = 0, b"", _count_ids(await self.post_read(body))
+            else:
+                t_first, data, n = await self._decoded(qid, body)
             self.sent += 1
         except Exception as exc:  # a request that fails ends the run, naming the server
             if not self.closing:
@@ -122,69 +124,20 @@ class OpenAIHttpCore(HttpCore):
             self._pump_later()
         self.on_done(qid, t_first, data, time.monotonic_ns(), n)
 
-    async def _stream_ids(self, qid, content) -> tuple[int, bytes, int]:
-        """A streamed response whose events carry token ids, scanned as bytes: every complete
-        event of a read at once, token ids counted (and kept only when LoadGen logs them)."""
-        keep = self.keep_tokens
-        ids: list[int] = []
-        n = t_first = 0
-        rest = b""
-        times: list[int] = []   # each chunk's arrival and tokens (ITL), kept here: no lookup per chunk
-        counts: list[int] = []
-        while True:
-            chunk = await content.readany()
-            if not chunk:
-                region, rest = rest, b""
-                if not region.strip():
-                    break
-            else:
-                if b"\r" in chunk:
-                    chunk = chunk.replace(b"\r\n", b"\n")
-                buf = rest + chunk
-                end = buf.rfind(b"\n\n")
-                if end < 0:
-                    rest = buf
-                    continue
-                region, rest = buf[:end], buf[end + 2:]
-            now = time.monotonic_ns()
-            if b'"error"' in region:
-                _raise_event_errors(region)
-            got = 0
-            for m in TOKEN_IDS.finditer(region):
-                inner = m.group(1)
-                if not inner.strip():
-                    continue
-                got += inner.count(b",") + 1
-                if keep or not t_first:
-                    new = [int(x) for x in inner.split(b",")]
-                    if not t_first:
-                        t_first = now
-                        self.on_first(qid, now, _I32.pack(new[0]))
-                    if keep:
-                        ids += new
-            if got:
-                n += got
-                times.append(now)
-                counts.append(got)
-                self.on_alive(now)
-            if not chunk:
-                break
-        if not isinstance(qid, str):
-            self.chunks[qid] = (times, counts)
-        return t_first, np.asarray(ids, dtype=np.int32).tobytes() if keep else b"", n
-
-    async def _decoded(self, qid, r) -> tuple[int, bytes, int]:
+    async def _decoded(self, qid, body: bytes) -> tuple[int, bytes, int]:
         """Every event decoded as JSON: re-tokenized text, and non-streamed responses."""
         state = {"ids": [], "text": [], "t_first": 0}
         if self.streaming:
             parser = SSEParser()
-            async for chunk in r.content.iter_any():
+
+            def feed(chunk: bytes) -> None:
                 for data in parser.feed(chunk):
                     self._event(qid, data, state)
+            await self.post(body, feed)
             for data in parser.close():
                 self._event(qid, data, state)
         else:
-            self._event(qid, (await r.read()).decode(), state)
+            self._event(qid, (await self.post_read(body)).decode(), state)
         if self.output_method == "server":
             toks = np.asarray(state["ids"], dtype=np.int32)
         else:
@@ -224,7 +177,56 @@ class OpenAIHttpCore(HttpCore):
                 self.on_token(qid, first, arr, now)
 
 
-_JSON = {"Content-Type": "application/json"}
+class _IdStream:
+    """A streamed response whose events carry token ids, scanned as bytes as it arrives: every
+    complete event of a read at once, token ids counted (and kept only when LoadGen logs them)."""
+
+    def __init__(self, core: OpenAIHttpCore, qid):
+        self.core, self.qid = core, qid
+        self.keep = core.keep_tokens
+        self.ids: list[int] = []
+        self.n = self.t_first = 0
+        self.regions = Regions()
+        self.times: list[int] = []   # each chunk's arrival and tokens (ITL), kept here: no lookup per chunk
+        self.counts: list[int] = []
+
+    def feed(self, chunk: bytes) -> None:
+        region = self.regions.feed(chunk)
+        if region:
+            self._scan(region)
+
+    def _scan(self, region: bytes) -> None:
+        now = time.monotonic_ns()
+        if b'"error"' in region:
+            _raise_event_errors(region)
+        got = 0
+        for m in TOKEN_IDS.finditer(region):
+            inner = m.group(1)
+            if not inner.strip():
+                continue
+            got += inner.count(b",") + 1
+            if self.keep or not self.t_first:
+                new = [int(x) for x in inner.split(b",")]
+                if not self.t_first:
+                    self.t_first = now
+                    self.core.on_first(self.qid, now, _I32.pack(new[0]))
+                if self.keep:
+                    self.ids += new
+        if got:
+            self.n += got
+            self.times.append(now)
+            self.counts.append(got)
+            self.core.on_alive(now)
+
+    def end(self) -> tuple[int, bytes, int]:
+        region = self.regions.end()
+        if region:
+            self._scan(region)
+        if not isinstance(self.qid, str):
+            self.core.chunks[self.qid] = (self.times, self.counts)
+        data = np.asarray(self.ids, dtype=np.int32).tobytes() if self.keep else b""
+        return self.t_first, data, self.n
+
 
 
 def _count_ids(body: bytes) -> int:

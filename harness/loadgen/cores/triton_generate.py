@@ -1,5 +1,5 @@
 """The Triton HTTP core: Triton's generate extension (POST /v2/models/<model>/generate_stream,
-server-sent events) over the frontend's aiohttp pool, the same tensors as the gRPC core sends.
+server-sent events) over the frontend's connection pool, the same tensors as the gRPC core sends.
 
 Every request goes to /generate_stream: streamed, one event per model response; not streamed, one
 event (the model's one response; /generate refuses decoupled models). Events are scanned as bytes,
@@ -15,15 +15,14 @@ import struct
 import time
 
 from harness.loadgen.cores.aioloop import FrontendLoop
-from harness.loadgen.cores.http_core import HttpCore
-from harness.loadgen.cores.http_pool import HttpPool
+from harness.loadgen.cores.http_core import HttpCore, Regions
+from harness.loadgen.cores.http_pool import HttpPool, Target
 from harness.serving.triton.contract import generate_body
 from harness.serving.triton.generate import base_url, event_tokens
 
 _IDS = re.compile(rb'"output_ids":\s*(\[[^\]]*\]|-?\d+)')
 _SEQ = re.compile(rb'"sequence_length":\s*\[?\s*(\d+)')
 _I32 = struct.Struct("<i")
-_JSON = {"Content-Type": "application/json"}
 
 
 def scan_event(event: bytes) -> list[int]:
@@ -52,10 +51,10 @@ class TritonGenerateCore(HttpCore):
         mc = httpx.get(f"{self.base}/v2/models/{self.model}/config", timeout=timeout).json()
         self.decoupled = bool((mc.get("model_transaction_policy") or {}).get("decoupled", False))
         self.streaming = bool(self.cfg["streaming"] and self.decoupled)  # a non-decoupled model never streams
-        self.endpoint = f"{self.base}/v2/models/{self.model}/generate_stream"
         size = sum(c.get("cap") or 1 for c in self.cfg["clients"] if c["frontend"] == self.frontend)
         self.fl = FrontendLoop.get()
         self.pool = HttpPool.get(self.fl, size)
+        self.target = Target(self.base, f"/v2/models/{self.model}/generate_stream")
         self.tasks: set = set()
         self.bodies: dict[int, bytes] = {}
         self.info = {"streaming": self.streaming, "decoupled": self.decoupled, "prompt": "token_ids",
@@ -73,10 +72,9 @@ class TritonGenerateCore(HttpCore):
 
     async def _request(self, qid, sample: int) -> None:
         try:
-            async with self.pool.session.post(self.endpoint, data=self._body(sample), headers=_JSON) as r:
-                if r.status != 200:
-                    raise RuntimeError(f"HTTP {r.status}: {(await r.read())[:300]!r}")
-                t_first, data, n = await self._events(qid, r.content)
+            scan = _Events(self, qid)
+            await self.post(self._body(sample), scan.feed)
+            t_first, data, n = scan.end()
             self.sent += 1
         except Exception as exc:  # a request that fails ends the run, naming the server
             if not self.closing:
@@ -86,41 +84,42 @@ class TritonGenerateCore(HttpCore):
             self._pump_later()
         self.on_done(qid, t_first, data, time.monotonic_ns(), n)
 
-    async def _events(self, qid, content) -> tuple[int, bytes, int]:
-        keep = self.keep_tokens
-        kept: list[int] = []
-        n = t_first = 0
-        rest = b""
-        while True:
-            chunk = await content.readany()
-            if not chunk:
-                region, rest = rest, b""
-                if not region.strip():
-                    break
-            else:
-                buf = rest + chunk
-                end = buf.rfind(b"\n\n")
-                if end < 0:
-                    rest = buf
-                    continue
-                region, rest = buf[:end], buf[end + 2:]
-            now = time.monotonic_ns()
-            got = 0
-            for event in region.split(b"\n\n"):
-                ids = scan_event(event)
-                if not ids:
-                    continue
-                got += len(ids)
-                if not t_first:
-                    t_first = now
-                    self.on_first(qid, now, _I32.pack(ids[0]))
-                if keep:
-                    kept += ids
-            if got:
-                n += got
-                self.on_alive(now)
-            if not chunk:
-                break
-        data = struct.pack(f"<{len(kept)}i", *kept) if keep else b""
-        return t_first, data, n
 
+class _Events:
+    """A /generate_stream response scanned as bytes as it arrives: every complete event of a read at once."""
+
+    def __init__(self, core: TritonGenerateCore, qid):
+        self.core, self.qid = core, qid
+        self.keep = core.keep_tokens
+        self.kept: list[int] = []
+        self.n = self.t_first = 0
+        self.regions = Regions()
+
+    def feed(self, chunk: bytes) -> None:
+        region = self.regions.feed(chunk)
+        if region:
+            self._scan(region)
+
+    def _scan(self, region: bytes) -> None:
+        now = time.monotonic_ns()
+        got = 0
+        for event in region.split(b"\n\n"):
+            ids = scan_event(event) if event else None
+            if not ids:
+                continue
+            got += len(ids)
+            if not self.t_first:
+                self.t_first = now
+                self.core.on_first(self.qid, now, _I32.pack(ids[0]))
+            if self.keep:
+                self.kept += ids
+        if got:
+            self.n += got
+            self.core.on_alive(now)
+
+    def end(self) -> tuple[int, bytes, int]:
+        region = self.regions.end()
+        if region:
+            self._scan(region)
+        data = struct.pack(f"<{len(self.kept)}i", *self.kept) if self.keep else b""
+        return self.t_first, data, self.n
