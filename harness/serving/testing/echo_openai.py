@@ -121,9 +121,11 @@ async def _complete_timed(writer, body: dict, args, first: dict) -> None:
     ids = args.token_ids or body.get("return_token_ids") or body.get("detokenize") is False
     finish = "stop" if args.eos_id is not None and toks and toks[-1] == args.eos_id else "length"
     if not body.get("stream"):
-        doc = {"choices": [{"index": 0, "text": _text(toks, args.eos_id), "finish_reason": finish,
+        n_in = len(body.get("prompt") or ()) if isinstance(body.get("prompt"), list) else 0
+        doc = {"id": "cmpl-echo", "object": "text_completion", "created": 0, "model": body.get("model", ""),
+               "choices": [{"index": 0, "text": _text(toks, args.eos_id), "finish_reason": finish,
                             **({"token_ids": toks} if ids else {})}],
-               "usage": {"completion_tokens": len(toks)}}
+               "usage": {"prompt_tokens": n_in, "completion_tokens": len(toks), "total_tokens": n_in + len(toks)}}
         payload = json.dumps(doc).encode()
         writer.write(_head("200 OK", f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n") + payload)
         return
@@ -242,7 +244,7 @@ async def _chat(writer, body: dict, headers: dict, t_arrive: float, args) -> Non
         msg = {"role": "assistant", "content": "".join(t for f, t in deltas if f == "content") or None,
                "reasoning_content": "".join(t for f, t in deltas if f == "reasoning_content") or None,
                **({"tool_calls": call} if call else {})}
-        payload = json.dumps({"object": "chat.completion", "choices": [
+        payload = json.dumps({"id": "chatcmpl-echo", "object": "chat.completion", "choices": [
             {"index": 0, "message": msg, "finish_reason": finish}], **usage}).encode()
         writer.write(_head("200 OK", f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n") + payload)
         return
