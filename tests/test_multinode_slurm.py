@@ -327,7 +327,7 @@ def test_each_instance_runs_on_its_own_gpus_on_either_node(cluster2, built_fast,
           "layout.roles.server.count=4,layout.roles.server.gpus_per_instance=1")
     with copied_root(built_fast, tmp_path / "artifacts") as root:
         overrides = (f"{FAST}{SHORT},{SLURM},slurm.stages=[],{dp},openai.server=vllm,"
-                     f"openai.binary={tmp_path / 'bin' / 'vllm'},loadgen.offline_expected_qps=20000")
+                     f"openai.binary={tmp_path / 'bin' / 'vllm'},loadgen.offline_expected_qps=60000")
         proc = run_luigi("RunLoadgen", "--overrides", overrides, artifacts=root, env=env, check=False, timeout=900)
         assert proc.returncode == 0, f"RunLoadgen failed ({proc.returncode}):\n{proc.stderr[-6000:]}"
         (servers_json,) = root.glob("LaunchServers/*/servers.json")
@@ -358,7 +358,7 @@ def test_one_server_over_two_nodes_is_one_srun_step_and_is_measured_through_its_
     env = _stack_stand_ins(tmp_path / "bin")
     with copied_root(built_fast, tmp_path / "artifacts") as root:
         overrides = (f"{FAST}{SHORT},{SLURM},slurm.stages=[],{SPAN},openai.server={stack},"  # (no router: faster)
-                     f"openai.binary={tmp_path / 'bin' / stack},loadgen.offline_expected_qps=20000")
+                     f"openai.binary={tmp_path / 'bin' / stack},loadgen.offline_expected_qps=60000")
         proc = run_luigi("RunLoadgen", "--overrides", overrides, artifacts=root, env=env, check=False, timeout=900)
         assert proc.returncode == 0, f"RunLoadgen failed ({proc.returncode}):\n{proc.stderr[-6000:]}"
         (servers_json,) = root.glob("LaunchServers/*/servers.json")
