@@ -9,16 +9,17 @@ import time
 from harness.loadgen.cores.base import Core
 
 
-class Regions:
-    """A server-sent event stream's complete events, every one a read completes at once: `feed`
-    returns them (each with its blank line) or b"", `end` what an unterminated stream left."""
+class EventScan:
+    """A server-sent event stream scanned as it arrives (the pool's `on_data`): every complete event
+    of a read at once, handed to the subclass's `_scan(region)` (events with their blank lines);
+    `end()` scans what an unterminated stream left and returns the subclass's `result()`."""
 
-    __slots__ = ("rest",)
-
-    def __init__(self):
+    def __init__(self, core: Core, qid):
+        self.core, self.qid = core, qid
+        self.t_first = 0
         self.rest = b""
 
-    def feed(self, chunk: bytes) -> bytes:
+    def feed(self, chunk: bytes) -> None:
         if b"\r" in chunk:
             chunk = chunk.replace(b"\r\n", b"\n")
         if self.rest:
@@ -26,13 +27,21 @@ class Regions:
         end = chunk.rfind(b"\n\n")
         if end < 0:
             self.rest = chunk
-            return b""
+            return
         self.rest = chunk[end + 2:]
-        return chunk[:end + 2]
+        self._scan(chunk[:end + 2])
 
-    def end(self) -> bytes:
+    def end(self):
         region, self.rest = self.rest, b""
-        return region + b"\n\n" if region.strip() else b""
+        if region.strip():
+            self._scan(region + b"\n\n")
+        return self.result()
+
+    def _scan(self, region: bytes) -> None:
+        raise NotImplementedError
+
+    def result(self):
+        raise NotImplementedError
 
 
 class HttpCore(Core):

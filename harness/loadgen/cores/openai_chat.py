@@ -23,7 +23,7 @@ import numpy as np
 
 from harness.loadgen.cores.aioloop import FrontendLoop
 from harness.loadgen.cores.base import MIN_TOKENS
-from harness.loadgen.cores.http_core import HttpCore, Regions
+from harness.loadgen.cores.http_core import EventScan, HttpCore
 from harness.loadgen.cores.http_pool import Target
 from harness.loadgen.cores.openai_http import _Pool  # one pool per frontend, shared by both OpenAI cores
 from harness.serving.openai import chat
@@ -130,22 +130,15 @@ class OpenAIChatCore(HttpCore):
             self.answers.close()
 
 
-class _ChatStream:
+class _ChatStream(EventScan):
     """A streamed answer scanned as bytes as it arrives: complete events of each read at once; the
     first with output is the first token. The bytes are kept until the answer is done (its text may
     be needed)."""
 
     def __init__(self, core: OpenAIChatCore, qid):
-        self.core, self.qid = core, qid
-        self.regions = Regions()
+        super().__init__(core, qid)
         self.kept: list[bytes] = []
         self.usage: int | None = None
-        self.t_first = 0
-
-    def feed(self, chunk: bytes) -> None:
-        region = self.regions.feed(chunk)
-        if region:
-            self._scan(region)
 
     def _scan(self, region: bytes) -> None:
         now = time.monotonic_ns()
@@ -160,8 +153,5 @@ class _ChatStream:
             self.usage = chat.usage_tokens(region)
         self.kept.append(region)
 
-    def end(self) -> tuple[int, bytes, int | None]:
-        region = self.regions.end()
-        if region:
-            self._scan(region)
+    def result(self) -> tuple[int, bytes, int | None]:
         return self.t_first, b"".join(self.kept), self.usage

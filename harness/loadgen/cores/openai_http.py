@@ -26,7 +26,7 @@ import time
 import numpy as np
 
 from harness.loadgen.cores.aioloop import FrontendLoop
-from harness.loadgen.cores.http_core import HttpCore, Regions
+from harness.loadgen.cores.http_core import EventScan, HttpCore
 from harness.loadgen.cores.http_pool import HttpPool as _Pool
 from harness.loadgen.cores.http_pool import Target
 from harness.loadgen.openai_api import TOKEN_ID_SERVERS, methods
@@ -177,23 +177,17 @@ class OpenAIHttpCore(HttpCore):
                 self.on_token(qid, first, arr, now)
 
 
-class _IdStream:
+class _IdStream(EventScan):
     """A streamed response whose events carry token ids, scanned as bytes as it arrives: every
     complete event of a read at once, token ids counted (and kept only when LoadGen logs them)."""
 
     def __init__(self, core: OpenAIHttpCore, qid):
-        self.core, self.qid = core, qid
+        super().__init__(core, qid)
         self.keep = core.keep_tokens
         self.ids: list[int] = []
-        self.n = self.t_first = 0
-        self.regions = Regions()
+        self.n = 0
         self.times: list[int] = []   # each chunk's arrival and tokens (ITL), kept here: no lookup per chunk
         self.counts: list[int] = []
-
-    def feed(self, chunk: bytes) -> None:
-        region = self.regions.feed(chunk)
-        if region:
-            self._scan(region)
 
     def _scan(self, region: bytes) -> None:
         now = time.monotonic_ns()
@@ -218,10 +212,7 @@ class _IdStream:
             self.counts.append(got)
             self.core.on_alive(now)
 
-    def end(self) -> tuple[int, bytes, int]:
-        region = self.regions.end()
-        if region:
-            self._scan(region)
+    def result(self) -> tuple[int, bytes, int]:
         if not isinstance(self.qid, str):
             self.core.chunks[self.qid] = (self.times, self.counts)
         data = np.asarray(self.ids, dtype=np.int32).tobytes() if self.keep else b""

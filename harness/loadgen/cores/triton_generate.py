@@ -15,7 +15,7 @@ import struct
 import time
 
 from harness.loadgen.cores.aioloop import FrontendLoop
-from harness.loadgen.cores.http_core import HttpCore, Regions
+from harness.loadgen.cores.http_core import EventScan, HttpCore
 from harness.loadgen.cores.http_pool import HttpPool, Target
 from harness.serving.triton.contract import generate_body
 from harness.serving.triton.generate import base_url, event_tokens
@@ -85,20 +85,14 @@ class TritonGenerateCore(HttpCore):
         self.on_done(qid, t_first, data, time.monotonic_ns(), n)
 
 
-class _Events:
+class _Events(EventScan):
     """A /generate_stream response scanned as bytes as it arrives: every complete event of a read at once."""
 
     def __init__(self, core: TritonGenerateCore, qid):
-        self.core, self.qid = core, qid
+        super().__init__(core, qid)
         self.keep = core.keep_tokens
         self.kept: list[int] = []
-        self.n = self.t_first = 0
-        self.regions = Regions()
-
-    def feed(self, chunk: bytes) -> None:
-        region = self.regions.feed(chunk)
-        if region:
-            self._scan(region)
+        self.n = 0
 
     def _scan(self, region: bytes) -> None:
         now = time.monotonic_ns()
@@ -117,9 +111,6 @@ class _Events:
             self.n += got
             self.core.on_alive(now)
 
-    def end(self) -> tuple[int, bytes, int]:
-        region = self.regions.end()
-        if region:
-            self._scan(region)
+    def result(self) -> tuple[int, bytes, int]:
         data = struct.pack(f"<{len(self.kept)}i", *self.kept) if self.keep else b""
         return self.t_first, data, self.n
