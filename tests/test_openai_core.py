@@ -130,7 +130,7 @@ def test_one_frontend_against_a_free_server_is_client_bound(tmp_path):
     events per request is busy all the time: the result says so and names the setting to raise."""
     url, proc = _echo_server("--cache", "--token-ids")
     try:
-        prompts = PROMPTS[:8] * 40
+        prompts = PROMPTS[:8] * 160  # about a second of scanning: a shorter window makes `busy` noisy
         r = run_loadgen([url], "", prompts, {"offline_expected_qps": 1, "min_duration_ms": 0,
                                              "min_query_count": len(prompts), "performance_sample_count": 8},
                         tmp_path, scenario="Offline", frontends=1, clients_per_frontend=1, max_in_flight=16,
