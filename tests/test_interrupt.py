@@ -100,6 +100,42 @@ def assert_interrupted_cleanly(run: Run, rc: int, took: float, root: Path) -> No
     assert shm_of(run.proc.pid) == [], "shared memory of the interrupted run's servers was left"
 
 
+def test_a_signal_the_kernel_hands_to_a_waiting_thread_still_interrupts_the_launch_at_once():
+    """The readiness waits run on pool threads; a signal delivered to one of them (the kernel picks
+    any thread) must still reach the main thread's wait within a slice, not when the wait ends."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from harness.serving.launcher import wait_all
+
+    class Interrupted(Exception):
+        pass
+
+    def on_int(signum, frame):
+        raise Interrupted
+
+    waiter: dict = {}
+    server_gone = threading.Event()
+
+    def readiness_wait():
+        waiter["ident"] = threading.get_ident()
+        server_gone.wait(8)
+
+    previous = signal.signal(signal.SIGINT, on_int)
+    pool = ThreadPoolExecutor(1)
+    try:
+        futures = [pool.submit(readiness_wait)]
+        threading.Timer(0.5, lambda: signal.pthread_kill(waiter["ident"], signal.SIGINT)).start()
+        t0 = time.monotonic()
+        with pytest.raises(Interrupted):
+            wait_all(futures)
+        assert time.monotonic() - t0 < 3
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        server_gone.set()
+        pool.shutdown(wait=True)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_signal_during_a_readiness_wait_ends_the_run_within_seconds(root, sig):
     hang_model(root, "initialize")  # the server starts, its model never becomes ready (156 s timeout)

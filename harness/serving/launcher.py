@@ -13,7 +13,7 @@ import contextlib
 import os
 import signal
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
@@ -56,6 +56,19 @@ def _stop_on_interrupt(started: list[Process], shm_prefixes: list[str]) -> Itera
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def wait_all(futures: Sequence[Future], slice_s: float = 0.25) -> None:
+    """Waits for every future and raises the first failure as it happens. The wait is cut in short
+    slices because the kernel may hand SIGINT/SIGTERM to one of the waiting threads, and Python runs
+    the handler only when the main thread next runs bytecode: one uncut wait would hold Ctrl-C back
+    until a readiness timeout (minutes)."""
+    pending = set(futures)
+    while pending:
+        done, pending = wait(pending, timeout=slice_s, return_when=FIRST_COMPLETED)
+        for f in done:
+            if f.exception() is not None:
+                raise f.exception()
 
 
 def stop_started(started: Sequence[Process], shm_prefixes: Sequence[str], grace_s: float = 10.0) -> None:
@@ -161,10 +174,7 @@ def launch(specs: Sequence[LaunchSpec], out_dir: str | Path, *, ready_timeout_s:
         # is never joined on the way out: an interrupt stops the servers first, which ends the waits.
         pool = ThreadPoolExecutor(max_workers=min(32, len(specs)) or 1, thread_name_prefix="ready")
         try:
-            futures = [pool.submit(ready_and_warm, spec, proc) for spec, proc in zip(specs, started)]
-            for f in as_completed(futures):
-                if f.exception() is not None:
-                    raise f.exception()
+            wait_all([pool.submit(ready_and_warm, spec, proc) for spec, proc in zip(specs, started)])
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
     return records
