@@ -25,7 +25,7 @@ Method (the same for every client):
   refuses to start (a shared machine's figures do not reproduce) unless `--allow-load`.
 
     python bench/harness_overhead.py [--rounds 5] [--protocols grpc,http,generate] [--modes stream,nostream]
-                                     [--servers burst,paced] [--pace-ms 1]
+                                     [--servers burst,paced] [--pace-ms 1] [--tokens-per-chunk 1]
     python bench/harness_overhead.py --scaling 1,2 [--protocols grpc,http]   # throughput by frontends
     python bench/harness_overhead.py --table bench/results/<file>.json       # a results file's table
 
@@ -111,7 +111,8 @@ def perfdag_run(spec: dict, prompts) -> dict:
         wall = time.monotonic() - t0
     m = r["measured"]
     h = r["harness"]
-    return {"responses": m["tokens"] if spec["streaming"] else m["requests"], "tokens": m["tokens"],
+    per_chunk = spec.get("per_chunk", 1)  # every request's tokens come in whole chunks (checked at start)
+    return {"responses": m["tokens"] // per_chunk if spec["streaming"] else m["requests"], "tokens": m["tokens"],
             "requests": m["requests"], "seconds": n / r["samples_per_s"], "wall_s": wall,
             "samples_per_s": r["samples_per_s"], "client_bound": r.get("client_bound"),
             "peak_in_flight": h.get("peak_in_flight"), "client_cpu": h.get("client_cpu")}
@@ -137,9 +138,9 @@ def run_child(spec: dict) -> dict:
 
 # ------------------------------------------------------------------ servers
 
-def start_triton(root: Path, pace_ms: float) -> tuple[dict, callable]:
-    """One CPU tritonserver serving the echo model burst ("echo") and paced ("echo_paced"); its
-    URLs per protocol (grpc, generate) and server mode."""
+def start_triton(root: Path, pace_ms: float, per_chunk: int = 1) -> tuple[dict, callable]:
+    """One CPU tritonserver serving the echo model burst ("echo") and paced ("echo_paced"), each
+    response carrying `per_chunk` tokens; its URLs per protocol (grpc, generate) and server mode."""
     from harness.backends.torch.repo import render_torch_model_config
     from harness.serving import ports as P
     from harness.serving.triton import cpu_server as CS
@@ -147,7 +148,8 @@ def start_triton(root: Path, pace_ms: float) -> tuple[dict, callable]:
 
     configs = {name: render_torch_model_config(
         name, decoupled=True, max_batch_size=64, engine_dir="unused", instance_count=1,
-        extra_parameters={"token_delay_ms": str(pace_ms)} if server == "paced" else None)
+        extra_parameters={"tokens_per_response": str(per_chunk),
+                          **({"token_delay_ms": str(pace_ms)} if server == "paced" else {})})
         for server, name in TRITON_MODELS.items()}
     repo = write_model_repo(root / "repo", configs, ECHO_PY.read_text())
     ports = P.free_ports(3)
@@ -158,8 +160,8 @@ def start_triton(root: Path, pace_ms: float) -> tuple[dict, callable]:
              "generate": {server: http for server in TRITON_MODELS}}, lambda: CS.stop_server(h, timeout=20))
 
 
-def start_echo_http(root: Path, pace_ms: float) -> tuple[dict, callable]:
-    """Two echo OpenAI servers: burst, and paced at `pace_ms` per token."""
+def start_echo_http(root: Path, pace_ms: float, per_chunk: int = 1) -> tuple[dict, callable]:
+    """Two echo OpenAI servers: burst, and paced at `pace_ms` per token; `per_chunk` tokens per event."""
     from harness.serving import ports as P
     from harness.serving.openai.client import probe
 
@@ -167,7 +169,8 @@ def start_echo_http(root: Path, pace_ms: float) -> tuple[dict, callable]:
     for server, delay in (("burst", 0.0), ("paced", pace_ms)):
         port = P.free_port()
         procs.append(subprocess.Popen([sys.executable, "-m", "harness.serving.testing.echo_openai", "--port", str(port),
-                                       "--token-ids", "--token-delay-ms", str(delay)],
+                                       "--token-ids", "--token-delay-ms", str(delay),
+                                       "--tokens-per-chunk", str(per_chunk)],
                                       cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))
         urls[server] = f"127.0.0.1:{port}"
 
@@ -230,6 +233,7 @@ def cost_rounds(args, urls, doc: dict, out: Path) -> None:
         random.shuffle(cells)
         for proto, mode, server, client, n in cells:
             spec = {"client": client, "protocol": proto, "url": urls[proto][server], "n": n, "tokens": args.tokens,
+                    "per_chunk": args.tokens_per_chunk,
                     "in_flight": args.in_flight, "conns": args.conns, "streaming": mode == "stream",
                     "warm": args.conns, "mode": mode, "server": server, "round": rnd,
                     **({"model": TRITON_MODELS[server]} if proto not in OPENAI else {}),
@@ -255,6 +259,8 @@ def main() -> int:
     ap.add_argument("--modes", default="stream,nostream")
     ap.add_argument("--servers", default="burst,paced", help="server modes: burst, paced")
     ap.add_argument("--pace-ms", type=float, default=1.0, help="paced servers: ms per token")
+    ap.add_argument("--tokens-per-chunk", type=int, default=1,
+                    help="tokens in each streamed response (a server with a stream interval); a response is a chunk")
     ap.add_argument("--clients", default="", help="limit to these clients (perfdag,aiohttp-uvloop,...)")
     ap.add_argument("--scaling", default="", help="frontend counts: throughput rows instead of the cost table")
     ap.add_argument("--allow-load", action="store_true",
@@ -275,6 +281,10 @@ def main() -> int:
     args.servers = args.servers.split(",")
     args.scaling = [int(x) for x in args.scaling.split(",") if x]
     bad = [s for s in args.servers if s not in TRITON_MODELS] + [p for p in args.protocols if p not in PERFDAG_PROTOCOLS]
+    if args.tokens_per_chunk < 1 or args.tokens % args.tokens_per_chunk:
+        print(f"error: --tokens-per-chunk must divide --tokens ({args.tokens}), so every request has whole "
+              f"chunks (got {args.tokens_per_chunk})", file=sys.stderr)
+        return 2
     if bad or args.pace_ms <= 0:
         print(f"error: --servers takes {', '.join(TRITON_MODELS)}, --protocols {', '.join(PERFDAG_PROTOCOLS)} and "
               f"--pace-ms a positive number (got {', '.join(bad) or args.pace_ms})", file=sys.stderr)
@@ -301,7 +311,8 @@ def main() -> int:
             urls = {}
             for proto in args.protocols:
                 if proto not in urls:  # grpc and generate share one tritonserver, http and chat one echo server
-                    got, stop = (start_echo_http if proto in OPENAI else start_triton)(Path(tmp) / proto, args.pace_ms)
+                    got, stop = (start_echo_http if proto in OPENAI else start_triton)(
+                        Path(tmp) / proto, args.pace_ms, args.tokens_per_chunk)
                     urls.update(got)
                     stops.append(stop)
             if args.scaling:

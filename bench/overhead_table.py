@@ -77,7 +77,8 @@ def _us(s: dict | None) -> str:
 def table(doc: dict) -> str:
     a = doc["args"]
     loads = doc.get("load_before_round") or []
-    head = (f"{a['small']} and {a['large']} samples x {a['tokens']} tokens, {a['in_flight']} in flight over "
+    head = (f"{a['small']} and {a['large']} samples x {a['tokens']} tokens "
+            f"({a.get('tokens_per_chunk', 1)} per streamed response), {a['in_flight']} in flight over "
             f"{a['conns']} streams/clients; paced servers {a.get('pace_ms', '-')} ms per token; "
             f"{doc['machine']['cpus']} CPUs; {doc['started']}; load average (1 min) at start "
             f"{_load(doc.get('load_at_start'))}, before rounds {', '.join(f'{x:.2f}' for x in loads) or '?'}")

@@ -63,13 +63,15 @@ def test_ratios_are_formed_within_a_round_per_server_mode_and_noise_gives_no_fig
 
 def test_the_bench_refuses_to_start_on_a_loaded_machine_unless_asked():
     """At a load average of 1 or more it exits 2 naming the load and --allow-load, having started
-    nothing; bad server modes or protocols are refused the same way."""
+    nothing; bad server modes, protocols or chunk sizes are refused the same way."""
     bench = [sys.executable, str(REPO / "bench" / "harness_overhead.py"), "--rounds", "1"]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     p = subprocess.run(bench + ["--servers", "burst,slow"], capture_output=True, text=True, env=env, timeout=60)
     assert p.returncode == 2 and "--servers takes burst, paced" in p.stderr and "slow" in p.stderr
     p = subprocess.run(bench + ["--protocols", "grpc,smtp"], capture_output=True, text=True, env=env, timeout=60)
     assert p.returncode == 2 and "smtp" in p.stderr
+    p = subprocess.run(bench + ["--tokens-per-chunk", "3"], capture_output=True, text=True, env=env, timeout=60)
+    assert p.returncode == 2 and "--tokens-per-chunk must divide --tokens (16)" in p.stderr
     if os.getloadavg()[0] >= 1:
         p = subprocess.run(bench, capture_output=True, text=True, env=env, timeout=60)
         assert p.returncode == 2 and "load average" in p.stderr and "--allow-load" in p.stderr
