@@ -11,7 +11,10 @@
 #     -d .whl-bench <each runtime dependency, pinned as constraints/cpu.txt pins it>
 #   (cd <dir with numpy's and scipy's wheels unzipped> && XZ_OPT=-9 tar cJf .../.whl-bench/np-sp.tar.xz .)
 # httpx is left out of the HTTP rounds: never the best bare loop, and its paced runs would take the time.
-#   bash bench/quiet_host_client_cost.sh [ROUNDS]
+# PIN_CPUS=0,1 runs the HTTP rounds under `taskset -c 0,1` (servers and clients on those CPUs only, the
+# file named ...-pinned-0,1-...): whether perfdag's excess on a many-core host comes from its processes
+# waking each other on idle cores, which a 2-CPU host does not show.
+#   [PIN_CPUS=0,1] [SKIP_DRIVER=1] bash bench/quiet_host_client_cost.sh [ROUNDS]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-bench/results}
@@ -27,7 +30,9 @@ quiet() {  # the load average under 1 before a bench starts (the one before rais
   for _ in $(seq 60); do awk '{exit !($1 < 1)}' /proc/loadavg && return; sleep 2; done
 }
 [ -n "${SKIP_DRIVER:-}" ] || { quiet; $PY bench/driver_qps.py --rounds "$ROUNDS" --out "$OUT/driver_qps-quiethost-$stamp.json" 2>&1 | tail -25; }
+PIN=() NAME=quiethost
+[ -z "${PIN_CPUS:-}" ] || { PIN=(taskset -c "$PIN_CPUS"); NAME="quiethost-pinned-$PIN_CPUS"; }
 quiet
-$PY bench/harness_overhead.py --protocols http,chat --rounds "$ROUNDS" --small 1000 --large 8000 \
-  --clients perfdag,aiohttp-uvloop,aiohttp-asyncio,aiohttp-chat-uvloop,aiohttp-chat-asyncio --out "$OUT/harness_overhead-quiethost-$stamp.json" 2>&1 | grep -v '^round ' | tail -40
+"${PIN[@]}" $PY bench/harness_overhead.py --protocols http,chat --rounds "$ROUNDS" --small 1000 --large 8000 \
+  --clients perfdag,aiohttp-uvloop,aiohttp-asyncio,aiohttp-chat-uvloop,aiohttp-chat-asyncio --out "$OUT/harness_overhead-$NAME-$stamp.json" 2>&1 | grep -v '^round ' | tail -40
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
