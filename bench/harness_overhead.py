@@ -281,6 +281,10 @@ def main() -> int:
     args.servers = args.servers.split(",")
     args.scaling = [int(x) for x in args.scaling.split(",") if x]
     bad = [s for s in args.servers if s not in TRITON_MODELS] + [p for p in args.protocols if p not in PERFDAG_PROTOCOLS]
+    if args.tokens_per_chunk > 1 and "chat" in args.protocols:
+        print("error: --tokens-per-chunk above 1 takes --protocols http, grpc or generate: the echo server's "
+              "chat stream sends one token per event whatever the chunk size", file=sys.stderr)
+        return 2
     if args.tokens_per_chunk < 1 or args.tokens % args.tokens_per_chunk:
         print(f"error: --tokens-per-chunk must divide --tokens ({args.tokens}), so every request has whole "
               f"chunks (got {args.tokens_per_chunk})", file=sys.stderr)

@@ -72,6 +72,9 @@ def test_the_bench_refuses_to_start_on_a_loaded_machine_unless_asked():
     assert p.returncode == 2 and "smtp" in p.stderr
     p = subprocess.run(bench + ["--tokens-per-chunk", "3"], capture_output=True, text=True, env=env, timeout=60)
     assert p.returncode == 2 and "--tokens-per-chunk must divide --tokens (16)" in p.stderr
+    p = subprocess.run(bench + ["--tokens-per-chunk", "4", "--protocols", "http,chat"], capture_output=True,
+                       text=True, env=env, timeout=60)
+    assert p.returncode == 2 and "chat stream sends one token per event" in p.stderr
     if os.getloadavg()[0] >= 1:
         p = subprocess.run(bench, capture_output=True, text=True, env=env, timeout=60)
         assert p.returncode == 2 and "load average" in p.stderr and "--allow-load" in p.stderr
