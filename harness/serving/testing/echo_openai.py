@@ -197,17 +197,15 @@ def chat_answer(body: dict, reasoning: int) -> tuple[list[tuple[str, str]], list
     return deltas, digests, (tools[0].get("function") or {}).get("name") if tools else None
 
 
-_SEEN: list[str] = []  # distinct chat prompts seen, for cached_tokens
-_SEEN_SET: set[str] = set()
+_SEEN: set[str] = set()  # distinct chat prompts seen, for cached_tokens
 PIECE = 4  # characters per "token" of a chat prompt
 
 
 def _cached_pieces(prompt: str) -> int:
-    if prompt in _SEEN_SET:  # its own earlier copy is the longest common prefix: no scan (benches repeat prompts)
+    if prompt in _SEEN:  # its own earlier copy is the longest common prefix: no scan (benches repeat prompts)
         return len(prompt) // PIECE
     best = max((len(os.path.commonprefix([old, prompt])) for old in _SEEN), default=0) // PIECE
-    _SEEN.append(prompt)
-    _SEEN_SET.add(prompt)
+    _SEEN.add(prompt)
     return best
 
 
