@@ -205,7 +205,8 @@ def scaling(args, urls) -> list[dict]:
         random.shuffle(cells)
         for proto, fe in cells:
             spec = {"client": "perfdag", "protocol": proto, "url": urls[proto]["burst"], "n": args.large,
-                    "tokens": args.tokens, "in_flight": args.in_flight * fe, "conns": args.conns, "frontends": fe,
+                    "tokens": args.tokens, "per_chunk": args.tokens_per_chunk, "in_flight": args.in_flight * fe,
+                    "conns": args.conns, "frontends": fe,
                     "streaming": True, "warm": args.conns * fe, "mode": "stream", "server": "burst", "round": rnd}
             r = run_child(spec)
             runs.append(r)
