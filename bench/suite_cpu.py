@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import datetime as dt
 import json
 import os
@@ -25,6 +26,8 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+
+import psutil
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
@@ -52,23 +55,16 @@ def kind_of(cmd: str, comm: str) -> str:
     return next((k for k, rx in KINDS if re.search(rx, cmd)), f"other ({comm})")
 
 
-def sample_cmdlines(seen: dict, stop: threading.Event) -> None:
-    """(pid, start time) -> command line, for every process alive at some sample."""
+def sample_cmdlines(seen: dict[int, str], stop: threading.Event) -> None:
+    """pid -> command line, for every process alive at some sample (a pid reused later keeps its
+    first command: rare within one run)."""
     while not stop.is_set():
-        for pid in os.listdir("/proc"):
-            if not pid.isdigit():
+        for p in psutil.process_iter():
+            if p.pid in seen:
                 continue
-            try:
-                with open(f"/proc/{pid}/stat") as f:
-                    start = f.read().rsplit(")", 1)[1].split()[19]
-                if (pid, start) in seen:
-                    continue
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    cmd = f.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
-            except (OSError, IndexError):
-                continue
-            if cmd:
-                seen[(pid, start)] = cmd
+            with contextlib.suppress(psutil.Error):
+                if cmd := " ".join(p.cmdline()):
+                    seen[p.pid] = cmd
         stop.wait(0.2)
 
 
@@ -95,7 +91,7 @@ def main() -> int:
         return 2
     started = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H%M%SZ")
     load = os.getloadavg()
-    seen: dict = {}
+    seen: dict[int, str] = {}
     stop = threading.Event()
     sampler = threading.Thread(target=sample_cmdlines, args=(seen, stop), daemon=True)
     with tempfile.TemporaryDirectory(prefix="suite_cpu_") as tmp:
@@ -112,11 +108,8 @@ def main() -> int:
             stop.set()
             sampler.join()
         rows = accounted(pacct)
-    by_pid: dict[int, str] = {}
-    for (pid, _), cmd in seen.items():
-        by_pid.setdefault(int(pid), cmd)  # a reused pid keeps its first command: rare within one run
     for r in rows:
-        r["cmd"] = by_pid.get(r["pid"], "")[:400]
+        r["cmd"] = seen.get(r["pid"], "")[:400]
         r["kind"] = kind_of(r["cmd"], r["comm"])
     total = sum(r["cpu_s"] for r in rows)
     kinds = collections.defaultdict(list)

@@ -35,6 +35,7 @@ Raw results: bench/results/vs_endpoints-<UTC time>.json (vs_endpoints-smoke-<tim
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import datetime as dt
 import json
@@ -43,12 +44,13 @@ import platform
 import random
 import resource
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+import psutil
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -88,12 +90,9 @@ def ep_worker(spec: dict) -> dict:
             break
         orphans += bool(pid) and pid != p.pid
         if not pid and time.monotonic() > deadline:  # still running: stopped by its pid, then reaped
-            for d in Path("/proc").glob("[0-9]*"):
-                try:
-                    if int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]) == os.getpid():
-                        os.kill(int(d.name), signal.SIGKILL)
-                except (OSError, ValueError, IndexError):
-                    pass
+            for child in psutil.Process().children():
+                with contextlib.suppress(psutil.Error):
+                    child.kill()
         if not pid:
             time.sleep(0.02)
     return {"rc": rc, "orphans_reaped": orphans}
