@@ -77,6 +77,20 @@ def node_names() -> list[str]:
     return sorted(set(out.stdout.split()))
 
 
+def running(token: str, program: str, words: int | None = None) -> list[int]:
+    """The live processes of a launch token whose command line (its first `words` words) names
+    `program`; one that exits while we look is left out (a zombie has no cmdline)."""
+    pids = []
+    for pid in processes_with_token(token):
+        try:
+            cmd = " ".join(psutil.Process(pid).cmdline()[:words])
+        except psutil.Error:
+            continue
+        if program in cmd:
+            pids.append(pid)
+    return pids
+
+
 def sigkill(pid: int) -> None:
     """SIGKILL a process that may have ended since it was found: killing one of a token's processes
     (the server) can end another (the srun step running it) before its turn; seen once on 4 xdist workers."""
@@ -92,14 +106,9 @@ def kill_instances(root: Path, job_id: str, chosen, program: str) -> list[int]:
         for rec in json.loads(f.read_text())["servers"]:
             if str(rec.get("slurm_job")) != job_id or not chosen(rec):
                 continue
-            for pid in processes_with_token(rec["token"]):
-                try:  # a process of the token may have just exited (a zombie has no cmdline)
-                    cmd = " ".join(psutil.Process(pid).cmdline()[:3])
-                except psutil.Error:
-                    continue
-                if program in cmd:
-                    sigkill(pid)
-                    killed.append(pid)
+            for pid in running(rec["token"], program, words=3):
+                sigkill(pid)
+                killed.append(pid)
     return killed
 
 
@@ -179,14 +188,7 @@ def test_a_disaggregated_layout_launches_in_order_measures_through_its_router_an
         assert stats["context"] >= 8 and stats["generation"] >= 8  # (+ the warm-up request)
         assert servers_live(recs)
         gen = by_role["generation"]
-        killed = []
-        for pid in processes_with_token(gen["token"]):
-            try:  # a process of the token may have just exited (a zombie has no cmdline)
-                cmd = " ".join(psutil.Process(pid).cmdline())
-            except psutil.Error:
-                continue
-            if "echo_openai" in cmd:
-                killed.append(pid)
+        killed = running(gen["token"], "echo_openai")
         assert killed
         for pid in killed:
             sigkill(pid)
