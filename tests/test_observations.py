@@ -60,6 +60,19 @@ def test_each_execution_of_one_key_is_kept_with_its_own_id_and_the_latest_is_wha
     assert all(store.observation_problems("FullRun", KEY, o) == [] for o in found)
 
 
+def test_observations_finished_in_one_millisecond_still_list_newest_first(store, monkeypatch):
+    """`finished_at` has millisecond resolution; quick repeats (and two runs) can share one. The order
+    then follows the runs' start times and the repeat numbers, `.10` after `.9`."""
+    import harness.cache.store as store_module
+    monkeypatch.setattr(store_module, "utc_now", lambda: "2026-11-28T12:00:00.000+00:00")
+    measure(store, "20261101T000000000000Z-1", 100.0)
+    for n in range(10):
+        measure(store, "20261102T000000000000Z-2", 200.0 + n)
+    ids = [o["id"] for o in store.observations("FullRun", KEY)]
+    run = "20261102T000000000000Z-2"
+    assert ids == [f"{run}.{n}" for n in range(10, 1, -1)] + [run, "20261101T000000000000Z-1"]
+
+
 def test_a_build_that_is_no_observation_still_replaces_its_artifact(store):
     """Only observing stages archive: a rebuilt engine replaces the old one, nothing kept beside it."""
     for n in (1, 2):

@@ -45,6 +45,14 @@ def id_of(manifest: dict) -> str | None:
     return None
 
 
+def sequence(obs_id: str | None) -> tuple[str, int]:
+    """Where an id stands among one key's observations when two finished in the same millisecond
+    (`finished_at`'s resolution): by run (run ids begin with their start time), then `.2`, `.3`...
+    in the order `new_id` hands them out (numerically: `.10` after `.9`)."""
+    base, _, n = (obs_id or "").rpartition(".")
+    return (base, int(n)) if base and n.isdigit() else (obs_id or "", 1)
+
+
 def archived_ids(root: Path, stage: str, key: str) -> list[str]:
     d = archive_dir(root, stage, key)
     try:

@@ -144,7 +144,8 @@ class ArtifactStore:
             except (OSError, json.JSONDecodeError, UnicodeDecodeError):
                 m = None
             out.append({"id": obs, "dir": base / obs, "latest": False, "manifest": m if isinstance(m, dict) else None})
-        return sorted(out, key=lambda o: (o["latest"], (o["manifest"] or {}).get("finished_at") or ""), reverse=True)
+        return sorted(out, key=lambda o: (o["latest"], (o["manifest"] or {}).get("finished_at") or "",
+                                          observations.sequence(o["id"])), reverse=True)
 
     def observation_problems(self, stage: str, key: str, obs: dict, *, full: bool = True) -> list[str]:
         """Why an observation (an entry of `observations`) must not be read as what it claims to be:
