@@ -164,10 +164,19 @@ def gpu_overrides(tmp_path) -> str:
 
 
 def tritonservers_under(root) -> list[int]:
-    """pids of tritonserver processes whose command line points into this artifacts root."""
-    import subprocess
+    """pids of tritonserver processes whose command line points into this artifacts root. A child of
+    one of them is left out: between fork and exec, a Python-backend stub still carries its
+    tritonserver's command line (a loaded host stretches that window enough to be seen)."""
     out = subprocess.run(["pgrep", "-f", f"tritonserver.*{root}"], capture_output=True, text=True)
-    return [int(p) for p in out.stdout.split()]
+    pids = [int(p) for p in out.stdout.split()]
+    return [p for p in pids if _ppid(p) not in pids]
+
+
+def _ppid(pid: int) -> int | None:
+    try:  # the fields after the command name, which may itself hold spaces and parentheses
+        return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def openai_servers_under(root) -> list[int]:

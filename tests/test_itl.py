@@ -142,8 +142,10 @@ def test_itl_matches_a_servers_known_inter_token_delay(paced, tmp_path):
     m = r["measured"]
     assert m["itl_ms"]["p50"] == pytest.approx(10, rel=0.10)
     assert m["chunk_gap_ms"]["p50"] == pytest.approx(10, rel=0.10)
-    # one token per event; two events the client read at once (a late wake-up) are one chunk of two
-    assert m["tokens_per_chunk"]["mean"] < 1.1
+    # one token per event; two events the client read at once (a late wake-up) are one chunk of two.
+    # On a loaded host such wake-ups reach ~14% of chunks (2 cores, 3 xdist workers: mean 1.135); a
+    # client that joined events itself would read 2 or more per chunk throughout.
+    assert m["tokens_per_chunk"]["mean"] < 1.5
     offsets, chunks = read_chunks(tmp_path / CHUNKS_FILE)
     assert offsets.size == len(r["requests"]) + 1 and chunks["tokens"].sum() == 16 * len(PROMPTS)
     assert m["itl_ms"]["n"] == 16 * len(PROMPTS) - chunks["tokens"][offsets[:-1]].sum()  # first chunks: TTFT
