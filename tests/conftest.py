@@ -6,8 +6,10 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -229,3 +231,64 @@ def echo_tritonserver(root: Path, **parameters: str):
         yield f"127.0.0.1:{grpc}"
     finally:
         cpu_server.stop_server(h, timeout=20)
+
+
+SLURM_LOCAL = REPO / "scripts" / "slurm-local.sh"
+
+
+def _free_ports(n: int) -> int:
+    """A first port with the next n-1 free too (slurmctld, then one slurmd per node)."""
+    for _ in range(50):
+        socks = [socket.socket() for _ in range(n)]
+        try:
+            socks[0].bind(("127.0.0.1", 0))
+            port = socks[0].getsockname()[1]
+            for k, s in enumerate(socks[1:], 1):
+                s.bind(("127.0.0.1", port + k))
+            return port
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError(f"no {n} consecutive free ports on 127.0.0.1")
+
+
+def local_slurm(tmp_path_factory, name: str, nodes: int = 1):
+    """A fixture body: SLURM_CONF of a running local cluster of `nodes` slurmd (scripts/slurm-local.sh),
+    stopped (by pid) afterwards. A start that fails is retried once, in a fresh directory on fresh
+    ports (a daemon that exits at once, a port taken between choosing and binding it). Where it still
+    cannot start, the tests skip and say why, unless PERFDAG_REQUIRE_SLURM=1 (CI, which has root and
+    apt): there a Slurm module that skipped would pass without testing anything, so it fails."""
+    if os.geteuid() != 0:
+        pytest.skip("Slurm tests need root: slurmd runs the jobs and sets up their cgroups")
+    failures = []
+    for _attempt in range(2):
+        d = tmp_path_factory.mktemp(name)
+        env = {**os.environ, "PERFDAG_SLURM_PORT": str(_free_ports(nodes + 1)), "PERFDAG_SLURM_NODES": str(nodes)}
+        t0 = time.monotonic()
+        try:
+            out = subprocess.run(["bash", str(SLURM_LOCAL), "start", str(d)], env=env, capture_output=True,
+                                 text=True, timeout=600)
+        except subprocess.TimeoutExpired:
+            out = None
+        if out is not None and out.returncode == 0:
+            break
+        subprocess.run(["bash", str(SLURM_LOCAL), "stop", str(d)], env=env, capture_output=True, timeout=120)
+        failures.append(f"{d}: " + ("timed out" if out is None else (out.stderr.strip() or out.stdout.strip())[-500:]))
+        print(f"slurm-local: start failed: {failures[-1]}")
+    else:
+        why = f"a local {nodes}-node Slurm could not be started: " + " | then: ".join(failures)
+        if os.environ.get("PERFDAG_REQUIRE_SLURM") == "1":
+            pytest.fail(why + " (PERFDAG_REQUIRE_SLURM=1)", pytrace=False)
+        pytest.skip(why)
+    print(f"slurm-local: {nodes} node(s) up in {time.monotonic() - t0:.1f} s" + (" (second try)" if failures else ""))
+    conf = str(d / "etc" / "slurm.conf")
+    old = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = conf  # run_luigi passes os.environ on; a worker's sbatch finds it
+    yield conf
+    subprocess.run(["bash", str(SLURM_LOCAL), "stop", str(d)], env=env, capture_output=True, timeout=120)
+    if old is None:
+        os.environ.pop("SLURM_CONF", None)
+    else:
+        os.environ["SLURM_CONF"] = old

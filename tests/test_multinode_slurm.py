@@ -7,7 +7,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,59 +16,18 @@ import httpx
 import psutil
 import pytest
 import yaml
-from conftest import FAST, REPO, copied_root, run_luigi, run_records
+from conftest import FAST, REPO, copied_root, local_slurm, run_luigi, run_records
 from test_slurm import SHORT, SLURM, assert_nothing_left, job_state, jobs
 
 from harness.serving.launcher import gone_servers, servers_live
 from harness.serving.processes import processes_with_token
 from harness.slurm import job_lines
 
-SCRIPT = REPO / "scripts" / "slurm-local.sh"
-
-
-def _free_ports(n: int) -> int:
-    """A first port with the next n-1 free too (slurmctld, then one slurmd per node)."""
-    for _ in range(50):
-        socks = [socket.socket() for _ in range(n)]
-        try:
-            socks[0].bind(("127.0.0.1", 0))
-            port = socks[0].getsockname()[1]
-            for k, s in enumerate(socks[1:], 1):
-                s.bind(("127.0.0.1", port + k))
-            return port
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    return 6917
-
 
 @pytest.fixture(scope="module")
 def cluster2(tmp_path_factory):
     """SLURM_CONF of a running two-node cluster (nodes <host>-n0, <host>-n1); stopped (by pid) after."""
-    if os.geteuid() != 0:
-        pytest.skip("Slurm tests need root: slurmd runs the jobs and sets up their cgroups")
-    d = tmp_path_factory.mktemp("slurm2")
-    env = {**os.environ, "PERFDAG_SLURM_PORT": str(_free_ports(3)), "PERFDAG_SLURM_NODES": "2"}
-    try:
-        out = subprocess.run(["bash", str(SCRIPT), "start", str(d)], env=env, capture_output=True, text=True,
-                             timeout=600)
-    except subprocess.TimeoutExpired:
-        out = None
-    if out is None or out.returncode != 0:
-        subprocess.run(["bash", str(SCRIPT), "stop", str(d)], env=env, capture_output=True, timeout=120)
-        why = "timed out" if out is None else (out.stderr.strip() or out.stdout.strip())[-500:]
-        pytest.skip(f"a local two-node Slurm could not be started ({why})")
-    conf = str(d / "etc" / "slurm.conf")
-    old = os.environ.get("SLURM_CONF")
-    os.environ["SLURM_CONF"] = conf
-    yield conf
-    subprocess.run(["bash", str(SCRIPT), "stop", str(d)], env=env, capture_output=True, timeout=120)
-    if old is None:
-        os.environ.pop("SLURM_CONF", None)
-    else:
-        os.environ["SLURM_CONF"] = old
+    yield from local_slurm(tmp_path_factory, "slurm2", nodes=2)
 
 
 def node_names() -> list[str]:

@@ -14,9 +14,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import FAST, REPO, copied_root, luigi_cmd, run_luigi, run_records
+from conftest import FAST, REPO, copied_root, local_slurm, luigi_cmd, run_luigi, run_records
 
-SCRIPT = REPO / "scripts" / "slurm-local.sh"
 BUILD_STAGES = {"PrepareModel", "Quantize", "BuildEngine", "FillTritonRepo", "PrepareDataset", "CheckAccuracy"}
 SLURM = "slurm.poll_s=0.5,slurm.mem=3G"  # servers, their Python stubs and LoadGen share one allocation
 # Short LoadGen runs on the FAST model: these tests are about where stages run, not the numbers.
@@ -24,46 +23,10 @@ SHORT = ",dataset.num_samples=24,loadgen.min_duration_ms=800,loadgen.min_query_c
         "loadgen.offline_expected_qps=800,accuracy.target=0.05"
 
 
-def _free_port_pair() -> int:
-    for _ in range(50):
-        with socket.socket() as a, socket.socket() as b:
-            try:
-                a.bind(("127.0.0.1", 0))
-                port = a.getsockname()[1]
-                b.bind(("127.0.0.1", port + 1))
-                return port
-            except OSError:
-                continue
-    return 6817
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """SLURM_CONF of a running one-node cluster; stopped (by pid) after the module."""
-    if os.geteuid() != 0:
-        pytest.skip("Slurm tests need root: slurmd runs the jobs and sets up their cgroups")
-    d = tmp_path_factory.mktemp("slurm")
-    env = {**os.environ, "PERFDAG_SLURM_PORT": str(_free_port_pair())}
-    t0 = time.monotonic()
-    try:
-        out = subprocess.run(["bash", str(SCRIPT), "start", str(d)], env=env, capture_output=True, text=True,
-                             timeout=600)
-    except subprocess.TimeoutExpired:
-        out = None
-    if out is None or out.returncode != 0:
-        subprocess.run(["bash", str(SCRIPT), "stop", str(d)], env=env, capture_output=True, timeout=120)
-        why = "timed out" if out is None else (out.stderr.strip() or out.stdout.strip())[-500:]
-        pytest.skip(f"a local Slurm could not be started ({why})")
-    print(f"slurm-local: up in {time.monotonic() - t0:.1f} s")
-    conf = str(d / "etc" / "slurm.conf")
-    old = os.environ.get("SLURM_CONF")
-    os.environ["SLURM_CONF"] = conf  # run_luigi passes os.environ on; the worker's sbatch finds it
-    yield conf
-    subprocess.run(["bash", str(SCRIPT), "stop", str(d)], env=env, capture_output=True, timeout=120)
-    if old is None:
-        os.environ.pop("SLURM_CONF", None)
-    else:
-        os.environ["SLURM_CONF"] = old
+    yield from local_slurm(tmp_path_factory, "slurm")
 
 
 def squeue() -> list[str]:
