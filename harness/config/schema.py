@@ -363,7 +363,7 @@ class AccuracySection(Section):
     reference_scores: Annotated[Literal["auto", "mlperf", "self"], BeforeValidator(_reference_scores_moved)] = "auto"
     tokens_per_sample_tolerance: float = Field(0.10, ge=0, le=1)
     num_samples: int = Field(0, ge=0)  # 0: the whole dataset
-    # Model-generated code (MBXP, LiveCodeBench) runs in a bubblewrap sandbox (harness/mlperf/SANDBOX.md):
+    # Model-generated code (MBXP, LiveCodeBench) runs in a bubblewrap sandbox (harness/mlperf/codeexec/SANDBOX.md):
     # this many at once, each killed after code_timeout_s. Where the kernel refuses its namespaces it is
     # refused unless allow_code_network allows a weaker mode (the host's network; as root, no namespaces).
     code_workers: int = Field(2, ge=1, le=64)
