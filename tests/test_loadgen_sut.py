@@ -478,3 +478,30 @@ def test_config_errors_are_clear():
     assert latency_constraints("Server", "llama3.1-405b") == (6000.0, 175.0)
     assert latency_constraints("Server", "tiny-llama") == (2000.0, 200.0)
     assert latency_constraints("Offline") is None
+
+
+def test_samples_become_one_int32_array_with_offsets_and_a_bad_sample_is_named():
+    """The QSL's ids in one array (lists, numpy arrays, Sample objects, any iterable), and each kind
+    of bad sample refused with its position."""
+    from harness.loadgen.runner import _samples_to_arrays
+
+    rng = np.random.default_rng(0)
+    seqs = [list(rng.integers(0, 2**31 - 1, size=int(n))) for n in rng.integers(1, 40, size=200)]
+    mixed = [np.asarray(s, dtype=np.int32) if i % 3 == 0 else (iter(s) if i % 3 == 1 else s)
+             for i, s in enumerate(seqs)]
+    flat, offsets = _samples_to_arrays(mixed)
+    assert flat.dtype == np.int32 and offsets.dtype == np.int64 and offsets[0] == 0
+    assert [flat[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:])] == [[int(x) for x in s] for s in seqs]
+    samples = [Sample(index=i, input_ids=s, reference_text="") for i, s in enumerate(seqs[:8])]
+    flat, offsets = _samples_to_arrays(samples)
+    assert flat[offsets[3]:offsets[4]].tolist() == samples[3].input_ids
+
+    for bad, why in (([[1, 2], [], [3]], r"samples\[1\] has no input ids"),
+                     ([[1], [2, -1]], r"samples\[1\] has token ids outside INT32"),
+                     ([[1], [3], [2**31]], r"samples\[2\] has token ids outside INT32"),
+                     ([[1], np.ones((2, 2), dtype=np.int64)], r"samples\[1\] has no input ids")):
+        with pytest.raises(ValueError, match=why):
+            _samples_to_arrays(bad)
+    samples[2].index = 5
+    with pytest.raises(ValueError, match=r"samples\[2\]\.index is 5"):
+        _samples_to_arrays(samples)

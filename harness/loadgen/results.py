@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import json
+import operator
 import os
 from pathlib import Path
 from typing import Any, Sequence
@@ -307,17 +308,26 @@ def read_requests_csv(path: str | os.PathLike) -> list[dict]:
     path = Path(path)
     if not path.is_file():
         return []
-    rows = []
     with open(path, newline="") as f:
-        for r in csv.DictReader(f):
+        reader = csv.reader(f)  # by column position: a DictReader's dict per row costs as much as the rest
+        col = {name: i for i, name in enumerate(next(reader, []))}
+        rows = []
+        if not col:
+            return rows
+        fields = operator.itemgetter(*(col[k] for k in ("sample_index", "server", "issue_ms", "ttft_ms", "latency_ms",
+                                                        "n_tokens", "tpot_ms")))
+        queue, start = col.get("queue_ms"), col.get("start_ms")
+        for r in reader:
+            if not r:
+                continue  # a blank line, which DictReader skips too
+            r += [""] * (len(col) - len(r))  # a short row's missing fields are empty
+            si, server, issue, ttft, latency, n_tokens, tpot = fields(r)
             rows.append({
-                "sample_index": int(r["sample_index"]), "server": int(r["server"]),
-                "issue_ms": float(r["issue_ms"]),
-                "ttft_ms": float(r["ttft_ms"]) if r["ttft_ms"] else None,
-                "latency_ms": float(r["latency_ms"]), "n_tokens": int(r["n_tokens"]),
-                "tpot_ms": float(r["tpot_ms"]) if r["tpot_ms"] else None,
-                "queue_ms": float(r["queue_ms"]) if r.get("queue_ms") else None,
-                "start_ms": float(r["start_ms"]) if r.get("start_ms") else float(r["issue_ms"]),
+                "sample_index": int(si), "server": int(server), "issue_ms": float(issue),
+                "ttft_ms": float(ttft) if ttft else None, "latency_ms": float(latency), "n_tokens": int(n_tokens),
+                "tpot_ms": float(tpot) if tpot else None,
+                "queue_ms": float(r[queue]) if queue is not None and r[queue] else None,
+                "start_ms": float(r[start]) if start is not None and r[start] else float(issue),
             })
     return rows
 

@@ -16,6 +16,7 @@ Streams and connections are closed before this returns, i.e. before anyone stops
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import pickle
@@ -140,24 +141,36 @@ def run_loadgen(
 
 
 def _samples_to_arrays(samples: Sequence) -> tuple[np.ndarray, np.ndarray]:
-    lengths, chunks = [], []
+    """The samples' input ids as one INT32 array and the offsets of each sample in it. One pass of
+    numpy over all ids (a sample's own checks cost more than its conversion); anything it cannot
+    take (a nested or ragged sample) goes through `_sample_array`, which names the sample."""
+    seqs = []
     for pos, s in enumerate(samples):
         if hasattr(s, "input_ids"):
-            ids, idx = s.input_ids, getattr(s, "index", pos)
-        else:
-            ids, idx = s, pos
-        if idx != pos:
-            raise ValueError(f"samples[{pos}].index is {idx}: the QSL index must be the position in the list")
-        a = np.asarray(list(ids), dtype=np.int64)
-        if a.ndim != 1 or a.size == 0:
-            raise ValueError(f"samples[{pos}] has no input ids")
-        if a.min() < 0 or a.max() > 2**31 - 1:
-            raise ValueError(f"samples[{pos}] has token ids outside INT32")
-        chunks.append(a.astype(np.int32))
-        lengths.append(a.size)
-    offsets = np.zeros(len(chunks) + 1, dtype=np.int64)
-    offsets[1:] = np.cumsum(lengths)
-    return np.concatenate(chunks), offsets
+            idx = getattr(s, "index", pos)
+            if idx != pos:
+                raise ValueError(f"samples[{pos}].index is {idx}: the QSL index must be the position in the list")
+            s = s.input_ids
+        seqs.append(s if hasattr(s, "__len__") else list(s))
+    lengths = np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs))
+    offsets = np.zeros(len(seqs) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    try:
+        flat = np.fromiter(itertools.chain.from_iterable(seqs), dtype=np.int64, count=int(offsets[-1]))
+    except (TypeError, ValueError):
+        flat = None
+    if flat is None or not lengths.all() or (flat.size and (flat.min() < 0 or flat.max() > 2**31 - 1)):
+        flat = np.concatenate([_sample_array(pos, ids) for pos, ids in enumerate(seqs)])  # names a bad sample
+    return flat.astype(np.int32), offsets
+
+
+def _sample_array(pos: int, ids) -> np.ndarray:
+    a = np.asarray(list(ids), dtype=np.int64)
+    if a.ndim != 1 or a.size == 0:
+        raise ValueError(f"samples[{pos}] has no input ids")
+    if a.min() < 0 or a.max() > 2**31 - 1:
+        raise ValueError(f"samples[{pos}] has token ids outside INT32")
+    return a
 
 
 def _normalise_endpoint(url: str) -> str:
