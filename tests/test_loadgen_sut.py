@@ -496,7 +496,7 @@ def test_samples_become_one_int32_array_with_offsets_and_a_bad_sample_is_named()
     flat, offsets = _samples_to_arrays(samples)
     assert flat[offsets[3]:offsets[4]].tolist() == samples[3].input_ids
 
-    for bad, why in (([[1, 2], [], [3]], r"samples\[1\] has no input ids"),
+    for bad, why in (([], "no samples"), ([[1, 2], [], [3]], r"samples\[1\] has no input ids"),
                      ([[1], [2, -1]], r"samples\[1\] has token ids outside INT32"),
                      ([[1], [3], [2**31]], r"samples\[2\] has token ids outside INT32"),
                      ([[1], np.ones((2, 2), dtype=np.int64)], r"samples\[1\] has no input ids")):

@@ -152,6 +152,8 @@ def _samples_to_arrays(samples: Sequence) -> tuple[np.ndarray, np.ndarray]:
                 raise ValueError(f"samples[{pos}].index is {idx}: the QSL index must be the position in the list")
             s = s.input_ids
         seqs.append(s if hasattr(s, "__len__") else list(s))
+    if not seqs:
+        raise ValueError("no samples: LoadGen's QSL needs at least one")
     lengths = np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs))
     offsets = np.zeros(len(seqs) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
