@@ -10,6 +10,7 @@ import pytest
 from conftest import REPO
 
 from harness.loadgen import LoadgenError, run_loadgen
+from harness.loadgen.results import CLIENT_BOUND_BUSY
 from harness.serving.openai.client import probe
 from harness.serving.ports import free_port
 from harness.serving.testing.echo_openai import echo_tokens
@@ -127,23 +128,29 @@ def test_several_tokens_per_chunk_first_token_and_counts_match_a_bare_loop(chunk
 
 def test_one_frontend_against_a_free_server_is_client_bound(tmp_path):
     """A server that answers from a cache costs nothing per token, so one frontend scanning 1024
-    events per request is busy all the time: the result says so and names the setting to raise."""
+    events per request is busy all the time: the result says so and names the setting to raise.
+    The echo server shares the host's CPUs: on a loaded host it can be starved enough that the
+    frontend waits on it (0.798 busy was seen on 2 cores under three test workers), and the result
+    then rightly says not client-bound. So up to three tries, until one finds the frontend busy."""
     url, proc = _echo_server("--cache", "--token-ids")
     try:
         prompts = PROMPTS[:8] * 160  # about a second of scanning: a shorter window makes `busy` noisy
-        r = run_loadgen([url], "", prompts, {"offline_expected_qps": 1, "min_duration_ms": 0,
-                                             "min_query_count": len(prompts), "performance_sample_count": 8},
-                        tmp_path, scenario="Offline", frontends=1, clients_per_frontend=1, max_in_flight=16,
-                        warmup_queries=8, max_new_tokens=1024, streaming=True, progress=False,
-                        protocol="openai-http", api=API)
+        for attempt in range(3):
+            out = tmp_path / f"try{attempt}"
+            r = run_loadgen([url], "", prompts, {"offline_expected_qps": 1, "min_duration_ms": 0,
+                                                 "min_query_count": len(prompts), "performance_sample_count": 8},
+                            out, scenario="Offline", frontends=1, clients_per_frontend=1, max_in_flight=16,
+                            warmup_queries=8, max_new_tokens=1024, streaming=True, progress=False,
+                            protocol="openai-http", api=API)
+            fe = r["harness"]["client_cpu"]["frontends"][0]
+            if fe["busy"] > CLIENT_BOUND_BUSY:
+                break
     finally:
         proc.terminate()
         proc.wait(10)
-    fe = r["harness"]["client_cpu"]["frontends"][0]
-    assert fe["busy"] > 0.8, fe
-    assert r["client_bound"] is True
-    assert "harness.frontends" in r["client_bound_reason"]
-    saved = json.loads((tmp_path / "result.json").read_text())
+    assert fe["busy"] > CLIENT_BOUND_BUSY, fe
+    assert r["client_bound"] is True and "harness.frontends" in r["client_bound_reason"]
+    saved = json.loads((out / "result.json").read_text())
     assert saved["client_bound"] is True and saved["harness"]["client_cpu"]["driver"]["cpu_s"] > 0
 
 
