@@ -34,7 +34,7 @@ if os.environ.get("PYTEST_XDIST_WORKER") and "PERFDAG_SANDBOX_UID_BASE" not in o
     from sandbox_leftovers import worker_uid_base
     os.environ["PERFDAG_SANDBOX_UID_BASE"] = str(worker_uid_base(os.environ["PYTEST_XDIST_WORKER"]))
 
-# pytest-xdist (addopts: -n 3): each worker runs whole modules, one after another, so a module's
+# pytest-xdist (addopts: -n 2): each worker runs whole modules, one after another, so a module's
 # and the session's built roots are built once per worker, not once per test. Modules of
 # independent minutes-long tests are split into one group per test.
 PER_TEST = {"test_standins_fullrun"}
