@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
@@ -175,9 +176,9 @@ def tritonservers_under(root) -> list[int]:
 
 
 def _ppid(pid: int) -> int | None:
-    try:  # the fields after the command name, which may itself hold spaces and parentheses
-        return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
-    except (OSError, IndexError, ValueError):
+    try:
+        return psutil.Process(pid).ppid()
+    except psutil.Error:  # gone since pgrep saw it
         return None
 
 
