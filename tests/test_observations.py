@@ -73,6 +73,25 @@ def test_observations_finished_in_one_millisecond_still_list_newest_first(store,
     assert ids == [f"{run}.{n}" for n in range(10, 1, -1)] + [run, "20261101T000000000000Z-1"]
 
 
+def test_a_forged_finished_at_of_any_json_type_is_listed_and_refused(store, capsys):
+    """Manifests are sorted before they are verified: a kept observation whose manifest's finished_at
+    was rewritten as a number or a list does not crash history; it is listed last and refused."""
+    for n in (1, 2, 3):
+        measure(store, f"2026110{n}T000000000000Z-{n}", 100.0 + n)
+    base = observations.archive_dir(store.root, "FullRun", KEY)
+    for obs_id, forged in (("20261101T000000000000Z-1", 5), ("20261102T000000000000Z-2", ["x"])):
+        m = json.loads((base / obs_id / "manifest.json").read_text())
+        m["finished_at"] = forged
+        (base / obs_id / "manifest.json").write_text(json.dumps(m))
+    found = store.observations("FullRun", KEY)
+    assert [o["id"] for o in found] == ["20261103T000000000000Z-3", "20261102T000000000000Z-2",
+                                        "20261101T000000000000Z-1"]
+    assert all(store.observation_problems("FullRun", KEY, o) for o in found[1:])
+    assert main(["history", KEY[:8]]) == 0
+    out = capsys.readouterr().out
+    assert out.count("refused: ") == 2 and "20261103T000000000000Z-3 *" in out
+
+
 def test_a_build_that_is_no_observation_still_replaces_its_artifact(store):
     """Only observing stages archive: a rebuilt engine replaces the old one, nothing kept beside it."""
     for n in (1, 2):

@@ -75,6 +75,14 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
+def finished_at(manifest: dict | None) -> str:
+    """When a manifest says its artifact was published, as it wrote it (`utc_now`); "" when it says
+    nothing usable: manifests are listed and sorted before they are verified, and a forged one may
+    hold any JSON there."""
+    value = (manifest or {}).get("finished_at")
+    return value if isinstance(value, str) else ""
+
+
 def _remove(path: Path) -> None:
     """Removes a tree, or a file or link, never following a link."""
     if path.is_dir() and not path.is_symlink():
@@ -114,7 +122,7 @@ class ArtifactStore:
             if isinstance(m, dict):
                 m["_dir"] = str(f.parent)
                 out.append(m)
-        return sorted(out, key=lambda m: m.get("finished_at", ""), reverse=True)
+        return sorted(out, key=finished_at, reverse=True)
 
     def problems(self, stage: str, key: str, manifest: dict, *, full: bool = False,
                  where: Path | None = None) -> list[str]:
@@ -144,8 +152,8 @@ class ArtifactStore:
             except (OSError, json.JSONDecodeError, UnicodeDecodeError):
                 m = None
             out.append({"id": obs, "dir": base / obs, "latest": False, "manifest": m if isinstance(m, dict) else None})
-        return sorted(out, key=lambda o: (o["latest"], (o["manifest"] or {}).get("finished_at") or "",
-                                          observations.sequence(o["id"])), reverse=True)
+        return sorted(out, key=lambda o: (o["latest"], finished_at(o["manifest"]), observations.sequence(o["id"])),
+                      reverse=True)
 
     def observation_problems(self, stage: str, key: str, obs: dict, *, full: bool = True) -> list[str]:
         """Why an observation (an entry of `observations`) must not be read as what it claims to be:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from harness.cache.store import finished_at
 from harness.loadgen.verdict import is_valid
 from harness.reports.sweep import fmt
 
@@ -18,7 +19,7 @@ def history(store, key: str) -> list[dict]:
     for obs in store.observations("FullRun", key):
         problems = store.observation_problems("FullRun", key, obs)
         row = {"observation": obs["id"], "latest": obs["latest"], "dir": str(obs["dir"]),
-               "finished_at": (obs["manifest"] or {}).get("finished_at"), "refused": problems[0] if problems else None}
+               "finished_at": finished_at(obs["manifest"]) or None, "refused": problems[0] if problems else None}
         if not problems:
             report = json.loads((obs["dir"] / "report.json").read_text())
             p, a = report.get("performance") or {}, report.get("accuracy") or {}
