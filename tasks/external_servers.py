@@ -15,8 +15,11 @@ from harness.backends.openai.endpoints import parse_endpoints
 from harness.backends.openai.servers import served_name
 from harness.cache.versions import versions
 from harness.config.resolve import ParamsError
+from harness.errors import ServingError
+from harness.serving.agreement import Expected, disagreements, external_records
 from harness.serving.launcher import external_servers, servers_live
 from harness.serving.records import read_servers
+from harness.untrusted.records import ignored
 from tasks.base import StageTask
 
 SERVERS_FILE = "servers.json"
@@ -50,12 +53,33 @@ class ExternalServers(StageTask):  # not in STAGES: only Bench builds it, on pip
     def code(self):  # what its record says: the addresses and the model name requests carry
         return ("harness.backends.openai.endpoints", "harness.backends.openai.servers")
 
+    def expected(self) -> Expected:
+        p = self.params
+        return Expected(external=True, protocol=PROTOCOL, models=(served_name(p),),
+                        endpoints=tuple(parse_endpoints(p.openai.endpoints)))
+
     def servers(self) -> list[dict]:
-        """The published server records (untrusted input: [] when malformed)."""
-        return read_servers(self.artifact_dir / SERVERS_FILE, inside=self.artifact_dir) or []
+        """The servers, from the parameters (the key): a published servers.json that names another
+        address is named on one line and measured through never ([] until the next check rewrites it)."""
+        path = self.artifact_dir / SERVERS_FILE
+        recs = read_servers(path, self.store.root, inside=self.artifact_dir)
+        if recs is None:
+            return []
+        if why := disagreements(recs, self.expected()):
+            ignored(path, "; ".join(why) + "; perfdag measures nothing through it (the next run checks the "
+                                           "endpoints again)")
+            return []
+        return external_records(self.expected())
+
+    def measured_servers(self) -> list[dict]:
+        if not (recs := self.servers()):
+            raise ServingError(f"ExternalServers {self.key[:16]}: not measuring: no server record agrees with "
+                               "openai.endpoints (see the line above); rerun to check them again")
+        return recs
 
     def usable(self, manifest: dict) -> bool:
-        return servers_live(self.servers(), patience_s=5.0)
+        recs = self.servers()
+        return bool(recs) and servers_live(recs, patience_s=5.0)
 
     def relaunch(self) -> list[dict]:
         """Not perfdag's to relaunch: checked again (a server back up is measured again)."""

@@ -14,8 +14,11 @@ from pathlib import Path
 from harness.backends import backend_for
 from harness.cache import runs as runlog
 from harness.errors import ArtifactError, PerfdagError, ServingError
+from harness.cache import signing
+from harness.serving.agreement import disagreements, external_records, not_listening
 from harness.serving.elsewhere import addressed, reachable_from_here, running_elsewhere
-from harness.serving.records import read_servers
+from harness.serving.records import as_written, read_servers, servers_of
+from harness.untrusted.records import ignored
 from harness.serving.registry import ServerRegistry
 from harness.serving.spec import this_node, url_of
 from tasks import lifecycle, trust
@@ -54,16 +57,54 @@ class LaunchServers(StageTask):
         return ServerRegistry(self.store.root)
 
     def servers(self) -> list[dict]:
-        """The published server records, checked (untrusted input: [] when malformed, which is reported)."""
-        return read_servers(self.artifact_dir / SERVERS_FILE, inside=self.artifact_dir) or []
+        """The published server records, checked as untrusted input (harness/serving/agreement.py): []
+        when servers.json is malformed, differs from what the manifest recorded at launch (signed where
+        the root is), or disagrees with the parameters, each reason named on one line. An external
+        server's address is the parameters' own, never a record's."""
+        path = self.artifact_dir / SERVERS_FILE
+        recs = read_servers(path, self.store.root, inside=self.artifact_dir)
+        if recs is None:
+            return []
+        expected = backend_for(self.params).launch.expected(self.params)
+        why = self._not_the_launch(recs) + disagreements(recs, expected)
+        if why:
+            ignored(path, "; ".join(why) + "; perfdag measures nothing through it (the next run relaunches)")
+            return []
+        return [{**r, **e} for r, e in zip(recs, external_records(expected))] if expected.external else recs
+
+    def _not_the_launch(self, recs: list[dict]) -> list[str]:
+        """How the records differ from the servers the published manifest recorded at launch (the
+        manifest is signed where the root is; servers.json is not)."""
+        m = self.manifest()
+        if m is None:  # not published (a launch under way): only the parameters can say
+            return []
+        if why := signing.problem(m, self.store.signing_key):
+            return [f"its manifest: {why}"]
+        then = servers_of(m.get("servers"), self.artifact_dir / "manifest.json", self.store.root)
+        if then is None or [as_written(r) for r in recs] != [as_written(r) for r in then]:
+            return ["it differs from the servers its manifest recorded at launch"]
+        return []
+
+    def measured_servers(self) -> list[dict]:
+        """The servers a measurement goes to: the checked records, each (where perfdag launched it here)
+        a process of this root that listens where its record says. Refused records fail the measurement."""
+        recs = self.servers()
+        why = not_listening(recs) if recs else ["no server record perfdag trusts (see the line above)"]
+        if why:
+            raise ServingError(f"LaunchServers {self.key[:16]}: not measuring: " + "; ".join(why) +
+                               f"; {lifecycle.rerun_hint()} to relaunch them")
+        return recs
 
     def usable(self, manifest: dict) -> bool:
-        if slurm_serve.allocation_of(self.servers()) and not slurm_submit.runs_here(self):
+        recs = self.servers()
+        if not recs:
+            return False
+        if slurm_serve.allocation_of(recs) and not slurm_submit.runs_here(self):
             try:  # in an allocation: RUNNING, and the servers answer a probe made on their node
                 return slurm_serve.live(self)
             except PerfdagError:  # no Slurm commands here: not usable from this host
                 return False
-        return self.registry.live(self.servers())
+        return not not_listening(recs) and self.registry.live(recs)
 
     def hold(self, manifest: dict) -> None:
         if slurm_submit.runs_here(self):  # the holder job: the lease is the worker's run's, taken there
@@ -176,6 +217,6 @@ class LaunchServers(StageTask):
 
         self.refuse_clobbering()
         marks = slurm_serve.job_marks(self)  # inside a Slurm job: the node (and the allocation)
-        servers = [addressed(rec) for rec in self.registry.replace(self.key[:16], self.servers(), start, marks)]
+        servers = [as_written(addressed(rec)) for rec in self.registry.replace(self.key[:16], self.servers(), start, marks)]
         (out_dir / SERVERS_FILE).write_text(json.dumps({"servers": servers}, indent=2))
         return {"servers": servers}

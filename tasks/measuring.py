@@ -135,4 +135,4 @@ class MeasuringStage(StageTask):
         """(server records, samples, dataset manifest)."""
         up = self.upstream()
         ds = up["dataset"].manifest()
-        return up["servers"].servers(), read_samples(up["dataset"].artifact_dir, ds), ds
+        return up["servers"].measured_servers(), read_samples(up["dataset"].artifact_dir, ds), ds

@@ -57,7 +57,7 @@ class RunSessions(MeasuringStage):
 
     def build(self, out_dir: Path) -> dict:
         s = self.params.sessions
-        servers = self.upstream()["servers"].servers()
+        servers = self.upstream()["servers"].measured_servers()
         if protocol_of(servers) != "openai-http":
             raise InputError("sessions send chat completions: set build.backend: openai (an OpenAI-compatible server)")
         urls, models = endpoints_and_models(servers)

@@ -51,7 +51,7 @@ def main(out: Path) -> None:
         events.append([time.time(), line])
         print(line, flush=True)
 
-    records = launch_in_order(groups, out, ready_timeout_s=60, warmup_prompt=[1, 2, 3, 4], streaming=True, log=log)
+    records = launch_in_order(groups, out, root=out, ready_timeout_s=60, warmup_prompt=[1, 2, 3, 4], streaming=True, log=log)
     (out / "records.json").write_text(json.dumps({"records": records, "events": events}))
     log("layout ready")
 

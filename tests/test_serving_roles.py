@@ -340,7 +340,7 @@ def test_a_router_that_fails_to_start_stops_the_workers_already_up(tmp_path):
                         ports={"serve": ports[1]}, models=("",), protocol="openai-http", role="router", cwd=str(REPO))
     seen = []
     with pytest.raises(ServerError):
-        launch_in_order([[worker], [router]], tmp_path, ready_timeout_s=20, warmup_prompt=None, streaming=False,
+        launch_in_order([[worker], [router]], tmp_path, root=tmp_path, ready_timeout_s=20, warmup_prompt=None, streaming=False,
                         on_spawn=seen.append, log=lambda line: None)
     assert [r["role"] for r in seen] == ["context", "router"]  # the router only after the worker was ready
     assert not processes_with_token(seen[0]["token"]), "the worker outlived the failed launch"

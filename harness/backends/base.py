@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from harness.serving.agreement import Expected
+
 Log = Callable[[str], None]
 
 
@@ -81,6 +83,11 @@ class LaunchStep(Step):
     def gpus(self, params) -> int:
         """GPUs its servers use (a frontier's tokens/s per GPU divides by it; 0: none, per system)."""
         return params.runtime.num_gpus
+
+    def expected(self, params) -> Expected:
+        """What the parameters say its servers are (external endpoints or launched; protocol, address,
+        models): a published record that disagrees is refused (harness/serving/agreement.py)."""
+        raise NotImplementedError
 
     def serves_elsewhere(self, params) -> bool:
         """Its servers run already and serve nothing perfdag built (so build.* sizes nothing there, and

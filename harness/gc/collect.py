@@ -155,11 +155,11 @@ def servers_in_use(records: list[dict]) -> bool:
     return any(is_ours(r) or running_elsewhere(r) for r in records)  # (another node's: while its job runs)
 
 
-def _server_records(entry_dir: Path, manifest: dict) -> list[dict]:
+def _server_records(root: Path, entry_dir: Path, manifest: dict) -> list[dict]:
     """The artifact's server records, checked (servers.json, else the manifest's copy); [] when malformed."""
-    recs = untrusted.read_servers(entry_dir / SERVERS_FILE, inside=entry_dir)
+    recs = untrusted.read_servers(entry_dir / SERVERS_FILE, root, inside=entry_dir)
     if recs is None and manifest.get("servers") is not None and not (entry_dir / SERVERS_FILE).exists():
-        recs = untrusted.servers_of(manifest["servers"], entry_dir / MANIFEST)
+        recs = untrusted.servers_of(manifest["servers"], entry_dir / MANIFEST, root)
     return recs or []
 
 
@@ -278,7 +278,7 @@ def _plan(root: Path, keep_days: float, now: datetime | None) -> Plan:
     registry = ServerRegistry(root)
     for e in by_id.values():
         if e.stage == "LaunchServers":
-            recs = _server_records(Path(e.path), _read_manifest(Path(e.path)) or {})
+            recs = _server_records(root, Path(e.path), _read_manifest(Path(e.path)) or {})
             if servers_in_use(recs) or any(is_ours(r) for r in registry.records(e.key16)):
                 addrs = ", ".join(f"{r.get('host')}:{r.get('port', r.get('grpc_port'))}" for r in recs)
                 keep_because(e, f"live servers ({addrs})")

@@ -3,9 +3,11 @@
 A backend renders `LaunchSpec`s (pure functions, tested on CPU); this module runs them. A launch
 that fails or is interrupted (Ctrl-C, SIGTERM) stops every process it started before raising.
 Records (servers.json) carry pid, process start time and the launch token spawn put in the
-server's environment: a process is signalled only when it still carries that token (a recycled
-pid, or a stranger's pid in a forged record, never is). Records read back from the root are
-parsed first (records.py); the functions here take those checked records.
+server's environment: a process is signalled only when it still carries that token, and the
+identity of the artifacts root the record was read from (a recycled pid, a stranger's pid in a
+forged record, or another root's server named by a record copied from there, never is). Records
+read back from the root are parsed first (records.py), which stamps each with that root
+(`_root_id`); the functions here take those checked records.
 """
 from __future__ import annotations
 
@@ -26,7 +28,9 @@ from harness.serving.processes import (
     ServerError,
     is_own_process,
     is_same_process,
+    labels,
     processes_with_token,
+    root_id,
     spawn,
     start_time,
     terminate,
@@ -131,14 +135,16 @@ def placed_argv(spec: LaunchSpec) -> list[str]:
                      nodes=spec.span, tasks_per_node=spec.tasks_per_node, mpi=spec.mpi)
 
 
-def launch(specs: Sequence[LaunchSpec], out_dir: str | Path, *, ready_timeout_s: float,
+def launch(specs: Sequence[LaunchSpec], out_dir: str | Path, *, root: str | Path, ready_timeout_s: float,
            warmup_prompt: Sequence[int] | None, streaming: bool,
            on_spawn: Callable[[dict], None] = lambda rec: None,
            log: Callable[[str], None] = print, names: dict[str, str] | None = None) -> list[dict]:
     """Starts every spec, waits until each serves its models, warms each model up; returns the
-    records. `on_spawn` sees each record the moment its process exists (before readiness). `names`
-    replace machine paths in what is written down (records, log headers), not in what runs."""
+    records. Each process carries the identity of the artifacts root `root` it serves (only that
+    root stops it). `on_spawn` sees each record the moment its process exists (before readiness).
+    `names` replace machine paths in what is written down (records, log headers), not in what runs."""
     out_dir = Path(out_dir).resolve()
+    rid = root_id(root)
     busy = [f"{s.host}:{p} ({name})" for s in specs for name, p in s.ports.items() if port_in_use(s.host, p)]
     if busy:
         raise ServerError(f"cannot start servers: port(s) already in use: {', '.join(busy)} "
@@ -152,7 +158,7 @@ def launch(specs: Sequence[LaunchSpec], out_dir: str | Path, *, ready_timeout_s:
             shown = " ".join([f"{k}={v}" for k, v in spec.env.items()] + list(spec.argv))
             proc = spawn(placed_argv(spec), out_dir / "logs" / f"{spec.role or 'server'}_{spec.index}.log",
                          env=spec.base_env,
-                         env_overlay=spec.env, cwd=spec.cwd, shown=normalise(shown, names or {}))
+                         env_overlay=spec.env, cwd=spec.cwd, shown=normalise(shown, names or {}), root=rid)
             started.append(proc)
             rec = record_of(spec, proc, out_dir, names)
             on_spawn(rec)
@@ -177,7 +183,7 @@ def launch(specs: Sequence[LaunchSpec], out_dir: str | Path, *, ready_timeout_s:
             wait_all([pool.submit(ready_and_warm, spec, proc) for spec, proc in zip(specs, started)])
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
-    return records
+    return [{**rec, "_root_id": rid} for rec in records]  # as a reader of the root would stamp them
 
 
 
@@ -196,10 +202,21 @@ def launch_in_order(groups: Sequence[Sequence[LaunchSpec]], out_dir: str | Path,
 
 
 def is_ours(rec: dict) -> bool:
-    """The recorded pid still is the process we started, on this host: same start time, and its
-    environment carries the record's launch token (a recycled pid or a stranger's does not)."""
+    """The recorded pid still is the process we started, on this host, from the root the record was
+    read from: same start time, and its environment carries the record's launch token and that root's
+    identity (a recycled pid, a stranger's, or another root's server does not)."""
     return not rec.get("external") and on_this_host(rec) \
-        and is_own_process(rec.get("pid"), rec.get("create_time"), rec.get("token"))
+        and is_own_process(rec.get("pid"), rec.get("create_time"), rec.get("token"), rec.get("_root_id"))
+
+
+def not_ours_why(rec: dict) -> str:
+    """Why a live process a record names is not signalled (for the line that says it is left alone)."""
+    token, rid = labels(rec["pid"])
+    if token is not None and token == rec.get("token") and rid != rec.get("_root_id"):
+        return (f"pid {rec.get('pid')} was launched from another artifacts root (its environment names that "
+                "root, not this one; a record copied from there): left alone")
+    return (f"pid {rec.get('pid')} is not a process perfdag started (its environment lacks the record's "
+            "launch token): left alone")
 
 
 def gone_servers(recs: Sequence[dict], artifact_dir: Path) -> list[str]:
@@ -241,9 +258,7 @@ def stop_recorded(recs: Sequence[dict], timeout: float = 30.0) -> list[int]:
             stopped.append(int(rec["pid"]))
         else:
             if is_same_process(rec.get("pid"), rec.get("create_time")):
-                ignored(rec.get("_file", "a server record"),
-                                f"pid {rec.get('pid')} is not a process perfdag started (its environment lacks the "
-                                "record's launch token): left alone")
+                ignored(rec.get("_file", "a server record"), not_ours_why(rec))
             stopped += kill_leftovers(rec)
         remove_shm(rec)
     return stopped
@@ -251,13 +266,14 @@ def stop_recorded(recs: Sequence[dict], timeout: float = 30.0) -> list[int]:
 
 def kill_leftovers(rec: dict) -> list[int]:
     """Processes a dead server left (its Python-backend stubs, MPI ranks): those whose environment
-    carries its launch token, which they inherited. Never chosen by anything else a record says."""
+    carries its launch token and the identity of the root the record was read from, which they
+    inherited. Never chosen by anything else a record says."""
     import psutil
 
-    if not on_this_host(rec):
+    if not on_this_host(rec) or not rec.get("_root_id"):  # no root read it: nothing is its to stop
         return []
     gone = []
-    for pid in processes_with_token(rec.get("token")):
+    for pid in processes_with_token(rec.get("token"), rec["_root_id"]):
         with contextlib.suppress(psutil.Error):
             psutil.Process(pid).kill()
             gone.append(pid)

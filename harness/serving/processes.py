@@ -3,14 +3,19 @@
 A process is perfdag's own when it carries the random token `spawn` put in its environment
 (PERFDAG_LAUNCH_TOKEN, read back from /proc/<pid>/environ) and has the recorded pid and start
 time: a record read back from the root may name any pid, so the record alone proves nothing, and
-a process whose environment cannot be read is not ours. Helpers a server starts (backend stubs,
-MPI ranks) inherit the token, so what is left of a dead server is found by it too. Servers run
+a process whose environment cannot be read is not ours. It belongs to the artifacts root whose
+identity (`root_id`: the root directory's device and inode, which no other directory has) `spawn`
+put beside the token (PERFDAG_ROOT_ID): a record copied from another root's world-readable
+servers.json names that root's token, and its process is not this root's to stop. Helpers a
+server starts (backend stubs, MPI ranks) inherit both, so what is left of a dead server is found
+by them too. Servers run
 in their own session (they outlive the launching run and are shared across runs); helpers that
 must not outlive their parent get PR_SET_PDEATHSIG.
 """
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 import secrets
@@ -31,6 +36,17 @@ class ServerError(ServingError):
 
 TOKEN_ENV = "PERFDAG_LAUNCH_TOKEN"
 TOKEN = re.compile(r"[0-9a-f]{32}")  # secrets.token_hex(16): what a record's token must look like
+ROOT_ENV = "PERFDAG_ROOT_ID"  # the artifacts root a server was launched from (root_id)
+
+
+def root_id(root: str | os.PathLike) -> str:
+    """The identity of an artifacts root: its real path and its directory's inode, which no other
+    directory has (a copy, or another root, has another; a link to the root leads to the same). Not
+    the device: a shared root mounted on several nodes has one device number per node. A root moved
+    elsewhere is another root for servers launched before the move (stop those by pid)."""
+    real = os.path.realpath(root)
+    digest = hashlib.sha256(f"{real}\0{os.stat(real).st_ino}".encode("utf-8", "surrogateescape")).hexdigest()
+    return digest[:32]
 
 
 @dataclass
@@ -57,19 +73,24 @@ class Process:
 
 def spawn(argv: Sequence[str], log_path: str | os.PathLike, *, env: Mapping[str, str] | None = None,
           env_overlay: Mapping[str, str] | None = None, cwd: str | os.PathLike | None = None,
-          new_session: bool = True, die_with_parent: bool = False, shown: str | None = None) -> Process:
+          new_session: bool = True, die_with_parent: bool = False, shown: str | None = None,
+          root: str | None = None) -> Process:
     """Starts `argv` with stdout+stderr appended to `log_path` (the command line goes first, as
     `shown` when given: e.g. with machine paths replaced by names).
 
     `env` replaces the inherited environment, `env_overlay` is set on top. `new_session` makes it
     a process-group leader, so stopping its group stops its helpers (stubs, MPI ranks) too. Its
-    environment gets a fresh token (TOKEN_ENV), its children inherit it.
+    environment gets a fresh token (TOKEN_ENV) and, with `root` (a root_id), the root it serves
+    (ROOT_ENV); its children inherit both.
     """
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     overlay = dict(env_overlay or {})
     token = secrets.token_hex(16)
     full_env = {**(dict(os.environ) if env is None else dict(env)), **overlay, TOKEN_ENV: token}
+    full_env.pop(ROOT_ENV, None)  # never inherited: a server is the root's that launched it, or no root's
+    if root is not None:
+        full_env[ROOT_ENV] = root
     argv = [str(a) for a in argv]
     with open(log_path, "ab", buffering=0) as log:
         offset = log.tell()
@@ -136,32 +157,42 @@ def is_same_process(pid: int | None, create_time: float | None) -> bool:
     return started is not None and abs(started - float(create_time)) < 1.0
 
 
-def carries_token(pid: int, token: str | None) -> bool:
-    """The process' environment holds TOKEN_ENV=`token` (False when it cannot be read: not ours)."""
+def labels(pid: int) -> tuple[str | None, str | None]:
+    """(launch token, root id) in the process' environment; (None, None) when it cannot be read."""
     import psutil
 
-    if not isinstance(token, str) or not TOKEN.fullmatch(token):
-        return False
     try:
-        return psutil.Process(pid).environ().get(TOKEN_ENV) == token
+        env = psutil.Process(pid).environ()
     except (psutil.Error, OSError, ValueError):
+        return None, None
+    return env.get(TOKEN_ENV), env.get(ROOT_ENV)
+
+
+def carries_token(pid: int, token: str | None, root: str | None) -> bool:
+    """The process' environment holds TOKEN_ENV=`token` and ROOT_ENV=`root` (False when it cannot be
+    read, or either differs: not ours, or another root's)."""
+    if not isinstance(token, str) or not TOKEN.fullmatch(token) or not isinstance(root, str) or not root:
         return False
+    return labels(pid) == (token, root)
 
 
-def is_own_process(pid: int | None, create_time: float | None, token: str | None) -> bool:
-    """`pid` is the process perfdag spawned with `token` at `create_time`: safe to signal."""
-    return is_same_process(pid, create_time) and carries_token(pid, token)
+def is_own_process(pid: int | None, create_time: float | None, token: str | None, root: str | None) -> bool:
+    """`pid` is the process perfdag spawned with `token` at `create_time`, launched from the root `root`
+    (a root_id): safe to signal."""
+    return is_same_process(pid, create_time) and carries_token(pid, token, root)
 
 
-def processes_with_token(token: str | None) -> list[int]:
-    """Live processes whose environment holds TOKEN_ENV=`token` (a dead server's stubs), this one excepted."""
+def processes_with_token(token: str | None, root: str | None = None) -> list[int]:
+    """Live processes whose environment holds TOKEN_ENV=`token` (a dead server's stubs) and, given a
+    `root` (a root_id), ROOT_ENV=`root`; this one excepted. What stops processes always names the root."""
     import psutil
 
     if not isinstance(token, str) or not TOKEN.fullmatch(token):
         return []
     out = []
     for p in psutil.process_iter(["environ"]):
-        if p.pid != os.getpid() and (p.info.get("environ") or {}).get(TOKEN_ENV) == token:
+        env = p.info.get("environ") or {}
+        if p.pid != os.getpid() and env.get(TOKEN_ENV) == token and (root is None or env.get(ROOT_ENV) == root):
             out.append(p.pid)
     return out
 

@@ -4,8 +4,11 @@ Whoever can write under the root can edit what perfdag wrote there earlier, so a
 trusted for what it names. Each is parsed with a strict schema: exact JSON types, a launch token
 and a shared-memory prefix of perfdag's own shape, a log path inside its artifact, a Slurm job id
 that is a number. Whether a recorded process is perfdag's is then decided from the process itself
-(processes.is_own_process), never from the record. A record that does not parse is reported once,
-one line naming the file, and never acted on: nothing is signalled, deleted or probed for it.
+(processes.is_own_process), never from the record, and for the root the record was read from: each
+record read is stamped with that root's identity (`_root_id`, which no field of the file can set), so a
+record copied from another root never names a process of this one. A record that does not parse is
+reported once, one line naming the file, and never acted on: nothing is signalled, deleted or probed
+for it.
 """
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
-from harness.serving.processes import TOKEN
+from harness.serving.processes import TOKEN, root_id
 from harness.serving.shm import is_shm_prefix
 from harness.untrusted.records import RunId, StrictRecord, Text, Time, Unreadable, ignored, matching, parse, read_json
 
@@ -102,25 +105,44 @@ class AllocationRecord(StrictRecord):
 
 
 
-def servers_of(doc, source) -> list[dict] | None:
-    """The server records of a servers.json document (or a manifest's `servers`): all of them
-    checked, or None (reported) when any is malformed: half a launch is not acted on either."""
+def stamp_of(root: Path | None) -> dict:
+    """What a record read under the artifacts root `root` is stamped with: that root's identity (None:
+    read from nowhere in particular, so nothing it names is any root's to signal)."""
+    if root is None:
+        return {"_root_id": None}
+    try:
+        return {"_root_id": root_id(root)}
+    except OSError:  # no such root: nothing it names is any root's
+        return {"_root_id": None}
+
+
+def servers_of(doc, source, root: Path | None = None) -> list[dict] | None:
+    """The server records of a servers.json document (or a manifest's `servers`) read under the
+    artifacts root `root`: all of them checked, or None (reported) when any is malformed: half a
+    launch is not acted on either."""
     if isinstance(doc, dict):
         doc = doc.get("servers")
     if not isinstance(doc, list) or len(doc) > 4096:
         ignored(source, "malformed servers file (no list of servers); perfdag does not act on it")
         return None
-    out = []
+    out, stamp = [], stamp_of(root)
     for i, item in enumerate(doc):
         rec = parse(ServerRecord, item, f"{source} (server {i})")
         if rec is None:
             return None
-        out.append({**rec, "_file": str(source)})
+        out.append({**rec, "_file": str(source), **stamp})
     return out
 
 
-def read_servers(path: Path, inside: Path | None = None) -> list[dict] | None:
-    """The records of a LaunchServers artifact's servers.json; None when absent or not acted on."""
+def as_written(rec: dict) -> dict:
+    """A record as it is written down: without what perfdag stamps on it when reading (`_file`,
+    `_root_id`), which no file may say."""
+    return {k: v for k, v in rec.items() if not k.startswith("_")}
+
+
+def read_servers(path: Path, root: Path | None, inside: Path | None = None) -> list[dict] | None:
+    """The records of a LaunchServers artifact's servers.json under the artifacts root `root`; None when
+    absent or not acted on."""
     try:
         doc = read_json(Path(path), inside)
     except FileNotFoundError:
@@ -128,7 +150,7 @@ def read_servers(path: Path, inside: Path | None = None) -> list[dict] | None:
     except Unreadable as e:
         ignored(path, f"{e}; perfdag does not act on it")
         return None
-    return servers_of(doc, path)
+    return servers_of(doc, path, root)
 
 
 def log_file(rec: dict, artifact_dir: Path) -> Path | None:

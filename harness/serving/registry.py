@@ -69,17 +69,20 @@ class ServerRegistry:
     def record(self, key16: str, rec: dict) -> None:
         """Records a server process at once (before it is ready)."""
         _write(self._dir(key16) / "procs" / f"{rec['pid']}-{int((rec.get('create_time') or 0) * 1000)}.json",
-               {**rec, "key16": key16})
+               {**records.as_written(rec), "key16": key16})
 
     def records(self, key16: str | None = None) -> list[dict]:
         """The checked process records (of one key, or all); `_file` is where each was read."""
         keys = [key16] if key16 else self.keys()
-        out = []
+        out, stamp = [], records.stamp_of(self.base)
         for k in keys:
             for f in sorted((self._dir(k) / "procs").glob("*.json")):
                 rec = read(records.ServerRecord, f, inside=self.base)
-                if rec is not None:
-                    out.append({**rec, "key16": k, "_file": str(f)})
+                if rec is not None and rec.get("external"):  # written for launched processes only
+                    ignored(f, "a process record that says `external: true` (perfdag records only processes it "
+                               "launched); perfdag does not act on it")
+                elif rec is not None:
+                    out.append({**rec, "key16": k, "_file": str(f), **stamp})
         return out
 
     def keys(self) -> list[str]:
@@ -263,7 +266,7 @@ def published(store: ArtifactStore) -> list[tuple[str, list[dict]]]:
     """(key16, server records) of every published LaunchServers artifact."""
     out = []
     for f in sorted((store.root / "LaunchServers").glob("*/servers.json")):
-        recs = records.read_servers(f, inside=store.root / "LaunchServers")
+        recs = records.read_servers(f, store.root, inside=store.root / "LaunchServers")
         if recs is not None:
             out.append((f.parent.name, recs))
     return out

@@ -27,6 +27,7 @@ from harness.mlperf import benchmarks
 from harness.cache.versions import versions
 from harness.backends.openai.disagg import render
 from harness.backends.openai.layouts import launch_problems, port_names
+from harness.serving.agreement import Expected
 from harness.serving.launcher import external_servers, launch, launch_in_order
 from harness.serving.layout import LAUNCH_ORDER, node_targets, place, placed
 from harness.serving.ports import port_count_problems, server_ports
@@ -182,6 +183,13 @@ class Launch(LaunchStep):
     def serves_elsewhere(self, params) -> bool:  # an OpenAI server started elsewhere loads its own model
         return bool(params.openai.endpoints)
 
+    def expected(self, p) -> Expected:
+        o, proto, names = p.openai, self.protocol_for(p), (served_name(p),)
+        if o.endpoints:
+            return Expected(external=True, protocol=proto, models=names, endpoints=tuple(parse_endpoints(o.endpoints)))
+        return Expected(external=False, protocol=proto, models=names, bind=None if p.layout else o.bind,
+                        ports=tuple(o.ports))
+
     def key(self, w: Work) -> Key:
         # its own section, never triton.*: another endpoint is another server
         layout = ("layout",) if w.params.layout is not None else ()  # keyed only when set: keys of before stay
@@ -226,7 +234,7 @@ class Launch(LaunchStep):
         ports = [t[0] for t in server_ports(num_servers(p), o.bind, o.ports, per_server=1)]
         specs = self._specs(p, os.path.join(str(root), w.rel("repo")), os.path.join(str(root), w.layout["model"]),
                             ports, str(root))
-        return {"servers": launch(specs, w.out_dir, ready_timeout_s=o.ready_timeout_s, warmup_prompt=[1, 2, 3, 4],
+        return {"servers": launch(specs, w.out_dir, root=w.root, ready_timeout_s=o.ready_timeout_s, warmup_prompt=[1, 2, 3, 4],
                                   streaming=False, on_spawn=w.on_spawn, log=w.log,
                                   names={str(root): "<root>"})}
 
@@ -252,7 +260,7 @@ class Launch(LaunchStep):
                                      mpi=r["mpi"]) if len(r["nodes"]) > 1 else s
                  for s, r in zip(placed(specs, instances, targets), rendered, strict=True)]
         groups = [[s for s in specs if s.role in stage] for stage in LAUNCH_ORDER]
-        return launch_in_order(groups, w.out_dir, ready_timeout_s=o.ready_timeout_s, warmup_prompt=[1, 2, 3, 4],
+        return launch_in_order(groups, w.out_dir, root=w.root, ready_timeout_s=o.ready_timeout_s, warmup_prompt=[1, 2, 3, 4],
                                streaming=False, on_spawn=w.on_spawn, log=w.log, names={root: "<root>"})
 
 

@@ -21,6 +21,7 @@ from harness.cache.versions import versions
 from harness.config.schema import CPU_QUANT_FORMATS, GPU_ONLY_QUANT_FORMATS
 from harness.model.calibration import calibration_prompts
 from harness.model.corpus import corpus_sha256
+from harness.serving.agreement import Expected
 from harness.serving.endpoints import endpoint_problems, parse_endpoints
 from harness.serving.launcher import external_servers, launch
 from harness.serving.layout import node_targets, place, placed
@@ -161,6 +162,14 @@ class Launch(LaunchStep):
     def gpus(self, params) -> int:
         return 0  # the torch engine serves on CPU
 
+    def expected(self, p) -> Expected:
+        t, proto = p.triton, self.protocol_for(p)
+        names = tuple(model_names(t.model_name, p.runtime.instances_per_server))
+        if t.endpoints:
+            return Expected(external=True, protocol=proto, models=names, endpoints=tuple(parse_endpoints(t.endpoints)))
+        return Expected(external=False, protocol=proto, models=names, bind=None if p.layout else t.bind,
+                        ports=tuple(t.grpc_ports), port_field="grpc_port")
+
     def key(self, w: Work) -> Key:
         # triton.protocol and layout are keyed only when set: at their defaults the servers and records are
         # those of before they existed, so their artifacts keep their keys
@@ -206,7 +215,7 @@ class Launch(LaunchStep):
         specs = self._specs(p, w.rel("repo"), w.layout["servers"], ports, served, server_env())
         if p.layout is not None:  # data-parallel servers over the allocation's nodes
             specs = placed(specs, place(p.layout), node_targets(p.layout, t.bind, "triton.bind"))
-        return {"servers": launch(specs, w.out_dir, ready_timeout_s=t.ready_timeout_s, warmup_prompt=[1, 2, 3, 4],
+        return {"servers": launch(specs, w.out_dir, root=w.root, ready_timeout_s=t.ready_timeout_s, warmup_prompt=[1, 2, 3, 4],
                                   streaming=w.layout["decoupled"], on_spawn=w.on_spawn, log=w.log,
                                   names={str(root): "<root>", str(served): "<root>"})}
 

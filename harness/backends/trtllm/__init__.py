@@ -37,6 +37,7 @@ from harness.cache.executed import normalise
 from harness.cache.versions import versions
 from harness.model.calibration import calibration_prompts
 from harness.model.corpus import corpus_sha256
+from harness.serving.agreement import Expected
 from harness.serving.endpoints import parse_endpoints
 from harness.serving.launcher import external_servers, launch
 from harness.serving.ports import free_port, port_count_problems
@@ -115,6 +116,16 @@ class Configure(Step):
 class Launch(LaunchStep):
     """tritonserver (mpirun for tp*pp > 1) with the tensorrtllm backend, or external endpoints."""
 
+    def expected(self, p) -> Expected:
+        t = p.triton
+        names = tuple(model_names(t.model_name, p.runtime.instances_per_server))
+        if t.endpoints:
+            return Expected(external=True, protocol=self.protocol, models=names,
+                            endpoints=tuple(parse_endpoints(t.endpoints)))
+        return Expected(external=False, protocol=self.protocol, models=tuple(m for plan in server_layout(p)
+                                                                            for m in plan.models),
+                        bind=t.bind, ports=tuple(t.grpc_ports), port_field="grpc_port")
+
     def key(self, w: Work) -> Key:
         return Key(reads=("triton.bind", "triton.grpc_ports", "triton.endpoints", "triton.binary"),
                    tools={**serving_key_tools(), **versions("tritonclient")}, executed=self._executed(w))
@@ -135,7 +146,7 @@ class Launch(LaunchStep):
                                                 model_names(t.model_name, p.runtime.instances_per_server),
                                                 t.ready_timeout_s)}
         specs = tritonserver_commands(p, f"{root}/{w.rel('repo')}", pick_ports(p, free_port), cwd=str(root))
-        return {"servers": launch(specs, w.out_dir, ready_timeout_s=t.ready_timeout_s, warmup_prompt=[1, 2, 3, 4],
+        return {"servers": launch(specs, w.out_dir, root=w.root, ready_timeout_s=t.ready_timeout_s, warmup_prompt=[1, 2, 3, 4],
                                   streaming=w.layout["decoupled"], on_spawn=w.on_spawn, log=w.log,
                                   names={str(root): "<root>"})}
 
