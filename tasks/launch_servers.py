@@ -17,6 +17,7 @@ from harness.errors import ArtifactError, PerfdagError, ServingError
 from harness.cache import signing
 from harness.serving.agreement import disagreements, external_records, not_listening
 from harness.serving.elsewhere import addressed, reachable_from_here, running_elsewhere
+from harness.serving.private import PrivateCopyError, changes, pins_of
 from harness.serving.records import as_written, read_servers, servers_of
 from harness.untrusted.records import ignored
 from harness.serving.registry import ServerRegistry
@@ -104,7 +105,25 @@ class LaunchServers(StageTask):
                 return slurm_serve.live(self)
             except PerfdagError:  # no Slurm commands here: not usable from this host
                 return False
-        return not not_listening(recs) and self.registry.live(recs)
+        return not not_listening(recs) and not self.loaded_changes(manifest, mode="identity") \
+            and self.registry.live(recs)
+
+    def loaded_changes(self, manifest: dict | None = None, *, mode: str) -> list[str]:
+        """How what its servers read in place (the pinned engine or checkpoint) differs from what was
+        verified at their launch (serving/private.py; `mode` as there): empty when unchanged."""
+        m = manifest if manifest is not None else self.manifest()
+        return changes(pins_of((m or {}).get("loaded"), self.store.root), mode=mode)
+
+    def check_loaded(self, stage: str, when: str, *, mode: str) -> None:
+        """A measurement (`stage`) of these servers is valid only while what they loaded in place is what was
+        verified at their launch: checked before it starts and after it ends. A change fails it; a file that
+        no longer holds what was published is moved aside, so the rerun rebuilds and relaunches."""
+        if not (problems := self.loaded_changes(mode=mode)):
+            return
+        self.served_problems(move_aside=True)
+        raise ArtifactError(f"{stage}: not valid: what its servers (LaunchServers {self.key[:16]}) read in place "
+                            f"changed {when}; {lifecycle.rerun_hint()} to relaunch them on the published files",
+                            problems)
 
     def hold(self, manifest: dict) -> None:
         if slurm_submit.runs_here(self):  # the holder job: the lease is the worker's run's, taken there
@@ -145,11 +164,12 @@ class LaunchServers(StageTask):
                 todo += [u for u in t.upstream().values() if u not in out]
         return out
 
-    def served_problems(self, move_aside: bool) -> list[str]:
+    def served_problems(self, move_aside: bool, verified: dict | None = None) -> list[str]:
         """Every file its servers will load re-hashed and compared with what was published (each read
         once per process per file identity: the check before scheduling and the one right before launch
         read it once). With `move_aside`, a corrupt artifact moves to runs/<id>/corrupt/ so that this
-        run (or the next) rebuilds it instead of launching on it."""
+        run (or the next) rebuilds it instead of launching on it. `verified` receives the manifest of each
+        artifact found intact, by directory: what the servers' private copies and pins are made from."""
         out: list[str] = []
         for t in self.served():
             m = t.manifest()
@@ -159,6 +179,8 @@ class LaunchServers(StageTask):
             if own and move_aside:
                 with t.store.lock(t.stage, t.key):
                     trust.move_aside(t, m, own)
+            elif not own and verified is not None:
+                verified[str(t.artifact_dir)] = m
             out += [p for p in own if p not in out]
         return out
 
@@ -171,20 +193,21 @@ class LaunchServers(StageTask):
             self.served_problems(move_aside=True)
         return False
 
-    def verified_repo(self, repo) -> dict:
-        """The repository's layout, once every file the servers will load (repository, engine, a
-        checkpoint they serve) is re-hashed, right before they load them: a server runs what the
-        repository names, code included. A corrupt artifact is moved aside, and the error says to rerun."""
-        m, chain = repo.manifest(), self.served()
+    def verified_repo(self, repo) -> tuple[dict, dict]:
+        """The repository's layout and the manifests of what the servers will load (by directory), once
+        every file they will load (repository, engine, a checkpoint they serve) is re-hashed, right before
+        they load them: a server runs what the repository names, code included. A corrupt artifact is
+        moved aside, and the error says to rerun."""
+        m, chain, verified = repo.manifest(), self.served(), {}
         problems = ["missing"] if m is None else repo.missing_upstream(m) + repo.trust_problems(m, fresh=True)
         if m is not None:  # last: it moves corrupt artifacts aside
-            problems += [p for p in self.served_problems(move_aside=True) if p not in problems]
+            problems += [p for p in self.served_problems(move_aside=True, verified=verified) if p not in problems]
         if problems:
             named = [t for t in chain if any(p.startswith(f"{t.stage} {t.key[:16]}") for p in problems)]
             what = ", ".join(f"{t.stage} {t.key[:16]}" for t in named) or f"{repo.stage} {repo.key[:16]}"
             raise ArtifactError(f"LaunchServers {self.key[:16]}: not launching servers: {what} is not what was "
                                 f"published; {lifecycle.rerun_hint()} to rebuild it", problems)
-        return m["layout"]
+        return m["layout"], verified
 
     def abandon(self) -> None:
         # A launch that failed after its servers started (a full disk while publishing, Ctrl-C):
@@ -208,15 +231,23 @@ class LaunchServers(StageTask):
 
     def build(self, out_dir: Path) -> dict:
         # Under the key's lock: the registry stops what a stale launch left, and records each server.
-        layout = self.verified_repo(self.upstream()["repo"])
+        layout, verified = self.verified_repo(self.upstream()["repo"])
         step = backend_for(self.params).launch
+        loaded: list[dict] = []
 
         def start(on_spawn):
-            return step.run(self.work(running=True, out_dir=out_dir, final_dir=self.artifact_dir, layout=layout,
-                                      on_spawn=on_spawn, log=log.info))["servers"]
+            try:
+                done = step.run(self.work(running=True, out_dir=out_dir, final_dir=self.artifact_dir, layout=layout,
+                                          on_spawn=on_spawn, log=log.info, verified=verified))
+            except PrivateCopyError as e:  # a file changed between the check and the load: rebuild what changed
+                self.served_problems(move_aside=True)
+                raise ArtifactError(f"LaunchServers {self.key[:16]}: {e}; {lifecycle.rerun_hint()} to launch "
+                                    "them on the published files") from None
+            loaded.extend(done.get("loaded", ()))
+            return done["servers"]
 
         self.refuse_clobbering()
         marks = slurm_serve.job_marks(self)  # inside a Slurm job: the node (and the allocation)
         servers = [as_written(addressed(rec)) for rec in self.registry.replace(self.key[:16], self.servers(), start, marks)]
         (out_dir / SERVERS_FILE).write_text(json.dumps({"servers": servers}, indent=2))
-        return {"servers": servers}
+        return {"servers": servers, "loaded": loaded}

@@ -94,7 +94,9 @@ class MeasuringStage(StageTask):
         relaunches: list[dict] = []
         for attempt in range(1, self.params.harness.server_relaunches + 2):
             try:
+                self.check_loaded("before it started", mode="memo")
                 doc = self.build(out_dir)
+                self.check_loaded("while it ran", mode="fresh")
             except MeasurementError as exc:
                 gone = gone_servers(servers.servers(), servers.artifact_dir)
                 if not gone:
@@ -119,6 +121,14 @@ class MeasuringStage(StageTask):
             record_relaunches(out_dir, doc, relaunches, attempt)
             return doc
         raise AssertionError("unreachable")
+
+    def check_loaded(self, when: str, *, mode: str) -> None:
+        """What the servers read in place (weights) is what was verified when they were launched: checked
+        before the measurement (each file read once in this process) and after it (read again); a change
+        fails the measurement (serving/private.py). Servers perfdag did not launch read nothing of the root."""
+        servers = self.upstream()["servers"]
+        if isinstance(servers, LaunchServers):
+            servers.check_loaded(f"{self.stage} {self.key[:16]}", when, mode=mode)
 
     def evidence(self, dest):
         """A failed measurement keeps the tail of every server's log beside its own logs."""

@@ -450,7 +450,7 @@ def test_a_launch_verifies_the_chain_it_serves_and_nothing_else(measured, tmp_pa
 
         task = LaunchServers(overrides=FAULT)
         assert [t.stage for t in task.served()] == ["FillTritonRepo", "BuildEngine"]
-        assert task.verified_repo(task.upstream()["repo"])["servers"]
+        assert task.verified_repo(task.upstream()["repo"])[0]["servers"]
         edit_in_place(next(one(root, "Quantize").rglob("*.safetensors")))  # not served: not the launch's business
         assert task.served_problems(move_aside=False) == []
 

@@ -110,7 +110,7 @@ def test_servers_are_launched_only_on_a_repository_that_verifies_right_now(root,
 
     task = LaunchServers(overrides=FAST)
     repo = task.upstream()["repo"]
-    assert task.verified_repo(repo)["servers"]
+    assert task.verified_repo(repo)[0]["servers"]
     (repo.artifact_dir / "server_0" / "evil").symlink_to(evil_model(tmp_path / "evil", tmp_path / "ran"))
     with pytest.raises(ArtifactError, match=r"not launching servers.*\n.*server_0/evil: symlink to"):
         task.verified_repo(repo)

@@ -51,6 +51,9 @@ class Work:
     layout: Mapping[str, Any] = field(default_factory=dict)  # launching: the configuration's layout
     log: Log = print
     on_spawn: Callable[[dict], None] = lambda rec: None
+    # launching: the manifest of each artifact its servers load, by directory, as verified right before
+    # the launch (what the private copies and pins are checked against: serving/private.py)
+    verified: Mapping[str, Mapping] = field(default_factory=dict)
 
     def rel(self, name: str) -> str:
         """Upstream artifact `name` relative to the root: what configs and command lines name, so the

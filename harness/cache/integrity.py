@@ -55,10 +55,34 @@ def file_digest(path: str | os.PathLike) -> str:
 _DIGESTS: dict[tuple, str] = {}  # (dev, ino, size, mtime_ns, ctime_ns) -> digest, hashed by this process
 
 
+def identity(st: os.stat_result) -> tuple:
+    """What a file's bytes are known by in this process: an edit, a touch or a rename moves its ctime."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def fd_digest(fd: int, *, fresh: bool = False) -> tuple[str, os.stat_result]:
+    """(digest, stat) of the open file `fd`: its own bytes, whatever its name leads to now. Read once per
+    process per identity unless `fresh` (a re-hash that must read every byte again). A file written
+    while it is read (its ctime moved) is read again."""
+    for _ in range(3):
+        st = os.fstat(fd)
+        if not fresh and identity(st) in _DIGESTS:
+            return _DIGESTS[identity(st)], st
+        name, h = _hasher()
+        offset = 0
+        while block := os.pread(fd, CHUNK, offset):
+            h.update(block)
+            offset += len(block)
+        if identity(os.fstat(fd)) == identity(st):
+            _DIGESTS[identity(st)] = f"{name}:{h.hexdigest()}"
+            return _DIGESTS[identity(st)], st
+    raise OSError(f"fd {fd}: written to while it was read")
+
+
 def checked_digest(path: str | os.PathLike, st: os.stat_result) -> str:
     """file_digest(path) of the file `st` describes, read once per process per identity: a file written
     or touched since has another ctime. (An artifact's publishing rename keeps its files' identities.)"""
-    ident = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    ident = identity(st)
     if ident not in _DIGESTS:
         _DIGESTS[ident] = file_digest(path)
     return _DIGESTS[ident]

@@ -50,11 +50,25 @@ def _address(rec: dict) -> str:
     return f"{rec.get('host')}:{rec.get('port', rec.get('grpc_port'))}"
 
 
-def _wildcard(host: str | None) -> bool:
+def _ip(host) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """An address as an IP (an IPv4 one mapped into IPv6, as a dual-stack listener shows it, as IPv4)."""
     try:
-        return ipaddress.ip_address(str(host).strip("[]")).is_unspecified
+        ip = ipaddress.ip_address(str(host).strip("[]"))
     except ValueError:
-        return False
+        return None
+    return getattr(ip, "ipv4_mapped", None) or ip
+
+
+def _wildcard(host: str | None) -> bool:
+    ip = _ip(host)
+    return ip is not None and ip.is_unspecified
+
+
+def _same_address(listening: str, recorded: str) -> bool:
+    """A socket listening at `listening` serves clients of `recorded` (a wildcard one serves every address;
+    a recorded host name, which a bind never is, is taken as any)."""
+    a, b = _ip(listening), _ip(recorded)
+    return b is None or a == b or _wildcard(listening) or _wildcard(recorded)
 
 
 def disagreements(records: Sequence[dict], expected: Expected) -> list[str]:
@@ -113,7 +127,7 @@ def serves_at(rec: dict) -> bool:
     recorded port, at the recorded address or a wildcard one."""
     import psutil
 
-    pid, port, host = rec.get("pid"), rec.get("port", rec.get("grpc_port")), str(rec.get("host", "")).strip("[]")
+    pid, port, host = rec.get("pid"), rec.get("port", rec.get("grpc_port")), str(rec.get("host", ""))
     family = [pid]
     try:
         family += [c.pid for c in psutil.Process(pid).children(recursive=True) if labels(c.pid)[0] == rec.get("token")]
@@ -121,7 +135,7 @@ def serves_at(rec: dict) -> bool:
         return False
     for p in family:
         for ip, lport in _listening(p):
-            if lport == port and (ip == host or _wildcard(ip) or _wildcard(host)):
+            if lport == port and _same_address(ip, host):
                 return True
     return False
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 from harness.cache.executed import normalise
-from harness.serving import records
+from harness.serving import private, records
 from harness.serving.elsewhere import reachable_from_here, running_elsewhere
 from harness.serving.ports import port_in_use
 from harness.serving.processes import (
@@ -86,6 +86,8 @@ def stop_started(started: Sequence[Process], shm_prefixes: Sequence[str], grace_
                 list(pool.map(lambda p: terminate(p.pid, grace_s, p.proc), started))
         for prefix in shm_prefixes:
             remove_shm_files(shm_regions(prefix))
+        for p in started:
+            private.remove(p.token)
     finally:
         for sig, handler in held.items():
             signal.signal(sig, handler)
@@ -154,12 +156,16 @@ def launch(specs: Sequence[LaunchSpec], out_dir: str | Path, *, root: str | Path
     shm_prefixes = [s.shm_prefix for s in specs if s.shm_prefix]
     with _stop_on_interrupt(started, shm_prefixes):
 
+        here: list[bool] = []  # started on this node (not through srun): its private directory is here
         for spec in specs:
             shown = " ".join([f"{k}={v}" for k, v in spec.env.items()] + list(spec.argv))
-            proc = spawn(placed_argv(spec), out_dir / "logs" / f"{spec.role or 'server'}_{spec.index}.log",
+            argv = placed_argv(spec)
+            overlay = {**spec.env, private.PLAN_ENV: spec.private.to_json()} if spec.private else spec.env
+            proc = spawn(argv, out_dir / "logs" / f"{spec.role or 'server'}_{spec.index}.log",
                          env=spec.base_env,
-                         env_overlay=spec.env, cwd=spec.cwd, shown=normalise(shown, names or {}), root=rid)
+                         env_overlay=overlay, cwd=spec.cwd, shown=normalise(shown, names or {}), root=rid)
             started.append(proc)
+            here.append(argv == list(spec.argv))
             rec = record_of(spec, proc, out_dir, names)
             on_spawn(rec)
             records.append(rec)
@@ -183,7 +189,33 @@ def launch(specs: Sequence[LaunchSpec], out_dir: str | Path, *, root: str | Path
             wait_all([pool.submit(ready_and_warm, spec, proc) for spec, proc in zip(specs, started)])
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
-    return [{**rec, "_root_id": rid} for rec in records]  # as a reader of the root would stamp them
+        loaded_as_verified(specs, started, here, log)
+    return [{**rec, "_root_id": rid} for rec in records]
+
+
+def loaded_as_verified(specs: Sequence[LaunchSpec], started: Sequence[Process], here: Sequence[bool],
+                       log: Callable[[str], None]) -> None:
+    """Once the servers are ready: what they loaded in place is what was verified before they started
+    (the same directories, files and bytes: each file read again, once per launch), and their private
+    copies are intact. Raises (and the launch stops its servers) otherwise."""
+    problems: list[str] = []
+    read: set[str] = set()
+    t0 = time.monotonic()
+    for spec, proc, local in zip(specs, started, here):
+        if spec.private is None:
+            continue
+        where = private.private_dir(proc.token) if local else None
+        pins = spec.private.pins
+        problems += private.changes([p for p in pins if p.src not in read], where, mode="fresh")
+        problems += private.changes([p for p in pins if p.src in read], where, mode="memo")  # read just now
+        problems += private.copy_changes(spec.private, where) if where is not None else []
+        read |= {p.src for p in pins}
+    if problems:
+        raise private.PrivateCopyError("what the servers loaded is not what was verified before they started "
+                                       "(changed between the check and the load)", list(dict.fromkeys(problems)))
+    if read:
+        log(f"loaded as verified: {len(read)} pinned director{'y' if len(read) == 1 else 'ies'} read again in "
+            f"{time.monotonic() - t0:.1f}s")  # as a reader of the root would stamp them
 
 
 
@@ -261,6 +293,8 @@ def stop_recorded(recs: Sequence[dict], timeout: float = 30.0) -> list[int]:
                 ignored(rec.get("_file", "a server record"), not_ours_why(rec))
             stopped += kill_leftovers(rec)
         remove_shm(rec)
+        if rec.get("_root_id"):  # its private copy, once nothing carries its token (another root's keeps it)
+            private.remove(rec.get("token"))
     return stopped
 
 

@@ -4,6 +4,10 @@ from __future__ import annotations
 import os
 import socket
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from harness.serving.private import Plan
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,8 @@ class LaunchSpec:
     span: tuple[str, ...] = ()
     tasks_per_node: int = 1
     mpi: str = ""
+    # Its private directory (serving/private.py): what is copied there and pinned; argv names it <private>.
+    private: "Plan | None" = None
 
     @property
     def url(self) -> str:

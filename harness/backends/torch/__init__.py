@@ -8,9 +8,8 @@ modelopt, transformers) happen inside the methods that build.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
-import sys
-from pathlib import Path
 
 from harness.backends.base import Backend, Checks, Key, LaunchStep, Step, Work
 from harness.backends.torch.quantize import quantize_checkpoint
@@ -27,13 +26,8 @@ from harness.serving.launcher import external_servers, launch
 from harness.serving.layout import node_targets, place, placed
 from harness.serving.ports import port_count_problems, server_ports
 from harness.serving.triton.pbtxt import model_names
-from harness.serving.triton.server import (
-    cpu_spec,
-    env_overlay_described,
-    prepare_backend_dir,
-    server_env,
-    shell_safe_root,
-)
+from harness.serving.private import BLOCKER, PLACEHOLDER, Plan, copies_of, pins_doc, pins_for, wrap
+from harness.serving.triton.server import backend_copies, cpu_spec, env_overlay_described, server_env
 
 # Flags the torch backend understands beyond the typed fields (none yet): anything else in a flag
 # dict is meant for TensorRT-LLM and would be silently ignored on CPU, so it is an error.
@@ -178,18 +172,17 @@ class Launch(LaunchStep):
         return Key(reads=("triton.bind", "triton.grpc_ports", "triton.endpoints", "triton.binary", *chosen, *layout),
                    tools=versions("nvidia-pytriton", "tritonclient"), executed=self._executed(w))
 
-    def _backend_dir(self) -> str:
-        tag = f"pytriton-{versions('nvidia-pytriton')['nvidia-pytriton']}-py{sys.version_info.major}.{sys.version_info.minor}"
-        return os.path.join(".backends", tag)
-
-    def _specs(self, p, repo: str, servers, ports, root, env, shm=None):
-        # Servers run in the artifacts root; their argv names it (ps shows which root a server serves).
+    def _specs(self, p, repo: str, servers, ports, cwd, env, shm=None, plans=None):
+        # Each server runs from its private directory (serving/private.py): its repository and the Python
+        # backend copied there, the engine pinned where the repository's relative path expects it.
         binary = None if p.triton.binary == "auto" else p.triton.binary
         protocol, serve = TRITON_PROTOCOLS[p.triton.protocol]
-        return [cpu_spec(i, os.path.join(str(root), repo, srv["repo"]), srv["models"], ports[i],
-                         bind=p.triton.bind, backend_dir=os.path.join(str(root), self._backend_dir()), cwd=root,
-                         env=env, shm=shm, binary=binary, protocol=protocol, serve=serve)
-                for i, srv in enumerate(servers)]
+        specs = [cpu_spec(i, f"{PLACEHOLDER}/{repo}/{srv['repo']}", srv["models"], ports[i], bind=p.triton.bind,
+                          backend_dir=f"{PLACEHOLDER}/backend", cwd=cwd, env=env, shm=shm, binary=binary,
+                          protocol=protocol, serve=serve)
+                 for i, srv in enumerate(servers)]
+        return [dataclasses.replace(s, argv=wrap(s.argv), private=plans[i] if plans else None)
+                for i, s in enumerate(specs)]
 
     def _executed(self, w: Work) -> dict:
         p, t = w.params, w.params.triton
@@ -201,7 +194,15 @@ class Launch(LaunchStep):
                  for i in range(n)]
         specs = self._specs(p, w.rel("repo"), [{"repo": f"server_{i}", "models": names} for i in range(n)], ports,
                             "<root>", env={}, shm="<shm>")
-        return normalise({"argv": [s.argv for s in specs], "cwd": "<root>", "env": env_overlay_described()})
+        return normalise({"argv": [s.argv for s in specs], "cwd": PLACEHOLDER, "env": env_overlay_described()})
+
+    def _plans(self, w: Work) -> list[Plan]:
+        """Each server's private directory: its repository and the Python backend, copied; the engine, pinned."""
+        root, repo = str(w.root), str(w.inputs["repo"])
+        pins = pins_for(root, w.verified, copied=(repo,))
+        backend = backend_copies()
+        return [Plan(root=root, copies=(*copies_of(repo, w.verified[repo], root, srv["repo"]), *backend), pins=pins,
+                     empty=(f"backend/python/{BLOCKER}",)) for srv in w.layout["servers"]]
 
     def run(self, w: Work) -> dict:
         p, t, root = w.params, w.params.triton, w.root
@@ -209,15 +210,15 @@ class Launch(LaunchStep):
             names = model_names(t.model_name, p.runtime.instances_per_server)
             return {"servers": external_servers(parse_endpoints(t.endpoints), names, t.ready_timeout_s,
                                                 protocol=self.protocol_for(p))}
-        prepare_backend_dir(Path(root) / self._backend_dir())
         ports = server_ports(len(w.layout["servers"]), t.bind, t.grpc_ports)
-        served = shell_safe_root(root)  # the Python backend starts its stub through a shell
-        specs = self._specs(p, w.rel("repo"), w.layout["servers"], ports, served, server_env())
+        plans = self._plans(w)
+        specs = self._specs(p, w.rel("repo"), w.layout["servers"], ports, str(root), server_env(), plans=plans)
         if p.layout is not None:  # data-parallel servers over the allocation's nodes
             specs = placed(specs, place(p.layout), node_targets(p.layout, t.bind, "triton.bind"))
         return {"servers": launch(specs, w.out_dir, root=w.root, ready_timeout_s=t.ready_timeout_s, warmup_prompt=[1, 2, 3, 4],
                                   streaming=w.layout["decoupled"], on_spawn=w.on_spawn, log=w.log,
-                                  names={str(root): "<root>", str(served): "<root>"})}
+                                  names={str(root): "<root>"}),
+                "loaded": pins_doc(plans, root)}
 
 
 class TorchBackend(Backend):

@@ -8,29 +8,28 @@ On CPU the binary, the Python backend and per-Python-version stubs come from the
   or the system libpython is picked up (`undefined symbol: _PyModule_Add`);
   `nvidia_pytriton.libs` supplies the server's own libraries.
 - The stub imports numpy/torch from whatever environment it finds: the venv's bin/ goes first
-  on PATH, and the perfdag checkout on PYTHONPATH so a model can `import harness`.
+  on PATH (the stub runs Python isolated: it ignores PYTHONPATH and finds `harness` through the
+  venv's editable install; it puts '' first on its search path, the directory it runs in).
 - Each server gets its own Python shared-memory prefix, so concurrent servers never share
   /dev/shm regions, and the regions of a dead server can be found and removed.
 - The Python backend starts its stub through a shell (`bash -c "exec <stub> <model.py> ..."`,
-  unquoted): a root whose path has a space, `$` or non-ASCII characters breaks it, and the server
-  only times out. Such a root is served through `shell_safe_root`, a link to it whose path has
-  none of them.
+  unquoted): a path with a space, `$` or non-ASCII characters breaks it. Launched servers run
+  from their private directory (serving/private.py), whose path is plain whatever the root's is.
+- DAG launches copy the Python backend (`backend_copies`) into that private directory; tests and
+  benches assemble one with `prepare_backend_dir`.
 """
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import importlib.util
 import os
-import re
 import shutil
 import sys
 import sysconfig
-import tempfile
 from pathlib import Path
 from typing import Sequence
 
 from harness import CHECKOUT
+from harness.serving.private import Copied, file_copy
 from harness.serving.processes import ServerError
 from harness.serving.shm import shm_prefix
 from harness.serving.spec import LaunchSpec
@@ -82,6 +81,15 @@ def prepare_backend_dir(dest: str | os.PathLike) -> Path:
     return dest
 
 
+def backend_copies(dest: str = "backend") -> list[Copied]:
+    """What a launch copies into a server's private directory as its `--backend-directory` (`dest`):
+    the Python backend of the wheel and the stub of the running Python, with their digests now."""
+    src = tritonserver_dist() / "backends" / "python"
+    return [file_copy(src / "libtriton_python.so", f"{dest}/python/libtriton_python.so"),
+            file_copy(src / "triton_python_backend_utils.py", f"{dest}/python/triton_python_backend_utils.py"),
+            file_copy(python_backend_stub(), f"{dest}/python/triton_python_backend_stub", mode=0o700)]
+
+
 def _copy_if_changed(src: Path, dst: Path) -> None:
     if dst.is_file() and dst.stat().st_size == src.stat().st_size and dst.stat().st_mtime >= src.stat().st_mtime:
         return
@@ -119,41 +127,6 @@ def env_overlay_described() -> dict[str, str]:
         out["VIRTUAL_ENV"] = sys.prefix
     out["PYTHONDONTWRITEBYTECODE"] = "1"
     return out
-
-
-_SHELL_SAFE = re.compile(r"^[A-Za-z0-9_./+@%,:=-]+$")
-
-
-def shell_safe_root(root: str | os.PathLike) -> Path:
-    """`root` itself when a shell would pass its path through unchanged, else a link to it that a
-    shell passes unchanged: <tmp>/perfdag-roots-<uid>/<hash of the root> (a directory only this
-    user can write, so nobody can point the link elsewhere). Servers run in and name the link;
-    what they read is the root's own files."""
-    root = Path(root).resolve()
-    if _SHELL_SAFE.match(str(root)):
-        return root
-    base = next((Path(d) for d in (tempfile.gettempdir(), "/tmp", "/dev/shm")
-                 if _SHELL_SAFE.match(d) and os.path.isdir(d)), None)
-    if base is None:
-        raise ServerError(f"artifacts root {str(root)!r}: its path has characters the Triton Python backend's "
-                          "shell cannot pass, and no plain temporary directory exists to link it from; use a root "
-                          "whose path has only letters, digits and '_./+@%,:=-'")
-    links = base / f"perfdag-roots-{os.getuid()}"
-    with contextlib.suppress(FileExistsError):
-        links.mkdir(mode=0o700)
-    st = links.lstat()
-    if not links.is_dir() or links.is_symlink() or st.st_uid != os.getuid() or st.st_mode & 0o022:
-        raise ServerError(f"{links} is not a directory owned and writable only by this user; remove it, it is "
-                          "where perfdag links artifacts roots whose path a shell cannot pass")
-    link = links / hashlib.sha256(str(root).encode("utf-8", "surrogateescape")).hexdigest()[:16]
-    if not (link.is_symlink() and os.readlink(link) == str(root)):
-        tmp = links / f".{link.name}.{os.getpid()}"
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        os.symlink(root, tmp)
-        os.replace(tmp, link)
-    return link
-
 
 
 def cpu_argv(repo_dir: str, *, grpc_port: int | str, http_port: int | str, metrics_port: int | str,
