@@ -31,6 +31,7 @@ from harness.serving.agreement import Expected
 from harness.serving.launcher import external_servers, launch, launch_in_order
 from harness.serving.layout import LAUNCH_ORDER, node_targets, place, placed
 from harness.serving.ports import port_count_problems, server_ports
+from harness.serving.private import PLACEHOLDER, Plan, copies_of, pins_doc, pins_for, wrap
 from harness.serving.spec import LaunchSpec
 
 SERVER_PACKAGE = {"transformers": "transformers", "trtllm-serve": "tensorrt_llm", "vllm": "vllm",
@@ -198,17 +199,31 @@ class Launch(LaunchStep):
                    # chat servers are warmed up through chat; completions keys stay as they were
                    inputs={"protocol": proto} if (proto := self.protocol_for(w.params)) != self.protocol else {})
 
-    def _specs(self, p, repo_dir: str, model_dir: str, ports, root: str):
+    def _specs(self, p, repo_dir: str, model_dir: str, ports, root: str, plans=None):
+        # Each server runs from its private directory (serving/private.py): its configuration copied there,
+        # the model directory pinned; `repo_dir` and `model_dir` name them there.
         gpus = dp_gpus(p)
         specs = []
         for i in range(num_servers(p)):
             cfg = os.path.join(repo_dir, f"server_{i}", "extra_llm_api_options.yaml") \
                 if p.openai.server == "trtllm-serve" else None
-            specs.append(LaunchSpec(index=i, argv=server_argv(p, model_dir, ports[i], config_path=cfg),
+            specs.append(LaunchSpec(index=i, argv=wrap(server_argv(p, model_dir, ports[i], config_path=cfg)),
                                     host=p.openai.bind, ports={"serve": ports[i]}, models=(served_name(p),),
                                     env=server_env(p, gpus[i % len(gpus)]), protocol=self.protocol_for(p),
-                                    mode=p.openai.server, repo=os.path.join(repo_dir, f"server_{i}"), cwd=root))
+                                    mode=p.openai.server, repo=os.path.join(repo_dir, f"server_{i}"), cwd=root,
+                                    private=plans[i] if plans else None))
         return specs
+
+    def _plans(self, w: Work) -> tuple[list[Plan], str]:
+        """Each server's private directory (its configuration copied, the model directory pinned, wherever it
+        lies), and the model directory as the servers see it."""
+        root, repo = str(w.root), str(w.inputs["repo"])
+        model = os.path.normpath(os.path.join(root, w.layout["model"]))
+        outside = [model] if os.path.relpath(model, root).startswith("..") else []
+        pins = pins_for(root, w.verified, copied=(repo,), outside=outside)
+        plans = [Plan(root=root, copies=tuple(copies_of(repo, w.verified[repo], root, f"server_{i}")), pins=pins)
+                 for i in range(num_servers(w.params))]
+        return plans, plans[0].where(model)
 
     def _executed(self, w: Work) -> dict:
         p = w.params
@@ -221,8 +236,8 @@ class Launch(LaunchStep):
             rendered = render(p, instances, hosts, ports, "<layout>", "<model>")
             return normalise({"layout": rendered, "cwd": "<root>"})
         ports = p.openai.ports or ["<port>"] * num_servers(p)
-        specs = self._specs(p, f"<root>/{w.rel('repo')}", "<model>", ports, "<root>")
-        return normalise({"argv": [s.argv for s in specs], "env": [s.env for s in specs], "cwd": "<root>"})
+        specs = self._specs(p, f"{PLACEHOLDER}/{w.rel('repo')}", "<model>", ports, "<root>")
+        return normalise({"argv": [s.argv for s in specs], "env": [s.env for s in specs], "cwd": PLACEHOLDER})
 
     def run(self, w: Work) -> dict:
         p, o, root = w.params, w.params.openai, w.root
@@ -232,11 +247,12 @@ class Launch(LaunchStep):
         if p.layout is not None:
             return {"servers": self._launch_layout(w)}
         ports = [t[0] for t in server_ports(num_servers(p), o.bind, o.ports, per_server=1)]
-        specs = self._specs(p, os.path.join(str(root), w.rel("repo")), os.path.join(str(root), w.layout["model"]),
-                            ports, str(root))
+        plans, model = self._plans(w)
+        specs = self._specs(p, f"{PLACEHOLDER}/{w.rel('repo')}", model, ports, str(root), plans=plans)
         return {"servers": launch(specs, w.out_dir, root=w.root, ready_timeout_s=o.ready_timeout_s, warmup_prompt=[1, 2, 3, 4],
                                   streaming=False, on_spawn=w.on_spawn, log=w.log,
-                                  names={str(root): "<root>"})}
+                                  names={str(root): "<root>"}),
+                "loaded": pins_doc(plans, root)}
 
     def _launch_layout(self, w: Work) -> list[dict]:
         """The layout's instances on their nodes of the Slurm allocation, workers ready before the

@@ -15,6 +15,7 @@ thin wrappers around those plans. No luigi imports.
 """
 from __future__ import annotations
 
+import dataclasses
 from functools import lru_cache
 
 from harness.backends.base import Backend, Checks, Key, LaunchStep, Step, Work
@@ -41,6 +42,7 @@ from harness.serving.agreement import Expected
 from harness.serving.endpoints import parse_endpoints
 from harness.serving.launcher import external_servers, launch
 from harness.serving.ports import free_port, port_count_problems
+from harness.serving.private import PLACEHOLDER, Plan, copies_of, pins_doc, pins_for, wrap
 from harness.serving.triton.pbtxt import model_names
 
 __all__ = ["TrtllmBackend", "TrtllmError"]
@@ -136,8 +138,8 @@ class Launch(LaunchStep):
             return {}
         ports = [(g, "<http_port>", "<metrics_port>") for g in
                  (p.triton.grpc_ports or ["<grpc_port>"] * len(server_layout(p)))]
-        specs = tritonserver_commands(p, f"<root>/{w.rel('repo')}", ports, cwd="<root>")
-        return normalise({"argv": [s.argv for s in specs], "env": [s.env for s in specs], "cwd": "<root>"})
+        specs = tritonserver_commands(p, f"{PLACEHOLDER}/{w.rel('repo')}", ports, cwd="<root>")
+        return normalise({"argv": [wrap(s.argv) for s in specs], "env": [s.env for s in specs], "cwd": PLACEHOLDER})
 
     def run(self, w: Work) -> dict:
         p, t, root = w.params, w.params.triton, w.root
@@ -145,10 +147,18 @@ class Launch(LaunchStep):
             return {"servers": external_servers(parse_endpoints(t.endpoints),
                                                 model_names(t.model_name, p.runtime.instances_per_server),
                                                 t.ready_timeout_s)}
-        specs = tritonserver_commands(p, f"{root}/{w.rel('repo')}", pick_ports(p, free_port), cwd=str(root))
-        return {"servers": launch(specs, w.out_dir, root=w.root, ready_timeout_s=t.ready_timeout_s, warmup_prompt=[1, 2, 3, 4],
-                                  streaming=w.layout["decoupled"], on_spawn=w.on_spawn, log=w.log,
-                                  names={str(root): "<root>"})}
+        # Each server runs from its private directory (serving/private.py): its repository copied there, the
+        # engine pinned at the relative path the repository names from there (where it runs).
+        repo = str(w.inputs["repo"])
+        pins = pins_for(root, w.verified, copied=(repo,))
+        specs = tritonserver_commands(p, f"{PLACEHOLDER}/{w.rel('repo')}", pick_ports(p, free_port), cwd=str(root))
+        plans = [Plan(root=str(root), copies=tuple(copies_of(repo, w.verified[repo], root, f"server_{s.index}")),
+                      pins=pins) for s in specs]
+        specs = [dataclasses.replace(s, argv=wrap(s.argv), private=plan) for s, plan in zip(specs, plans)]
+        return {"servers": launch(specs, w.out_dir, root=w.root, ready_timeout_s=t.ready_timeout_s,
+                                  warmup_prompt=[1, 2, 3, 4], streaming=w.layout["decoupled"], on_spawn=w.on_spawn,
+                                  log=w.log, names={str(root): "<root>"}),
+                "loaded": pins_doc(plans, root)}
 
 
 class TrtllmBackend(Backend):

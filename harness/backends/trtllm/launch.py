@@ -8,8 +8,9 @@ Per server (see layout.py for the modes):
                 does; only rank 0 serves gRPC/HTTP, every rank its own python shm prefix.
 - orchestrator: `mpirun -n 1 tritonserver ...` with TRTLLM_ORCHESTRATOR=1: the backend spawns each
                 model's MPI workers (launch_triton_server.py --multi-model).
-`env` in a LaunchSpec is only what to set on top of the caller's environment. The servers run with
-their repository as the working directory, so config.pbtxt can name the engine by a relative path.
+`env` in a LaunchSpec is only what to set on top of the caller's environment. The servers run in their
+private directory (serving/private.py), where the repository is copied and the engine pinned at the
+paths they have under the root, so config.pbtxt names the engine by its path relative to the root.
 """
 from __future__ import annotations
 
