@@ -166,12 +166,26 @@ def gpu_overrides(tmp_path) -> str:
     return f"model.checkpoint={tmp_path / 'ckpt'},dataset.path={tmp_path / 'data.pkl'}"
 
 
+def launched_from(root, word: str) -> list[int]:
+    """pids of processes perfdag launched from this artifacts root (their environment names it: servers
+    run from their private directory, so their command lines name that, not the root) whose command
+    line holds `word`."""
+    from harness.serving.processes import ROOT_ENV, root_id
+
+    try:
+        rid = root_id(root)
+    except OSError:  # no such root (any more)
+        return []
+    return [p.pid for p in psutil.process_iter(["environ", "cmdline"])
+            if (p.info.get("environ") or {}).get(ROOT_ENV) == rid and word in " ".join(p.info.get("cmdline") or [])]
+
+
 def tritonservers_under(root) -> list[int]:
-    """pids of tritonserver processes whose command line points into this artifacts root. A child of
-    one of them is left out: between fork and exec, a Python-backend stub still carries its
-    tritonserver's command line (a loaded host stretches that window enough to be seen)."""
+    """pids of tritonserver processes launched from this artifacts root, or whose command line points
+    into it. A child of one of them is left out: between fork and exec, a Python-backend stub still
+    carries its tritonserver's command line (a loaded host stretches that window enough to be seen)."""
     out = subprocess.run(["pgrep", "-f", f"tritonserver.*{root}"], capture_output=True, text=True)
-    pids = [int(p) for p in out.stdout.split()]
+    pids = sorted({int(p) for p in out.stdout.split()} | set(launched_from(root, "tritonserver")))
     return [p for p in pids if _ppid(p) not in pids]
 
 
@@ -183,9 +197,10 @@ def _ppid(pid: int) -> int | None:
 
 
 def openai_servers_under(root) -> list[int]:
-    """pids of OpenAI-compatible servers (`transformers serve`, ...) whose command line points into this root."""
+    """pids of OpenAI-compatible servers (`transformers serve`, ...) launched from this root, or whose
+    command line points into it."""
     out = subprocess.run(["pgrep", "-f", f"serve .*{root}"], capture_output=True, text=True)
-    return [int(p) for p in out.stdout.split()]
+    return sorted({int(p) for p in out.stdout.split()} | set(launched_from(root, "serve ")))
 
 
 @contextlib.contextmanager

@@ -216,7 +216,8 @@ def test_every_problem_of_a_sweep_is_listed_at_once(tmp_path):
 
 def test_a_root_whose_path_a_shell_would_mangle_is_served(built_fast, tmp_path):
     """A space, non-ASCII and `$` in the root's path: Triton's Python backend starts its stub through
-    `bash -c`, so before the fix the server never became ready (and non-ASCII failed at once)."""
+    `bash -c`, so before the fix the server never became ready (and non-ASCII failed at once). Servers
+    run from their private directory, whose path is plain whatever the root's is."""
     root = tmp_path / "my runs" / "wé $HOME ïrd"
     shutil.copytree(built_fast, root, ignore=shutil.ignore_patterns("runs"))
     try:
@@ -224,16 +225,14 @@ def test_a_root_whose_path_a_shell_would_mangle_is_served(built_fast, tmp_path):
                          check=False, timeout=300)
         assert proc.returncode == 0, proc.stderr[-3000:]
         (srv,) = json.loads(next(root.glob("LaunchServers/*/servers.json")).read_text())["servers"]
-        assert all(str(root) not in str(v) for v in srv.values())  # records still say <root>
-        assert srv["repo"].startswith("<root>/")
+        assert all(str(root) not in str(v) for v in srv.values())  # records name no machine path of it
+        assert srv["repo"].startswith("<private>/")
         from harness.serving.launcher import servers_live
+        from harness.serving.records import servers_of
 
-        assert servers_live([srv])
-        from harness.serving.triton.server import shell_safe_root
-
-        served = shell_safe_root(root)  # what the server's argv names
-        assert len(tritonservers_under(served)) == 1
+        assert servers_live(servers_of([srv], "servers.json", root))  # read back from this root: ours
+        assert len(tritonservers_under(root)) == 1
     finally:
         subprocess.run([sys.executable, "-m", "pipeline", "servers", "stop", "--all"], cwd=REPO, capture_output=True,
                        env={**os.environ, "PERFDAG_ARTIFACTS": str(root)}, timeout=120)
-    assert not tritonservers_under(served)
+    assert not tritonservers_under(root)

@@ -15,10 +15,11 @@ What stays:
   within them: observations age like artifacts.
 What goes: every other published artifact (Sweep included) and observation, and `.tmp-*` / `.trash-*` dirs whose
 key lock is free (a dead builder's leftovers); of killed runs, their servers, the records of dead
-servers, the shared memory nobody maps and the LoadGen driver's semaphores. Never touched: runs/ (small history, only
+servers, the shared memory nobody maps, the LoadGen driver's semaphores, and the private directories of servers
+that are gone (outside the root: harness/serving/private.py). Never touched: runs/ (small history, only
 reported; a failed stage's kept files, runs/<id>/failed/*, and corrupt artifacts moved aside,
 runs/<id>/corrupt/*, age out after --keep-days), Nightly/
-(history), lock files, `.backends`, `.hashcache`.
+(history), lock files, `.backends` (no longer used: servers copy the Python backend from the wheel), `.hashcache`.
 
 Deleting takes the key's lock non-blocking (held: skipped), checks the artifact was not
 replaced or referenced by a run since the plan, renames it out of the stage directory (so no
@@ -51,6 +52,7 @@ from harness.cache.runs import RUNS, confined, parse_time, read_runs, run_is_liv
 from harness.cache.store import MANIFEST, lock_held, lock_path
 from harness.gc.leftovers import orphan_servers, orphan_shm
 from harness.loadgen import semaphores
+from harness.serving import private
 from harness.serving import launcher
 from harness.serving import records as untrusted
 from harness.serving.elsewhere import running_elsewhere
@@ -337,7 +339,8 @@ def _plan(root: Path, keep_days: float, now: datetime | None) -> Plan:
                            orphan_servers(root, lambda k: not lock_held(root, "LaunchServers", k))],
                "dead_records": [r["_file"] for r in registry.records()
                                 if not r.get("external") and not is_ours(r) and not running_elsewhere(r)],
-               "orphan_shm": orphan_shm(), "orphan_semaphores": semaphores.orphans()}
+               "orphan_shm": orphan_shm(), "orphan_semaphores": semaphores.orphans(),
+               "orphan_private": [str(d) for d in private.orphans()]}
     return Plan(root, keep_days, now, cutoff, entries, runs_info, {"nights": len(nights)}, skipped, warnings,
                 {r["file"]: r["mtime_ns"] for r in runs}, servers)
 
@@ -370,6 +373,11 @@ def _clean_servers(p: Plan) -> None:
     done["records"] = registry.sweep_dead()
     done["shm"] = len(remove_shm_files(orphan_shm()))
     done["semaphores"] = len(semaphores.remove(p.servers.get("orphan_semaphores", [])))
+    gone = {str(d) for d in private.orphans()}  # still gone now: never one a server started meanwhile
+    for d in p.servers.get("orphan_private", []):
+        if d in gone:
+            shutil.rmtree(d, ignore_errors=True)
+    done["private"] = len(gone & set(p.servers.get("orphan_private", [])))
     p.servers["done"] = done
 
 
@@ -482,13 +490,15 @@ def render(p: Plan, deleted: bool, verbose: bool = False) -> str:
     lines.append(f"Nightly/: {p.nightly['nights']} night(s) kept (gc never deletes Nightly history)")
     lines += [f"left alone: {s['id']}: {s['why']}" for s in p.skipped]
     sv = p.servers or {}
-    if sv.get("orphans") or sv.get("dead_records") or sv.get("orphan_shm") or sv.get("orphan_semaphores"):
+    if sv.get("orphans") or sv.get("dead_records") or sv.get("orphan_shm") or sv.get("orphan_semaphores") \
+            or sv.get("orphan_private"):
         verb = "stopped/removed" if deleted else "would stop/remove"
         lines.append(f"servers: {verb} {len(sv.get('orphans', []))} server(s) of launches that never published "
                      f"(pids {', '.join(str(o['pid']) for o in sv.get('orphans', [])) or '-'}), "
                      f"{len(sv.get('dead_records', []))} record(s) of dead servers, "
                      f"{len(sv.get('orphan_shm', []))} shared-memory region(s) nobody maps, "
-                     f"{len(sv.get('orphan_semaphores', []))} semaphore(s) of killed LoadGen drivers")
+                     f"{len(sv.get('orphan_semaphores', []))} semaphore(s) of killed LoadGen drivers, "
+                     f"{len(sv.get('orphan_private', []))} private server director(y/ies) of servers that are gone")
     lines += [f"warning: {w}" for w in p.warnings]
     return "\n".join(lines)
 

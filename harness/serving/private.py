@@ -164,6 +164,30 @@ def remove(token: str) -> None:
             shutil.rmtree(d, ignore_errors=True)
 
 
+def orphans(min_age_s: float = 60.0) -> list[Path]:
+    """Private directories whose server is gone (no process carries their token: a killed run's, or a
+    server that died), older than `min_age_s` so that one being made is never touched."""
+    import time
+
+    import psutil
+
+    from harness.serving.processes import TOKEN, TOKEN_ENV
+
+    try:
+        base = private_base()
+    except (OSError, PrivateCopyError):
+        return []
+    live = {(p.info.get("environ") or {}).get(TOKEN_ENV) for p in psutil.process_iter(["environ"])}
+    out = []
+    for d in sorted(base.iterdir()):
+        with contextlib.suppress(OSError):
+            st = d.lstat()
+            if TOKEN.fullmatch(d.name) and stat.S_ISDIR(st.st_mode) and d.name not in live \
+                    and time.time() - st.st_mtime > min_age_s:
+                out.append(d)
+    return out
+
+
 def wrap(argv: Iterable[str]) -> list[str]:
     """The command that makes the private directory, then becomes `argv` (PLACEHOLDER filled in)."""
     return [sys.executable, "-c", BOOT, "--", *map(str, argv)]
