@@ -15,7 +15,7 @@ the cache (posix_fadvise DONTNEED, no root needed; "cold") and read just before 
 - wrapper: `python -m harness.serving.private`'s work, started as a launch starts it (a process: Python's
   start, the repository and Triton's Python backend copied and verified, the engine pinned), with a
   stand-in for the server (`true`);
-- after ready: every pinned file read again through the server's /proc link (private.changes, fresh);
+- after ready: every pinned file read again through the server's /proc link (harness/serving/pinned.py, fresh);
 - measurement before / after: a measuring stage's checks (before: once per identity, so in a new
   process a full read; after: always a full read);
 - reuse check: a cached run's `usable` (inodes and times only: a stat per file).
@@ -47,7 +47,7 @@ from verify_cost import drop_cache, read_all, write_safetensors  # noqa: E402 - 
 
 from harness.cache import integrity  # noqa: E402
 from harness.cache.store import ArtifactStore  # noqa: E402
-from harness.serving import private  # noqa: E402
+from harness.serving import pinned, private  # noqa: E402
 from harness.serving.processes import TOKEN_ENV  # noqa: E402
 from harness.serving.triton.server import backend_copies  # noqa: E402
 
@@ -100,7 +100,7 @@ def once(root: Path, verified: dict, repo_dir: Path, weights: Path, cold: bool) 
     plan = timed("plan", lambda: private.Plan(
         root=str(root), copies=(*private.copies_of(repo_dir, verified[str(repo_dir)], root, "server_0"),
                                 *backend_copies()),
-        pins=private.pins_for(root, verified, copied=(str(repo_dir),)), empty=(f"backend/python/{private.BLOCKER}",)))
+        pins=pinned.pins_for(root, verified, copied=(str(repo_dir),)), empty=(f"backend/python/{private.BLOCKER}",)))
     token = secrets.token_hex(16)
     env = {**os.environ, TOKEN_ENV: token, private.PLAN_ENV: plan.to_json()}
     where = private.private_base() / token
@@ -108,11 +108,11 @@ def once(root: Path, verified: dict, repo_dir: Path, weights: Path, cold: bool) 
         done = timed("wrapper", lambda: subprocess.run(private.wrap(["true"]), cwd=root, env=env))
         assert done.returncode == 0
         # the stand-in exited, so its /proc link is gone: the launch's check goes through the paths the pins name
-        assert timed("after ready", lambda: private.changes(plan.pins, None, mode="fresh")) == []
+        assert timed("after ready", lambda: pinned.changes(plan.pins, None, mode="fresh")) == []
         integrity._DIGESTS.clear()  # the measurement in a new process (a later run on live servers)
-        assert timed("measurement before", lambda: private.changes(plan.pins, mode="memo")) == []
-        assert timed("measurement after", lambda: private.changes(plan.pins, mode="fresh")) == []
-        assert timed("reuse check", lambda: private.changes(plan.pins, mode="identity")) == []
+        assert timed("measurement before", lambda: pinned.changes(plan.pins, mode="memo")) == []
+        assert timed("measurement after", lambda: pinned.changes(plan.pins, mode="fresh")) == []
+        assert timed("reuse check", lambda: pinned.changes(plan.pins, mode="identity")) == []
     finally:
         shutil.rmtree(where, ignore_errors=True)
     return out

@@ -17,7 +17,9 @@ from harness.errors import ArtifactError, PerfdagError, ServingError
 from harness.cache import signing
 from harness.serving.agreement import disagreements, external_records, not_listening
 from harness.serving.elsewhere import addressed, reachable_from_here, running_elsewhere
-from harness.serving.private import PrivateCopyError, changes, pins_of
+from harness.serving.launcher import is_ours
+from harness.serving.pinned import NotAsVerified, changes, pins_of
+from harness.serving.private import PrivateDirError, dir_problems, private_dir
 from harness.serving.records import as_written, read_servers, servers_of
 from harness.untrusted.records import ignored
 from harness.serving.registry import ServerRegistry
@@ -86,6 +88,20 @@ class LaunchServers(StageTask):
             return ["it differs from the servers its manifest recorded at launch"]
         return []
 
+    def own_problems(self, manifest: dict, full: bool = False) -> list[str]:
+        """Its records' files, and with `full` (`--verify`) every file its live servers execute or read: each
+        private directory on this host, its copies and its pins read again (serving/private.py)."""
+        out = super().own_problems(manifest, full)
+        for i, rec in enumerate(self.servers() if full else []):
+            try:
+                where = private_dir(rec["token"]) if not rec.get("external") and is_ours(rec) else None
+            except PrivateDirError as e:
+                out.append(f"{self.stage} {self.key[:16]}: {e}")
+                break
+            if where is not None and where.is_dir():
+                out += [f"{self.stage} {self.key[:16]}: server {i}'s private directory: {p}" for p in dir_problems(where)]
+        return out
+
     def measured_servers(self) -> list[dict]:
         """The servers a measurement goes to: the checked records, each (where perfdag launched it here)
         a process of this root that listens where its record says. Refused records fail the measurement."""
@@ -112,7 +128,15 @@ class LaunchServers(StageTask):
         """How what its servers read in place (the pinned engine or checkpoint) differs from what was
         verified at their launch (serving/private.py; `mode` as there): empty when unchanged."""
         m = manifest if manifest is not None else self.manifest()
-        return changes(pins_of((m or {}).get("loaded"), self.store.root), mode=mode)
+        if m is None or not self.launches():  # servers at endpoints read nothing of the root
+            return []
+        if why := signing.problem(m, self.store.signing_key):  # what is checked below is the manifest's word
+            return [f"LaunchServers {self.key[:16]}: its manifest: {why}"]
+        doc = m.get("loaded")
+        pins = pins_of(doc, self.store.root)
+        if not isinstance(doc, list) or len(pins) != len(doc):
+            return [f"LaunchServers {self.key[:16]}: its manifest does not record what its servers read in place"]
+        return changes(pins, mode=mode)
 
     def check_loaded(self, stage: str, when: str, *, mode: str) -> None:
         """A measurement (`stage`) of these servers is valid only while what they loaded in place is what was
@@ -239,7 +263,7 @@ class LaunchServers(StageTask):
             try:
                 done = step.run(self.work(running=True, out_dir=out_dir, final_dir=self.artifact_dir, layout=layout,
                                           on_spawn=on_spawn, log=log.info, verified=verified))
-            except PrivateCopyError as e:  # a file changed between the check and the load: rebuild what changed
+            except NotAsVerified as e:  # a file changed between the check and the load: rebuild what changed
                 self.served_problems(move_aside=True)
                 raise ArtifactError(f"LaunchServers {self.key[:16]}: {e}; {lifecycle.rerun_hint()} to launch "
                                     "them on the published files") from None

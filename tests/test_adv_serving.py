@@ -29,7 +29,7 @@ import psutil
 import pytest
 from conftest import FAST, REPO, copied_root, luigi_cmd, run_luigi, run_records, statuses, tritonservers_under
 
-from harness.serving import private
+from harness.serving import pinned, private
 from harness.serving.processes import TOKEN_ENV, root_id, spawn
 
 pytestmark = pytest.mark.timeout(600)
@@ -210,6 +210,14 @@ def test_code_planted_under_the_root_never_runs_in_a_server(root, tmp_path):
         proc_cwd = Path(psutil.Process(srv["pid"]).cwd())
         assert proc_cwd.parent == private.private_base() and proc_cwd.name == srv["token"]
         assert stat.S_IMODE(os.stat(proc_cwd).st_mode) == 0o700
+
+        # `status --verify` covers every file the server executes: its private copies, read again
+        verify = ["status", "--json", "--verify", "--overrides", FAULT]
+        assert {r["stage"]: r for r in json.loads(cli(root, *verify).stdout)}["LaunchServers"]["status"] == "cached"
+        utils = proc_cwd / "backend" / "python" / "triton_python_backend_utils.py"
+        edit_in_place(utils, b"#" * 8)
+        row = {r["stage"]: r for r in json.loads(cli(root, *verify).stdout)}["LaunchServers"]
+        assert row["status"] == "corrupt" and "triton_python_backend_utils.py" in json.dumps(row["changed"]), row
     finally:
         stop(root)
     assert not (private.private_base() / srv["token"]).exists()  # stopped: its private directory went with it
@@ -363,17 +371,17 @@ def test_the_private_directory_is_refused_where_others_could_touch_it(tmp_path, 
     assert private.private_base() == b and stat.S_IMODE(b.stat().st_mode) == 0o700
 
     b.chmod(0o755)
-    with pytest.raises(private.PrivateCopyError, match="only you can use"):
+    with pytest.raises(private.PrivateDirError, match="only you can use"):
         private.private_base()
     b.rmdir()
     b.symlink_to(tmp_path)
-    with pytest.raises(private.PrivateCopyError, match="only you can use"):
+    with pytest.raises(private.PrivateDirError, match="only you can use"):
         private.private_base()
     b.unlink()
     if os.getuid() == 0:
         b.mkdir(mode=0o700)
         os.chown(b, 65534, -1)
-        with pytest.raises(private.PrivateCopyError, match="only you can use"):
+        with pytest.raises(private.PrivateDirError, match="only you can use"):
             private.private_base()
         b.rmdir()
 
@@ -381,7 +389,7 @@ def test_the_private_directory_is_refused_where_others_could_touch_it(tmp_path, 
     shared.mkdir()
     shared.chmod(0o777)  # writable by all, not sticky: someone could rename the base away and put another there
     base_under(shared)
-    with pytest.raises(private.PrivateCopyError, match="writable by others"):
+    with pytest.raises(private.PrivateDirError, match="writable by others"):
         private.private_base()
     shared.chmod(0o1777)  # as /tmp
     base_under(shared)
@@ -390,12 +398,12 @@ def test_the_private_directory_is_refused_where_others_could_touch_it(tmp_path, 
     artifacts = tmp_path / "artifacts"
     (artifacts / "tmp").mkdir(parents=True)
     base_under(artifacts / "tmp")
-    with pytest.raises(private.PrivateCopyError, match="lies in the artifacts root"):
+    with pytest.raises(private.PrivateDirError, match="lies in the artifacts root"):
         private.private_base(artifacts)
     spaced = tmp_path / "with space"
     spaced.mkdir()
     base_under(spaced)
-    with pytest.raises(private.PrivateCopyError, match="cannot pass through its shell"):
+    with pytest.raises(private.PrivateDirError, match="cannot pass through its shell"):
         private.private_base()
 
 
@@ -456,7 +464,7 @@ def chain(tmp_path):
                                                  "engine/config.json": b"{}"})
     verified = {str(repo): rm, str(engine): em}
     plan = private.Plan(root=str(root), copies=tuple(private.copies_of(repo, rm, root, "server_0")),
-                        pins=private.pins_for(root, verified, copied=(str(repo),)), empty=("backend/__pycache__",))
+                        pins=pinned.pins_for(root, verified, copied=(str(repo),)), empty=("backend/__pycache__",))
     return root, plan, repo, engine
 
 
@@ -515,7 +523,7 @@ def test_a_pinned_file_changed_after_it_was_verified_is_seen(chain, tamper):
     root, plan, repo, engine = chain
     w = engine / "engine" / "weights.safetensors"
     data = w.read_bytes()
-    assert private.changes(plan.pins, mode="fresh") == [] and private.changes(plan.pins, mode="identity") == []
+    assert pinned.changes(plan.pins, mode="fresh") == [] and pinned.changes(plan.pins, mode="identity") == []
     if tamper == "same-size edit":
         edit_in_place(w, b"\0" * 16)
     elif tamper == "edit and restore":
@@ -529,7 +537,7 @@ def test_a_pinned_file_changed_after_it_was_verified_is_seen(chain, tamper):
     else:
         (engine / "engine" / "extra.py").write_text("print('x')")
     for mode in ("identity", "fresh"):
-        assert any(str(engine) in p for p in private.changes(plan.pins, mode=mode)), (tamper, mode)
+        assert any(str(engine) in p for p in pinned.changes(plan.pins, mode=mode)), (tamper, mode)
 
 
 # --- the GPU backends' launches, rendered and run with a stand-in server --------------------------------------

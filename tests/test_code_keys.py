@@ -49,6 +49,12 @@ NOT_SHAPING = {
     "harness.serving.spec": "", "harness.serving.elsewhere": "",
     "harness.gc.leftovers": "", "harness.serving.endpoints": "", "harness.serving.triton.client": "",
     "harness.serving.records": "checks what is read back of servers, never what a stage computes",
+    "harness.serving.agreement": "checks records against the parameters (which are keyed), never what a stage computes",
+    "harness.serving.private": "copies and pins what was verified, byte for byte; the command that does it is keyed "
+                               "as executed",
+    "harness.serving.pinned": "checks what servers read in place against what was verified; computes nothing",
+    "harness.cache.signing": "checks a manifest's signature; computes nothing",
+    "harness.untrusted.records": "reports records perfdag will not act on",
     "harness.loadgen.semaphores": "names the driver's semaphores so they can be cleaned up; no results",
     "harness.serving.triton.server": "what it renders (argv, env) is keyed as executed",
     "harness.serving.triton.pbtxt": "what it renders (config.pbtxt) is keyed as executed",

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 from harness.cache.executed import normalise
-from harness.serving import private, records
+from harness.serving import pinned, private, records
 from harness.serving.elsewhere import reachable_from_here, running_elsewhere
 from harness.serving.ports import port_in_use
 from harness.serving.processes import (
@@ -206,12 +206,12 @@ def loaded_as_verified(specs: Sequence[LaunchSpec], started: Sequence[Process], 
             continue
         where = private.private_dir(proc.token) if local else None
         pins = spec.private.pins
-        problems += private.changes([p for p in pins if p.src not in read], where, mode="fresh")
-        problems += private.changes([p for p in pins if p.src in read], where, mode="memo")  # read just now
+        problems += pinned.changes([p for p in pins if p.src not in read], where, mode="fresh")
+        problems += pinned.changes([p for p in pins if p.src in read], where, mode="memo")  # read just now
         problems += private.copy_changes(spec.private, where) if where is not None else []
         read |= {p.src for p in pins}
     if problems:
-        raise private.PrivateCopyError("what the servers loaded is not what was verified before they started "
+        raise pinned.NotAsVerified("what the servers loaded is not what was verified before they started "
                                        "(changed between the check and the load)", list(dict.fromkeys(problems)))
     if read:
         log(f"loaded as verified: {len(read)} pinned director{'y' if len(read) == 1 else 'ies'} read again in "

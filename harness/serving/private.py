@@ -3,8 +3,9 @@
 Whoever can write the artifacts root can change a file between the check before a launch and the
 moment a server reads it. So a launched server runs from a directory of its own that only this user
 can write, `<tmp>/perfdag-private-<uid>/<launch token>/` (mode 0700, outside the root, its parents
-writable by nobody else but through a sticky bit), made by `python -m harness.serving.private`
-(`main`), which perfdag runs in place of the server and which then becomes it (exec):
+writable by nobody else but through a sticky bit), made by this module's `main` (`wrap`: run with
+`python -c`, so that nothing is imported from the directory it starts in), which perfdag runs in
+place of the server and which then becomes it (exec):
 
 - What a server executes or is configured by (a Triton repository's model.py and config.pbtxt, an
   OpenAI server's YAML, Triton's Python-backend directory) is copied there, each file hashed as it
@@ -12,13 +13,12 @@ writable by nobody else but through a sticky bit), made by `python -m harness.se
   once written. A byte changed in the root before the copy is refused; one changed after it is
   never read. Bytecode caches are blocked by empty files named `__pycache__`.
 - What is read in place (an engine's or a checkpoint's directory: weights and their JSON) is
-  pinned: the directory is opened, its inode and ctime compared with those that were verified, and
-  the server reaches it through `/proc/<its pid>/fd/<n>`, a link that names that very directory for
-  as long as the server lives (a directory swapped in at the same path is never seen). Its files
-  are looked up by name in it, so the launch checks them again once the server is ready (`changes`):
-  an edit moves a file's ctime, a rename its inode or its directory's ctime, whatever bytes the file
-  holds afterwards; every byte is read again too. The measuring stages check again before and after
-  each measurement, and a change fails it.
+  pinned (harness/serving/pinned.py): the directory is opened, its inode and ctime compared with
+  those that were verified, and the server reaches it through `/proc/<its pid>/fd/<n>`, a link that
+  names that very directory for as long as the server lives (a directory swapped in at the same
+  path is never seen). Its files are looked up by name in it, so the launch checks them again once
+  the server is ready (serving/launcher.py), and the measuring stages before and after each
+  measurement; a change fails them.
 - The server runs in that directory, so what Python finds on an empty or relative search path (the
   Triton stub puts '' first) is only what was copied; PYTHONPATH entries inside the root are dropped.
 
@@ -35,15 +35,19 @@ import shutil
 import stat
 import sys
 import tempfile
-from dataclasses import asdict, dataclass, field
+import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable, Mapping
 
 from harness.cache import integrity
 from harness.errors import ArtifactError, ServingError
+from harness.serving.pinned import NotAsVerified, Pinned, changes, from_doc
+from harness.serving.processes import TOKEN, TOKEN_ENV, processes_with_token
 
 PLACEHOLDER = "<private>"  # in a server's argv: its private directory, filled in by `main`
 PLAN_ENV = "PERFDAG_PRIVATE_PLAN"
+PLAN_FILE = ".plan.json"  # the plan, kept in the private directory: what `status --verify` checks it against
 BLOCKER = "__pycache__"
 # What runs in place of the server: this module, imported with the current directory (the root) off
 # the search path (`-m` would import from it), then exec'd into the server.
@@ -51,8 +55,8 @@ BOOT = "import sys; sys.path.pop(0); from harness.serving.private import main; m
 _SHELL_SAFE = re.compile(r"^[A-Za-z0-9_./+@%,:=-]+$")  # Triton's Python backend starts its stub through a shell
 
 
-class PrivateCopyError(ArtifactError):
-    """What a server would load is not what was verified, or has no safe private directory."""
+class PrivateDirError(ServingError):
+    """No directory only this user can write, outside the root, for a server's private copy."""
 
 
 @dataclass(frozen=True)
@@ -62,17 +66,6 @@ class Copied:
     dest: str         # relative to the private directory
     digest: str       # what was verified (the published manifest's)
     mode: int = 0o600
-
-
-@dataclass(frozen=True)
-class Pinned:
-    """A directory read in place, pinned for the server's life; what it held when it was verified."""
-    src: str                               # absolute
-    dest: str                              # the link's path, relative to the private directory
-    ident: tuple[int, int]                 # (inode, ctime_ns) of the directory
-    dirs: Mapping[str, tuple[int, int]]    # relative sub-directory: (inode, ctime_ns)
-    files: Mapping[str, tuple]             # relative file: (inode, size, mtime_ns, ctime_ns, digest)
-    links: Mapping[str, str] = field(default_factory=dict)  # relative link inside it: its target
 
 
 @dataclass(frozen=True)
@@ -90,7 +83,7 @@ class Plan:
     def from_json(cls, text: str) -> "Plan":
         doc = json.loads(text)
         return cls(root=doc["root"], copies=tuple(Copied(**c) for c in doc["copies"]),
-                   pins=tuple(_pin(p) for p in doc["pins"]), empty=tuple(doc["empty"]))
+                   pins=tuple(from_doc(p) for p in doc["pins"]), empty=tuple(doc["empty"]))
 
     def where(self, path: str | os.PathLike) -> str:
         """`path` (a served file or directory, absolute) as the server sees it: under PLACEHOLDER."""
@@ -104,12 +97,6 @@ class Plan:
         return f"{PLACEHOLDER}/{rel}"
 
 
-def _pin(doc: dict) -> Pinned:
-    return Pinned(src=doc["src"], dest=doc["dest"], ident=tuple(doc["ident"]),
-                  dirs={k: tuple(v) for k, v in doc["dirs"].items()},
-                  files={k: tuple(v) for k, v in doc["files"].items()}, links=dict(doc.get("links") or {}))
-
-
 # --- the private directory --------------------------------------------------------------------------
 
 def _safe_parents(path: Path) -> None:
@@ -118,11 +105,11 @@ def _safe_parents(path: Path) -> None:
     for d in [path, *path.parents]:
         st = d.lstat()
         if st.st_uid not in (0, os.getuid()):
-            raise PrivateCopyError(f"{d} belongs to uid {st.st_uid}: the directory for servers' private copies "
-                                   f"must lie where only root and you can rename things; set TMPDIR elsewhere")
+            raise PrivateDirError(f"{d} belongs to uid {st.st_uid}: the directory for servers' private copies "
+                                  f"must lie where only root and you can rename things; set TMPDIR elsewhere")
         if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
-            raise PrivateCopyError(f"{d} is writable by others (mode {st.st_mode & 0o7777:o}, not sticky): the "
-                                   "directory for servers' private copies must not lie below it; set TMPDIR elsewhere")
+            raise PrivateDirError(f"{d} is writable by others (mode {st.st_mode & 0o7777:o}, not sticky): the "
+                                  "directory for servers' private copies must not lie below it; set TMPDIR elsewhere")
 
 
 def private_base(root: str | os.PathLike | None = None) -> Path:
@@ -131,20 +118,20 @@ def private_base(root: str | os.PathLike | None = None) -> Path:
     tmp = Path(os.path.realpath(tempfile.gettempdir()))
     base = tmp / f"perfdag-private-{os.getuid()}"
     if not _SHELL_SAFE.match(str(base)):
-        raise PrivateCopyError(f"{base}: the temporary directory's path has characters Triton's Python backend "
-                               "cannot pass through its shell; set TMPDIR to a plain path (letters, digits, '_./-')")
+        raise PrivateDirError(f"{base}: the temporary directory's path has characters Triton's Python backend "
+                              "cannot pass through its shell; set TMPDIR to a plain path (letters, digits, '_./-')")
     if root is not None:
         real = os.path.realpath(root)
         if str(base) == real or str(base).startswith(real + os.sep):
-            raise PrivateCopyError(f"{base} lies in the artifacts root {real}, which others may write; set TMPDIR "
-                                   "to a directory outside it")
+            raise PrivateDirError(f"{base} lies in the artifacts root {real}, which others may write; set TMPDIR "
+                                  "to a directory outside it")
     _safe_parents(tmp)
     with contextlib.suppress(FileExistsError):
         base.mkdir(mode=0o700)
     st = base.lstat()
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
-        raise PrivateCopyError(f"{base} is not a directory of yours that only you can use (mode "
-                               f"{st.st_mode & 0o7777:o}, uid {st.st_uid}); remove it: perfdag makes it anew")
+        raise PrivateDirError(f"{base} is not a directory of yours that only you can use (mode "
+                              f"{st.st_mode & 0o7777:o}, uid {st.st_uid}); remove it: perfdag makes it anew")
     return base
 
 
@@ -154,11 +141,9 @@ def private_dir(token: str, base: Path | None = None) -> Path:
 
 def remove(token: str) -> None:
     """Removes the private directory of the server launched with `token`, once no process carries it."""
-    from harness.serving.processes import TOKEN, processes_with_token
-
     if not isinstance(token, str) or not TOKEN.fullmatch(token) or processes_with_token(token):
         return
-    with contextlib.suppress(OSError, PrivateCopyError):
+    with contextlib.suppress(OSError, PrivateDirError):
         d = private_dir(token)
         if d.is_dir() and not d.is_symlink():
             shutil.rmtree(d, ignore_errors=True)
@@ -167,15 +152,11 @@ def remove(token: str) -> None:
 def orphans(min_age_s: float = 60.0) -> list[Path]:
     """Private directories whose server is gone (no process carries their token: a killed run's, or a
     server that died), older than `min_age_s` so that one being made is never touched."""
-    import time
-
-    import psutil
-
-    from harness.serving.processes import TOKEN, TOKEN_ENV
+    import psutil  # (as processes.py does: off the import of this module, which runs before every server)
 
     try:
         base = private_base()
-    except (OSError, PrivateCopyError):
+    except (OSError, PrivateDirError):
         return []
     live = {(p.info.get("environ") or {}).get(TOKEN_ENV) for p in psutil.process_iter(["environ"])}
     out = []
@@ -193,85 +174,7 @@ def wrap(argv: Iterable[str]) -> list[str]:
     return [sys.executable, "-c", BOOT, "--", *map(str, argv)]
 
 
-# --- what a launch verifies and plans (in the launching process) ------------------------------------
-
-def _walk(fd: int, manifest: Mapping[str, dict] | None, under: str, mode: str,
-          rel: str = "") -> tuple[dict, dict, dict, list[str]]:
-    """(dirs, files, links, problems) of the open directory `fd`, every file hashed through its own
-    descriptor (`mode`: "fresh" reads every byte, "memo" once per identity in this process, "identity"
-    none: its digest is None); with `manifest` (an artifact's files; those below `under`, a prefix
-    ending in '/' or ''), compared with it."""
-    dirs, files, links, problems = {}, {}, {}, []
-    for entry in sorted(os.listdir(fd)):
-        name = f"{rel}{entry}"
-        st = os.stat(entry, dir_fd=fd, follow_symlinks=False)
-        if stat.S_ISDIR(st.st_mode):
-            sub = os.open(entry, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-            try:
-                d, f, ln, pr = _walk(sub, manifest, under, mode, f"{name}/")
-                dirs[name] = (os.fstat(sub).st_ino, os.fstat(sub).st_ctime_ns)
-            finally:
-                os.close(sub)
-            dirs.update(d), files.update(f), links.update(ln)
-            problems += pr
-        elif stat.S_ISLNK(st.st_mode):
-            links[name] = os.readlink(entry, dir_fd=fd)
-        elif stat.S_ISREG(st.st_mode):
-            ffd = os.open(entry, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=fd)
-            try:
-                digest, fst = (None, os.fstat(ffd)) if mode == "identity" else \
-                    integrity.fd_digest(ffd, fresh=mode == "fresh")
-            finally:
-                os.close(ffd)
-            files[name] = (fst.st_ino, fst.st_size, fst.st_mtime_ns, fst.st_ctime_ns, digest)
-        else:
-            problems.append(f"{name}: a {integrity.kind(st.st_mode)}")
-    if manifest is not None and not rel:
-        published = {r[len(under):]: v for r, v in manifest.items() if r.startswith(under)}
-        for name, (*_, digest) in files.items():
-            if name == integrity.MANIFEST and not under:
-                continue
-            if name not in published:
-                problems.append(f"{name}: not part of the published artifact")
-            elif published[name]["digest"] != digest:
-                problems.append(f"{name}: content differs from what was published")
-        problems += [f"{name}: missing" for name in published if name not in files]
-    return dirs, files, links, problems
-
-
-def pin(src: str | os.PathLike, dest: str, manifest: Mapping | None = None, under: str = "") -> Pinned:
-    """What `src` holds now (each file read once per identity in this process: the check before the
-    launch read it already), compared with the published `manifest` (of the artifact `src` lies in, at
-    `under` inside it) when given."""
-    src = os.path.normpath(os.fspath(src))
-    prefix = f"{under.rstrip('/')}/" if under else ""
-    fd = os.open(src, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        st = os.fstat(fd)
-        dirs, files, links, problems = _walk(fd, None if manifest is None else manifest.get("files") or {},
-                                             prefix, "memo")
-        if os.fstat(fd).st_ctime_ns != st.st_ctime_ns:
-            problems.append("its entries changed while it was verified")
-    finally:
-        os.close(fd)
-    if manifest is not None:
-        published = {k[len(prefix):]: v for k, v in (manifest.get("links") or {}).items() if k.startswith(prefix)}
-        problems += [f"{name}: symlink to {target}, not part of the published artifact"
-                     for name, target in links.items() if published.get(name) != target]
-    if problems:
-        raise PrivateCopyError(f"{src}: not what was verified", problems)
-    return Pinned(src=src, dest=dest, ident=(st.st_ino, st.st_ctime_ns), dirs=dirs, files=files, links=links)
-
-
-def pins_for(root: str | os.PathLike, verified: Mapping[str, Mapping], copied: Iterable[str] = (),
-             outside: Iterable[str | os.PathLike] = ()) -> tuple[Pinned, ...]:
-    """The pins of a launch: every verified artifact (its directory: manifest) but those `copied`, at its
-    place relative to the root, compared with its manifest; directories `outside` the root (a checkpoint a
-    server loads from there) as `outside/<i>`."""
-    out = [pin(d, os.path.relpath(d, root), m) for d, m in sorted(verified.items()) if d not in set(copied)]
-    out += [pin(d, f"outside/{i}") for i, d in enumerate(outside)]
-    return tuple(out)
-
+# --- what a launch plans (in the launching process) ---------------------------------------------------
 
 def copies_of(artifact_dir: str | os.PathLike, manifest: Mapping, root: str | os.PathLike,
               sub: str = "") -> list[Copied]:
@@ -281,8 +184,8 @@ def copies_of(artifact_dir: str | os.PathLike, manifest: Mapping, root: str | os
     rel = os.path.relpath(artifact_dir, root)
     prefix = f"{sub.rstrip('/')}/" if sub else ""
     if any(name.startswith(prefix) for name in manifest.get("links") or {}):
-        raise PrivateCopyError(f"{artifact_dir}: publishes links under {sub or '.'}; a server's private copy "
-                               "holds files only")
+        raise NotAsVerified(f"{artifact_dir}: publishes links under {sub or '.'}; a server's private copy "
+                            "holds files only")
     return [Copied(src=os.path.join(artifact_dir, name), dest=f"{rel}/{name}", digest=info["digest"])
             for name, info in sorted((manifest.get("files") or {}).items()) if name.startswith(prefix)]
 
@@ -295,66 +198,6 @@ def file_copy(src: str | os.PathLike, dest: str, mode: int = 0o600) -> Copied:
     finally:
         os.close(fd)
     return Copied(src=os.fspath(src), dest=dest, digest=digest, mode=mode)
-
-
-def pins_doc(plans: Iterable[Plan], root: str | os.PathLike) -> list[dict]:
-    """What a LaunchServers manifest keeps of its servers' pins (the measuring stages check them again),
-    each once, by its path relative to the root where it lies in it (the root may move)."""
-    out: dict[str, dict] = {}
-    for plan in plans:
-        for p in plan.pins:
-            rel = os.path.relpath(p.src, root)
-            out.setdefault(p.src, {**asdict(p), "src": p.src if rel.startswith("..") else rel})
-    return list(out.values())
-
-
-def pins_of(doc, root: str | os.PathLike) -> list[Pinned]:
-    """The pins a LaunchServers manifest recorded (none for one made before pins, or a malformed one)."""
-    try:
-        pins = [_pin(d) for d in doc or []]
-    except (KeyError, TypeError, ValueError, AttributeError):
-        return []
-    return [Pinned(**{**asdict(p), "src": os.path.normpath(os.path.join(root, p.src))}) for p in pins]
-
-
-def changes(pins: Iterable[Pinned], private: Path | None = None, *, mode: str = "fresh") -> list[str]:
-    """How the pinned directories differ from what was verified: through the server's own links under
-    its `private` directory, else through their paths (a server on another node, or a measurement).
-    `mode`: "fresh" reads every file again, "memo" once per identity in this process, "identity" only
-    compares inodes, sizes, times (a stat per entry). Empty: the same inodes, ctimes and bytes."""
-    out = []
-    for p in pins:
-        path = private / p.dest if private is not None else Path(p.src)
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-        except OSError as e:
-            out.append(f"{p.src}: {e.strerror or e}")
-            continue
-        try:
-            st = os.fstat(fd)
-            if (st.st_ino, st.st_ctime_ns) != tuple(p.ident):
-                out.append(f"{p.src}: the directory was replaced or its entries changed since it was verified")
-                continue
-            dirs, files, links, problems = _walk(fd, None, "", mode)
-        finally:
-            os.close(fd)
-        out += [f"{p.src}/{x}" for x in problems]
-        for name in sorted(set(p.files) | set(files)):
-            then, now = p.files.get(name), files.get(name)
-            if then is None or now is None:
-                out.append(f"{p.src}/{name}: {'appeared' if then is None else 'gone'} since it was verified")
-            elif tuple(now[:4]) != tuple(then[:4]):
-                now_bytes = "" if now[4] is None else (": other bytes now" if now[4] != then[4] else
-                                                       ": the same bytes now, but not since then")
-                out.append(f"{p.src}/{name}: written, touched or replaced since it was verified{now_bytes}")
-            elif now[4] is not None and now[4] != then[4]:
-                out.append(f"{p.src}/{name}: content differs from what was verified")
-        for name in sorted(set(p.dirs) | set(dirs)):
-            if tuple(p.dirs.get(name, ())) != tuple(dirs.get(name, ())):
-                out.append(f"{p.src}/{name}/: replaced or changed since it was verified")
-        if dict(p.links) != links:
-            out.append(f"{p.src}: its links changed since it was verified")
-    return out
 
 
 def copy_changes(plan: Plan, private: Path) -> list[str]:
@@ -392,12 +235,12 @@ def _copy(c: Copied, into: Path) -> None:
     finally:
         os.close(src)
     if f"{name}:{h.hexdigest()}" != c.digest:
-        raise PrivateCopyError(f"{c.src}: content differs from what was verified before the launch; not starting "
-                               "the server on it")
+        raise NotAsVerified(f"{c.src}: content differs from what was verified before the launch; not starting "
+                            "the server on it")
     check = os.open(dest, os.O_RDONLY | os.O_NOFOLLOW)
     try:
         if integrity.fd_digest(check, fresh=True)[0] != c.digest:
-            raise PrivateCopyError(f"{dest}: the copy differs from what was read")
+            raise NotAsVerified(f"{dest}: the copy differs from what was read")
     finally:
         os.close(check)
 
@@ -407,8 +250,8 @@ def _pin_here(p: Pinned, into: Path) -> None:
     st = os.fstat(fd)
     if (st.st_ino, st.st_ctime_ns) != tuple(p.ident):
         os.close(fd)
-        raise PrivateCopyError(f"{p.src}: replaced, or its entries changed, since it was verified before the launch; "
-                               "not starting the server on it")
+        raise NotAsVerified(f"{p.src}: replaced, or its entries changed, since it was verified before the launch; "
+                            "not starting the server on it")
     os.set_inheritable(fd, True)  # held by the server (after exec) for as long as it lives
     link = into / p.dest
     link.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -416,14 +259,25 @@ def _pin_here(p: Pinned, into: Path) -> None:
 
 
 def build(plan: Plan, into: Path) -> None:
-    """Fills the new private directory `into`: copies, pins, blockers."""
+    """Fills the new private directory `into`: copies, pins, blockers, and the plan itself."""
     for c in plan.copies:
         _copy(c, into)
     for p in plan.pins:
         _pin_here(p, into)
-    for name in plan.empty:
+    for name in [*plan.empty, PLAN_FILE]:
         (into / name).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        os.close(os.open(into / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o400))
+        os.close(os.open(into / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+    (into / PLAN_FILE).write_text(plan.to_json())
+
+
+def dir_problems(into: Path) -> list[str]:
+    """How a live server's private directory differs from its plan: its copies read again, its pins
+    through its /proc links (every byte: `status --verify`). Empty: as it was made."""
+    try:
+        plan = Plan.from_json((into / PLAN_FILE).read_text())
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return [f"{into}: no plan to check it against ({e})"]
+    return copy_changes(plan, into) + changes(plan.pins, into, mode="fresh")
 
 
 def _search_path(value: str, root: str) -> str:
@@ -437,15 +291,14 @@ def _search_path(value: str, root: str) -> str:
 
 def main() -> None:
     """`python -c BOOT -- <server argv>`: makes the private directory, then becomes the server."""
-    from harness.serving.processes import TOKEN, TOKEN_ENV
-
     argv = sys.argv[sys.argv.index("--") + 1:]
     token = os.environ.get(TOKEN_ENV, "")
     into = None
     try:
+        if PLAN_ENV not in os.environ or not TOKEN.fullmatch(token):
+            raise PrivateDirError(f"no plan ({PLAN_ENV}) or launch token ({TOKEN_ENV}) in the environment: "
+                                  "perfdag's launch starts this, not a person")
         plan = Plan.from_json(os.environ.pop(PLAN_ENV))
-        if not TOKEN.fullmatch(token):
-            raise PrivateCopyError("no launch token in the environment")
         into = private_base(plan.root) / token
         into.mkdir(mode=0o700)  # a new one: its name is the launch's random token
         build(plan, into)

@@ -31,7 +31,8 @@ from harness.serving.agreement import Expected
 from harness.serving.launcher import external_servers, launch, launch_in_order
 from harness.serving.layout import LAUNCH_ORDER, node_targets, place, placed
 from harness.serving.ports import port_count_problems, server_ports
-from harness.serving.private import PLACEHOLDER, Plan, copies_of, pins_doc, pins_for, wrap
+from harness.serving.pinned import pins_doc, pins_for
+from harness.serving.private import PLACEHOLDER, Plan, copies_of, wrap
 from harness.serving.spec import LaunchSpec
 
 SERVER_PACKAGE = {"transformers": "transformers", "trtllm-serve": "tensorrt_llm", "vllm": "vllm",
@@ -252,7 +253,7 @@ class Launch(LaunchStep):
         return {"servers": launch(specs, w.out_dir, root=w.root, ready_timeout_s=o.ready_timeout_s, warmup_prompt=[1, 2, 3, 4],
                                   streaming=False, on_spawn=w.on_spawn, log=w.log,
                                   names={str(root): "<root>"}),
-                "loaded": pins_doc(plans, root)}
+                "loaded": pins_doc(plans[0].pins, root)}
 
     def _launch_layout(self, w: Work) -> list[dict]:
         """The layout's instances on their nodes of the Slurm allocation, workers ready before the

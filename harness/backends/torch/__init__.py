@@ -26,7 +26,8 @@ from harness.serving.launcher import external_servers, launch
 from harness.serving.layout import node_targets, place, placed
 from harness.serving.ports import port_count_problems, server_ports
 from harness.serving.triton.pbtxt import model_names
-from harness.serving.private import BLOCKER, PLACEHOLDER, Plan, copies_of, pins_doc, pins_for, wrap
+from harness.serving.pinned import pins_doc, pins_for
+from harness.serving.private import BLOCKER, PLACEHOLDER, Plan, copies_of, wrap
 from harness.serving.triton.server import backend_copies, cpu_spec, env_overlay_described, server_env
 
 # Flags the torch backend understands beyond the typed fields (none yet): anything else in a flag
@@ -218,7 +219,7 @@ class Launch(LaunchStep):
         return {"servers": launch(specs, w.out_dir, root=w.root, ready_timeout_s=t.ready_timeout_s, warmup_prompt=[1, 2, 3, 4],
                                   streaming=w.layout["decoupled"], on_spawn=w.on_spawn, log=w.log,
                                   names={str(root): "<root>"}),
-                "loaded": pins_doc(plans, root)}
+                "loaded": pins_doc((p for plan in plans for p in plan.pins), root)}
 
 
 class TorchBackend(Backend):

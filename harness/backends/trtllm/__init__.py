@@ -42,7 +42,8 @@ from harness.serving.agreement import Expected
 from harness.serving.endpoints import parse_endpoints
 from harness.serving.launcher import external_servers, launch
 from harness.serving.ports import free_port, port_count_problems
-from harness.serving.private import PLACEHOLDER, Plan, copies_of, pins_doc, pins_for, wrap
+from harness.serving.pinned import pins_doc, pins_for
+from harness.serving.private import PLACEHOLDER, Plan, copies_of, wrap
 from harness.serving.triton.pbtxt import model_names
 
 __all__ = ["TrtllmBackend", "TrtllmError"]
@@ -158,7 +159,7 @@ class Launch(LaunchStep):
         return {"servers": launch(specs, w.out_dir, root=w.root, ready_timeout_s=t.ready_timeout_s,
                                   warmup_prompt=[1, 2, 3, 4], streaming=w.layout["decoupled"], on_spawn=w.on_spawn,
                                   log=w.log, names={str(root): "<root>"}),
-                "loaded": pins_doc(plans, root)}
+                "loaded": pins_doc(pins, root)}
 
 
 class TrtllmBackend(Backend):
