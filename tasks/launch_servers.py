@@ -9,21 +9,22 @@ launch and no run stops servers another is measuring against.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from harness.backends import backend_for
 from harness.cache import runs as runlog
-from harness.errors import ArtifactError, PerfdagError, ServingError
 from harness.cache import signing
+from harness.errors import ArtifactError, PerfdagError, ServingError
 from harness.serving.agreement import disagreements, external_records, not_listening
 from harness.serving.elsewhere import addressed, reachable_from_here, running_elsewhere
 from harness.serving.launcher import is_ours
 from harness.serving.pinned import NotAsVerified, changes, pins_of
 from harness.serving.private import PrivateDirError, dir_problems, private_dir
 from harness.serving.records import as_written, read_servers, servers_of
-from harness.untrusted.records import ignored
 from harness.serving.registry import ServerRegistry
 from harness.serving.spec import this_node, url_of
+from harness.untrusted.records import ignored
 from tasks import lifecycle, trust
 from tasks.base import StageTask, host_resource, log
 from tasks.fill_triton_repo import FillTritonRepo
@@ -136,6 +137,13 @@ class LaunchServers(StageTask):
         pins = pins_of(doc, self.store.root)
         if not isinstance(doc, list) or len(pins) != len(doc):
             return [f"LaunchServers {self.key[:16]}: its manifest does not record what its servers read in place"]
+        # only what its servers load is read (a forged pin could name any directory): the served artifacts,
+        # or the model directory the repository names outside the root
+        model = ((self.upstream()["repo"].manifest() or {}).get("layout") or {}).get("model")
+        allowed = {str(t.artifact_dir) for t in self.served()} | \
+            ({os.path.normpath(os.path.join(self.store.root, model))} if isinstance(model, str) else set())
+        if stray := [p.src for p in pins if p.src not in allowed]:
+            return [f"LaunchServers {self.key[:16]}: its manifest pins {stray[0]}, which its servers do not load"]
         return changes(pins, mode=mode)
 
     def check_loaded(self, stage: str, when: str, *, mode: str) -> None:
