@@ -540,6 +540,29 @@ def test_a_pinned_file_changed_after_it_was_verified_is_seen(chain, tamper):
         assert any(str(engine) in p for p in pinned.changes(plan.pins, mode=mode)), (tamper, mode)
 
 
+def test_a_checkpoint_whose_files_are_links_to_blobs_is_pinned_through_them(tmp_path):
+    """A Hugging Face cache snapshot outside the root (its files are links to ../../blobs/<hash>), as a
+    server loads it through model.checkpoint: the blob a link leads to is checked too. Edited in place
+    with size and mtime kept, or the link pointed at another blob: seen."""
+    blobs, snap = tmp_path / "hub" / "blobs", tmp_path / "hub" / "snapshots" / "abc"
+    blobs.mkdir(parents=True)
+    snap.mkdir(parents=True)
+    (blobs / "w").write_bytes(os.urandom(4096))
+    (blobs / "other").write_bytes(os.urandom(4096))
+    (snap / "model.safetensors").symlink_to("../../blobs/w")
+    (snap / "config.json").write_text("{}")
+    (pin,) = pinned.pins_for(tmp_path / "artifacts", {}, outside=[snap])
+    assert pinned.changes([pin], mode="fresh") == [] and "model.safetensors" in pin.links
+    edit_in_place(blobs / "w", b"\0" * 16)
+    for mode in ("identity", "fresh"):
+        (line,) = pinned.changes([pin], mode=mode)
+        assert "model.safetensors (-> ../../blobs/w): written, touched or replaced" in line, line
+    (snap / "model.safetensors").unlink()
+    (snap / "model.safetensors").symlink_to("../../blobs/other")
+    assert pinned.changes([pin], mode="identity") == [f"{snap}: the directory was replaced or its entries changed "
+                                                      "since it was verified"]
+
+
 # --- the GPU backends' launches, rendered and run with a stand-in server --------------------------------------
 
 GPU_PROBE = r'''

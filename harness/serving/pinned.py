@@ -34,7 +34,8 @@ class Pinned:
     ident: tuple[int, int]                 # (inode, ctime_ns) of the directory
     dirs: Mapping[str, tuple[int, int]]    # relative sub-directory: (inode, ctime_ns)
     files: Mapping[str, tuple]             # relative file: (inode, size, mtime_ns, ctime_ns, digest)
-    links: Mapping[str, str] = field(default_factory=dict)  # relative link inside it: its target
+    # relative link inside it: (its target, and what it leads to: as `files` for a file, else nothing more)
+    links: Mapping[str, tuple] = field(default_factory=dict)
 
 
 
@@ -42,7 +43,19 @@ def from_doc(doc: dict) -> Pinned:
     """A pin as written down (JSON: lists for tuples)."""
     return Pinned(src=doc["src"], dest=doc["dest"], ident=tuple(doc["ident"]),
                   dirs={k: tuple(v) for k, v in doc["dirs"].items()},
-                  files={k: tuple(v) for k, v in doc["files"].items()}, links=dict(doc.get("links") or {}))
+                  files={k: tuple(v) for k, v in doc["files"].items()},
+                  links={k: tuple(v) for k, v in (doc.get("links") or {}).items()})
+
+
+def _file(entry: str, fd: int, mode: str, follow: bool) -> tuple:
+    """(inode, size, mtime_ns, ctime_ns, digest or None) of a file in the open directory `fd`, read
+    through its own descriptor."""
+    ffd = os.open(entry, os.O_RDONLY | (0 if follow else os.O_NOFOLLOW), dir_fd=fd)
+    try:
+        digest, st = (None, os.fstat(ffd)) if mode == "identity" else integrity.fd_digest(ffd, fresh=mode == "fresh")
+    finally:
+        os.close(ffd)
+    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, digest
 
 
 def _walk(fd: int, manifest: Mapping[str, dict] | None, under: str, mode: str,
@@ -64,16 +77,15 @@ def _walk(fd: int, manifest: Mapping[str, dict] | None, under: str, mode: str,
                 os.close(sub)
             dirs.update(d), files.update(f), links.update(ln)
             problems += pr
-        elif stat.S_ISLNK(st.st_mode):
-            links[name] = os.readlink(entry, dir_fd=fd)
-        elif stat.S_ISREG(st.st_mode):
-            ffd = os.open(entry, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=fd)
+        elif stat.S_ISLNK(st.st_mode):  # (a Hugging Face snapshot's files are links to its blobs)
+            target = os.readlink(entry, dir_fd=fd)
             try:
-                digest, fst = (None, os.fstat(ffd)) if mode == "identity" else \
-                    integrity.fd_digest(ffd, fresh=mode == "fresh")
-            finally:
-                os.close(ffd)
-            files[name] = (fst.st_ino, fst.st_size, fst.st_mtime_ns, fst.st_ctime_ns, digest)
+                led = os.stat(entry, dir_fd=fd)
+            except OSError:
+                led = None
+            links[name] = (target, *(_file(entry, fd, mode, follow=True) if led and stat.S_ISREG(led.st_mode) else ()))
+        elif stat.S_ISREG(st.st_mode):
+            files[name] = _file(entry, fd, mode, follow=False)
         else:
             problems.append(f"{name}: a {integrity.kind(st.st_mode)}")
     if manifest is not None and not rel:
@@ -106,8 +118,8 @@ def pin(src: str | os.PathLike, dest: str, manifest: Mapping | None = None, unde
         os.close(fd)
     if manifest is not None:
         published = {k[len(prefix):]: v for k, v in (manifest.get("links") or {}).items() if k.startswith(prefix)}
-        problems += [f"{name}: symlink to {target}, not part of the published artifact"
-                     for name, target in links.items() if published.get(name) != target]
+        problems += [f"{name}: symlink to {led[0]}, not part of the published artifact"
+                     for name, led in links.items() if published.get(name) != led[0]]
     if problems:
         raise NotAsVerified(f"{src}: not what was verified", problems)
     return Pinned(src=src, dest=dest, ident=(st.st_ino, st.st_ctime_ns), dirs=dirs, files=files, links=links)
@@ -165,18 +177,31 @@ def changes(pins: Iterable[Pinned], private: Path | None = None, *, mode: str = 
             os.close(fd)
         out += [f"{p.src}/{x}" for x in problems]
         for name in sorted(set(p.files) | set(files)):
-            then, now = p.files.get(name), files.get(name)
-            if then is None or now is None:
-                out.append(f"{p.src}/{name}: {'appeared' if then is None else 'gone'} since it was verified")
-            elif tuple(now[:4]) != tuple(then[:4]):
-                now_bytes = "" if now[4] is None else (": other bytes now" if now[4] != then[4] else
-                                                       ": the same bytes now, but not since then")
-                out.append(f"{p.src}/{name}: written, touched or replaced since it was verified{now_bytes}")
-            elif now[4] is not None and now[4] != then[4]:
-                out.append(f"{p.src}/{name}: content differs from what was verified")
+            out += _differs(f"{p.src}/{name}", p.files.get(name), files.get(name))
+        for name in sorted(set(p.links) | set(links)):
+            then, now = p.links.get(name), links.get(name)
+            if then and now and then[0] != now[0]:
+                out.append(f"{p.src}/{name}: a link to {now[0]} now, to {then[0]} when it was verified")
+            elif then and now:  # what the link leads to (a file: as any file)
+                out += _differs(f"{p.src}/{name} (-> {then[0]})", tuple(then[1:]) or None, tuple(now[1:]) or None)
+            else:
+                out += _differs(f"{p.src}/{name}", then, now)
         for name in sorted(set(p.dirs) | set(dirs)):
             if tuple(p.dirs.get(name, ())) != tuple(dirs.get(name, ())):
                 out.append(f"{p.src}/{name}/: replaced or changed since it was verified")
-        if dict(p.links) != links:
-            out.append(f"{p.src}: its links changed since it was verified")
     return out
+
+
+def _differs(what: str, then: tuple | None, now: tuple | None) -> list[str]:
+    """How a file (inode, size, mtime_ns, ctime_ns, digest or None) differs from when it was verified."""
+    if then is None and now is None:
+        return []
+    if then is None or now is None:
+        return [f"{what}: {'appeared' if then is None else 'gone'} since it was verified"]
+    if tuple(now[:4]) != tuple(then[:4]):
+        now_bytes = "" if now[4] is None else (": other bytes now" if now[4] != then[4] else
+                                               ": the same bytes now, but not since then")
+        return [f"{what}: written, touched or replaced since it was verified{now_bytes}"]
+    if now[4] is not None and now[4] != then[4]:
+        return [f"{what}: content differs from what was verified"]
+    return []
