@@ -290,7 +290,7 @@ def test_weights_edited_during_a_measurement_fail_it(root):
     sees it (ctime), the measurement is not published, exit 30, and its servers are not reused."""
     weights = one(root, "BuildEngine") / "engine" / "weights.safetensors"
     original = weights.read_bytes()
-    over = FAULT.replace("min_duration_ms=800", "min_duration_ms=5000")
+    over = FAULT.replace("min_duration_ms=800", "min_duration_ms=3000")
 
     def tamper() -> None:
         time.sleep(1.0)
