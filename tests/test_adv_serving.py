@@ -187,12 +187,13 @@ def _plant_backends(root: Path, markers: Path) -> list[Path]:
     return [markers / "backends-py", markers / "backends-pc"]
 
 
-def test_code_planted_under_the_root_never_runs_in_a_server(root, tmp_path):
+def test_code_planted_under_the_root_never_runs_in_a_server(root, tmp_path, monkeypatch):
     """A same-size edit of `.backends/.../triton_python_backend_utils.py` (mtime kept) and a .pyc planted
     beside it; a `queue.py` in the root, which model.py imports (the stub puts its working directory first
     on its search path, and servers ran in the root); sitecustomize, usercustomize and a .pth there too. The
     launch is VALID and none of them runs: servers run from their private directory, the Python backend
-    copied from the wheel."""
+    copied from the wheel. `status --verify` reads that directory's copies again (an edit there makes the
+    launch corrupt), and a pin the manifest names that its servers do not load is refused."""
     markers = tmp_path / "markers"
     markers.mkdir()
     expected = _plant_backends(root, markers)
@@ -218,6 +219,18 @@ def test_code_planted_under_the_root_never_runs_in_a_server(root, tmp_path):
         edit_in_place(utils, b"#" * 8)
         row = {r["stage"]: r for r in json.loads(cli(root, *verify).stdout)}["LaunchServers"]
         assert row["status"] == "corrupt" and "triton_python_backend_utils.py" in json.dumps(row["changed"]), row
+
+        # a pin in the (unsigned) manifest pointed at another directory is never read: refused
+        monkeypatch.setenv("PERFDAG_ARTIFACTS", str(root))
+        from tasks import LaunchServers
+
+        task = LaunchServers(overrides=FAULT)
+        assert task.loaded_changes(mode="identity") == []
+        m = json.loads((task.artifact_dir / "manifest.json").read_text())
+        m["loaded"][0]["src"] = "/etc"
+        (task.artifact_dir / "manifest.json").write_text(json.dumps(m))
+        assert task.loaded_changes(mode="fresh") == [f"LaunchServers {task.key[:16]}: its manifest pins /etc, which "
+                                                     "its servers do not load"]
     finally:
         stop(root)
     assert not (private.private_base() / srv["token"]).exists()  # stopped: its private directory went with it
