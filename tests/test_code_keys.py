@@ -55,6 +55,8 @@ NOT_SHAPING = {
     "harness.backends.torch.repo": "what it renders (config.pbtxt) is keyed as executed",
     "harness.cpus": "how many torch threads run; unkeyed like the core count it replaces",
     "harness.untrusted.files": "opens a file or refuses it (not a regular file, too big); what is read is the caller's",
+    "harness.untrusted.jsonio": "json.loads, or a refusal (nested too deep); what is read is the caller's",
+    "harness.untrusted": "a package of untrusted-input readers (its modules are declared or explained)",
     "harness.config.layout": "parameters enter keys as values", "harness.config.section": "",
     "harness.backends.roles": "validation: which layouts a stack has (problems only, no output)",
     "harness.backends.openai.disagg": "what it renders (argv, configs) is keyed as executed",

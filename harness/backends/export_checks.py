@@ -19,12 +19,14 @@ import math
 from pathlib import Path
 from typing import Any
 
+from harness.untrusted import jsonio
+
 TRTLLM_DEFAULT_ROTARY_BASE = 10000.0  # tensorrt_llm LLaMAConfig's rotary_base when the key is absent
 SOURCE_CONFIG = "source_config.json"   # the source HF config, kept beside a TensorRT-LLM checkpoint
 
 
 def read_config(ckpt_dir) -> dict:
-    return json.loads((Path(ckpt_dir) / "config.json").read_text())
+    return jsonio.loads((Path(ckpt_dir) / "config.json").read_bytes())
 
 
 def _default_rope(cfg: dict) -> tuple[float | None, dict | None]:

@@ -6,8 +6,9 @@ stage that loads it. The openai backend serves one as it is (harness/backends/op
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from harness.untrusted import jsonio
 
 #: model.checkpoint: builtin-vl anywhere but transformers serve (the tiny LLaVA runs on CPU, served as it is).
 SERVED_BY = ("model.checkpoint: builtin-vl (the tiny LLaVA) is served by transformers serve; set "
@@ -17,7 +18,7 @@ SERVED_BY = ("model.checkpoint: builtin-vl (the tiny LLaVA) is served by transfo
 def is_multimodal(checkpoint) -> bool:
     """A checkpoint directory whose config.json has a vision tower (LLaVA, Qwen-VL, ...)."""
     try:  # an unreadable config is the input checks' to name (model.checkpoint)
-        return "vision_config" in json.loads((Path(checkpoint) / "config.json").read_text())
+        return "vision_config" in jsonio.loads((Path(checkpoint) / "config.json").read_bytes())
     except (OSError, ValueError, TypeError):
         return False
 

@@ -16,6 +16,7 @@ from harness.mlperf import benchmarks
 from harness.mlperf.bfcl import env as bfcl_env
 from harness.mlperf.codeexec import livecodebench
 from harness.model.datasets import jsonl_lines, jsonl_record
+from harness.untrusted import jsonio
 from harness.untrusted.files import not_regular, open_regular
 
 CONFIG_MAX_BYTES = 4 << 20         # a config.json is a few KiB; a bigger one is not a config
@@ -95,10 +96,9 @@ def _json_file(path: Path, field: str, out: list[str], required: bool = False) -
     if text is None:
         return None
     try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as e:
-        out.append(f"{field}: {path}: invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}; restore the file "
-                   "from the model's original")
+        doc = jsonio.loads(text)
+    except jsonio.NotJson as e:
+        out.append(f"{field}: {path}: {e}; restore the file from the model's original")
         return None
     if not isinstance(doc, dict):
         out.append(f"{field}: {path}: must hold a JSON object, got {type(doc).__name__}")

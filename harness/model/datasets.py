@@ -38,6 +38,7 @@ from harness.errors import InputError
 from harness.model.corpus import corpus_lines
 from harness.model.messages import messages_text
 from harness.model.synthetic import synthetic_samples
+from harness.untrusted import jsonio
 from harness.untrusted.files import not_regular, open_regular
 
 FORMATS = ("builtin", "mlperf_pickle", "jsonl", "synthetic")
@@ -327,11 +328,10 @@ def jsonl_record(raw: bytes, where: str) -> dict | None:
     if not line.strip():
         return None
     try:
-        obj = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise DatasetError(f"{where}: invalid JSON: {exc.msg} (column {exc.colno})") from None
-    except RecursionError:
-        raise DatasetError(f"{where}: JSON nested too deeply to read; a sample is an object of flat fields") from None
+        obj = jsonio.loads(line)
+    except jsonio.NotJson as exc:
+        raise DatasetError(f"{where}: {str(exc).replace(' at line 1,', ' at')}; a sample is one JSON object of flat "
+                           "fields per line") from None
     if not isinstance(obj, dict):
         raise DatasetError(f"{where}: expected a JSON object, got {type(obj).__name__}")
     if "input_ids" in obj:
