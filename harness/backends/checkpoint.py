@@ -1,10 +1,9 @@
 """What every backend does with a Hugging Face checkpoint directory besides its weights."""
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
-
-from harness.untrusted import jsonio
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                    "tokenizer.model", "vocab.json", "merges.txt", "added_tokens.json",
@@ -23,7 +22,7 @@ def copy_tokenizer_files(src_dir, out_dir) -> list[str]:
 
 def architecture(checkpoint_dir) -> str | None:
     """The HF architecture named in config.json (e.g. LlamaForCausalLM), or None."""
-    cfg = jsonio.loads((Path(checkpoint_dir) / "config.json").read_bytes())
+    cfg = json.loads((Path(checkpoint_dir) / "config.json").read_text())
     return (cfg.get("architectures") or [None])[0]
 
 

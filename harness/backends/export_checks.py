@@ -19,14 +19,12 @@ import math
 from pathlib import Path
 from typing import Any
 
-from harness.untrusted import jsonio
-
 TRTLLM_DEFAULT_ROTARY_BASE = 10000.0  # tensorrt_llm LLaMAConfig's rotary_base when the key is absent
 SOURCE_CONFIG = "source_config.json"   # the source HF config, kept beside a TensorRT-LLM checkpoint
 
 
 def read_config(ckpt_dir) -> dict:
-    return jsonio.loads((Path(ckpt_dir) / "config.json").read_bytes())
+    return json.loads((Path(ckpt_dir) / "config.json").read_text())
 
 
 def _default_rope(cfg: dict) -> tuple[float | None, dict | None]:
