@@ -19,6 +19,7 @@ from harness.config.section import Section
 from harness.config.sessions import SessionsSection
 from harness.config.slo import SloError, parse_slo
 from harness.mlperf import benchmarks
+from harness.untrusted import limits
 from harness.untrusted.files import not_regular
 
 FlagValue = Union[bool, int, float, str]
@@ -226,6 +227,17 @@ class HarnessSection(Section):
     # A server that crashes mid-measurement is relaunched and the measurement started over, this many
     # times per stage (0: fail at once). Recorded in run.json and the result; in no cache key.
     server_relaunches: int = Field(2, ge=0, le=5)
+    # What the client holds of one answer at most (harness/untrusted/limits.py: the defaults fit 32,768
+    # streamed tokens twice over); more fails that request, naming the field. In no cache key.
+    max_response_bytes: int = Field(limits.MAX_RESPONSE_BYTES, ge=1 << 20, le=(1 << 31) - 1)  # one response
+    max_event_bytes: int = Field(limits.MAX_EVENT_BYTES, ge=1 << 16, le=(1 << 31) - 1)  # one server-sent event
+
+    @model_validator(mode="after")
+    def _event_within_response(self):
+        if self.max_event_bytes > self.max_response_bytes:
+            raise ValueError(f"max_event_bytes={self.max_event_bytes} is more than max_response_bytes="
+                             f"{self.max_response_bytes}: an event is part of a response; lower max_event_bytes")
+        return self
 
 
 class LoadgenSection(Section):
