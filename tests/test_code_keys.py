@@ -57,6 +57,10 @@ NOT_SHAPING = {
     "harness.untrusted.files": "opens a file or refuses it (not a regular file, too big); what is read is the caller's",
     "harness.untrusted.jsonio": "json.loads, or a refusal (nested too deep); what is read is the caller's",
     "harness.untrusted": "a package of untrusted-input readers (its modules are declared or explained)",
+    "harness.untrusted.limits": "how much of a server's answer is read; past it the request fails, nothing else "
+                                "changes (and its values are parameters in no key)",
+    "harness.serving.readiness": "waiting for a server to be ready: nothing it decides enters a result",
+    "harness.serving.bounded": "reads a control-plane answer or refuses it (too long); what is read is the caller's",
     "harness.config.layout": "parameters enter keys as values", "harness.config.section": "",
     "harness.backends.roles": "validation: which layouts a stack has (problems only, no output)",
     "harness.backends.openai.disagg": "what it renders (argv, configs) is keyed as executed",
