@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import ssl
 import time
 from typing import Callable
 from urllib.parse import urlsplit
@@ -47,8 +48,6 @@ def _is_h2(data: bytes) -> bool:
 
 
 def _handshakes_tls(host: str, port: int, timeout_s: float) -> bool:
-    import ssl
-
     ctx = ssl.create_default_context()
     ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE  # a handshake says TLS; whose certificate is not asked
     try:
