@@ -55,6 +55,8 @@ def rendered(p) -> list[dict]:
         ports[inst.name] = 8000 + k
         ports[f"{inst.name}_bootstrap"] = 9000 + k
         ports[f"{inst.name}_dist"] = 29500 + k
+        ports[f"{inst.name}_kv"] = 5600 + 8 * k
+        ports[f"{inst.name}_metrics"] = 29000 + k
     return normalise(render(p, instances, ["node0", "node1"], ports, "/repo", "/ckpt"))
 
 
