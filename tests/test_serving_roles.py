@@ -3,6 +3,7 @@ and configs (golden files; every option one its own parser defines), and bad lay
 any stage runs, naming the field."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -265,7 +266,10 @@ def test_placement_error_is_a_perfdag_input_error():
     assert isinstance(e.value, PerfdagError)
 
 
-ROUTER_PYTHON = os.environ.get("PERFDAG_ROUTER_PYTHON", "")  # a Python with sglang-router and vllm-router
+# a Python with sglang-router and vllm-router: the test extra installs them beside perfdag
+ROUTER_PYTHON = os.environ.get("PERFDAG_ROUTER_PYTHON") or (
+    __import__("sys").executable if all(importlib.util.find_spec(m) for m in ("sglang_router", "vllm_router", "smg"))
+    else "")
 _PARSE = ("import importlib, json, sys; m = importlib.import_module(sys.argv[1] + '.launch_router'); "
           "a = m.parse_router_args(json.loads(sys.argv[2])); "
           "print(json.dumps({'pd': getattr(a, 'pd_disaggregation', False) or getattr(a, 'vllm_pd_disaggregation', False), 'prefill': [list(u) for u in a.prefill_urls], "
@@ -274,7 +278,7 @@ _PARSE = ("import importlib, json, sys; m = importlib.import_module(sys.argv[1] 
 
 @pytest.mark.skipif(not ROUTER_PYTHON, reason="set PERFDAG_ROUTER_PYTHON to a Python with sglang-router==0.3.2 and "
                                                "vllm-router==0.1.17 installed (not perfdag dependencies) to run")
-@pytest.mark.parametrize("stack,module", [("sglang", "sglang_router"), ("vllm", "vllm_router")])
+@pytest.mark.parametrize("stack,module", [("sglang", "sglang_router"), ("sglang", "smg"), ("vllm", "vllm_router")])
 @pytest.mark.parametrize("layout", ["disagg", "dp"])
 def test_router_argv_is_read_right_by_the_real_router_parser(stack, module, layout):
     """The routers' own parsers (parse_router_args of sglang-router and vllm-router) read perfdag's router

@@ -175,7 +175,10 @@ def render(p, instances, hosts: list[str], ports: dict[str, int], repo_dir: str,
                 boots = [r["env"]["VLLM_MOONCAKE_BOOTSTRAP_PORT"] for r in out if r["role"] == "context"]
             argv = router_argv(p, workers, p.openai.bind, ports[inst.name], config_path=cfg, bootstrap_ports=boots,
                                metrics_port=ports.get(f"{inst.name}_metrics"))
-            env = {}
+            # SGLang's and vLLM's routers retitle themselves with setproctitle, which overwrites the process's
+            # environment as /proc shows it, launch token and all: perfdag would no longer know its own router
+            # and never stop it. SPT_NOENV keeps the environment (the title fits the command line instead).
+            env = {"SPT_NOENV": "1"} if stack in ("sglang", "vllm") else {}
         else:
             if stack == "trtllm-serve":
                 files["config.yaml"] = worker_options(p, inst.role)

@@ -132,7 +132,10 @@ def layout_specs(p, instances, targets: list[tuple[str, str]], ports: dict, out_
     what was rendered for it (its config files are written by the caller)."""
     o = p.openai
     rendered = render(p, instances, [t[1] for t in targets], ports, os.path.join(out_dir, "layout"), model_dir)
-    specs = [LaunchSpec(index=k, argv=r["argv"], host=o.bind, ports={"serve": r["port"]},
+    def own(name: str) -> dict:  # its side ports by what they are (records say them: `metrics_port`)
+        return {k[len(name) + 1:]: v for k, v in ports.items() if k.startswith(name + "_")}
+
+    specs = [LaunchSpec(index=k, argv=r["argv"], host=o.bind, ports={"serve": r["port"], **own(r["name"])},
                         models=(served_name(p),),
                         env={**server_env(p, []), **r["env"]} if r["role"] != "router" else dict(r["env"]),
                         protocol=protocol, mode=o.server, repo=os.path.join(out_dir, "layout", r["name"]), cwd=root)

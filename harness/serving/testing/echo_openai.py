@@ -284,6 +284,27 @@ _INFO = {
 }
 
 
+async def _close(reader, writer) -> None:
+    writer.close()
+
+
+async def _bootstrap(reader, writer, args) -> None:
+    """vLLM's Mooncake bootstrap server, as a prefill worker runs it: GET /query answers its engines
+    by data-parallel rank, each with its workers' addresses by tp and pp rank."""
+    try:
+        while (req := await _read_request(reader)) is not None:
+            _, path, _, _ = req
+            doc = {"0": {"engine_id": f"echo-{args.port}", "worker_addr": {"0": {"0": f"{args.host}:{args.port}"}}}} \
+                if path.startswith("/query") else {"status": "ok"}
+            text = json.dumps(doc).encode()
+            writer.write(_head("200 OK", f"Content-Type: application/json\r\nContent-Length: {len(text)}\r\n") + text)
+            await writer.drain()
+    except (ConnectionError, asyncio.IncompleteReadError):
+        pass
+    finally:
+        writer.close()
+
+
 def _chunk(data: str) -> bytes:
     raw = f"data: {data}\n\n".encode()
     return f"{len(raw):x}\r\n".encode() + raw + b"\r\n"
@@ -336,10 +357,19 @@ def main() -> None:
                     help="vllm: /metrics with vLLM's request phases; trtllm: trtllm-serve's /perf_metrics")
     ap.add_argument("--stall-request", type=int, default=0,
                     help="the Nth streamed completion (1-based) sends its first event, then nothing, on an open connection")
+    ap.add_argument("--hold", type=int, action="append", default=[],
+                    help="also listen on this port (a stack's side channel: NIXL's, SGLang's bootstrap)")
+    ap.add_argument("--mooncake-bootstrap", type=int, default=None,
+                    help="serve vLLM's Mooncake bootstrap on this port (GET /query: this engine's workers)")
     ap.add_argument("--record", default=None, help="chat: append one JSON line per request (arrival, end, headers, body)")
     args = ap.parse_args()
 
     async def run():
+        # the stacks' side ports, bound as the real ones bind them: a port taken twice fails here as there
+        for port in args.hold:
+            await asyncio.start_server(_close, args.host, port)
+        if args.mooncake_bootstrap:
+            await asyncio.start_server(lambda r, w: _bootstrap(r, w, args), args.host, args.mooncake_bootstrap)
         server = await asyncio.start_server(lambda r, w: _serve(r, w, args), args.host, args.port, backlog=1024)
         async with server:
             await server.serve_forever()
