@@ -328,11 +328,13 @@ def test_one_server_over_two_nodes_is_one_srun_step_and_is_measured_through_its_
         stack, ranks, cluster2, built_fast, tmp_path):
     """tp 4 across two nodes: the server is one `srun` step over both (trtllm-serve: an MPI rank per GPU under
     trtllm-llmapi-launch and --mpi=pmix; vLLM: a process per node, --headless on the second); the first rank
-    serves and LoadGen measures it VALID; every other rank joined on its node; nothing is left."""
+    serves and LoadGen measures it VALID; every other rank joined on its node; the role's env (NCCL, UCX
+    settings) reached every rank on both nodes; nothing is left."""
     env = _stack_stand_ins(tmp_path / "bin")
     with copied_root(built_fast, tmp_path / "artifacts") as root:
         overrides = (f"{FAST}{SHORT},{SLURM},slurm.stages=[],{SPAN},openai.server={stack},"  # (no router: faster)
-                     f"openai.binary={tmp_path / 'bin' / stack},loadgen.offline_expected_qps=60000")
+                     f"openai.binary={tmp_path / 'bin' / stack},loadgen.offline_expected_qps=60000,"
+                     "layout.roles.server.env={NCCL_DEBUG: INFO, UCX_TLS: 'tcp,self'}")
         proc = run_luigi("RunLoadgen", "--overrides", overrides, artifacts=root, env=env, check=False, timeout=900)
         assert proc.returncode == 0, f"RunLoadgen failed ({proc.returncode}):\n{proc.stderr[-6000:]}"
         (servers_json,) = root.glob("LaunchServers/*/servers.json")
@@ -346,6 +348,9 @@ def test_one_server_over_two_nodes_is_one_srun_step_and_is_measured_through_its_
         joined = sorted(line.split(" rank ", 1)[1] for line in log.splitlines() if line.endswith(" joined"))
         per_node = ranks // 2
         assert joined == [f"{r} on {n0 if r < per_node else n1} joined" for r in range(1, ranks)], log[-3000:]
+        got = {line.split(" rank ", 1)[1] for line in log.splitlines() if line.startswith("echo_stack:") and " env [" in line}
+        assert got == {f"{r} on {n0 if r < per_node else n1} env [NCCL_DEBUG=INFO UCX_TLS=tcp,self]"
+                       for r in range(ranks)}, log[-3000:]
         (result,) = root.glob("RunLoadgen/*/result.json")
         res = json.loads(result.read_text())
         assert res["valid"] == "VALID", res
