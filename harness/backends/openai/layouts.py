@@ -143,4 +143,7 @@ def layout_specs(p, instances, targets: list[tuple[str, str]], ports: dict, out_
     specs = [dataclasses.replace(s, span=tuple(targets[k][0] for k in r["nodes"]), tasks_per_node=r["tasks_per_node"],
                                  mpi=r["mpi"]) if len(r["nodes"]) > 1 else s
              for s, r in zip(placed(specs, instances, targets), rendered, strict=True)]
+    if p.slurm is not None and p.slurm.container_image:  # every step on every node in the job's image
+        mounts = (f"{root}:{root}", *p.slurm.container_mounts)
+        specs = [dataclasses.replace(s, container=(p.slurm.container_image, mounts, root)) for s in specs]
     return specs, rendered
