@@ -287,10 +287,12 @@ def test_a_disaggregated_layout_is_launched_over_two_nodes_and_measured_through_
         assert {role: sorted(t) for role, t in timings.items()} == {r: whats for r in ("context", "generation")}
         assert timings["generation"]["queue"]["count"] >= 16 and timings["context"][whats[-2]]["mean_ms"] > 0
         assert_nothing_left(root)
-        # the router, stopped with the layout, logged what it relayed: every request through both roles
         log = (servers_json.parent / by_role["router"]["log"]).read_text()
-        stats = json.loads(log.split("echo router requests per role: ", 1)[1].splitlines()[0])
-        assert stats["context"] >= 16 and stats["generation"] >= 16, stats
+        if stack == "vllm":  # the real vllm-router (the test extra installs it next to this Python)
+            assert "Router ready" in log and "Received terminate signal" in log, log[-3000:]
+        else:  # the stand-in router, stopped with the layout, logged what it relayed: every request, both roles
+            stats = json.loads(log.split("echo router requests per role: ", 1)[1].splitlines()[0])
+            assert stats["context"] >= 16 and stats["generation"] >= 16, stats
 
 
 def test_each_instance_runs_on_its_own_gpus_on_either_node(cluster2, built_fast, tmp_path):
