@@ -83,3 +83,26 @@ class OpenAIChat(OpenAIHttp):
 
     def warmup(self, url: str, model: str, prompt: Sequence[int], streaming: bool) -> None:
         chat_completion(url, model, "Hello", max_tokens=4)
+
+
+def transcription(url: str, model: str, audio: bytes, filename: str = "warmup.wav", timeout_s: float = 300.0) -> dict:
+    """One non-streamed transcription of `audio` (warm-up, smoke tests), with the fields every server takes."""
+    import httpx
+
+    data = {"model": model} if model else {}
+    r = httpx.post(f"{base_url(url)}/v1/audio/transcriptions", data=data, files={"file": (filename, audio)},
+                   timeout=timeout_s)
+    if r.status_code != 200:
+        raise ServerError(f"transcription at {url} failed: HTTP {r.status_code} {r.text[:300]}")
+    return r.json()
+
+
+class OpenAITranscription(OpenAIHttp):
+    """The same servers, warmed up through /v1/audio/transcriptions (a speech model answers only there)."""
+
+    name = "openai-transcription"
+
+    def warmup(self, url: str, model: str, prompt: Sequence[int], streaming: bool) -> None:
+        from harness.serving.openai.transcription import silence_wav
+
+        transcription(url, model, silence_wav())
