@@ -41,10 +41,8 @@ class OpenAITranscriptionCore(HttpCore):
         if self.prompts.texts is None:
             raise RuntimeError("the transcription core was given no clips")
         self.eos = b""  # the log holds label indices, never padded with an end token
-        self.tokenizer = None
-        if api.get("tokenizer"):
-            from transformers import AutoTokenizer  # heavy: loaded only where a run needs it
-            self.tokenizer = AutoTokenizer.from_pretrained(api["tokenizer"])
+        self.tokenizer_dir = api.get("tokenizer")
+        self.tokenizer = None  # loaded on the first answer that comes without a count
         self.base = base_url(self.url)
         r = httpx.get(f"{self.base}/health", timeout=min(30.0, self.cfg["request_timeout_s"]))
         if r.status_code != 200:
@@ -84,7 +82,10 @@ class OpenAITranscriptionCore(HttpCore):
         n = usage
         if n is None:
             if self.tokenizer is None:
-                raise RuntimeError("the server sent no token count and no tokenizer was given to count tokens")
+                if not self.tokenizer_dir:
+                    raise RuntimeError("the server sent no token count and no tokenizer was given to count tokens")
+                from transformers import AutoTokenizer  # heavy: loaded only where a run needs it
+                self.tokenizer = AutoTokenizer.from_pretrained(self.tokenizer_dir)
             n = len(self.tokenizer.encode(text, add_special_tokens=False)) + 1  # and the end token
             self.info["output_tokens"] = "tokenizer+end"
         n = max(n, MIN_TOKENS)  # LoadGen refuses fewer (cores/base.py); the labels stay as they came
