@@ -6,7 +6,9 @@ not used (transformers serve answers it with 500 for local models).
 """
 from __future__ import annotations
 
+import io
 import time
+import wave
 from typing import Sequence
 
 from harness.serving.processes import Process, ServerError
@@ -103,6 +105,15 @@ class OpenAITranscription(OpenAIHttp):
     name = "openai-transcription"
 
     def warmup(self, url: str, model: str, prompt: Sequence[int], streaming: bool) -> None:
-        from harness.serving.openai.transcription import silence_wav
-
         transcription(url, model, silence_wav())
+
+
+def silence_wav(seconds: float = 0.5, rate: int = 16000) -> bytes:
+    """A short silent 16-bit mono WAV (warm-up)."""
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(b"\0\0" * int(seconds * rate))
+    return buf.getvalue()

@@ -19,10 +19,8 @@ the model generated (vLLM's token_ids hold it; `counted_as` says which way a run
 """
 from __future__ import annotations
 
-import io
 import json
 import re
-import wave
 from dataclasses import dataclass
 
 COMPLETION_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
@@ -94,14 +92,3 @@ def stream_piece(data: str) -> tuple[str, int | None]:
             n = usage.get("completion_tokens") if isinstance(usage, dict) else None
             return text, int(n) if isinstance(n, int) else None
     return data, None
-
-
-def silence_wav(seconds: float = 0.5, rate: int = 16000) -> bytes:
-    """A short silent 16-bit mono WAV (warm-up)."""
-    buf = io.BytesIO()
-    with wave.open(buf, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes(b"\0\0" * int(seconds * rate))
-    return buf.getvalue()
