@@ -3,7 +3,9 @@ and verify_performance.py make them (b66003e1), and the accuracy.txt line the ch
 reads."""
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 
 import numpy as np
 
@@ -51,7 +53,37 @@ def test_test01_performance_within_ten_percent_of_the_timed_run():
 
 def test_whispers_accuracy_txt_is_what_the_checker_reads(tmp_path):
     runs = ScenarioRuns("Offline", tmp_path, tmp_path, {"accuracy": 98.5, "wer": 1.5})
+    assert accuracy_file("whisper-99", runs, "ab" * 32) == accuracy_file("whisper", runs, "ab" * 32)
     text = accuracy_file("whisper", runs, "ab" * 32)
     first, second = text.splitlines()
     assert float(re.match(ACCURACY_PATTERN, first).group(1)) == 98.5
     assert re.match(r"^hash=([\w\d]+)$", second)
+
+
+def test_an_open_entry_mapped_to_whisper_gets_whispers_accuracy_txt_and_test01(tmp_path):
+    """The tree's name for the benchmark is the entry's own (tiny-whisper-standin), mapped to whisper:
+    accuracy.txt is still whisper's line, and TEST01/ holds both verify files, the audited run's log and
+    its performance logs, as run_verification.py lays them out."""
+    from harness.mlperf.submission import assemble
+
+    def run_dir(name: str, accuracy: list[dict]) -> Path:
+        d = tmp_path / name
+        d.mkdir()
+        for f in ("mlperf_log_detail.txt", "mlperf_log_summary.txt", "user.conf"):
+            (d / f).write_text(f"{name} {f}\n")
+        (d / "mlperf_log_accuracy.json").write_text(json.dumps(accuracy))
+        return d
+
+    perf, acc = run_dir("perf", []), run_dir("acc", [_e(0, [1, 2])])
+    t01 = run_dir("t01", [_e(0, [1, 2])])
+    for f in compliance.TEST01_FILES:
+        (t01 / f).write_text("TEST PASS\n")
+    runs = [ScenarioRuns("Offline", perf, acc, {"accuracy": 97.5, "wer": 2.5}, compliance={"TEST01": t01})]
+    assemble(tmp_path / "tree", division="open", submitter="S", system="sys", benchmark="tiny-whisper-standin",
+             maps_to="whisper", system_desc={}, measurements={}, runs=runs, src_readme="r", params_yaml="p")
+    d = tmp_path / "tree" / "open" / "S" / "results" / "sys" / "tiny-whisper-standin" / "Offline"
+    line = (d / "accuracy" / "accuracy.txt").read_text().splitlines()[0]
+    assert float(re.match(ACCURACY_PATTERN, line).group(1)) == 97.5
+    for f in ("verify_accuracy.txt", "verify_performance.txt", "accuracy/mlperf_log_accuracy.json",
+              "performance/run_1/mlperf_log_detail.txt", "performance/run_1/mlperf_log_summary.txt"):
+        assert (d / "TEST01" / f).is_file(), f

@@ -157,7 +157,7 @@ def assemble(root: Path, *, division: str, submitter: str, system: str, benchmar
         acc = d / "accuracy"
         _copy_logs(r.accuracy_log, acc, names=("mlperf_log_detail.txt", "mlperf_log_summary.txt"))
         full = r.accuracy_log / "mlperf_log_accuracy.json"
-        (acc / "accuracy.txt").write_text(accuracy_file(benchmark, r, file_sha256(full)))
+        (acc / "accuracy.txt").write_text(accuracy_file(maps_to or benchmark, r, file_sha256(full)))
         truncate_accuracy_log(full, acc / "mlperf_log_accuracy.json")
         if r.test06 is not None:
             t = d / "TEST06"

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 from harness.errors import InputError
@@ -66,20 +67,39 @@ def _row(fname: str, transcript: str, samples: int) -> dict:
 
 
 def convert(src: str | os.PathLike, out: str | os.PathLike, **_) -> dict:
-    """Writes `out/manifest.json` and `out/audio/*.wav`; returns what was written."""
-    import numpy as np
-    import soundfile as sf
-
+    """Writes `out/manifest.json` and `out/audio/*.wav` (beside OUT first, then renamed into it: a failed
+    conversion leaves nothing); returns what was written."""
     src, out = Path(src), Path(out)
     if not src.is_dir():
         raise InputError(f"SRC {src}: not a directory; give the unpacked LibriSpeech split")
     if (out / "manifest.json").exists():
         raise InputError(f"OUT {out}: already holds a manifest.json; give a new directory")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise InputError(f"OUT {out}: exists and is not an empty directory; give a new or empty directory")
     groups: dict[str, list[tuple[object, str]]] = {}
     for flac, text in _transcripts(src):
         groups.setdefault("-".join(flac.stem.split("-")[:2]), []).append((_load(flac), text))
     tmp = out.with_name(f".{out.name}.partial")
-    (tmp / "audio").mkdir(parents=True, exist_ok=False)
+    shutil.rmtree(tmp, ignore_errors=True)  # what a killed conversion left
+    (tmp / "audio").mkdir(parents=True)
+    try:
+        rows, skipped = _pack(groups, tmp)
+        (tmp / "manifest.json").write_text(json.dumps(rows, indent=2) + "\n")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if out.exists():
+            _merge_into(tmp, out)
+        else:
+            os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return {"clips": len(rows), "left_out_over_30s": skipped, "manifest": str(out / "manifest.json")}
+
+
+def _pack(groups: dict, tmp: Path) -> tuple[list[dict], int]:
+    """Each group's clips packed into files under `tmp/audio`; (manifest rows, clips left out)."""
+    import numpy as np
+    import soundfile as sf
+
     rows, skipped = [], 0
     pad = np.zeros(int(PAD_S * RATE))
     for key, clips in groups.items():
@@ -107,10 +127,7 @@ def convert(src: str | os.PathLike, out: str | os.PathLike, **_) -> dict:
             length += seconds + (PAD_S if len(packed) > 1 else 0.0)
         if packed:
             flush()
-    (tmp / "manifest.json").write_text(json.dumps(rows, indent=2) + "\n")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(tmp, out) if not out.exists() else _merge_into(tmp, out)
-    return {"clips": len(rows), "left_out_over_30s": skipped, "manifest": str(out / "manifest.json")}
+    return rows, skipped
 
 
 def _merge_into(tmp: Path, out: Path) -> None:
