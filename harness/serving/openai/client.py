@@ -6,7 +6,9 @@ not used (transformers serve answers it with 500 for local models).
 """
 from __future__ import annotations
 
+import io
 import time
+import wave
 from typing import Sequence
 
 from harness.serving.processes import Process, ServerError
@@ -83,3 +85,35 @@ class OpenAIChat(OpenAIHttp):
 
     def warmup(self, url: str, model: str, prompt: Sequence[int], streaming: bool) -> None:
         chat_completion(url, model, "Hello", max_tokens=4)
+
+
+def transcription(url: str, model: str, audio: bytes, filename: str = "warmup.wav", timeout_s: float = 300.0) -> dict:
+    """One non-streamed transcription of `audio` (warm-up, smoke tests), with the fields every server takes."""
+    import httpx
+
+    data = {"model": model} if model else {}
+    r = httpx.post(f"{base_url(url)}/v1/audio/transcriptions", data=data, files={"file": (filename, audio)},
+                   timeout=timeout_s)
+    if r.status_code != 200:
+        raise ServerError(f"transcription at {url} failed: HTTP {r.status_code} {r.text[:300]}")
+    return r.json()
+
+
+class OpenAITranscription(OpenAIHttp):
+    """The same servers, warmed up through /v1/audio/transcriptions (a speech model answers only there)."""
+
+    name = "openai-transcription"
+
+    def warmup(self, url: str, model: str, prompt: Sequence[int], streaming: bool) -> None:
+        transcription(url, model, silence_wav())
+
+
+def silence_wav(seconds: float = 0.5, rate: int = 16000) -> bytes:
+    """A short silent 16-bit mono WAV (warm-up)."""
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(b"\0\0" * int(seconds * rate))
+    return buf.getvalue()
