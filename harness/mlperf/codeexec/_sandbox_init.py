@@ -14,6 +14,7 @@ to the job's leased uid for each program).
              from init), report
     program  its own stdin/stdout/stderr and the step's extra fds (3, 4, ...) and no other fd, every
              signal at its default and unblocked, rlimits, the leased uid (weaker mode), no_new_privs,
+             a seccomp filter that refuses memfd_create and memfd_secret (REFUSED),
              an OOM score of 1000 (the host's OOM killer takes the job before anything of perfdag's),
              cwd = the private dir, execve
 
@@ -30,17 +31,54 @@ import json
 import os
 import resource
 import signal
+import struct
 import sys
 import time
 
-PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 1, 4, 38
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS = 1, 4, 22, 38
 TICK_S = 0.05  # how often the wall clock, the private dirs' file counts and the job's memory are looked at
 LIMITS = {"cpu_s": resource.RLIMIT_CPU, "memory_bytes": resource.RLIMIT_AS,
           "file_bytes": resource.RLIMIT_FSIZE, "nproc": resource.RLIMIT_NPROC,
           "nofile": resource.RLIMIT_NOFILE}
 CATCHABLE = sorted(set(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP})
 
+# Refused to every program (ENOSYS), by a seccomp filter: memory in a memfd that no process maps is in no
+# process's resident memory, so the job's memory cap could not see it. machine -> (audit arch, numbers).
+REFUSED = {"x86_64": (0xC000003E, {"memfd_create": 319, "memfd_secret": 447}),
+           "aarch64": (0xC00000B7, {"memfd_create": 279, "memfd_secret": 447})}
+
 libc = ctypes.CDLL(None, use_errno=True)
+
+
+class SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def seccomp_filter():
+    """The classic BPF program: another ABI's calls (i386, x32) and the REFUSED calls get ENOSYS, the
+    rest is allowed. None where the machine is not in REFUSED."""
+    if os.uname().machine not in REFUSED:
+        return None
+    arch, numbers = REFUSED[os.uname().machine]
+    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JGE|K, BPF_RET|K
+    refuse, allow = 0x00050000 | 38, 0x7FFF0000  # SECCOMP_RET_ERRNO | ENOSYS, SECCOMP_RET_ALLOW
+    code = [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, refuse), (ld, 0, 0, 0)]
+    if arch == 0xC000003E:
+        code += [(jge, 0, 1, 0x40000000), (ret, 0, 0, refuse)]  # x32 numbers
+    for nr in numbers.values():
+        code += [(jeq, 0, 1, nr), (ret, 0, 0, refuse)]
+    code.append((ret, 0, 0, allow))
+    return b"".join(struct.pack("HBBI", *c) for c in code), len(code)
+
+
+def refuse_calls(compiled):
+    """Install the filter on this process (no_new_privs is set): it and what it execs keep it."""
+    if compiled is None:
+        return
+    buf = ctypes.create_string_buffer(compiled[0], len(compiled[0]))
+    prog = SockFprog(compiled[1], ctypes.addressof(buf))
+    if libc.prctl(PR_SET_SECCOMP, 2, ctypes.byref(prog), 0, 0) != 0:  # SECCOMP_MODE_FILTER
+        raise OSError(ctypes.get_errno(), "seccomp filter refused")
 
 
 def report(cfg, line):
@@ -90,6 +128,7 @@ def start_program(cfg, step, index):
             os.setresgid(cfg["uid"], cfg["uid"], cfg["uid"])  # the leased uid is its gid too
             os.setresuid(cfg["uid"], cfg["uid"], cfg["uid"])
         libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)  # setuid binaries give nothing back
+        refuse_calls(cfg["seccomp"])
         os.umask(0o077)
         for sig in CATCHABLE:  # the driver's dispositions (and Python's ignored SIGPIPE) are not the program's
             try:
@@ -184,23 +223,26 @@ def run_step(cfg, step, index):
     paths = cfg["inode_paths"]
     allowed = limits["inodes"] + files_in(paths)
     cap = limits.get("job_memory_bytes")
-    why = None
+    why, next_check = None, 0.0
     while True:
         status = reap(child)
         if status is not None:
             break
-        left = deadline - time.monotonic()
+        now = time.monotonic()
+        left = deadline - now
         if left <= 0:
             why = "timeout"
-        elif paths and files_in(paths) > allowed:
-            why = "limit {} inodes"
-        elif cap and (held := memory_in_use(cfg)) > cap:
-            why = "limit {} memory " + str(held)
+        elif now >= next_check:  # once a tick, however often a SIGCHLD (the program may send it) wakes us
+            next_check = now + TICK_S
+            if paths and files_in(paths) > allowed:
+                why = "limit {} inodes"
+            elif cap and (held := memory_in_use(cfg)) > cap:
+                why = "limit {} memory " + str(held)
         if why:
             kill_job(cfg, child)
             report(cfg, f"timeout {index}" if why == "timeout" else why.format(index))
             return False
-        signal.sigtimedwait({signal.SIGCHLD}, min(TICK_S, left))
+        signal.sigtimedwait({signal.SIGCHLD}, max(0.001, min(next_check - now, left)))
     kill_job(cfg, None)  # nothing a step started outlives it
     code = os.waitstatus_to_exitcode(status)
     report(cfg, f"exit {index} {code}")
@@ -243,6 +285,7 @@ def kill_job(cfg, child):
 
 def main():
     cfg = json.loads(sys.argv[1])
+    cfg["seccomp"] = seccomp_filter()
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # perfdag (or bwrap) gone: so are we
     libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     deaf()
