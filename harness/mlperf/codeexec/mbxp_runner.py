@@ -28,10 +28,41 @@ solution defines, such as MBPP's `Pair`, or passes a value that cannot cross) to
 """
 from __future__ import annotations
 
+# mxeval's reliability_guard and swallow_io's stream, as both the in-process runner and the candidate's
+# process use them.
+GUARD = r'''
+import builtins, faulthandler, io, os, sys
+
+
+class WriteOnly(io.StringIO):
+    def read(self, *a, **k):
+        raise IOError
+    readline = readlines = read
+
+    def readable(self, *a, **k):
+        return False
+
+
+def guard():
+    faulthandler.disable()
+    builtins.exit = builtins.quit = builtins.help = None
+    os.environ["OMP_NUM_THREADS"] = "1"
+    for name in ("kill system putenv remove removedirs rmdir fchdir setuid fork forkpty killpg "
+                 "rename renames truncate replace unlink fchmod fchown chmod chown chroot "
+                 "lchflags lchmod lchown getcwd chdir").split():
+        setattr(os, name, None)
+    import shutil, subprocess
+    shutil.rmtree = shutil.move = shutil.chown = None
+    subprocess.Popen = None
+    for name in ("ipdb", "joblib", "resource", "psutil", "tkinter"):
+        sys.modules[name] = None
+'''
+
 # Runs in the sandbox as `python -I runner.py <timeout>`, in the private dir beside program.py.
-IN_PROCESS = r'''
+IN_PROCESS = GUARD + r'''
+
 def run():
-    import builtins, contextlib, faulthandler, io, os, signal, sys, types
+    import contextlib, signal, types
 
     # Taken before the program runs: what it replaces later is not what writes the verdict.
     read, write, leave, setitimer = os.read, os.write, os._exit, signal.setitimer
@@ -44,30 +75,8 @@ def run():
     class Timeout(Exception):
         pass
 
-    class WriteOnly(io.StringIO):
-        def read(self, *a, **k):
-            raise IOError
-        readline = readlines = read
-
-        def readable(self, *a, **k):
-            return False
-
     def on_alarm(signum, frame):
         raise Timeout("Timed out!")
-
-    def guard():  # mxeval's reliability_guard
-        faulthandler.disable()
-        builtins.exit = builtins.quit = builtins.help = None
-        os.environ["OMP_NUM_THREADS"] = "1"
-        for name in ("kill system putenv remove removedirs rmdir fchdir setuid fork forkpty killpg "
-                     "rename renames truncate replace unlink fchmod fchown chmod chown chroot "
-                     "lchflags lchmod lchown getcwd chdir").split():
-            setattr(os, name, None)
-        import shutil, subprocess
-        shutil.rmtree = shutil.move = shutil.chown = None
-        subprocess.Popen = None
-        for name in ("ipdb", "joblib", "resource", "psutil", "tkinter"):
-            sys.modules[name] = None
 
     def said(e):  # the exception, described without running any of the program's code
         shown = ", ".join([a if kind(a) is text else "<" + name_of(kind(a)) + ">" for a in args_of(e)])
@@ -209,32 +218,8 @@ def crossed(x):
 
 # The candidate's process: started by JUDGE with requests on fd 0 and replies on fd 3. The first request
 # holds the solution, exec()'d as mxeval does (the guard, swallowed IO); then one call per request.
-SERVER = VALUES + r'''
-import builtins, contextlib, faulthandler, io, os, sys
-
-
-class WriteOnly(io.StringIO):
-    def read(self, *a, **k):
-        raise IOError
-    readline = readlines = read
-
-    def readable(self, *a, **k):
-        return False
-
-
-def guard():  # mxeval's reliability_guard, as IN_PROCESS has it
-    faulthandler.disable()
-    builtins.exit = builtins.quit = builtins.help = None
-    os.environ["OMP_NUM_THREADS"] = "1"
-    for name in ("kill system putenv remove removedirs rmdir fchdir setuid fork forkpty killpg "
-                 "rename renames truncate replace unlink fchmod fchown chmod chown chroot "
-                 "lchflags lchmod lchown getcwd chdir").split():
-        setattr(os, name, None)
-    import shutil, subprocess
-    shutil.rmtree = shutil.move = shutil.chown = None
-    subprocess.Popen = None
-    for name in ("ipdb", "joblib", "resource", "psutil", "tkinter"):
-        sys.modules[name] = None
+SERVER = VALUES + GUARD + r'''
+import contextlib
 
 
 requests = os.fdopen(0, "rb")

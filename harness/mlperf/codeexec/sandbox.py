@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.mlperf.codeexec import uids as sandbox_uids
+from harness.mlperf.codeexec.outcome import TAIL, RunResult, from_report
 from harness.mlperf.codeexec.view import (
     SANDBOX_PATH,
     WORKDIR,
@@ -58,7 +59,6 @@ from harness.mlperf.codeexec.view import (
 )
 
 INIT = Path(__file__).with_name("_sandbox_init.py")
-TAIL = 4000  # characters of stdout/stderr kept per result (unless a job asks for more)
 SETUP_SLACK_S = 10.0  # namespaces and mounts, before the steps' own timeouts count
 ALLOW_FIELD = "accuracy.allow_code_network"
 ALLOW_HINT = (f"or set {ALLOW_FIELD}: true (python -m pipeline score: --allow-code-network; in code: "
@@ -100,18 +100,6 @@ class Job:
     env: dict[str, str] = field(default_factory=dict)
     stdout_chars: int = TAIL                             # how much of the last step's stdout to keep
     secret: str = ""                                     # what a channel step reads from its fd 4, once
-
-
-@dataclass
-class RunResult:
-    status: str  # passed | failed | timeout | killed | not_scored (| error: sandbox setup)
-    returncode: int | None
-    stdout: str
-    stderr: str
-    wall_s: float
-    detail: str = ""
-    step: int = 0  # index of the last step run
-    verdict: str = ""  # what the channel step wrote to its fd 3 (Step.channel)
 
 
 # -- toolchains ------------------------------------------------------------------------------------
@@ -185,15 +173,6 @@ def isolation(allow_network: bool) -> str:
 
 
 # -- running ---------------------------------------------------------------------------------------
-
-def _tail(path: Path, chars: int = TAIL) -> str:
-    if not path.exists():
-        return ""
-    with open(path, "rb") as f:
-        f.seek(0, os.SEEK_END)
-        f.seek(max(0, f.tell() - chars))
-        return f.read().decode("utf-8", "replace")
-
 
 def _run_at(job: Job, level: str) -> RunResult:
     """Run the job at `level`: as root under a leased uid, else under perfdag's own."""
@@ -309,79 +288,11 @@ def _run_session(job: Job, level: str, uid: int | None, base: Path, work: str, s
     wall = time.monotonic() - started
     with os.fdopen(report_r, "rb") as f:
         lines = f.read().decode("utf-8", "replace").splitlines()
-    res = _result(lines, job, base, wall, proc.returncode, cut_off)
+    res = from_report(lines, job, base, wall, proc.returncode, backstop if cut_off else None)
     if any(s.channel for s in job.steps) and (base / "verdict").exists():
         with open(base / "verdict", "rb") as f:
             res.verdict = f.read(lim.file_bytes + 1).decode("utf-8", "replace")
     return res
-
-
-def _signal_name(number: int) -> str:
-    """SIGKILL, or 'signal 40' for one the signal module has no name for (real-time signals)."""
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
-
-
-def _gib(n: float) -> str:
-    return f"{n / (1 << 30):.2f} GiB"
-
-
-def _result(lines: list[str], job: Job, base: Path, wall: float, rc: int, cut_off: bool = False) -> RunResult:
-    """What the driver's report says. Only what happens before a program starts is the sandbox's fault
-    (status "error", which stops the scoring); from then on anything, the driver's death included, is
-    the program's row's."""
-    init_err = _tail(base / "init.err").strip()
-    started = [int(ln.split()[1]) for ln in lines if ln.startswith("start ")]
-    setup = [ln[len("setup-error "):] for ln in lines if ln.startswith("setup-error ")]
-    if setup and len(started) <= 1:  # the sandbox, or the first step's own tool, cannot start
-        return RunResult("error", None, "", init_err, wall, f"sandbox setup: {setup[0]}")
-    if not started:
-        if rc > 0 and not cut_off:  # bwrap (or the driver) failed before the first step: the sandbox's fault
-            first = next((ln for ln in init_err.splitlines() if ln.strip()), f"exit status {rc}")
-            return RunResult("error", None, "", init_err, wall, first.strip())
-        return RunResult("timeout", None, "", init_err, wall,
-                         "sandbox session killed before its first step started")
-    index = started[-1]
-    step = job.steps[index]
-    last = index == len(job.steps) - 1
-    out = _tail(base / f"stdout.{index}", job.stdout_chars if last else TAIL)
-    err = _tail(base / f"stderr.{index}")
-    ends = [ln.split(" ", 3) for ln in lines if ln.startswith(("exit ", "timeout ", "limit ", "driver-error "))]
-    ends = [e for e in ends if int(e[1]) == index]
-    if setup:
-        return RunResult("failed", None, out, err, wall, f"step {index}: {setup[-1]}", index)
-    if not ends:  # the session ended under the program: its init killed (the OOM killer), or cut off by perfdag
-        if cut_off:
-            return RunResult("timeout", None, out, err, wall,
-                             f"killed by perfdag after {sum(s.timeout_s for s in job.steps) + SETUP_SLACK_S:g} s", index)
-        return RunResult("killed", None, out, err, wall,
-                         f"the sandbox ended while the program ran (its driver's status {rc})", index)
-    kind = ends[-1][0]
-    if kind == "timeout":
-        return RunResult("timeout", None, out, err, wall,
-                         f"wall-clock timeout after {step.timeout_s:g} s: killed", index)
-    if kind == "driver-error":
-        why = " ".join(ends[-1][2:])
-        return RunResult("killed", None, out, err, wall, f"the sandbox's driver failed: {why}", index)
-    if kind == "limit" and ends[-1][2] == "memory":
-        held = float(ends[-1][3]) if len(ends[-1]) > 3 else 0.0
-        return RunResult("killed", None, out, err, wall,
-                         f"killed: the job's processes together held {_gib(held)}, over its memory limit of "
-                         f"{_gib(job.limits.job_memory_bytes)} (Limits.job_memory_bytes)", index)
-    if kind == "limit":
-        return RunResult("killed", None, out, err, wall,
-                         f"killed: more than {job.limits.inodes} files in /tmp and /dev/shm", index)
-    rc = int(ends[-1][2])
-    if rc in step.ok_returncodes:
-        if last:
-            return RunResult("passed", rc, out, err, wall, "", index)
-        return RunResult("timeout", rc, out, err, wall, "sandbox session killed between steps",
-                         index)
-    if rc < 0:
-        return RunResult("killed", rc, out, err, wall, f"killed by {_signal_name(-rc)}", index)
-    return RunResult("failed", rc, out, err, wall, f"exit status {rc}", index)
 
 
 def missing_tools(job: Job) -> list[str]:
