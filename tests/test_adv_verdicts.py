@@ -200,9 +200,12 @@ def test_four_children_are_stopped_together_well_before_6_gib():
 
 def test_memory_no_process_maps_counts_or_cannot_be_had():
     """Memory no process maps any more is the job's too: System V segments, detached, count against its
-    cap; a memfd (whose unmapped pages nothing would count) cannot be created at all."""
-    memfd = sandbox.run_program("import os\nos.memfd_create('hidden')\n", "python", timeout_s=5)
+    cap; a memfd (whose unmapped pages nothing would count) cannot be created at all. Every program
+    starts first in line for the host's OOM killer."""
+    memfd = sandbox.run_program("print(open('/proc/self/oom_score_adj').read())\nimport os\nos.memfd_create('hidden')\n",
+                                "python", timeout_s=5)
     assert memfd.status == "failed" and "Function not implemented" in memfd.stderr, memfd
+    assert memfd.stdout.strip() == "1000"
     src = ("import ctypes, time\nlibc = ctypes.CDLL(None)\nlibc.shmat.restype = ctypes.c_void_p\n"
            "for i in range(8):\n    sid = libc.shmget(0, 64 << 20, 0o1600)\n    at = libc.shmat(sid, None, 0)\n"
            "    ctypes.memset(at, 1, 64 << 20)\n    libc.shmdt(ctypes.c_void_p(at))\ntime.sleep(30)\n")

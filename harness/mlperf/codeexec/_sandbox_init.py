@@ -15,7 +15,8 @@ to the job's leased uid for each program).
     program  its own stdin/stdout/stderr and the step's extra fds (3, 4, ...) and no other fd, every
              signal at its default and unblocked, rlimits, the leased uid (weaker mode), no_new_privs,
              a seccomp filter that refuses memfd_create and memfd_secret (REFUSED),
-             an OOM score of 1000 (the host's OOM killer takes the job before anything of perfdag's),
+             an OOM score of 1000 (the host's OOM killer takes the job before anything of perfdag's,
+             unless the program lowers it again, which the kernel lets a process do),
              cwd = the private dir, execve
 
 Report lines, on the report fd: `setup-error <message>` (before a program started: the sandbox's
@@ -287,9 +288,9 @@ def main():
     cfg = json.loads(sys.argv[1])
     cfg["seccomp"] = seccomp_filter()
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # perfdag (or bwrap) gone: so are we
+    oom_first()  # first: a non-dumpable process's /proc/self files are root's, not its own to write
     libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     deaf()
-    oom_first()
     if cfg["uid"] is None and os.getpid() != 1:
         report(cfg, "setup-error the driver is not the init of a PID namespace of its own")
         os._exit(125)
