@@ -182,20 +182,11 @@ def test_a_program_exhausting_its_sandbox_fails_only_its_own_row():
     assert all(why in r["detail"] for why, r in zip(EXHAUSTING.values(), rows[1:])), rows
 
 
-def test_four_children_are_stopped_together_well_before_6_gib():
-    """Four forked children each touching 1.5 GiB (each far under the 4 GiB per-process cap) are killed
-    once the job holds its 4 GiB together; the row fails naming the limit. A job of three children
-    holding 256 MiB each passes."""
-    def children(n: int, mib: int, sleep_s: int) -> str:
-        return ("import ctypes, mmap, os, time\nfor i in range(%d):\n    if ctypes.CDLL(None).fork() == 0:\n"
-                "        held = mmap.mmap(-1, %d << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | mmap.MAP_POPULATE)\n"
-                "        time.sleep(%d)\n        os._exit(0)\ntime.sleep(%d)\n" % (n, mib, sleep_s, sleep_s + 1))
-    out = score([children(4, 1536, 60) + HONEST, children(3, 256, 1) + HONEST], timeout_s=60)
-    big, small = out["per_row"]
-    assert big["status"] == "killed" and "over its memory limit of 4.00 GiB" in big["detail"], big
-    held = float(big["detail"].split("held ")[1].split(" GiB")[0])
-    assert 4.0 <= held < 5.0  # stopped at the cap, far from the 6 GiB the four would hold
-    assert small["status"] == "passed", small
+def children(n: int, mib: int, sleep_s: int) -> str:
+    """A program's first lines: n forked children each touching `mib` MiB, sleeping; the parent waits too."""
+    return ("import ctypes, mmap, os, time\nfor i in range(%d):\n    if ctypes.CDLL(None).fork() == 0:\n"
+            "        held = mmap.mmap(-1, %d << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | mmap.MAP_POPULATE)\n"
+            "        time.sleep(%d)\n        os._exit(0)\ntime.sleep(%d)\n" % (n, mib, sleep_s, sleep_s + 1))
 
 
 def test_memory_no_process_maps_counts_or_cannot_be_had():
@@ -254,9 +245,12 @@ def _log(tok, texts: dict[int, str], path: Path) -> Path:
 
 def test_score_goes_on_when_an_mbxp_row_signals_its_init(tmp_path):
     """`python -m pipeline score` on the mixtral stand-in (44 rows; the log answers its 12 MBXP rows) with
-    one MBXP row sending SIGINT to the sandbox's init and another forging its verdict: no traceback,
-    accuracy.json and every row's result are written, the signalling row passes on its merits and the
-    forged one fails."""
+    one MBXP row sending SIGINT to the sandbox's init, one forging its verdict, one whose four forked
+    children touch 1.5 GiB each (each far under the 4 GiB per-process cap) and one whose three children
+    hold 256 MiB each: no traceback, accuracy.json and every row's result are written; the signalling
+    row passes on its merits, the forged one fails, the four children are killed once the job holds
+    its 4 GiB together, well before the 6 GiB they would hold, and the row names the limit; the three
+    pass."""
     sys.path.insert(0, str(REPO / "tests"))
     import mlperf_scoring_fixtures as MF
 
@@ -266,9 +260,11 @@ def test_score_goes_on_when_an_mbxp_row_signals_its_init(tmp_path):
     tok_dir = MF.save_tokenizer(tmp_path / "tok")
     rows = standin_rows("mixtral-8x7b")
     texts = {i: r["canonical_solution"] for i, r in enumerate(rows) if r["dataset"] == "MBXP"}
-    first, second = list(texts)[:2]
+    first, second, third, fourth = list(texts)[:4]
     texts[first] = "import ctypes\nctypes.CDLL(None).kill(1, 2)\n" + texts[first]
     texts[second] = FORGERIES["issue"]
+    texts[third] = children(4, 1536, 60) + texts[third]
+    texts[fourth] = children(3, 256, 1) + texts[fourth]
     log = _log(MF.load_tokenizer(tok_dir), texts, tmp_path / "log.json")
     rc = main(["score", "--benchmark", "mixtral-8x7b", "--log", str(log), "--dataset", str(standin_path("mixtral-8x7b")),
                "--tokenizer", str(tok_dir), "--out", str(tmp_path / "out")])
@@ -276,8 +272,11 @@ def test_score_goes_on_when_an_mbxp_row_signals_its_init(tmp_path):
     doc = json.loads((tmp_path / "out" / "accuracy.json").read_text())
     kept = json.loads((tmp_path / "out" / "code_outputs" / "mbxp_results.json").read_text())
     statuses = [r["status"] for r in kept["per_row"]]
-    assert len(statuses) == 12 and statuses[0] == "passed" and statuses[1] == "failed", kept["per_row"]
+    assert len(statuses) == 12 and statuses[:4] == ["passed", "failed", "killed", "passed"], kept["per_row"]
     assert doc["scores"]["mbxp"] == 100 * statuses.count("passed") / 12
+    big = kept["per_row"][2]["detail"]
+    assert "over its memory limit of 4.00 GiB" in big, big
+    assert 4.0 <= float(big.split("held ")[1].split(" GiB")[0]) < 5.0
 
 
 def test_score_goes_on_when_a_livecodebench_program_signals_its_init(tmp_path):
