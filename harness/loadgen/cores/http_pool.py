@@ -35,9 +35,10 @@ from harness.untrusted.limits import MAX_HEADER_BYTES, MAX_RESPONSE_BYTES, heade
 
 
 class Target:
-    """Where a core's requests go: `http(s)://host:port[/prefix]` and the path it posts to."""
+    """Where a core's requests go: `http(s)://host:port[/prefix]`, the path it posts to and what its
+    bodies are (JSON, or a multipart form)."""
 
-    def __init__(self, base: str, path: str):
+    def __init__(self, base: str, path: str, content_type: str = "application/json"):
         u = urlsplit(base)
         if u.scheme not in ("http", "https") or not u.hostname:
             raise ValueError(f"not an http(s) URL: {base!r}")
@@ -46,7 +47,7 @@ class Target:
         self.ssl = ssl.create_default_context() if u.scheme == "https" else None
         self.key = (u.scheme, self.host, self.port)
         self.head = (f"POST {u.path.rstrip('/')}{path} HTTP/1.1\r\nHost: {u.netloc}\r\n"
-                     "Content-Type: application/json\r\nContent-Length: ").encode()
+                     f"Content-Type: {content_type}\r\nContent-Length: ").encode()
 
     def request(self, body: bytes) -> bytes:
         return b"%s%d\r\n\r\n%s" % (self.head, len(body), body)

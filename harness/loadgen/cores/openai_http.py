@@ -64,7 +64,7 @@ class OpenAIHttpCore(HttpCore):
         api = self.cfg["openai"]
         self.kind = api["kind"]
         self.prompt_method, self.output_method = methods(self.kind, api.get("prompt", "auto"),
-                                                         api.get("output_tokens", "auto"))
+                                                         api.get("output_tokens", "auto"), bool(api.get("router")))
         if self.prompt_method == "text" and self.prompts.texts is None:
             raise RuntimeError("this server takes text prompts, but no prompt texts were given")
         self.tokenizer = None

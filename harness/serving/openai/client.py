@@ -6,6 +6,8 @@ not used (transformers serve answers it with 500 for local models).
 """
 from __future__ import annotations
 
+import io
+import wave
 from typing import Sequence
 
 from harness.serving.bounded import read_body
@@ -51,11 +53,12 @@ def chat_completion(url: str, model: str, text: str, max_tokens: int = 4, timeou
     return _post_json(f"{base_url(url)}/v1/chat/completions", body, f"chat completion at {url}", timeout_s)
 
 
-def _post_json(url: str, body: dict, what: str, timeout_s: float) -> dict:
-    """POSTs `body` and returns the JSON answer, read with a bound (serving/bounded.py)."""
+def _post_json(url: str, body: dict | None, what: str, timeout_s: float, **form) -> dict:
+    """POSTs `body` as JSON (or `form`: httpx's data and files) and returns the JSON answer, read with a
+    bound (serving/bounded.py)."""
     import httpx
 
-    with httpx.stream("POST", url, json=body, timeout=timeout_s) as r:
+    with httpx.stream("POST", url, json=body, timeout=timeout_s, **form) as r:
         data = read_body(r, what)
     if r.status_code != 200:
         raise ServerError(f"{what} failed: HTTP {r.status_code} {data[:300].decode('utf-8', 'replace')}")
@@ -89,3 +92,30 @@ class OpenAIChat(OpenAIHttp):
 
     def warmup(self, url: str, model: str, prompt: Sequence[int], streaming: bool) -> None:
         chat_completion(url, model, "Hello", max_tokens=4)
+
+
+def transcription(url: str, model: str, audio: bytes, filename: str = "warmup.wav", timeout_s: float = 300.0) -> dict:
+    """One non-streamed transcription of `audio` (warm-up, smoke tests), with the fields every server takes."""
+    data = {"model": model} if model else {}
+    return _post_json(f"{base_url(url)}/v1/audio/transcriptions", None, f"transcription at {url}", timeout_s,
+                      data=data, files={"file": (filename, audio)})
+
+
+class OpenAITranscription(OpenAIHttp):
+    """The same servers, warmed up through /v1/audio/transcriptions (a speech model answers only there)."""
+
+    name = "openai-transcription"
+
+    def warmup(self, url: str, model: str, prompt: Sequence[int], streaming: bool) -> None:
+        transcription(url, model, silence_wav())
+
+
+def silence_wav(seconds: float = 0.5, rate: int = 16000) -> bytes:
+    """A short silent 16-bit mono WAV (warm-up)."""
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(b"\0\0" * int(seconds * rate))
+    return buf.getvalue()
