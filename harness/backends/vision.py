@@ -29,7 +29,7 @@ def is_multimodal(checkpoint) -> bool:
 def is_speech(checkpoint) -> bool:
     """A checkpoint directory holding a speech-to-text model (Whisper: an audio encoder and a decoder)."""
     try:
-        return json.loads((Path(checkpoint) / "config.json").read_text()).get("model_type") == "whisper"
+        return jsonio.loads((Path(checkpoint) / "config.json").read_bytes()).get("model_type") == "whisper"
     except (OSError, ValueError, TypeError, AttributeError):
         return False
 
