@@ -12,11 +12,13 @@ impostor's is refused too.
 from __future__ import annotations
 
 import ipaddress
+import os
 from dataclasses import dataclass
 from typing import Sequence
 
 from harness.serving.launcher import is_ours
-from harness.serving.processes import labels
+from harness.serving.private import PLACEHOLDER, PrivateDirError, private_dir
+from harness.serving.processes import TOKEN, labels
 from harness.serving.spec import on_this_host
 
 
@@ -105,9 +107,23 @@ def _protocol_and_models(records: Sequence[dict], expected: Expected) -> list[st
         if rec.get("protocol", "triton-grpc") != expected.protocol:
             out.append(f"server {i} speaks {rec.get('protocol', 'triton-grpc')}; the parameters say {expected.protocol}")
         models = rec.get("models") or []
-        if not models or not set(models) <= set(expected.models):
+        if not models or not all(_serves(m, rec, expected.models) for m in models):
             out.append(f"server {i} serves {models}; the parameters say {list(expected.models)}")
     return out
+
+
+def _serves(model: str, rec: dict, expected: Sequence[str]) -> bool:
+    """`model` is one the parameters name; PLACEHOLDER among them stands for a path in the record's own
+    private directory (a model its requests name by path), which holds only verified copies and pins."""
+    if model in expected:
+        return True
+    if PLACEHOLDER not in expected or not isinstance(model, str) or not TOKEN.fullmatch(str(rec.get("token"))):
+        return False
+    try:
+        where = str(private_dir(rec["token"]))
+    except PrivateDirError:
+        return False
+    return model.startswith(where + os.sep) and ".." not in model.split(os.sep)
 
 
 def _listening(pid: int) -> set[tuple[str, int]]:

@@ -12,6 +12,7 @@ read back from the root are parsed first (records.py), which stamps each with th
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import time
@@ -159,6 +160,7 @@ def launch(specs: Sequence[LaunchSpec], out_dir: str | Path, *, root: str | Path
     with _stop_on_interrupt(started, shm_prefixes):
 
         here: list[bool] = []  # started on this node (not through srun): its private directory is here
+        launched: list[LaunchSpec] = []
         for spec in specs:
             shown = " ".join([f"{k}={v}" for k, v in spec.env.items()] + list(spec.argv))
             argv = placed_argv(spec)
@@ -168,6 +170,10 @@ def launch(specs: Sequence[LaunchSpec], out_dir: str | Path, *, root: str | Path
                          env_overlay=overlay, cwd=spec.cwd, shown=normalise(shown, names or {}), root=rid)
             started.append(proc)
             here.append(argv == list(spec.argv))
+            if spec.private and here[-1]:  # a model named by its path (transformers serve's transcriptions)
+                spec = dataclasses.replace(spec, models=tuple(                   # names it in the private directory
+                    m.replace(private.PLACEHOLDER, str(private.private_dir(proc.token))) for m in spec.models))
+            launched.append(spec)
             rec = record_of(spec, proc, out_dir, names)
             on_spawn(rec)
             records.append(rec)
@@ -188,10 +194,10 @@ def launch(specs: Sequence[LaunchSpec], out_dir: str | Path, *, root: str | Path
         # is never joined on the way out: an interrupt stops the servers first, which ends the waits.
         pool = ThreadPoolExecutor(max_workers=min(32, len(specs)) or 1, thread_name_prefix="ready")
         try:
-            wait_all([pool.submit(ready_and_warm, spec, proc) for spec, proc in zip(specs, started)])
+            wait_all([pool.submit(ready_and_warm, spec, proc) for spec, proc in zip(launched, started)])
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
-        loaded_as_verified(specs, started, here, log)
+        loaded_as_verified(launched, started, here, log)
     return [{**rec, "_root_id": rid} for rec in records]
 
 

@@ -218,6 +218,8 @@ class Launch(LaunchStep):
         o, proto, names = p.openai, self.protocol_for(p), (served_name(p),)
         if o.endpoints:
             return Expected(external=True, protocol=proto, models=names, endpoints=tuple(parse_endpoints(o.endpoints)))
+        if p.layout is None:  # a model its requests name by path is named in the server's private directory
+            names = (request_model(p, PLACEHOLDER),)
         return Expected(external=False, protocol=proto, models=names, bind=None if p.layout else o.bind,
                         ports=tuple(o.ports))
 
