@@ -45,6 +45,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from verify_cost import drop_cache, read_all, write_safetensors  # noqa: E402 - after the path fix
 
+from harness.backends.torch.repo import MODEL_PY  # noqa: E402
 from harness.cache import integrity  # noqa: E402
 from harness.cache.store import ArtifactStore  # noqa: E402
 from harness.serving import pinned, private  # noqa: E402
@@ -58,8 +59,6 @@ READS = {"check", "after ready", "measurement before", "measurement after"}  # r
 def publish(root: Path, gib: float) -> tuple[dict, Path, Path]:
     """A root with a torch repository and an engine of `gib` GiB, published; (verified manifests by
     directory, the repository's directory, the weights file)."""
-    from harness.backends.torch.repo import MODEL_PY
-
     store = ArtifactStore(root)
 
     def repo(d: Path) -> dict:

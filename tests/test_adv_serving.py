@@ -22,15 +22,29 @@ import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
+import httpx
 import psutil
 import pytest
 from conftest import FAST, REPO, copied_root, luigi_cmd, run_luigi, run_records, statuses, tritonservers_under
 
+import harness.backends.openai as openai_pkg
+import harness.backends.trtllm as trtllm_pkg
+from harness.backends.base import Work
+from harness.backends.trtllm.repo import fill_trtllm_repos
+from harness.cache import signing
+from harness.cache.store import ArtifactStore
+from harness.cache.versions import versions
+from harness.config.schema import Params
 from harness.serving import pinned, private
-from harness.serving.processes import TOKEN_ENV, root_id, spawn
+from harness.serving.agreement import Expected, disagreements, external_records, not_listening
+from harness.serving.ports import free_port
+from harness.serving.processes import TOKEN_ENV, root_id, spawn, terminate
+from harness.serving.records import servers_of
+from harness.serving.triton.server import prepare_backend_dir
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -90,8 +104,6 @@ def key_env(tmp_path) -> dict:
 
 def sign_all(root: Path, env: dict) -> None:
     """Signs a root's manifests as a key holder would have published them."""
-    from harness.cache import signing
-
     key = signing.load_key(env["PERFDAG_SIGNING_KEY_FILE"])
     for f in root.glob("*/*/manifest.json"):
         m = json.loads(f.read_text())
@@ -102,10 +114,7 @@ def sign_all(root: Path, env: dict) -> None:
 @pytest.fixture
 def impostor(tmp_path):
     """An OpenAI-compatible echo server: (port, how many requests it answered)."""
-    import httpx
 
-    from harness.serving.ports import free_port
-    from harness.serving.processes import terminate
 
     port = free_port()
     proc = spawn([sys.executable, "-m", "harness.serving.testing.echo_openai", "--port", str(port), "--metrics", "vllm"],
@@ -168,9 +177,6 @@ def _plant_backends(root: Path, markers: Path) -> list[Path]:
     """The issue's case 2 as it was: `.backends/pytriton-*/python/` filled as perfdag filled it, then
     triton_python_backend_utils.py edited with its size and mtime kept, and a .pyc planted beside it whose
     header carries the source's mtime and size (so Python would run it instead)."""
-    from harness.cache.versions import versions
-    from harness.serving.triton.server import prepare_backend_dir
-
     tag = f"pytriton-{versions('nvidia-pytriton')['nvidia-pytriton']}-py{sys.version_info.major}.{sys.version_info.minor}"
     pydir = prepare_backend_dir(root / ".backends" / tag) / "python"
     utils = pydir / "triton_python_backend_utils.py"
@@ -222,7 +228,7 @@ def test_code_planted_under_the_root_never_runs_in_a_server(root, tmp_path, monk
 
         # a pin in the (unsigned) manifest pointed at another directory is never read: refused
         monkeypatch.setenv("PERFDAG_ARTIFACTS", str(root))
-        from tasks import LaunchServers
+        from tasks import LaunchServers  # heavy (luigi and every stage): only this test needs it
 
         task = LaunchServers(overrides=FAULT)
         assert task.loaded_changes(mode="identity") == []
@@ -374,7 +380,6 @@ def test_the_private_directory_is_refused_where_others_could_touch_it(tmp_path, 
     can write without a sticky bit, on a path Triton's shell passes: else one line naming it and the fix."""
     def base_under(tmp: Path) -> Path:
         monkeypatch.setenv("TMPDIR", str(tmp))
-        import tempfile
         monkeypatch.setattr(tempfile, "tempdir", None)
         return tmp / f"perfdag-private-{os.getuid()}"
 
@@ -433,8 +438,6 @@ print(json.dumps(out))
 
 
 def _artifact(root: Path, stage: str, files: dict[str, bytes]) -> tuple[Path, dict]:
-    from harness.cache.store import ArtifactStore
-
     def make(d: Path) -> dict:
         for rel, data in files.items():
             (d / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -607,11 +610,6 @@ def test_the_trtllm_backend_launches_from_the_private_directory(tmp_path, monkey
     """tritonserver with the tensorrtllm backend (GPU): its argv names the repository in the private
     directory and runs there, where config.pbtxt's relative gpt_model_path finds the pinned engine. A
     stand-in for tritonserver, started by the same wrapper with the same plan, reads what it would."""
-    import harness.backends.trtllm as trtllm_pkg
-    from harness.backends.base import Work
-    from harness.backends.trtllm.repo import fill_trtllm_repos
-    from harness.config.schema import Params
-
     p = Params.model_validate({"quantize": {"format": "fp8"}, "build": {"backend": "trtllm", "device": "cuda",
                                                                         "dtype": "float16"}, "runtime": {"num_gpus": 1}})
     root = tmp_path / "artifacts"
@@ -639,10 +637,6 @@ def test_the_trtllm_backend_launches_from_the_private_directory(tmp_path, monkey
 def test_an_openai_gpu_server_loads_a_checkpoint_outside_the_root_through_its_pin(tmp_path, monkeypatch):
     """trtllm-serve on a checkpoint outside the root (model.checkpoint, passed through): its YAML is copied,
     the checkpoint pinned as outside/0, and the stand-in reads both from the private directory."""
-    import harness.backends.openai as openai_pkg
-    from harness.backends.base import Work
-    from harness.config.schema import Params
-
     p = Params.model_validate({"quantize": {"format": "none"}, "build": {"backend": "openai", "device": "cuda"},
                                "openai": {"server": "trtllm-serve"}, "runtime": {"num_gpus": 1}})
     root = tmp_path / "artifacts"
@@ -670,8 +664,6 @@ def test_an_openai_gpu_server_loads_a_checkpoint_outside_the_root_through_its_pi
 # --- records against the parameters ---------------------------------------------------------------------------
 
 def test_records_that_disagree_with_the_parameters_are_named():
-    from harness.serving.agreement import Expected, disagreements, external_records
-
     launched = Expected(external=False, protocol="triton-grpc", models=("m",), bind="127.0.0.1", ports=(9001,),
                         port_field="grpc_port")
     good = {"host": "127.0.0.1", "port": 9001, "grpc_port": 9001, "protocol": "triton-grpc", "models": ["m"], "pid": 5}
@@ -691,9 +683,6 @@ def test_records_that_disagree_with_the_parameters_are_named():
 def test_a_record_naming_a_real_servers_pid_and_another_port_is_refused(tmp_path):
     """A launched record must name a process of this root listening where it says: a record that keeps the
     server's pid and token and moves its port to a stranger's listener is refused."""
-    from harness.serving.agreement import not_listening
-    from harness.serving.records import servers_of
-
     theirs = socket.socket()
     theirs.bind(("127.0.0.1", 0))
     theirs.listen()

@@ -13,6 +13,9 @@ import time
 import pytest
 from conftest import FAST, REPO, luigi_cmd, run_luigi, tritonservers_under
 
+from harness.serving.launcher import servers_live
+from harness.serving.records import servers_of
+
 DEFAULT = REPO / "params" / "default.yaml"
 
 
@@ -227,8 +230,6 @@ def test_a_root_whose_path_a_shell_would_mangle_is_served(built_fast, tmp_path):
         (srv,) = json.loads(next(root.glob("LaunchServers/*/servers.json")).read_text())["servers"]
         assert all(str(root) not in str(v) for v in srv.values())  # records name no machine path of it
         assert srv["repo"].startswith("<private>/")
-        from harness.serving.launcher import servers_live
-        from harness.serving.records import servers_of
 
         assert servers_live(servers_of([srv], "servers.json", root))  # read back from this root: ours
         assert len(tritonservers_under(root)) == 1
