@@ -66,6 +66,7 @@ class FullRun(StageTask):
         return ("harness.reports.report", "harness.reports.plots", "harness.loadgen.results", "harness.loadgen.verdict",
                 "harness.loadgen.chunks",
                 "harness.loadgen.goodput",  # the goodput line
+                "harness.host.state",  # the host's state: its line, its section, a busy host named
                 "harness.loadgen.early_stopping")  # imported by results (the report reads none of it)
 
     def stage_keys(self) -> dict[str, str]:

@@ -6,6 +6,7 @@ import os
 import sys
 from pathlib import Path
 
+import harness.host.state as host_state
 from harness.loadgen.goodput import goodput_line
 from harness.loadgen.verdict import invalid_reason, is_valid, relaunch_lines
 from harness.reports.plots import plot_all, stats_markdown
@@ -58,6 +59,8 @@ def build_report(stage_keys: dict[str, str], perf: dict, accuracy: dict | None, 
             "layout": perf.get("layout"),
         },
         "accuracy": None if accuracy is None else _accuracy(accuracy),
+        # the host during the measurement: load, CPU of the client, the servers and other work (harness/host)
+        host_state.KEY: perf.get(host_state.KEY),
     }
 
 
@@ -152,6 +155,8 @@ def render_markdown(report: dict, plots: list[str]) -> str:
              f"| in flight: limit / peak | {_fmt(p.get('max_in_flight'), 'd')} / {_fmt(p.get('peak_in_flight'), 'd')} |"]
     if p.get("client_bound"):
         lines[2:2] = [f"> **Warning: the client may have been the bottleneck**: {p['client_bound_reason']}", ""]
+    if (report.get(host_state.KEY) or {}).get("busy"):
+        lines[2:2] = [f"> **Warning: measured on a busy host**: {'; '.join(report[host_state.KEY]['busy_reasons'])}", ""]
     for name in ("ttft_ms", "tpot_ms", "latency_ms"):  # LoadGen's percentiles (mlperf_log_detail.txt)
         lines.append(f"| {name} p50 / p90 / p99 (LoadGen) | " + " / ".join(_fmt(p[name][q], ".2f") for q in PCTS) + " |")
     if ss := p.get("single_stream"):
@@ -167,6 +172,7 @@ def render_markdown(report: dict, plots: list[str]) -> str:
         lines += _accuracy_table(a)
 
     lines += layout_markdown(p.get("layout"))
+    lines += host_state.markdown(report.get(host_state.KEY))
     lines += stats_markdown(report.get("client_stats") or {}, report.get("client_vs_loadgen") or {})
     lines += ["", "## Stages", "", "| stage | key |", "|---|---|"]
     lines += [f"| {k} | `{v[:16]}` |" for k, v in report["stages"].items()]
@@ -241,6 +247,9 @@ def summary_text(report: dict, report_dir: Path, color: bool = False) -> str:
         f"  goodput    {goodput_line(p.get('goodput'))}",
         f"  in flight  limit {_fmt(p.get('max_in_flight'), 'd')}, peak {_fmt(p.get('peak_in_flight'), 'd')}",
         *([f"  WARNING    client-bound: {p['client_bound_reason']}"] if p.get("client_bound") else []),
+        *([f"  host       {host_state.line(report[host_state.KEY])}"] if report.get(host_state.KEY) else []),
+        *([_red(f"  WARNING    busy host: {'; '.join(report[host_state.KEY]['busy_reasons'])}", color)]
+          if (report.get(host_state.KEY) or {}).get("busy") else []),
         *([f"  latency ms (LoadGen) p90 {_fmt(p['single_stream']['p90_latency_ms'], '.2f')} (SingleStream's metric); "
            f"early-stopping estimate {_fmt(p['single_stream']['early_stopping_latency_ms'], '.2f')} (of first tokens)"]
           if p.get("single_stream") else []),
