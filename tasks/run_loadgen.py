@@ -6,6 +6,7 @@ from pathlib import Path
 
 import harness.serving.role_timings as role_timings
 from harness.loadgen.measure import run_performance
+from harness.loadgen.verdict import answer_warnings
 from tasks.base import log
 from tasks.measuring import MeasuringStage
 from tasks.prepare_dataset import tokenizer_dir
@@ -34,4 +35,6 @@ class RunLoadgen(MeasuringStage):
         result.pop("requests", None)
         log.info("RunLoadgen %s: %s, %.1f samples/s, %.1f tokens/s", result["scenario"], result["valid"],
                  result["samples_per_s"] or 0, result["tokens_per_s"] or 0)
+        for w in answer_warnings(result.get("measured")):
+            log.warning("RunLoadgen %s: %s", self.key[:16], w)
         return {"result": json.loads(json.dumps(result, default=str))}

@@ -3,6 +3,7 @@ the harness' own per-request measurements (requests.csv) beside them.
 Over 400 lines because every scenario's summary fields (Offline, Server, Interactive, SingleStream) are read and checked against the detail log in one place."""
 from __future__ import annotations
 
+import collections
 import contextlib
 import csv
 import json
@@ -432,6 +433,18 @@ def _chunk_stats(per_request: Sequence[bytes]) -> dict:
     if not any(per_request):
         return {}
     return chunk_stats(*concat(per_request))
+
+
+def answers(frontends: dict[int, dict]) -> dict:
+    """What the clients saw of the answers themselves over the timed run: how many held no token at all
+    (`empty`, before LoadGen's padding to 2 end tokens) and the server's own finish reasons
+    (`server_finish`, OpenAI servers; None where the server sends none, Triton)."""
+    empty, finish = 0, collections.Counter()
+    for fe in frontends.values():
+        for c in (fe.get("clients") or {}).values():
+            empty += int(c.get("empty") or 0)
+            finish.update(c.get("finish") or {})
+    return {"empty": empty, "server_finish": dict(finish) or None}
 
 
 #: A client process whose busiest thread ran or waited to run more than this share of the timed

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import harness.host.state as host_state
 from harness.loadgen.goodput import goodput_line
-from harness.loadgen.verdict import invalid_reason, is_valid, relaunch_lines
+from harness.loadgen.verdict import answer_warnings, invalid_reason, is_valid, relaunch_lines
 from harness.reports.plots import plot_all, stats_markdown
 
 PCTS = ("p50", "p90", "p99")
@@ -53,8 +53,12 @@ def build_report(stage_keys: dict[str, str], perf: dict, accuracy: dict | None, 
             # MLPerf's early-stopping estimate of each percentile, over the client's own timings
             # (harness/loadgen/early_stopping.py); None where the run had too few queries for it
             "early_stopping_estimates": (perf.get("measured") or {}).get("early_stopping"),
-            # why requests ended: "stop" before their output limit, "length" at it (from token counts)
+            # why requests ended: "stop" before their output limit, "length" at it (from token counts; the
+            # server's own finish reasons beside them, where it says them), and how many answers were empty
             "finish_reasons": (perf.get("measured") or {}).get("finish"),
+            "empty_answers": (perf.get("measured") or {}).get("empty"),
+            # mostly empty answers, or finish reasons that contradict the server's (harness/loadgen/verdict.py)
+            "answer_warnings": answer_warnings(perf.get("measured")),
             # the serving layout (serving/layout.py layout_summary): each role's instances and nodes
             "layout": perf.get("layout"),
         },
@@ -155,6 +159,8 @@ def render_markdown(report: dict, plots: list[str]) -> str:
              f"| in flight: limit / peak | {_fmt(p.get('max_in_flight'), 'd')} / {_fmt(p.get('peak_in_flight'), 'd')} |"]
     if p.get("client_bound"):
         lines[2:2] = [f"> **Warning: the client may have been the bottleneck**: {p['client_bound_reason']}", ""]
+    for w in p.get("answer_warnings") or ():
+        lines[2:2] = [f"> **Warning: the answers**: {w}", ""]
     if (report.get(host_state.KEY) or {}).get("busy"):
         lines[2:2] = [f"> **Warning: measured on a busy host**: {'; '.join(report[host_state.KEY]['busy_reasons'])}", ""]
     for name in ("ttft_ms", "tpot_ms", "latency_ms"):  # LoadGen's percentiles (mlperf_log_detail.txt)
@@ -168,6 +174,11 @@ def render_markdown(report: dict, plots: list[str]) -> str:
         total = max(1, f["stop"] + f["length"])
         lines.append(f"| finished: stop / length (at the output limit; from token counts) | {f['stop']:,} "
                      f"({f['stop'] / total:.0%}) / {f['length']:,} ({f['length'] / total:.0%}) |")
+        if f.get("server"):
+            lines.append("| finished, as the server said (its finish_reason) | "
+                         + ", ".join(f"{k} {v:,}" for k, v in sorted(f["server"].items())) + " |")
+    if p.get("empty_answers") is not None:
+        lines.append(f"| empty answers (no token) | {p['empty_answers']:,} |")
     if a is not None:
         lines += _accuracy_table(a)
 
@@ -247,6 +258,7 @@ def summary_text(report: dict, report_dir: Path, color: bool = False) -> str:
         f"  goodput    {goodput_line(p.get('goodput'))}",
         f"  in flight  limit {_fmt(p.get('max_in_flight'), 'd')}, peak {_fmt(p.get('peak_in_flight'), 'd')}",
         *([f"  WARNING    client-bound: {p['client_bound_reason']}"] if p.get("client_bound") else []),
+        *[_red(f"  WARNING    answers: {w}", color) for w in p.get("answer_warnings") or ()],
         *([f"  host       {host_state.line(report[host_state.KEY])}"] if report.get(host_state.KEY) else []),
         *([_red(f"  WARNING    busy host: {'; '.join(report[host_state.KEY]['busy_reasons'])}", color)]
           if (report.get(host_state.KEY) or {}).get("busy") else []),

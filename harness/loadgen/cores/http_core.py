@@ -4,9 +4,23 @@ as it arrives (http_pool.py), and a close that lets them finish, then cancels wh
 the frontend's connection pool back."""
 from __future__ import annotations
 
+import re
 import time
 
 from harness.loadgen.cores.base import Core
+
+_FINISH = re.compile(rb'"finish_reason"\s*:\s*"([A-Za-z_]{1,32})"')
+
+
+def finish_reason(body: bytes) -> str | None:
+    """The last non-null finish_reason in a response's bytes (an OpenAI server's word for why it
+    stopped: "stop", "length"...), found without parsing JSON; None where it says none."""
+    at = body.rfind(b'"finish_reason"')
+    while at >= 0:
+        if m := _FINISH.match(body, at):
+            return m.group(1).decode()
+        at = body.rfind(b'"finish_reason"', 0, at)  # null in the last event (a usage-only one follows)
+    return None
 
 
 class EventScan:
@@ -18,6 +32,7 @@ class EventScan:
         self.core, self.qid = core, qid
         self.t_first = 0
         self.rest = b""
+        self.finish: str | None = None
 
     def feed(self, chunk: bytes) -> None:
         if b"\r" in chunk:
@@ -29,12 +44,18 @@ class EventScan:
             self.rest = chunk
             return
         self.rest = chunk[end + 2:]
-        self._scan(chunk[:end + 2])
+        self._events(chunk[:end + 2])
+
+    def _events(self, region: bytes) -> None:
+        if b'"finish_reason"' in region:
+            self.finish = finish_reason(region) or self.finish
+        self._scan(region)
 
     def end(self):
         region, self.rest = self.rest, b""
         if region.strip():
-            self._scan(region + b"\n\n")
+            self._events(region + b"\n\n")
+        self.core.note_finish(self.qid, self.finish)
         return self.result()
 
     def _scan(self, region: bytes) -> None:
