@@ -116,7 +116,7 @@ class FullRun(StageTask):
         VALID to LoadGen, not to MLPerf's checker)."""
 
         text = summary_text(r, self.artifact_dir, color=color_wanted())
-        warnings = submission_warnings(self.params)
+        warnings = submission_warnings(self.params, accuracy=r["accuracy"] is not None)
         if warnings:
             text = text.rstrip("\n") + "\n  not submittable:\n" + "".join(f"    - {w}\n" for w in warnings)
         return text

@@ -302,6 +302,24 @@ def merge_measured(result: dict, stats: dict, cfg: dict) -> dict:
     return extra
 
 
+#: result.json's ttft_source / tpot_source -> whose number it is, as every report labels it
+SOURCE_LABELS = {"loadgen": "LoadGen", "harness": "client"}
+
+
+def sources(result: dict) -> dict[str, str | None]:
+    """Whose number each latency of result.json is: "LoadGen" (its mlperf_log_detail.txt) or "client"
+    (perfdag's own per-request timings, filled in where LoadGen measured none: a streamed closed loop);
+    None where there is none. `latency_from`: where the client's own latencies start ("issue", or
+    "send" in Offline's closed loop, where LoadGen's start at its one issue of everything)."""
+    def of(key: str, source_key: str) -> str | None:
+        if not result.get(key):
+            return None
+        return SOURCE_LABELS.get(result.get(source_key) or "loadgen", "LoadGen")
+    return {"ttft_ms": of("ttft_ms", "ttft_source"), "tpot_ms": of("tpot_ms", "tpot_source"),
+            "latency_ms": "LoadGen" if result.get("latency_ms") else None,
+            "latency_from": (result.get("measured") or {}).get("latency_from")}
+
+
 def read_requests_csv(path: str | os.PathLike) -> list[dict]:
     """Per-request rows written by the driver: sample_index, server, issue_ms (since the first
     issue), ttft_ms (None when not streamed), latency_ms, n_tokens, tpot_ms, queue_ms (None when unknown),

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import harness.host.state as host_state
 from harness.loadgen.goodput import goodput_line
+from harness.loadgen.results import sources
 from harness.loadgen.verdict import answer_warnings, invalid_reason, is_valid, relaunch_lines
 from harness.reports.plots import plot_all, stats_markdown
 
@@ -36,6 +37,8 @@ def build_report(stage_keys: dict[str, str], perf: dict, accuracy: dict | None, 
             "samples_per_second": perf["samples_per_s"], "tokens_per_second": perf["tokens_per_s"],
             "ttft_ms": _pcts(perf.get("ttft_ms")), "tpot_ms": _pcts(perf.get("tpot_ms")),
             "latency_ms": _pcts(perf.get("latency_ms")), "early_stopping": perf.get("early_stopping"),
+            # whose each of those is: LoadGen's, or the client's where LoadGen measured none (results.sources)
+            "sources": sources(perf),
             # the share of requests that met the latency limits, and the throughput they make up
             "goodput": perf.get("goodput"),
             # SingleStream's metric: the p90 latency and LoadGen's early-stopping estimate (None elsewhere)
@@ -80,6 +83,12 @@ def _accuracy(accuracy: dict) -> dict:
 def accuracy_passed(report: dict) -> bool:
     """The accuracy verdict; a performance-only report (no accuracy run) fails nothing."""
     return report["accuracy"] is None or bool(report["accuracy"]["passed"])
+
+
+def source(p: dict, key: str) -> str:
+    """Whose number a report's `key` percentiles are ("LoadGen" or "client"): its `sources`; a report
+    written before they were recorded had LoadGen's only."""
+    return (p.get("sources") or {}).get(key) or "LoadGen"
 
 
 def _verdict(report: dict) -> str:
@@ -163,8 +172,9 @@ def render_markdown(report: dict, plots: list[str]) -> str:
         lines[2:2] = [f"> **Warning: the answers**: {w}", ""]
     if (report.get(host_state.KEY) or {}).get("busy"):
         lines[2:2] = [f"> **Warning: measured on a busy host**: {'; '.join(report[host_state.KEY]['busy_reasons'])}", ""]
-    for name in ("ttft_ms", "tpot_ms", "latency_ms"):  # LoadGen's percentiles (mlperf_log_detail.txt)
-        lines.append(f"| {name} p50 / p90 / p99 (LoadGen) | " + " / ".join(_fmt(p[name][q], ".2f") for q in PCTS) + " |")
+    for name in ("ttft_ms", "tpot_ms", "latency_ms"):  # LoadGen's percentiles, or the client's where it has none
+        lines.append(f"| {name} p50 / p90 / p99 ({source(p, name)}) | "
+                     + " / ".join(_fmt(p[name][q], ".2f") for q in PCTS) + " |")
     if ss := p.get("single_stream"):
         lines.append(f"| SingleStream: p90 latency ms (its metric) / early-stopping estimate (of first tokens) | "
                      f"{_fmt(ss['p90_latency_ms'], '.2f')} / {_fmt(ss['early_stopping_latency_ms'], '.2f')} |")
@@ -184,7 +194,7 @@ def render_markdown(report: dict, plots: list[str]) -> str:
 
     lines += layout_markdown(p.get("layout"))
     lines += host_state.markdown(report.get(host_state.KEY))
-    lines += stats_markdown(report.get("client_stats") or {}, report.get("client_vs_loadgen") or {})
+    lines += stats_markdown(report.get("client_stats") or {}, report.get("client_vs_loadgen") or {}, p.get("sources"))
     lines += ["", "## Stages", "", "| stage | key |", "|---|---|"]
     lines += [f"| {k} | `{v[:16]}` |" for k, v in report["stages"].items()]
     lines += [""] + [f"![{Path(f).stem}]({f})" for f in plots]
@@ -265,8 +275,9 @@ def summary_text(report: dict, report_dir: Path, color: bool = False) -> str:
         *([f"  latency ms (LoadGen) p90 {_fmt(p['single_stream']['p90_latency_ms'], '.2f')} (SingleStream's metric); "
            f"early-stopping estimate {_fmt(p['single_stream']['early_stopping_latency_ms'], '.2f')} (of first tokens)"]
           if p.get("single_stream") else []),
-        f"  TTFT ms    (LoadGen) p50 {_fmt(p['ttft_ms']['p50'], '.2f')}  p90 {_fmt(p['ttft_ms']['p90'], '.2f')}  p99 {_fmt(p['ttft_ms']['p99'], '.2f')}",
-        f"  TPOT ms    (LoadGen) p50 {_fmt(p['tpot_ms']['p50'], '.2f')}  p90 {_fmt(p['tpot_ms']['p90'], '.2f')}  p99 {_fmt(p['tpot_ms']['p99'], '.2f')}",
+        *[f"  {name} ms    {'(' + source(p, key) + ')':<9} p50 {_fmt(p[key]['p50'], '.2f')}  "
+          f"p90 {_fmt(p[key]['p90'], '.2f')}  p99 {_fmt(p[key]['p99'], '.2f')}"
+          for name, key in (("TTFT", "ttft_ms"), ("TPOT", "tpot_ms"))],
         *([f"  ITL ms     (client)  p50 {_fmt(p['itl_ms']['p50'], '.2f')}  p90 {_fmt(p['itl_ms']['p90'], '.2f')}  "
            f"p99 {_fmt(p['itl_ms']['p99'], '.2f')}"] if p.get("itl_ms") else []),
         f"  accuracy   " + ("- (performance only)" if a is None else
