@@ -169,6 +169,6 @@ def fmt_spread(s: Spread | None, fmt=lambda v: f"{v:g}") -> str:
     """'617 [600..630]' (one value: '617'; none: '-'), the numbers as `fmt` writes them."""
     if s is None:
         return "-"
-    if s.confidence is None:
+    if s.confidence is None or s.low == s.high:
         return fmt(s.median)
     return f"{fmt(s.median)} [{fmt(s.low)}..{fmt(s.high)}]"
