@@ -48,7 +48,18 @@ def search_row(point: dict[str, Any], search: dict, report: dict | None,
                 "invalid_reason": None if search["result"] is not None else (c.get("reason") or search["stopped"]),
                 "accuracy_passed": c.get("accuracy_passed"), "fullrun_key": (c.get("key") or "")[:16] or None}
     return {**base, "search_axis": search["axis"], "max_load": search["result"], "found": search["found"],
-            "bracket": [search["low"], search["high"]], "probes": len(search["probes"])}
+            "bracket": [search["low"], search["high"]], "probes": len(search["probes"]),
+            "tried": tried_loads(search["probes"])}
+
+
+def tried_loads(probes: list[dict]) -> list[list]:
+    """[[load, runs that passed, runs], ...] of a search's probes, by load: its evidence per load."""
+    out: dict[float, list[int]] = {}
+    for p in probes:
+        acc = out.setdefault(p["value"], [0, 0])
+        acc[0] += bool(p["passed"])
+        acc[1] += 1
+    return [[v, n, t] for v, (n, t) in sorted(out.items())]
 
 
 def searched(r: dict) -> bool:
