@@ -33,7 +33,10 @@ class RunLoadgen(MeasuringStage):
             role_timings.record(out_dir, result, role_timings.per_role(servers, stack, before,
                                                                         role_timings.scrape(servers, stack)))
         result.pop("requests", None)
-        log.info("RunLoadgen %s: %s, %.1f samples/s, %.1f tokens/s", result["scenario"], result["valid"],
+        # LoadGen's verdict, named as LoadGen's: a search's short probe may be INVALID to it and still pass
+        # the SLO that judges it (its early stopping is a short run's estimate)
+        log.info("RunLoadgen %s: LoadGen's verdict %s%s, %.1f samples/s, %.1f tokens/s", result["scenario"],
+                 result["valid"], f" ({result['invalid_reason']})" if result.get("invalid_reason") else "",
                  result["samples_per_s"] or 0, result["tokens_per_s"] or 0)
         for w in answer_warnings(result.get("measured")):
             log.warning("RunLoadgen %s: %s", self.key[:16], w)

@@ -47,6 +47,38 @@ def test_the_front_holds_the_valid_points_no_other_beats_on_both_axes():
     assert frontier_rows([_row(4, 1, 500, 2.0)], ["build.max_batch_size"], gpus=0)[0]["tokens_per_s_per_gpu"] is None
 
 
+def _repeated(engine, c, tps: list, tpot50: list):
+    """A point measured len(tps) times (FullRun --repeat) as the sweep aggregates it: medians, spreads, values."""
+    from harness.reports.sweep import aggregate
+
+    return aggregate([{**_row(engine, c, t, p), "repeat": i} for i, (t, p) in enumerate(zip(tps, tpot50), 1)])
+
+
+def test_points_that_differ_only_by_noise_are_marked_indistinguishable_and_a_real_gap_is_not(tmp_path):
+    """The issue's case: at concurrency 1 the batch limit cannot matter, yet one engine beat the other by
+    noise. Measured 3 times each, with repeats that interleave, the beaten one is `~` (the noise cannot
+    tell it from the point that beats it); an engine 30% slower on both axes is beaten for real. Without
+    repeats the table says the noise is not measured. The table and plot give intervals (error bars)."""
+    from harness.reports.frontier import text_table, write_frontier
+
+    rows = frontier_rows([_repeated(4, 1, [480, 500, 520], [2.05, 2.0, 1.95]),
+                          _repeated(8, 1, [490, 530, 510], [1.9, 2.0, 1.95]),
+                          _repeated(16, 1, [350, 340, 360], [2.9, 2.8, 3.0])], ["build.max_batch_size"], gpus=0)
+    marks = {r["engine"]: r["front"] for r in rows}
+    assert marks == {"build.max_batch_size=4": "indistinguishable", "build.max_batch_size=8": "front",
+                     "build.max_batch_size=16": "dominated"}
+    text = text_table(rows, 0)
+    assert "VALID 3/3 ~" in text and "500 [480..520]" in text
+    files = write_frontier(tmp_path, "noise", ["build.max_batch_size"], 0, rows)
+    md = (tmp_path / "frontier.md").read_text()
+    assert "`~`: beaten only by points the noise cannot tell it from" in md and "75% confidence" in md
+    assert (tmp_path / "frontier.png").stat().st_size > 0 and "frontier.png" in files
+    single = frontier_rows([_row(4, 1, 500, 2.0), _row(8, 1, 510, 1.95)], ["build.max_batch_size"], gpus=0)
+    assert [r["front"] for r in single] == ["dominated", "front"]
+    write_frontier(tmp_path, "single", ["build.max_batch_size"], 0, single)
+    assert "One observation per point: the noise is not measured" in (tmp_path / "frontier.md").read_text()
+
+
 def _frontier(root, *args):
     return subprocess.run([sys.executable, "-m", "pipeline", "frontier", *args], cwd=REPO, capture_output=True,
                           text=True, timeout=800, env={**os.environ, "PERFDAG_ARTIFACTS": str(root)})

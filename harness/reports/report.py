@@ -293,3 +293,4 @@ def write_report(out_dir: Path, report: dict, requests: list[dict], chunks=None)
     (out_dir / "report.json").write_text(json.dumps(report, indent=2, default=str))
     (out_dir / "report.md").write_text(render_markdown(report, plots))
     return plots
+

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.loadgen.verdict import error_count, invalid_reason, is_valid
+from harness.stats import noise
 
 
 def point_id(row: dict[str, Any], varied: list[str]) -> str:
@@ -33,6 +34,81 @@ def row(point: dict[str, Any], report: dict, resolved: dict[str, Any] | None = N
             "accuracy_passed": a is None or a["passed"], "target_qps": p.get("target_qps"),
             "fullrun_key": report["stages"]["FullRun"][:16],
             "observation": (report.get("observations") or {}).get("FullRun")}  # compare takes KEY@OBSERVATION
+
+
+#: A row's measured fields: with repeats, each is the median of its repeats, with its spread.
+MEASURED = ("tokens_per_s", "samples_per_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms",
+            "goodput_share", "goodput_samples_per_s", "latency_p90_ms")
+
+
+def aggregate(rows: list[dict]) -> dict:
+    """One point measured several times (FullRun --repeat) as one row: each measured field the median of
+    the repeats, `spread` (field -> the median and its interval, harness/stats/noise.py) and `values`
+    (field -> each repeat's); VALID and accuracy PASS only when every repeat is (`valid_repeats` counts);
+    `observations` names every repeat's."""
+    if len(rows) == 1:
+        return rows[0]
+    out = {**rows[0], "spread": {}, "values": {}, "repeats": len(rows)}
+    for k in MEASURED:
+        vals = [r.get(k) for r in rows]
+        sp = noise.spread(vals)
+        out[k] = None if sp is None else sp.median
+        if sp is not None:
+            out["spread"][k], out["values"][k] = sp.as_dict(), vals
+    out["valid"] = all(r.get("valid") for r in rows)
+    out["valid_repeats"] = f"{sum(bool(r.get('valid')) for r in rows)}/{len(rows)}"
+    out["invalid_reason"] = next((r["invalid_reason"] for r in rows if r.get("invalid_reason")), None)
+    passed = [r.get("accuracy_passed") for r in rows]
+    out["accuracy_passed"] = None if all(p is None for p in passed) else all(p is not False for p in passed)
+    out["relaunches"] = sum(r.get("relaunches") or 0 for r in rows)
+    out["loadgen_errors"] = sum(r.get("loadgen_errors") or 0 for r in rows)
+    out["observations"] = [r.get("observation") for r in rows]
+    return out
+
+
+def cell(r: dict, k: str) -> str:
+    """A row's measured value: median [interval of the median] where it has repeats."""
+    sp = noise.from_dict((r.get("spread") or {}).get(k))
+    return noise.fmt_spread(sp, fmt) if sp is not None else fmt(r.get(k))
+
+
+def error_bar(rows: list[dict], k: str) -> list[list[float]] | None:
+    """[[below], [above]] of each row's interval around its value (matplotlib's yerr), None without repeats."""
+    spreads = [noise.from_dict((r.get("spread") or {}).get(k)) for r in rows]
+    if not any(sp is not None and sp.confidence is not None for sp in spreads):
+        return None
+    return [[max(0.0, r[k] - sp.low) if sp else 0.0 for r, sp in zip(rows, spreads)],
+            [max(0.0, sp.high - r[k]) if sp else 0.0 for r, sp in zip(rows, spreads)]]
+
+
+FRONT, ALIKE, BEATEN = "front", "indistinguishable", "dominated"
+
+
+def front_marks(rows: list[dict], x: str, y: str, x_higher: bool, y_higher: bool) -> list[str | None]:
+    """Each row's place on the Pareto front of (`x`, `y`), by median: FRONT (no other row beats it on
+    both), ALIKE (each row that beats it does so within the noise: the repeats of neither axis differ,
+    harness/stats/noise.py), or BEATEN; None without both values. Without repeats (`values`) the noise is
+    unknown and a beaten row is BEATEN."""
+    def sign(v, higher):
+        return v if higher else -v
+    pts = [(i, sign(r[x], x_higher), sign(r[y], y_higher)) for i, r in enumerate(rows)
+           if r.get(x) is not None and r.get(y) is not None]
+    out: list[str | None] = [None] * len(rows)
+    for i, xi, yi in pts:
+        beaten_by = [j for j, xj, yj in pts if j != i and xj >= xi and yj >= yi and (xj > xi or yj > yi)]
+        if not beaten_by:
+            out[i] = FRONT
+            continue
+        out[i] = ALIKE if all(_alike(rows[i], rows[j], x, y, x_higher, y_higher) for j in beaten_by) else BEATEN
+    return out
+
+
+def _alike(a: dict, b: dict, x: str, y: str, x_higher: bool, y_higher: bool) -> bool:
+    """Whether the noise cannot tell `a` from `b` on either axis (both measured 3 times at least)."""
+    va, vb = a.get("values") or {}, b.get("values") or {}
+    if not all(len(noise.finite(d.get(k) or ())) >= noise.MIN_REPEATS for d in (va, vb) for k in (x, y)):
+        return False
+    return not any(noise.change(va[k], vb[k], higher).judged for k, higher in ((x, x_higher), (y, y_higher)))
 
 
 def search_row(point: dict[str, Any], search: dict, report: dict | None,
@@ -93,12 +169,7 @@ def lookup(doc: dict, dotted: str) -> Any:
 
 def pareto_front(rows: list[dict], x: str, y: str) -> list[int]:
     """Indices of rows not dominated: lower x (latency) and higher y (throughput) are better."""
-    pts = [(i, r[x], r[y]) for i, r in enumerate(rows) if r.get(x) is not None and r.get(y) is not None]
-    front = []
-    for i, xi, yi in pts:
-        if not any((xj <= xi and yj >= yi) and (xj < xi or yj > yi) for _, xj, yj in pts):
-            front.append(i)
-    return front
+    return [i for i, m in enumerate(front_marks(rows, x, y, x_higher=False, y_higher=True)) if m == FRONT]
 
 
 #: Parameters that mean something only in some scenarios: shown as "-" (and left out of plots) elsewhere.
@@ -149,11 +220,23 @@ def table(varied: list[str], rows: list[dict]) -> tuple[list[str], list[list[str
         if r.get("relaunches"):  # a whole measurement on relaunched servers: valid, and worth knowing
             notes.append(f"server relaunched {r['relaunches']} time(s) mid-measurement: {r.get('relaunch_why') or '?'}")
             result += f" [{len(notes)}]"
+        if r.get("valid_repeats"):
+            result += f" {r['valid_repeats']}"
         cells.append(([fmt(r.get("scenario"))] if scenario_varied else [])
                      + [fmt(r.get(k)) if applies(k, r) else "-" for k in params]
-                     + [fmt(r.get(k)) for _, k in metrics]
+                     + [cell(r, k) for _, k in metrics]
                      + [result, {True: "PASS", False: "FAIL"}.get(r.get("accuracy_passed"), "-")])
     return header, cells, notes
+
+
+def repeats_note(rows: list[dict]) -> str | None:
+    """What a table's bracketed values are, where points were measured several times."""
+    confs = sorted({sp["confidence"] for r in rows for sp in (r.get("spread") or {}).values() if sp.get("confidence")})
+    if not confs:
+        return None
+    n = sorted({r.get("repeats") for r in rows if r.get("repeats")})
+    return (f"each point measured {', '.join(map(str, n))} times: median [interval of the median, "
+            f"{' / '.join(f'{c:.0%}' for c in confs)} confidence]; result: VALID repeats / repeats")
 
 
 def text_table(varied: list[str], rows: list[dict]) -> str:
@@ -163,22 +246,25 @@ def text_table(varied: list[str], rows: list[dict]) -> str:
     line = lambda xs: "  ".join(x.rjust(w) if i < len(xs) - 2 else x.ljust(w)  # noqa: E731
                                 for i, (x, w) in enumerate(zip(xs, widths))).rstrip()
     out = [line(header)] + [line(c) for c in cells]
+    out += [f"  {note}"] if (note := repeats_note(rows)) else []
     best = winner_line(varied, rows)
     return "\n".join(out + [f"  [{i}] {n}" for i, n in enumerate(notes, 1)] + ([f"  {best}"] if best else []))
 
 
 def write_results(out_dir: Path, name: str, varied: list[str], rows: list[dict]) -> list[str]:
-    cols = list(dict.fromkeys([*varied, *(k for r in rows for k in r)]))
+    flat = [_csv_row(r) for r in rows]
+    cols = list(dict.fromkeys([*varied, *(k for r in flat for k in r)]))
     with open(out_dir / "sweep.csv", "w", newline="") as f:  # every field, for tools
         w = csv.DictWriter(f, fieldnames=cols)
         w.writeheader()
-        w.writerows(rows)
+        w.writerows(flat)
     (out_dir / "sweep.json").write_text(json.dumps({"name": name, "varied": varied, "rows": rows}, indent=2))
     header, cells, notes = table(varied, rows)
     scenarios = sorted({str(r.get("scenario")) for r in rows})
     md = [f"# sweep {name}", "", f"varied: {', '.join(f'`{k}`' for k in varied)}"
-          + ("" if "scenario" in header else f"; scenario: {scenarios[0]}"), "",
-          "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+          + ("" if "scenario" in header else f"; scenario: {scenarios[0]}"), ""]
+    md += [repeats_note(rows), ""] if repeats_note(rows) else []
+    md += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     md += ["| " + " | ".join(c) + " |" for c in cells]
     md += [""] + [f"[{i}] {n}  " for i, n in enumerate(notes, 1)] if notes else []
     if best := winner_line(varied, rows):
@@ -187,6 +273,15 @@ def write_results(out_dir: Path, name: str, varied: list[str], rows: list[dict])
     md += [""] + [f"![{Path(p).stem}]({p})" for p in plots]
     (out_dir / "sweep.md").write_text("\n".join(md) + "\n")
     return plots
+
+
+def _csv_row(r: dict) -> dict:
+    """A row for sweep.csv: each spread as its field's _low, _high and _n columns (each repeat's values
+    are in sweep.json)."""
+    out = {k: v for k, v in r.items() if k not in ("spread", "values")}
+    for k, sp in (r.get("spread") or {}).items():
+        out.update({f"{k}_low": sp["low"], f"{k}_high": sp["high"], f"{k}_n": sp["n"]})
+    return out
 
 
 #: How a point is drawn: valid with accuracy passed, INVALID, accuracy failed.
@@ -225,7 +320,8 @@ def _plots(out_dir: Path, varied: list[str], rows: list[dict]) -> list[str]:
         fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4), squeeze=False)
         for ax, (sc, pts) in zip(axes[0], panels):
             _series_panel(ax, key, [k for k in varied if k not in (key, "loadgen.scenario")], pts)
-            ax.set_title(sc), ax.set_ylabel(f"tokens/s ({sc})")
+            ax.set_title(sc + (" (bars: each median's interval over its repeats)" if any(r.get("spread") for r in pts)
+                               else "")), ax.set_ylabel(f"tokens/s ({sc})")
         fig.suptitle(f"tokens/s vs {key}")
         fname = f"tokens_per_s_vs_{key.replace('.', '_')}.png"
         fig.tight_layout(), fig.savefig(out_dir / fname, dpi=100), plt.close(fig)
@@ -243,6 +339,11 @@ def _plots(out_dir: Path, varied: list[str], rows: list[dict]) -> list[str]:
                     ax.scatter([r["tpot_p99_ms"] for r in sel], [r["tokens_per_s"] for r in sel], s=60,
                                marker=style["marker"], color=color if kind == "ok" else style["color"],
                                label=f"{sc}: {style['label']}")
+                    xerr, yerr = error_bar(sel, "tpot_p99_ms"), error_bar(sel, "tokens_per_s")
+                    if xerr or yerr:  # repeats: each median's interval
+                        ax.errorbar([r["tpot_p99_ms"] for r in sel], [r["tokens_per_s"] for r in sel], xerr=xerr,
+                                    yerr=yerr, fmt="none", ecolor=color if kind == "ok" else style["color"],
+                                    alpha=0.6, capsize=3)
             good = [r for r in pts if point_kind(r) == "ok"]  # an INVALID point is not a trade-off on offer
             front = sorted((good[i]["tpot_p99_ms"], good[i]["tokens_per_s"])
                            for i in pareto_front(good, "tpot_p99_ms", "tokens_per_s"))
@@ -280,6 +381,9 @@ def _series_panel(ax, key: str, others: list[str], pts: list[dict]) -> None:
         color = next(colors, "tab:gray")
         sel = sorted(sel, key=x_of)
         ax.plot([x_of(r) for r in sel], [r["tokens_per_s"] for r in sel], "-", color=color, alpha=0.5)
+        if yerr := error_bar(sel, "tokens_per_s"):  # repeats: each median's interval
+            ax.errorbar([x_of(r) for r in sel], [r["tokens_per_s"] for r in sel], yerr=yerr, fmt="none",
+                        ecolor=color, alpha=0.6, capsize=3)
         for kind, style in _STYLE.items():
             k_sel = [r for r in sel if point_kind(r) == kind]
             if k_sel:
