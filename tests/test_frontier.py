@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import FAST, REPO, tritonservers_under
+from conftest import FAST, REPO, copied_root, tritonservers_under
 
 from harness.reports.frontier import frontier_rows, levels, parse_levels
 
@@ -117,3 +117,24 @@ def test_a_frontier_over_two_engines_builds_each_once_and_draws_the_front(tmp_pa
         if r["harness"]["max_in_flight"] == 1:  # every sample issued at once, sent one at a time
             assert m["ttft_ms"]["p99"] < 0.25 * m["queue_ms"]["p50"], (m["ttft_ms"], m["queue_ms"])
     assert tritonservers_under(root) == []
+
+
+def test_frontier_repeat_3_gives_each_point_its_interval(built_fast, tmp_path):
+    """`frontier --repeat 3` measures the point three times, each an observation of its own, and the table,
+    frontier.json and the plot give tokens/s per user and per system as median [interval], VALID 3/3."""
+    tiny = (f"{FAST},dataset.num_samples=16,loadgen.min_duration_ms=300,loadgen.min_query_count=16,"
+            "loadgen.offline_expected_qps=50,accuracy.num_samples=8,accuracy.target=0.05,harness.warmup_queries=2")
+    with copied_root(built_fast, tmp_path / "artifacts") as root:
+        proc = _frontier(root, "--levels", "2", "--repeat", "3", "--overrides", tiny)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        (out,) = [d for d in (root / "Frontier").iterdir() if not d.name.startswith(".")]
+        (row,) = json.loads((out / "frontier.json").read_text())["rows"]
+        assert row["repeats"] == 3 and row["valid_repeats"] == "3/3"
+        for k in ("tokens_per_s_per_user", "tokens_per_s"):
+            sp = row["spread"][k]
+            assert sp["n"] == 3 and sp["low"] <= row[k] <= sp["high"] and sp["confidence"] == 0.75
+        assert "VALID 3/3" in proc.stdout and "[" in proc.stdout and "75% confidence" in proc.stdout
+        md = (out / "frontier.md").read_text()
+        assert "median [interval of the median, 75% confidence]" in md and (out / "frontier.png").stat().st_size
+        (fr16,) = [d.name for d in (root / "FullRun").iterdir() if not d.name.startswith(".")]
+        assert len(list((root / "observations" / "FullRun" / fr16).iterdir())) == 2  # 3 kept: 1 latest, 2 earlier

@@ -274,6 +274,39 @@ NIGHT_SEARCH = (SEARCH + ",search.slo=ttft_p99_ms<=300,search.probe_min_duration
                 "search.start=20,search.tolerance=0.5,search.max_probes=4,search.repeats=1,search.confirm=false")
 
 
+def test_a_search_on_the_cpu_default_runs_loads_at_the_knee_three_times_and_says_how_sure(built_fast, tmp_path):
+    """`search --repeat 3` on the CPU default: every load near the knee (here every load: search.noise 0.99)
+    is run 3 times, a load whose runs disagree is retried within --retries, and search.md, search.json,
+    the summary and the plot give each load's runs that passed / runs, with the statistic's interval.
+    Its probes are judged by the SLO: LoadGen's own verdict on a 16-query probe (INVALID: early stopping)
+    is shown as not asked, and the goodput column is under the SLO, not MLPerf's limits."""
+    overrides = SEARCH + ",search.noise=0.99,search.highest=40,search.confirm=false"
+    with copied_root(built_fast, tmp_path / "root") as root:
+        proc = subprocess.run([sys.executable, "-m", "pipeline", "search", "--overrides", overrides, "--slo",
+                               "ttft_p99_ms<=300", "--start", "20", "--tolerance", "0.9", "--repeat", "3",
+                               "--retries", "2", "--probe-min-duration-ms", "300", "--probe-min-query-count", "16"],
+                              cwd=REPO, env={**os.environ, "PERFDAG_ARTIFACTS": str(root)}, capture_output=True,
+                              text=True, timeout=900)
+        assert proc.returncode in (0, 10), proc.stdout[-3000:] + proc.stderr[-3000:]
+        (out,) = [d for d in (root / "FindMaxLoad").iterdir() if not d.name.startswith(".")]
+        doc = json.loads((out / "search.json").read_text())
+        tried = {v: (n, k) for v, n, k in doc["tried"]}
+        assert tried and all(k >= 3 for _, k in tried.values()), tried
+        assert all(k <= 3 or 0 < n < k for n, k in tried.values())  # only a load that flips is retried
+        assert sum(k - 3 for _, k in tried.values()) <= 2  # within --retries
+        md = (out / "search.md").read_text()
+        assert "| load | runs that passed / runs | verdict |" in md
+        assert all(f"| {v:g} | {n}/{k} |" in md for v, (n, k) in tried.items())
+        assert "goodput (ttft_p99_ms<=300)" in md and "LoadGen's own verdict" in md
+        assert (out / "search.png").stat().st_size > 0
+        assert "  evidence   " in proc.stdout and "runs passed" in proc.stdout
+        log = proc.stdout + proc.stderr
+        assert "by the SLO" in log and "RunLoadgen Server: LoadGen's verdict" in log
+        if "INVALID" in log:  # a short probe's early-stopping estimate, named as what it is
+            assert "LoadGen's own verdict, not asked: INVALID" in log
+        assert all((p["goodput"] or {}).get("slo") == "ttft_p99_ms<=300" for p in doc["probes"])
+
+
 def test_nightly_searches_each_point_names_the_best_and_flags_a_slower_server(built_fast, tmp_path):
     """A sweep whose points are searches (`search: true`) runs one FindMaxLoad per point, and its table
     names the point with the highest load. Under Nightly every night searches afresh, and a server
