@@ -18,7 +18,7 @@ from harness.config import ParamsError
 from harness.config.slo import parse_slo
 from harness.search import evidence
 from harness.loadgen.goodput import goodput
-from harness.loadgen.results import read_requests_csv
+from harness.loadgen.results import read_requests_csv, sources
 from harness.search.judge import judge, limits_in_force, progress_line
 from harness.search.plan import Outcome, Plan, Probe, plan
 from pipeline.full_run import FullRun
@@ -180,7 +180,8 @@ class FindMaxLoad(StageTask):  # not in STAGES: a flow over RunLoadgen probes, a
         return {"value": p.value, "repeat": p.repeat, "key": task.key, "passed": out.passed, "reason": out.reason,
                 "margin": out.margin, "stats": out.stats, "valid": result.get("valid"), "loadgen": out.loadgen,
                 "samples_per_s": result.get("samples_per_s"), "tokens_per_s": result.get("tokens_per_s"),
-                "goodput": self.goodput(result, task.artifact_dir)}
+                "goodput": self.goodput(result, task.artifact_dir),
+                "sources": {k: v for k, v in sources(result).items() if k != "latency_from"}}
 
     def _say(self, task, n: int, out: Outcome, probes: list[dict]) -> None:
         """One line per probe, once per process: the load, the verdict, the statistics, the bracket."""

@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from harness.reports.sweep import ALIKE, FRONT, cell, error_bar, fmt, front_marks
+from harness.reports.sweep import ALIKE, FRONT, cell, error_bar, fmt, front_marks, whose
 from harness.stats import noise
 
 #: The low-latency region every frontier measures (MLPerf's endpoints track: 1 to 32 users).
@@ -57,7 +57,8 @@ def session_row(point: dict, result: dict, key: str) -> dict[str, Any]:
     return {**point, "tokens_per_s": m["window"]["tokens_per_s"], "ttft_p50_ms": ttft.get("p50"),
             "ttft_p99_ms": ttft.get("p99"), "tpot_p50_ms": tpot.get("p50"), "tpot_p99_ms": tpot.get("p99"),
             "goodput_share": None, "valid": (result.get("osl") or {}).get("ok") is not False,
-            "accuracy_passed": None, "fullrun_key": key}
+            "accuracy_passed": None, "fullrun_key": key,
+            "sources": {"ttft_ms": "client", "tpot_ms": "client"}}  # perfdag's scheduler: no LoadGen
 
 
 def _derived(r: dict, source: str, fn) -> tuple[float | None, list | None]:
@@ -83,7 +84,8 @@ def frontier_rows(rows: list[dict], engine_keys: list[str], gpus: int,
              "ttft_p50_ms": r.get("ttft_p50_ms"), "ttft_p99_ms": r.get("ttft_p99_ms"),
              "tpot_p50_ms": r.get("tpot_p50_ms"), "tpot_p99_ms": r.get("tpot_p99_ms"),
              "goodput_share": r.get("goodput_share"), "valid": bool(r.get("valid")),
-             "accuracy_passed": r.get("accuracy_passed"), "fullrun_key": r.get("fullrun_key")}
+             "accuracy_passed": r.get("accuracy_passed"), "fullrun_key": r.get("fullrun_key"),
+             "sources": r.get("sources") or {"ttft_ms": "client", "tpot_ms": "client"}}
         values = {k: v for k, v in (r.get("values") or {}).items()}
         if user_values:
             values["tokens_per_s_per_user"] = user_values
@@ -129,12 +131,12 @@ def write_frontier(out_dir: Path, name: str, engine_keys: list[str], gpus: int, 
     (out_dir / "frontier.json").write_text(json.dumps({"name": name, "engines": engine_keys, "gpus": gpus,
                                                        "y": f"tokens/s per {per}", "rows": rows}, indent=2))
     y_key = "tokens_per_s_per_gpu" if gpus else "tokens_per_s"
-    header = ["engine", "concurrency", "tokens/s/user", f"tokens/s/{per}", "TTFT p50 ms", "TTFT p99 ms",
-              "TPOT p50 ms", "TPOT p99 ms", "goodput", "result", "front"]
+    ttft, tpot = whose(rows, "ttft_ms"), whose(rows, "tpot_ms")
+    header = ["engine", "concurrency", "tokens/s/user", f"tokens/s/{per}", f"TTFT p50 ms ({ttft})",
+              f"TTFT p99 ms ({ttft})", f"TPOT p50 ms ({tpot})", f"TPOT p99 ms ({tpot})", "goodput", "result", "front"]
     md = [f"# frontier {name}", "",
           f"Tokens/s per user (1000 / TPOT p50) against tokens/s per {per}"
-          + (f" ({gpus} GPUs serving)" if gpus else " (no GPU serves: per system)") + ". TTFT and TPOT are "
-          "the client's (a streamed closed loop: LoadGen's Offline measures neither). " + front_note(rows), "",
+          + (f" ({gpus} GPUs serving)" if gpus else " (no GPU serves: per system)") + ". " + front_note(rows), "",
           "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in sorted(rows, key=lambda r: (r["engine"], r["concurrency"] or 0)):
         share = r["goodput_share"]
@@ -159,7 +161,8 @@ def text_table(rows: list[dict], gpus: int) -> str:
               ("VALID" if r["valid"] else "INVALID") + (f" {r['valid_repeats']}" if r.get("valid_repeats") else "")
               + (f" {_mark(r)}" if _mark(r) else "")]
              for r in sorted(rows, key=lambda r: (r["engine"], r["concurrency"] or 0))]
-    header = ["engine", "conc", "tok/s/user", f"tok/s/{per}", "TTFT p99 (client)", "TPOT p99 (client)", "result"]
+    header = ["engine", "conc", "tok/s/user", f"tok/s/{per}", f"TTFT p99 ({whose(rows, 'ttft_ms')})",
+              f"TPOT p99 ({whose(rows, 'tpot_ms')})", "result"]
     widths = [max(len(c[i]) for c in cells + [header]) for i in range(len(header))]
     return "\n".join("  " + " ".join(c.ljust(w) if i in (0, 6) else c.rjust(w) for i, (c, w) in
                                      enumerate(zip(line, widths))).rstrip() for line in [header] + cells)
@@ -199,7 +202,7 @@ def _plot(path: Path, name: str, rows: list[dict], y_key: str, per: str) -> None
     top_x = max((r["tokens_per_s_per_user"] for r in drawn), default=1)
     top_y = max((r[y_key] for r in drawn), default=1)
     ax.set_xlim(0, 1.12 * top_x), ax.set_ylim(0, 1.12 * top_y)  # room for the labels
-    ax.set_xlabel("tokens/s per user (1000 / TPOT p50)"), ax.set_ylabel(f"tokens/s per {per}")
+    ax.set_xlabel(f"tokens/s per user (1000 / TPOT p50, {whose(rows, 'tpot_ms')})"), ax.set_ylabel(f"tokens/s per {per}")
     ax.set_title(f"frontier {name}" + (" (bars: interval of the median; ~: within the noise of the front)"
                                         if any(r.get("spread") for r in rows) else ""), fontsize="medium")
     ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0)

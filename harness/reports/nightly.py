@@ -24,7 +24,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from harness.reports.sweep import applies, point_id, searched
+from harness.reports.sweep import applies, point_id, searched, whose
 from harness.stats import noise
 
 
@@ -310,6 +310,7 @@ def render_markdown(doc: dict) -> str:
             lines += [by_repeat, ""]
         if measured := _observations(doc.get("rows") or [], p):
             lines += [measured, ""]
+        rows_of_point = _rows_of(doc.get("rows") or [], p)
         lines += ["| metric | previous | now | delta | headroom | verdict |", "|---|---|---|---|---|---|"]
         for c in p["checks"]:
             if c["now"] is None and c["previous"] is None:
@@ -320,7 +321,10 @@ def render_markdown(doc: dict) -> str:
             verdict = f"**{c['verdict']}**" if c["verdict"] == "regression" else c["verdict"]
             if c.get("why") and c["verdict"] in ("regression", "improved", "not judged") and c["judged"]:
                 verdict += f" [{notes.setdefault(c['why'], len(notes) + 1)}]"
-            lines.append(f"| {c['label']} | {_value(c['previous'])} | {_value(c['now'])} | {delta} | {head} | {verdict} |")
+            label = c["label"]
+            if (key := {"ttft_p99_ms": "ttft_ms", "tpot_p99_ms": "tpot_ms"}.get(c["metric"])) and rows_of_point:
+                label = label.replace(" (ms)", f" (ms, {whose(rows_of_point, key)})")
+            lines.append(f"| {label} | {_value(c['previous'])} | {_value(c['now'])} | {delta} | {head} | {verdict} |")
         prev = p["previous"] or {}
         for key, label in (("valid", "VALID runs"), ("accuracy_passed", "accuracy PASS"),
                            ("relaunch_free", "runs without a server relaunch")):

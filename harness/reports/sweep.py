@@ -33,7 +33,9 @@ def row(point: dict[str, Any], report: dict, resolved: dict[str, Any] | None = N
             "relaunch_why": "; ".join(r.get("why") or "" for r in p.get("relaunches") or ()) or None,
             "accuracy_passed": a is None or a["passed"], "target_qps": p.get("target_qps"),
             "fullrun_key": report["stages"]["FullRun"][:16],
-            "observation": (report.get("observations") or {}).get("FullRun")}  # compare takes KEY@OBSERVATION
+            "observation": (report.get("observations") or {}).get("FullRun"),  # compare takes KEY@OBSERVATION
+            # whose TTFT and TPOT they are: LoadGen's, or the client's where LoadGen measured none
+            "sources": {k: (p.get("sources") or {}).get(k) or "LoadGen" for k in ("ttft_ms", "tpot_ms")}}
 
 
 #: A row's measured fields: with repeats, each is the median of its repeats, with its spread.
@@ -138,6 +140,13 @@ def tried_loads(probes: list[dict]) -> list[list]:
     return [[v, n, t] for v, (n, t) in sorted(out.items())]
 
 
+def whose(rows: list[dict], key: str) -> str:
+    """Whose `key` ("ttft_ms", "tpot_ms") the rows' numbers are: LoadGen's, the client's, or either (a
+    table of both: each row's `sources` says)."""
+    said = {(r.get("sources") or {}).get(key) or "LoadGen" for r in rows}
+    return said.pop() if len(said) == 1 else "LoadGen or client, by row"
+
+
 def searched(r: dict) -> bool:
     """A row of a point that is a search (search_row), not of one FullRun."""
     return "max_load" in r
@@ -206,7 +215,8 @@ def table(varied: list[str], rows: list[dict]) -> tuple[list[str], list[list[str
     axes = sorted({r["search_axis"] for r in rows if searched(r)})
     metrics = [(f"max {' / '.join(axes)}", "max_load")] if axes else []
     metrics += [("tokens/s", "tokens_per_s"), ("samples/s", "samples_per_s")]
-    metrics += [("TTFT p99 ms", "ttft_p99_ms"), ("TPOT p99 ms", "tpot_p99_ms")] if streaming else []
+    metrics += [(f"TTFT p99 ms ({whose(rows, 'ttft_ms')})", "ttft_p99_ms"),
+                (f"TPOT p99 ms ({whose(rows, 'tpot_ms')})", "tpot_p99_ms")] if streaming else []
     metrics += [("latency p90 ms", "latency_p90_ms")] if any(r.get("scenario") == "SingleStream" for r in rows) else []
     scenario_varied = "loadgen.scenario" in varied or len({r.get("scenario") for r in rows}) > 1
     params = [k for k in varied if k != "loadgen.scenario"]
@@ -354,7 +364,7 @@ def _plots(out_dir: Path, varied: list[str], rows: list[dict]) -> list[str]:
                     ax.annotate(f"{fmt(r['target_qps'])} qps", (r["tpot_p99_ms"], r["tokens_per_s"]),
                                 textcoords="offset points", xytext=(5, 5), fontsize="small", color=color)
         ax.set_xlim(left=0), ax.set_ylim(bottom=0)
-        ax.set_xlabel("p99 TPOT (ms)"), ax.set_ylabel("tokens/s")
+        ax.set_xlabel(f"p99 TPOT (ms, {whose(streaming, 'tpot_ms')})"), ax.set_ylabel("tokens/s")
         ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0)
         ax.set_title("throughput vs p99 TPOT (streaming points)")
         fig.tight_layout(), fig.savefig(out_dir / "pareto_tpot.png", dpi=100), plt.close(fig)

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from harness.loadgen.settings import conf_model_name
+from harness.reports.sweep import whose
 from harness.stats import noise
 from harness.untrusted import yamlio
 
@@ -67,12 +68,25 @@ def plot(out_dir: Path, doc: dict) -> str | None:
         ax.set_xlabel(f"offered load ({doc['axis']})")
         if any(k > 1 for _, k in runs.values()):
             ax.set_title("n/k: runs that passed / runs; bar: their interval", fontsize=8)
-        ax.set_ylabel(f"{name.removesuffix('_ms')} (ms)")
+        ax.set_ylabel(f"{stat_label(doc, name.removesuffix('_ms'))} (ms)")
         ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out_dir / "search.png", dpi=90)
     plt.close(fig)
     return "search.png"
+
+
+#: an SLO statistic's metric -> result.json's field (harness/config/slo.py's RESULT_FIELDS)
+_FIELDS = {"ttft": "ttft_ms", "tpot": "tpot_ms", "e2e": "latency_ms"}
+
+
+def stat_label(doc: dict, name: str) -> str:
+    """A limited statistic's name with whose number it is: LoadGen's, or the client's where LoadGen
+    measured none (a streamed closed loop's TTFT)."""
+    key = _FIELDS.get(name.split("_")[0])
+    if key is None or key == "latency_ms":
+        return f"{name} (LoadGen)" if key else name
+    return f"{name} ({whose(doc['probes'], key)})"
 
 
 def tried(doc: dict) -> dict[float, tuple[int, int]]:
@@ -126,7 +140,7 @@ def markdown(doc: dict, picture: str | None) -> str:
     lines += [f"| {v:g} | {n}/{k} | {'PASS' if n == k else 'FAIL'}{' (flips)' if 0 < n < k else ''} |"
               for v, (n, k) in sorted(tried(doc).items())]
     slo_said = doc.get("slo") or "MLPerf's latency limits"
-    lines += ["", f"| # | load | repeat | verdict ({by}) | " + " | ".join(names)
+    lines += ["", f"| # | load | repeat | verdict ({by}) | " + " | ".join(stat_label(doc, n) for n in names)
               + f" | samples/s | goodput ({slo_said}) |" + (" LoadGen's own verdict |" if doc.get("slo") else "")
               + " RunLoadgen |",
               "|---|---|---|---|" + "---|" * len(names) + "---|---|" + ("---|" if doc.get("slo") else "") + "---|"]
