@@ -138,3 +138,7 @@ def test_frontier_repeat_3_gives_each_point_its_interval(built_fast, tmp_path):
         assert "median [interval of the median, 75% confidence]" in md and (out / "frontier.png").stat().st_size
         (fr16,) = [d.name for d in (root / "FullRun").iterdir() if not d.name.startswith(".")]
         assert len(list((root / "observations" / "FullRun" / fr16).iterdir())) == 2  # 3 kept: 1 latest, 2 earlier
+        for stage in ("RunLoadgen", "RunAccuracy"):  # every kind of run records the host around it
+            for result in root.glob(f"{stage}/*/result.json"):
+                host = json.loads(result.read_text())["host"]
+                assert len(host["load_after"]) == 3 and host["servers"][0]["from"] == "pid", host["servers"]
