@@ -17,7 +17,7 @@ from harness.loadgen.verdict import is_valid
 from harness.mlperf.readiness import submission_warnings
 from harness.reports.plots import offsets, request_stats
 from harness.reports.repeats import converged, repeats_text
-from harness.reports.report import accuracy_passed, build_report, color_wanted, summary_text, write_report
+from harness.reports.report import accuracy_passed, build_report, color_wanted, source, summary_text, write_report
 from harness.reports.sweep import fmt
 from tasks import CheckAccuracy, LaunchServers, RunLoadgen
 from tasks.base import StageTask, log
@@ -150,7 +150,8 @@ class FullRun(StageTask):
         _SAID.add(self.task_id)
         r = self.report()
         p, a = r["performance"], r["accuracy"]
-        latency = (f", TTFT p99 {fmt(p['ttft_ms']['p99'])} ms, TPOT p99 {fmt(p['tpot_ms']['p99'])} ms"
+        latency = (f", TTFT p99 {fmt(p['ttft_ms']['p99'])} ms ({source(p, 'ttft_ms')}), "
+                   f"TPOT p99 {fmt(p['tpot_ms']['p99'])} ms ({source(p, 'tpot_ms')})"
                    if p["ttft_ms"].get("p99") is not None else "")
         log.info("%s %s (%s): %s, %s tokens/s%s, accuracy %s", "repeat" if self.repeat_index else "sweep point",
                  self.point_label or self.key[:16], how,

@@ -86,7 +86,8 @@ def observe(store: ArtifactStore, key: str, run_id: str, tokens: float, tpot99: 
             host: dict | None = None) -> str:
     """Publishes one FullRun observation of `key` as a run (or a repeat of it) does; returns its id."""
     latest = store.manifest("FullRun", key)
-    taken = set(observations.archived_ids(store.root, "FullRun", key)) | ({observations.id_of(latest)} if latest else set())
+    taken = set(observations.archived_ids(store.root, "FullRun", key))
+    taken |= {observations.id_of(latest)} if latest else set()
     obs = observations.new_id(run_id, taken)
     report = {"model": "tiny", "stages": {"FullRun": key},
               "performance": {"scenario": scenario, "valid": True, "tokens_per_second": tokens,

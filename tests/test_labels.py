@@ -60,13 +60,14 @@ def test_every_report_and_summary_labels_ttft_and_tpot_as_result_json_says(scena
     res = result(scenario, closed_loop)
     assert sources(res)["ttft_ms"] == sources(res)["tpot_ms"] == whose
     rep = report_of(res)
-    rows = [sweep.row({"build.max_batch_size": b, "loadgen.scenario": scenario}, {**rep, "stages": {"FullRun": "a" * 64}})
-            for b in (4, 8)]
+    rows = [sweep.row({"build.max_batch_size": b, "loadgen.scenario": scenario},
+                      {**rep, "stages": {"FullRun": "a" * 64}}) for b in (4, 8)]
     sweep.write_results(tmp_path, "labels", ["build.max_batch_size"], rows)
     f_rows = frontier.frontier_rows(rows, ["build.max_batch_size"], 0, "build.max_batch_size")
     frontier.write_frontier(tmp_path, "labels", ["build.max_batch_size"], 0, f_rows)
     night = nightly.compare(rows, rows, ["build.max_batch_size"])
-    cmp = compare.compare({"name": "a", "report": rep, "params": {}}, {"name": "b", "report": report_of(res), "params": {}})
+    cmp = compare.compare({"name": "a", "report": rep, "params": {}},
+                          {"name": "b", "report": report_of(res), "params": {}})
     hist = [{"observation": "x", "latest": True, "finished_at": None, "refused": None, "scenario": scenario,
              "valid": True, "tokens_per_s": 1.0, "samples_per_s": 1.0, "ttft_p99_ms": 30.0, "tpot_p99_ms": 4.0,
              "accuracy": True, "sources": {"ttft_ms": whose, "tpot_ms": whose}}]
@@ -81,7 +82,8 @@ def test_every_report_and_summary_labels_ttft_and_tpot_as_result_json_says(scena
         "summary": summary_text(rep, tmp_path), "bench summary": summary_text(report_of(res, accuracy=False), tmp_path),
         "report.md": render_markdown(rep, []),
         "repeats": repeats_text("FullRun", "f" * 64, [rep, report_of(res), report_of(res)], 3),
-        "sweep table": sweep.text_table(["build.max_batch_size"], rows), "sweep.md": (tmp_path / "sweep.md").read_text(),
+        "sweep table": sweep.text_table(["build.max_batch_size"], rows),
+        "sweep.md": (tmp_path / "sweep.md").read_text(),
         "frontier table": frontier.text_table(f_rows, 0), "frontier.md": (tmp_path / "frontier.md").read_text(),
         "nightly.md": nightly.render_markdown({"date": "d", "compared_with": "c", "points": night, "rows": rows}),
         "compare": compare.render(cmp), "history": history.render("f" * 64, hist),

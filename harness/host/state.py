@@ -177,10 +177,12 @@ def end(start: dict, servers: Sequence[dict]) -> dict:
         elif why is None:
             rec = next((r for r in servers if url_of(r) == s["server"]), None)
             after = _metrics_cpu(rec) if rec else None
-            why = None if after is not None else "not on this host's pids and no process_cpu_seconds_total in its /metrics"
+            why = None if after is not None else ("not on this host's pids and no process_cpu_seconds_total "
+                                                  "in its /metrics")
             s = {**s, "from": "metrics" if after is not None else None}
         cpu = None if before is None or after is None else round(max(0.0, after - before), 3)
-        rows.append({"server": s["server"], "pid": s["pid"], "cpu_s": cpu, "from": s["from"] if cpu is not None else None,
+        rows.append({"server": s["server"], "pid": s["pid"], "cpu_s": cpu,
+                     "from": s["from"] if cpu is not None else None,
                      "why": None if cpu is not None else why or "not measured"})
     now = _others(_own_pids() | server_pids)
     used = []
@@ -228,8 +230,10 @@ def line(h: dict | None) -> str | None:
     if not h:
         return None
     servers = [s["cpu_s"] for s in h.get("servers") or []]
-    served = ("servers " + " + ".join("?" if c is None else f"{c:.1f}" for c in servers) + " CPU-s, ") if servers else ""
-    return (f"{h['hostname']}, {h.get('usable_cpus')} CPUs: load {h['load_before'][0]:.1f} -> {h['load_after'][0]:.1f}; "
+    served = ("servers " + " + ".join("?" if c is None else f"{c:.1f}" for c in servers) + " CPU-s, "
+              if servers else "")
+    return (f"{h['hostname']}, {h.get('usable_cpus')} CPUs: load {h['load_before'][0]:.1f} -> "
+            f"{h['load_after'][0]:.1f}; "
             f"client {h['client_cpu_s']:.1f} CPU-s, {served}others {h['others_cpus']:.2f} CPUs "
             f"over {h['wall_s']:.1f} s")
 

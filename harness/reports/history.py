@@ -9,7 +9,7 @@ from harness.loadgen.verdict import is_valid
 from harness.reports.sweep import fmt, whose
 
 COLUMNS = ("observation", "finished", "scenario", "result", "tokens/s", "samples/s", "TTFT p99", "TPOT p99",
-           "accuracy")
+           "accuracy", "host")
 
 
 def history(store, key: str) -> list[dict]:
@@ -48,7 +48,8 @@ def render(key: str, rows: list[dict]) -> str:
             continue
         table.append([name, when, r["scenario"] or "-", "VALID" if r["valid"] else "INVALID", fmt(r["tokens_per_s"]),
                       fmt(r["samples_per_s"]), fmt(r["ttft_p99_ms"]), fmt(r["tpot_p99_ms"]),
-                      "-" if r["accuracy"] is None else "PASS" if r["accuracy"] else "FAIL"])
+                      "-" if r["accuracy"] is None else "PASS" if r["accuracy"] else "FAIL",
+                      {True: "busy", False: "quiet"}.get(r.get("host_busy"), "-")])
     widths = [max(len(t[i]) for t in table if len(t) > i and len(t) == len(COLUMNS)) for i in range(len(COLUMNS))]
     lines = [f"FullRun {key[:16]}: {len(rows)} observation(s), newest first (* the latest: what reuse takes; "
              f"compare names one as {key[:8]}@OBSERVATION)"]

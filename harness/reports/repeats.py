@@ -56,7 +56,8 @@ def repeats_text(stage: str, key: str, reports: list[dict], asked: int) -> str:
     spreads = {label: noise.spread(v) for label, v in judged_values(reports).items()}
     if any(s is not None and s.confidence is not None for s in spreads.values()):
         conf = next(s.confidence for s in spreads.values() if s is not None and s.confidence is not None)
-        lines.append(f"  judged by, median [interval of the median, {conf:.0%} confidence] over {len(reports)} repeats:")
+        lines.append(f"  judged by, median [interval of the median, {conf:.0%} confidence] over "
+                     f"{len(reports)} repeats:")
         width = max(len(label) for label in spreads)
         for label, sp in spreads.items():
             hw = sp.half_width if sp else None
