@@ -44,7 +44,7 @@ class FullRun(StageTask):
                                             "each kept (`python -m pipeline history` lists them)")
     converge = luigi.FloatParameter(default=0.0, significant=False,
                                     description="with --repeat N: stop once the median of what the scenario is judged "
-                                                "by is known within +-this share at 95% (6 repeats at least)")
+                                                "by is known within +-this share at 95 percent (6 repeats at least)")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -76,7 +76,7 @@ class Sweep(StageTask):  # not in STAGES: it takes a sweep file, not one params 
     repeat = luigi.IntParameter(default=1, description="measure every point N times (FullRun --repeat): the table "
                                 "and plots give each number as the median [interval] of its repeats")
     converge = luigi.FloatParameter(default=0.0, description="with --repeat: a point stops repeating once its "
-                                    "judged median is known within +-this share at 95%")
+                                    "judged median is known within +-this share at 95 percent")
 
     @cached_property
     def _loaded(self):
