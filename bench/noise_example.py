@@ -90,12 +90,13 @@ def main() -> int:
     ap.add_argument("--against", default="", help="a second configuration's overrides, compared with the first")
     ap.add_argument("--out", default="bench/results")
     ap.add_argument("--no-wait", action="store_true", help="start at once, quiet host or not (a smoke run)")
+    ap.add_argument("--root", default="", help="an artifacts root to use (default: a fresh one, removed after)")
     args = ap.parse_args()
     load = os.getloadavg()[0] if args.no_wait else wait_quiet()
     print(f"load average {load:.2f} when it began")
     factors = {r["repeats"]: r["half_width_in_sd"] for r in interval_table(np.random.default_rng(47), 1000)}
     with tempfile.TemporaryDirectory(prefix="perfdag-noise-") as tmp:
-        root = Path(tmp) / "artifacts"
+        root = Path(args.root) if args.root else Path(tmp) / "artifacts"
         doc = {"load_before": load, "a": describe("A", measure(root, args.overrides, args.repeat), factors)}
         if args.against:
             both = ",".join(x for x in (args.overrides, args.against) if x)
