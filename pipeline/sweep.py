@@ -24,7 +24,8 @@ from harness.config.sweeps import (
     points,
 )
 from harness.reports.nightly import repeat_of
-from harness.reports.sweep import aggregate, fmt, lookup, row, search_row, text_table, write_results
+from harness.reports.spread import aggregate
+from harness.reports.sweep import fmt, lookup, row, search_row, text_table, write_results
 from pipeline.full_run import FullRun
 from pipeline.search import FindMaxLoad
 from pipeline.sweep_array import fans_out, run_array
@@ -140,7 +141,7 @@ class Sweep(StageTask):  # not in STAGES: it takes a sweep file, not one params 
 
     def code(self):
         # the tables and plots, the verdict in its rows, the spread of a point's repeats
-        return ("harness.reports.sweep", "harness.loadgen.verdict", "harness.stats.noise")
+        return ("harness.reports.sweep", "harness.reports.spread", "harness.loadgen.verdict", "harness.stats.noise")
 
     def upstream(self):
         n, rep = len(self.points), repeat_of(self.nightly_date)

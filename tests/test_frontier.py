@@ -49,7 +49,7 @@ def test_the_front_holds_the_valid_points_no_other_beats_on_both_axes():
 
 def _repeated(engine, c, tps: list, tpot50: list):
     """A point measured len(tps) times (FullRun --repeat) as the sweep aggregates it: medians, spreads, values."""
-    from harness.reports.sweep import aggregate
+    from harness.reports.spread import aggregate
 
     return aggregate([{**_row(engine, c, t, p), "repeat": i} for i, (t, p) in enumerate(zip(tps, tpot50), 1)])
 

@@ -12,7 +12,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from harness.reports.sweep import ALIKE, FRONT, cell, error_bar, fmt, front_marks, whose
+from harness.reports.spread import ALIKE, FRONT, error_bar, front_marks
+from harness.reports.sweep import cell, fmt, whose
 from harness.stats import noise
 
 #: The low-latency region every frontier measures (MLPerf's endpoints track: 1 to 32 users).
