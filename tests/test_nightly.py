@@ -140,6 +140,18 @@ def test_a_searched_point_is_judged_by_the_load_it_found_alone():
     assert same["reasons"] == [] and {c["metric"]: c for c in same["checks"]}["max_load"]["verdict"] == "within noise"
     (none,) = nightly.compare([search_row(None, valid=False)], [search_row(40.0)], VARIED)
     assert any("INVALID in 1 of 1" in r for r in none["reasons"])  # nothing passed tonight
+    assert {c["metric"]: c for c in none["checks"]}["max_load"]["verdict"] == "not judged"  # no probe under 40
+    assert not any(r.startswith("max VALID load") for r in none["reasons"])
+    nothing = [(20, 0, 1), (10, 0, 1), (5, 0, 1), (2.5, 0, 1)]  # the search ran out of probes, bracket [None, 2.5]
+    (lost,) = nightly.compare([search_row(None, valid=False, tried=nothing)], [search_row(40.0, tried=LAST_NIGHT)],
+                              VARIED)
+    assert lost["reasons"][0] == ("max VALID load 40.0 -> none: nothing found tonight; 20.0 failed all 1 tries, at or "
+                                  "under the previous night's 40.0")
+    assert any("INVALID in 1 of 1" in r for r in lost["reasons"])
+    (above,) = nightly.compare([search_row(None, valid=False, tried=[(80, 0, 1), (60, 0, 1)])],
+                               [search_row(40.0, tried=LAST_NIGHT)], VARIED)  # it never reached 40: no evidence
+    assert {c["metric"]: c for c in above["checks"]}["max_load"]["verdict"] == "not judged"
+    assert "| max VALID load | 40.0 | - | - | - | **regression** [1] |" in nightly.render_markdown(doc_for([lost]))
     md = nightly.render_markdown({**doc_for([p]), "rows": [search_row(30.0)]})
     assert "| max VALID load | 40.0 | 30.0 | -10.0 (-25.0%) | - | **regression** [1] |" in md, md
     better = [(20, 1, 1), (40, 1, 1), (80, 0, 1), (45, 1, 1), (60, 1, 1), (70, 0, 1)]

@@ -15,8 +15,9 @@ night's, a regression or an improvement only where Mann-Whitney's test gives p <
 medians differ by more than the metric's floor, else within noise. Fewer than 3 repeats a night
 cannot show a change at that level: such a metric is not judged, and says so. A searched point
 needs no repeats to be judged: its probes are evidence, and a load at or under the previous night's
-that failed every try tonight is a regression (one over the previous night's failing load that
-passed every try, an improvement); otherwise the nights' brackets agree, within noise.
+that failed every try tonight is a regression, also where tonight's search found nothing (one over the
+previous night's failing load that passed every try, an improvement); otherwise the nights' brackets
+agree, within noise.
 """
 from __future__ import annotations
 
@@ -145,11 +146,24 @@ def searched_change(m: Metric, c: dict, tonight: dict[float, list[int]], before_
     """A searched point's found load where its repeats are too few to judge: by the nights' probes. A
     load at or under the previous night's that failed every try tonight is a regression; one at or
     over the previous night's lowest load that failed every try there, passed every try tonight, an
-    improvement; beyond the floor both. Otherwise the brackets agree: within noise."""
-    if c["previous"] is None or c["now"] is None or c["rel"] is None:
+    improvement; beyond the floor both. Otherwise the brackets agree: within noise. Tonight's search that
+    found nothing regressed by the same evidence: a load at or under the previous night's failed every try."""
+    if c["previous"] is None:
         return c
-    found, rel = c["previous"]["median"], c["rel"]
+    found = c["previous"]["median"]
     failed = sorted(v for v, (p, t) in tonight.items() if t and p == 0 and v <= found)
+    if c["now"] is None:  # nothing passed tonight (or its confirmation failed)
+        if failed:
+            v = failed[-1]
+            why = (f"nothing found tonight; {fmt(v)} failed all {tonight[v][1]} tries, at or under the previous "
+                   f"night's {fmt(found)}")
+            return {**c, "verdict": "regression", "why": why}
+        why = (f"nothing found tonight, but no load at or under the previous night's {fmt(found)} failed every "
+               "try (its INVALID runs say why)")
+        return {**c, "verdict": "not judged", "why": why}
+    if c["rel"] is None:
+        return c
+    rel = c["rel"]
     high = min((v for v, (p, t) in before_tried.items() if t and p == 0), default=None)
     passed = sorted(v for v, (p, t) in tonight.items() if t and p == t and high is not None and v >= high)
     if failed and rel < -m.floor:
@@ -182,7 +196,8 @@ def compare(rows: list[dict], prev_rows: list[dict], varied: list[str],
         reasons, checks = [], []
         for m in metrics(floors):
             c = compare_metric(m, s["metrics"][m.key], before["metrics"][m.key] if before else None)
-            if m.of_search and c["verdict"] == "not judged":  # too few repeats: the probes are evidence
+            if m.of_search and (c["verdict"] == "not judged" or c["now"] is None):  # too few repeats, or
+                # nothing found tonight: the probes are evidence
                 c = searched_change(m, c, s["tried"], before["tried"] if before else {})
             c["judged"] = s["scenario"] in m.scenarios and m.of_search == s["search"]
             if m.limit and s.get(m.limit) and c["now"]:
@@ -191,8 +206,9 @@ def compare(rows: list[dict], prev_rows: list[dict], varied: list[str],
             if not c["judged"]:
                 c["verdict"] = "shown only" if c["now"] else "-"
             elif c["verdict"] == "regression":
-                p, n = c["previous"]["median"], c["now"]["median"]
-                reasons.append(f"{m.label} {fmt(p)} -> {fmt(n)} ({c['rel']:+.1%}): {c['why']}"
+                p = c["previous"]["median"]
+                n = f"{fmt(c['now']['median'])} ({c['rel']:+.1%})" if c["now"] else "none"
+                reasons.append(f"{m.label} {fmt(p)} -> {n}: {c['why']}"
                                + (" (tokens/s fell)" if m.key == "tokens_per_s" else ""))
             if c.get("headroom") is not None and c["judged"] and c["headroom"] < 0:
                 reasons.append(f"{m.label} median {fmt(c['now']['median'])} is over its limit {fmt(c['limit'])}")
