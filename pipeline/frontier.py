@@ -20,7 +20,7 @@ import luigi
 from harness.backends import backend_for
 from harness.config import ParamsError
 from harness.config.sweeps import SweepError, SweepFile, duplicate_points, parse_grid, point_overrides
-from harness.reports.frontier import levels, parse_levels, text_table, write_frontier
+from harness.reports.frontier import front_note, levels, parse_levels, text_table, write_frontier
 from harness.reports.frontier import frontier_rows as make_rows
 from harness.reports.frontier import session_row
 from pipeline.sweep import Sweep, point_problems
@@ -111,7 +111,7 @@ class Frontier(Sweep):
         rows = json.loads((self.artifact_dir / "frontier.json").read_text())["rows"]
         summary = (f"\nperfdag {self.stage} {self.definition_name()}: {len(rows)} point(s), "
                    f"{len({r['engine'] for r in rows})} engine(s)\n{text_table(rows, self.gpu_count)}\n"
-                   f"  (*: on the Pareto front of the VALID points)\n"
+                   f"  ({front_note(rows).replace('`', '')})\n"
                    f"  report     {self.artifact_dir / 'frontier.md'}\n")
         note_result(self.task_id, valid=True, accuracy=True, summary=summary, persist=False)
 
@@ -125,6 +125,9 @@ class SessionsFrontier(Frontier):
 
     @cached_property
     def _loaded(self):
+        if self.repeat != 1:
+            raise ParamsError(["--repeat with --sessions: a replay's levels are measured once each for now; "
+                               "run the sessions frontier again to see its spread"])
         sweep, base = super()._loaded
         p = load_params(str(base), self.overrides)
         if p.slurm is not None and p.slurm.array:

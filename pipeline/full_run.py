@@ -16,7 +16,8 @@ from harness.loadgen.results import read_requests_csv
 from harness.loadgen.verdict import is_valid
 from harness.mlperf.readiness import submission_warnings
 from harness.reports.plots import offsets, request_stats
-from harness.reports.report import accuracy_passed, build_report, color_wanted, summary_text, write_report
+from harness.reports.repeats import converged, repeats_text
+from harness.reports.report import accuracy_passed, build_report, color_wanted, source, summary_text, write_report
 from harness.reports.sweep import fmt
 from tasks import CheckAccuracy, LaunchServers, RunLoadgen
 from tasks.base import StageTask, log
@@ -25,7 +26,6 @@ from tasks.observing import observation_dir
 from tasks.registry import STAGE_ORDER, register
 
 _SAID: set[str] = set()  # sweep points whose line was printed in this process
-REPEAT_COLUMNS = ["repeat", "observation", "result", "tokens/s", "TTFT p99", "accuracy"]
 
 
 @register
@@ -42,6 +42,9 @@ class FullRun(StageTask):
     repeat = luigi.IntParameter(default=1, significant=False,
                                 description="measure N times in this run: N observations of RunLoadgen and FullRun, "
                                             "each kept (`python -m pipeline history` lists them)")
+    converge = luigi.FloatParameter(default=0.0, significant=False,
+                                    description="with --repeat N: stop once the median of what the scenario is judged "
+                                                "by is known within +-this share at 95 percent (6 repeats at least)")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -49,6 +52,10 @@ class FullRun(StageTask):
             if not 1 <= self.repeat <= 1000:
                 errors_as_messages()  # luigi would log it with a traceback
                 raise ParamsError([f"--repeat: {self.repeat}; give 1 to 1000 measurements"])
+            if not 0 <= self.converge < 1:
+                errors_as_messages()
+                raise ParamsError([f"--converge: {self.converge}; give the interval's half-width as a share of the "
+                                   "median, e.g. 0.02 for +-2% (0: measure all --repeat times)"])
             self.task_id += f"_repeats-{self.repeat}"
             self._Task__hash = hash(self.task_id)
 
@@ -57,7 +64,21 @@ class FullRun(StageTask):
         return self.repeat != 1 and not self.repeat_index
 
     def repetition(self, i: int) -> "FullRun":
-        return self.clone(FullRun, repeat_index=i, as_point=True, point_label=f"{i}/{self.repeat}")
+        return self.clone(type(self), repeat_index=i, as_point=True, point_label=f"{i}/{self.repeat}")
+
+    def repeated_reports(self) -> list[dict]:
+        """The reports of this run's repetitions measured so far, in order (`--repeat`)."""
+        out = []
+        for i in range(1, self.repeat + 1):
+            d = observation_dir(self.repetition(i))
+            if d is None:
+                break
+            out.append(json.loads((d / "report.json").read_text()))
+        return out
+
+    def enough(self, reports: list[dict]) -> bool:
+        """All --repeat measurements made, or --converge met by those made."""
+        return len(reports) >= self.repeat or (self.converge > 0 and converged(reports, self.converge))
 
     def upstream(self):
         return {"performance": self.clone(RunLoadgen), "accuracy": self.clone(CheckAccuracy)}
@@ -66,6 +87,7 @@ class FullRun(StageTask):
         return ("harness.reports.report", "harness.reports.plots", "harness.loadgen.results", "harness.loadgen.verdict",
                 "harness.loadgen.chunks",
                 "harness.loadgen.goodput",  # the goodput line
+                "harness.host.state",  # the host's state: its line, its section, a busy host named
                 "harness.loadgen.early_stopping")  # imported by results (the report reads none of it)
 
     def stage_keys(self) -> dict[str, str]:
@@ -115,7 +137,7 @@ class FullRun(StageTask):
         VALID to LoadGen, not to MLPerf's checker)."""
 
         text = summary_text(r, self.artifact_dir, color=color_wanted())
-        warnings = submission_warnings(self.params)
+        warnings = submission_warnings(self.params, accuracy=r["accuracy"] is not None)
         if warnings:
             text = text.rstrip("\n") + "\n  not submittable:\n" + "".join(f"    - {w}\n" for w in warnings)
         return text
@@ -128,7 +150,8 @@ class FullRun(StageTask):
         _SAID.add(self.task_id)
         r = self.report()
         p, a = r["performance"], r["accuracy"]
-        latency = (f", TTFT p99 {fmt(p['ttft_ms']['p99'])} ms, TPOT p99 {fmt(p['tpot_ms']['p99'])} ms"
+        latency = (f", TTFT p99 {fmt(p['ttft_ms']['p99'])} ms ({source(p, 'ttft_ms')}), "
+                   f"TPOT p99 {fmt(p['tpot_ms']['p99'])} ms ({source(p, 'tpot_ms')})"
                    if p["ttft_ms"].get("p99") is not None else "")
         log.info("%s %s (%s): %s, %s tokens/s%s, accuracy %s", "repeat" if self.repeat_index else "sweep point",
                  self.point_label or self.key[:16], how,
@@ -148,7 +171,7 @@ class FullRun(StageTask):
 
     def is_done(self) -> bool:
         if self.repeats_them:
-            return all(observation_dir(self.repetition(i)) is not None for i in range(1, self.repeat + 1))
+            return self.enough(self.repeated_reports())
         done = super().is_done()
         if done:
             self._note(persist=False)  # a cached run reports like a fresh one
@@ -159,25 +182,22 @@ class FullRun(StageTask):
 
     def _repeat(self):
         """--repeat N: one measurement after another (a dynamic dependency each, so luigi never runs two
-        at once), then one summary of this run's observations."""
+        at once), up to N or until --converge is met, then one summary of this run's observations with
+        the spread of what the scenario is judged by. A sweep's point leaves the summary to the sweep."""
         setup(self.verbose, root=self)
         for i in range(1, self.repeat + 1):
             yield self.repetition(i)
-        reports = [self.repetition(i).report() for i in range(1, self.repeat + 1)]
-        rows = [[str(i), r["observations"]["FullRun"], "VALID" if is_valid(r["performance"]) else "INVALID",
-                 fmt(r["performance"]["tokens_per_second"]), fmt(r["performance"]["ttft_ms"].get("p99")),
-                 "PASS" if r["accuracy"]["passed"] else "FAIL"] for i, r in enumerate(reports, 1)]
-        widths = [max(len(x[c]) for x in rows + [REPEAT_COLUMNS]) for c in range(len(REPEAT_COLUMNS))]
-        text = "\n".join([f"\nperfdag FullRun {self.key[:16]}: {self.repeat} observations in this run "
-                          f"(`python -m pipeline history {self.key[:16]}` lists every one)"]
-                         + ["  " + "  ".join(c.ljust(w) for c, w in zip(x, widths)).rstrip()
-                            for x in [REPEAT_COLUMNS] + rows]) + "\n"
-        print(text, flush=True)
+            if self.converge and self.enough(self.repeated_reports()):
+                break
+        reports = self.repeated_reports()
+        if self.as_point:
+            log.info("sweep point %s: %d observations", self.point_label or self.key[:16], len(reports))
+            return
+        print(repeats_text(self.stage, self.key, reports, self.repeat), flush=True)
         note_result(self.task_id, valid=all(is_valid(r["performance"]) for r in reports),
-                    accuracy=all(r["accuracy"]["passed"] for r in reports))
+                    accuracy=all(accuracy_passed(r) for r in reports))
         note_done(self.task_id)
-        release_servers([self.clone(LaunchServers).key[:16]], keep=self.keep_servers,
-                        why="FullRun done; --keep-servers keeps them")
+        self.release()
 
     def _run_once(self):
         super().run()

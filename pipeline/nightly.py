@@ -2,8 +2,9 @@
 
 The date enters only the measuring stages' keys (RunLoadgen, CheckAccuracy and what builds on
 them), so every night measures afresh while models, engines and repos are reused. Each point is
-judged by its scenario's metrics (harness/reports/nightly.py); --repeats N measures it N times and compares
-medians, counting a change only outside the measured spread.
+judged by its scenario's metrics (harness/reports/nightly.py); --repeats N measures it N times, and a
+metric changes only where the nights' repeats differ by more than their noise (harness/stats/noise.py:
+3 repeats a night at least; fewer are not judged, a searched point excepted: its probes are evidence).
 Backfill: luigi --module pipeline RangeDailyBase --of Nightly --start 2026-11-01 --stop 2026-11-08
 (with [Nightly] sweep=... in luigi.cfg or --Nightly-sweep).
 """
@@ -50,8 +51,8 @@ class Nightly(luigi.Task):
                                     "Server/Interactive goodput, a searched point's max VALID load")
     max_latency_rise = luigi.FloatParameter(default=0.10, description="Server/Interactive: the least TTFT/TPOT p99 "
                                                                          "rise that counts (SingleStream: p90 latency)")
-    repeats = luigi.IntParameter(default=1, description="measure each point N times; medians are compared and a "
-                                                        "change counts only outside the nights' spread")
+    repeats = luigi.IntParameter(default=1, description="measure each point N times; a change counts only where "
+                                                        "the nights' repeats differ beyond their noise (needs 3)")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

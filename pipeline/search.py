@@ -17,7 +17,9 @@ import luigi
 from harness.config import ParamsError
 from harness.config.slo import parse_slo
 from harness.search import evidence
-from harness.search.judge import judge, progress_line
+from harness.loadgen.goodput import goodput
+from harness.loadgen.results import read_requests_csv, sources
+from harness.search.judge import judge, limits_in_force, progress_line
 from harness.search.plan import Outcome, Plan, Probe, plan
 from pipeline.full_run import FullRun
 from tasks import LaunchServers, PrepareDataset, RunLoadgen, lifecycle
@@ -71,7 +73,8 @@ class FindMaxLoad(StageTask):  # not in STAGES: a flow over RunLoadgen probes, a
         own = self.params.loadgen.server_target_qps if self.axis == "server_target_qps" else (
             self.params.harness.max_in_flight or self.params.build.max_batch_size)
         return Plan(start=s.start or own, lowest=s.lowest, highest=s.highest, growth=s.growth,
-                    tolerance=s.tolerance, noise=s.noise, repeats=s.repeats, max_probes=s.max_probes,
+                    tolerance=s.tolerance, noise=s.noise, repeats=s.repeats, retries=s.retries,
+                    max_probes=s.max_probes,
                     whole=self.axis == "max_in_flight")
 
     def at_load(self, value: float, probe: bool, repeat: int = 0) -> str:
@@ -103,7 +106,8 @@ class FindMaxLoad(StageTask):  # not in STAGES: a flow over RunLoadgen probes, a
 
     def code(self):
         return ("harness.search.plan", "harness.search.judge", "harness.search.evidence", "harness.config.slo",
-                "harness.loadgen.verdict")
+                "harness.loadgen.verdict",
+                "harness.loadgen.goodput", "harness.loadgen.results")  # each probe's goodput under the SLO in force
 
     def run(self):
         lifecycle.setup(self.verbose, root=self)
@@ -130,10 +134,11 @@ class FindMaxLoad(StageTask):  # not in STAGES: a flow over RunLoadgen probes, a
                 yield full
                 result = json.loads((full.upstream()["performance"].artifact_dir / "result.json").read_text())
                 verdict = judge(result, self.slo)
+                perf_dir = full.upstream()["performance"].artifact_dir
                 tried.append({"value": value, "key": full.key, "valid": verdict.passed, "reason": verdict.reason,
                               "accuracy_passed": full.report()["accuracy"]["passed"],
                               "report": str(full.artifact_dir / "report.md"), "stats": verdict.stats,
-                              "goodput": result.get("goodput")})
+                              "goodput": self.goodput(result, perf_dir), "loadgen": verdict.loadgen})
                 if verdict.passed:
                     break
             doc["confirmation"] = {**tried[-1], "tried": tried}
@@ -167,11 +172,16 @@ class FindMaxLoad(StageTask):  # not in STAGES: a flow over RunLoadgen probes, a
                         reverse=True)
         return passed[:self.params.search.confirm_tries]
 
+    def goodput(self, result: dict, run_dir: Path) -> dict | None:
+        """A run's goodput under the SLO the search is judged by (result.json's is under MLPerf's limits)."""
+        return goodput(read_requests_csv(run_dir / "requests.csv"), limits_in_force(result, self.slo))
+
     def _row(self, p: Probe, task, result: dict, out: Outcome) -> dict:
         return {"value": p.value, "repeat": p.repeat, "key": task.key, "passed": out.passed, "reason": out.reason,
-                "margin": out.margin, "stats": out.stats, "valid": result.get("valid"),
+                "margin": out.margin, "stats": out.stats, "valid": result.get("valid"), "loadgen": out.loadgen,
                 "samples_per_s": result.get("samples_per_s"), "tokens_per_s": result.get("tokens_per_s"),
-                "goodput": result.get("goodput")}
+                "goodput": self.goodput(result, task.artifact_dir),
+                "sources": {k: v for k, v in sources(result).items() if k != "latency_from"}}
 
     def _say(self, task, n: int, out: Outcome, probes: list[dict]) -> None:
         """One line per probe, once per process: the load, the verdict, the statistics, the bracket."""
@@ -194,8 +204,10 @@ class FindMaxLoad(StageTask):  # not in STAGES: a flow over RunLoadgen probes, a
                                                                 "early stopping, min duration and queries)",
                 "slo": s.slo, "found": found.found, "low": found.low, "high": found.high, "stopped": found.stopped,
                 "plan": {"start": pl.start, "lowest": pl.lowest, "highest": pl.highest, "growth": pl.growth,
-                         "tolerance": pl.tolerance, "noise": pl.noise, "repeats": pl.repeats,
+                         "tolerance": pl.tolerance, "noise": pl.noise, "repeats": pl.repeats, "retries": pl.retries,
                          "max_probes": pl.max_probes},
+                # each load's evidence: [load, runs that passed, runs], in the order first probed
+                "tried": [[v, n, t] for v, (n, t) in found.tried.items()],
                 "probe_settings": {"min_duration_ms": s.probe_min_duration_ms,
                                    "min_query_count": s.probe_min_query_count},
                 "probes": probes, "confirmation": None, "result": found.found,  # result: the confirmed load
@@ -216,6 +228,7 @@ class FindMaxLoad(StageTask):  # not in STAGES: a flow over RunLoadgen probes, a
         lines = [f"\nperfdag FindMaxLoad: {doc['model']}, {doc['scenario']}, {doc['axis']}",
                  f"  found      {'none' if doc['found'] is None else format(doc['found'], 'g')} "
                  f"(bracket [{doc['low']}, {doc['high']}]; {doc['stopped']})",
+                 *([f"  evidence   {line}"] if (line := evidence.bracket_evidence(doc)) else []),
                  f"  judged by  {doc['judged_by']}",
                  f"  probes     {len(doc['probes'])} runs"]
         for t in (c or {}).get("tried", []):

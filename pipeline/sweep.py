@@ -24,6 +24,7 @@ from harness.config.sweeps import (
     points,
 )
 from harness.reports.nightly import repeat_of
+from harness.reports.spread import aggregate
 from harness.reports.sweep import fmt, lookup, row, search_row, text_table, write_results
 from pipeline.full_run import FullRun
 from pipeline.search import FindMaxLoad
@@ -73,6 +74,10 @@ class Sweep(StageTask):  # not in STAGES: it takes a sweep file, not one params 
     keep_servers = luigi.BoolParameter(default=False, significant=False)
     search = luigi.BoolParameter(default=False, description="each point is a search for its highest VALID load "
                                  "(as the sweep file's search: true)")
+    repeat = luigi.IntParameter(default=1, description="measure every point N times (FullRun --repeat): the table "
+                                "and plots give each number as the median [interval] of its repeats")
+    converge = luigi.FloatParameter(default=0.0, description="with --repeat: a point stops repeating once its "
+                                    "judged median is known within +-this share at 95 percent")
 
     @cached_property
     def _loaded(self):
@@ -89,12 +94,24 @@ class Sweep(StageTask):  # not in STAGES: it takes a sweep file, not one params 
                 sweep = sweep.model_copy(update={"search": True})
         except SweepError as e:
             raise ParamsError(e.problems or [str(e)]) from None
-        problems = duplicate_points(sweep) + point_problems(sweep, base, self.overrides)
+        problems = duplicate_points(sweep) + point_problems(sweep, base, self.overrides) + self.repeat_problems(base)
         if sweep.search and not problems:
             problems = search_problems(sweep, base, self.overrides)
         if problems:
             raise ParamsError(problems)
         return sweep, base
+
+    def repeat_problems(self, base) -> list[str]:
+        """--repeat's own: its range, and Slurm arrays (each array task runs one point in a run of its own)."""
+        if self.repeat == 1:
+            return []
+        if not 1 <= self.repeat <= 1000:
+            return [f"--repeat: {self.repeat}; give 1 to 1000 measurements of each point"]
+        p = load_params(str(base), self.overrides)
+        if p.slurm is not None and p.slurm.array:
+            return ["--repeat with slurm.array: each array task measures one point in a run of its own; set "
+                    "slurm.array=false"]
+        return []
 
     @property
     def definition(self):
@@ -119,10 +136,12 @@ class Sweep(StageTask):  # not in STAGES: it takes a sweep file, not one params 
         return name
 
     def key_inputs(self):
-        return {"sweep": self.definition.model_dump(mode="json")}
+        repeats = {"repeat": self.repeat, "converge": self.converge} if self.repeat != 1 else {}
+        return {"sweep": self.definition.model_dump(mode="json"), **repeats}
 
     def code(self):
-        return ("harness.reports.sweep", "harness.loadgen.verdict")  # the tables and plots, the verdict in its rows
+        # the tables and plots, the verdict in its rows, the spread of a point's repeats
+        return ("harness.reports.sweep", "harness.reports.spread", "harness.loadgen.verdict", "harness.stats.noise")
 
     def upstream(self):
         n, rep = len(self.points), repeat_of(self.nightly_date)
@@ -130,6 +149,7 @@ class Sweep(StageTask):  # not in STAGES: it takes a sweep file, not one params 
         point_task = FindMaxLoad if self.definition.search else FullRun  # the sweep releases their servers
         return {f"point{i:03d}": self.clone(point_task, params_file=str(self.base),
                                              overrides=point_overrides(self.definition, p, self.overrides),
+                                             repeat=self.repeat, converge=self.converge,
                                              as_point=True, point_label=f"{i + 1}/{n} " + (
                                                  ", ".join(f"{k}={fmt(v)}" for k, v in p.items()) or "base") + night)
                 for i, p in enumerate(self.points)}
@@ -167,6 +187,9 @@ class Sweep(StageTask):  # not in STAGES: it takes a sweep file, not one params 
                 confirmed = task.confirmed_run(search)
                 report = json.loads((confirmed.artifact_dir / "report.json").read_text()) if confirmed else None
                 rows.append(search_row(point, search, report, resolved))
+                continue
+            if task.repeats_them:  # every repeat this run measured, as one row with their spread
+                rows.append(aggregate([row(point, r, resolved) for r in task.repeated_reports()]))
                 continue
             report = json.loads((task.artifact_dir / "report.json").read_text())
             rows.append(row(point, report, resolved))

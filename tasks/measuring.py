@@ -9,6 +9,7 @@ from harness.cache import runs as runlog
 from harness.cache.codehash import package_modules
 from harness.cache.versions import versions
 from harness.errors import MeasurementError
+import harness.host.state as host_state
 from harness.loadgen.verdict import record_relaunches, relaunch_entry
 from harness.model.datasets import Sample
 from harness.serving.launcher import gone_servers
@@ -33,6 +34,7 @@ SUT_CODE = ("harness.loadgen.measure", "harness.loadgen", "harness.loadgen.runne
             "harness.loadgen.goodput", "harness.config.slo",  # result.json's goodput under the latency limits
             "harness.loadgen.early_stopping",  # result.json's early-stopping estimates at every percentile
             "harness.serving.layout",  # which servers the clients go to (a layout's front door), its summary
+            "harness.host.state",  # result.json's host section: load, CPU of client, servers and others
             ) + package_modules(("harness.mlperf.benchmarks",))  # latency limits, LoadGen names: user.conf
 
 
@@ -91,12 +93,12 @@ class MeasuringStage(StageTask):
 
         servers = self.upstream()["servers"]
         if slurm_serve.allocation_of(servers.servers()):  # a step inside the servers' allocation: the
-            return self.build(out_dir)                    # worker relaunches them in a new one (slurm/serve.py)
+            return self.measure(out_dir, servers.servers())  # worker relaunches them in a new one (slurm/serve.py)
         relaunches: list[dict] = []
         for attempt in range(1, self.params.harness.server_relaunches + 2):
             try:
                 self.check_loaded("before it started", mode="memo")
-                doc = self.build(out_dir)
+                doc = self.measure(out_dir, servers.servers())
                 self.check_loaded("while it ran", mode="fresh")
             except MeasurementError as exc:
                 gone = gone_servers(servers.servers(), servers.artifact_dir)
@@ -130,6 +132,20 @@ class MeasuringStage(StageTask):
         servers = self.upstream()["servers"]
         if isinstance(servers, LaunchServers):
             servers.check_loaded(f"{self.stage} {self.key[:16]}", when, mode=mode)
+
+    def measure(self, out_dir, servers: list[dict]) -> dict:
+        """The stage's measurement, with the host's state around it in its result (harness/host/state.py)."""
+        before = host_state.begin(servers)
+        doc = self.build(out_dir)
+        host = host_state.end(before, servers)
+        host_state.record(out_dir, doc, host)
+        self.after_measurement(out_dir)
+        if host["busy"]:
+            log.info("%s %s: measured on a busy host: %s", self.stage, self.key[:16], "; ".join(host["busy_reasons"]))
+        return doc
+
+    def after_measurement(self, out_dir) -> None:
+        """What is written once the result is whole, host state included (RunSessions: its report)."""
 
     def evidence(self, dest):
         """A failed measurement keeps the tail of every server's log beside its own logs."""

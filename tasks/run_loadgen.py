@@ -6,6 +6,7 @@ from pathlib import Path
 
 import harness.serving.role_timings as role_timings
 from harness.loadgen.measure import run_performance
+from harness.loadgen.verdict import answer_warnings
 from tasks.base import log
 from tasks.measuring import MeasuringStage
 from tasks.prepare_dataset import tokenizer_dir
@@ -32,6 +33,11 @@ class RunLoadgen(MeasuringStage):
             role_timings.record(out_dir, result, role_timings.per_role(servers, stack, before,
                                                                         role_timings.scrape(servers, stack)))
         result.pop("requests", None)
-        log.info("RunLoadgen %s: %s, %.1f samples/s, %.1f tokens/s", result["scenario"], result["valid"],
+        # LoadGen's verdict, named as LoadGen's: a search's short probe may be INVALID to it and still pass
+        # the SLO that judges it (its early stopping is a short run's estimate)
+        log.info("RunLoadgen %s: LoadGen's verdict %s%s, %.1f samples/s, %.1f tokens/s", result["scenario"],
+                 result["valid"], f" ({result['invalid_reason']})" if result.get("invalid_reason") else "",
                  result["samples_per_s"] or 0, result["tokens_per_s"] or 0)
+        for w in answer_warnings(result.get("measured")):
+            log.warning("RunLoadgen %s: %s", self.key[:16], w)
         return {"result": json.loads(json.dumps(result, default=str))}

@@ -26,7 +26,7 @@ SESSION_CODE = ("harness.sessions", "harness.sessions.trajectories", "harness.se
                 "harness.sessions.scheduler", "harness.sessions.metrics", "harness.sessions.inline",
                 "harness.sessions.workload", "harness.serving.openai.sse", "harness.serving.openai.toolcalls",
                 "harness.serving.openai.client",
-                "harness.reports.sessions")
+                "harness.reports.sessions", "harness.host.state")
 
 
 def trajectories_path(params) -> Path:
@@ -72,9 +72,12 @@ class RunSessions(MeasuringStage):
                                                 "max_event_bytes": h.max_event_bytes})
         (out_dir / "result.json").write_text(json.dumps(result, indent=1))
         (out_dir / "inline_accuracy.json").write_text(json.dumps(per_turn, indent=1))
-        rows = [json.loads(line) for line in (out_dir / "turns.jsonl").read_text().splitlines()]
-        write_report(out_dir, result, rows)
         m = result["metrics"]
         log.info("RunSessions: %d turns, %d in the window, %.1f tokens/s, inline accuracy %s", m["turns"],
                  m["window"]["turns"], m["window"]["tokens_per_s"] or 0, result["inline_accuracy"]["score"])
         return {"result": {k: v for k, v in result.items() if k != "concurrency"}}
+
+    def after_measurement(self, out_dir: Path) -> None:
+        """report.md once result.json holds the host's state too."""
+        rows = [json.loads(line) for line in (out_dir / "turns.jsonl").read_text().splitlines()]
+        write_report(out_dir, json.loads((out_dir / "result.json").read_text()), rows)

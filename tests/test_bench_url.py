@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -128,3 +129,64 @@ def test_a_server_that_is_not_there_is_named_and_nothing_is_measured(model_dir, 
     assert proc.returncode != 0
     assert f"127.0.0.1:{port}" in proc.stdout + proc.stderr
     assert not list((tmp_path / "artifacts").glob("RunLoadgen/*/manifest.json"))
+
+
+def _echo(*flags: str):
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "harness.serving.testing.echo_openai", "--port", str(port),
+                             "--token-ids", *flags], cwd=REPO, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while not probe(url):
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.1)
+    return url, proc
+
+
+TINY = ("dataset.num_samples=16,loadgen.min_query_count=16,loadgen.min_duration_ms=0,harness.warmup_queries=2,"
+        "loadgen.offline_expected_qps=16")
+
+
+def test_bench_repeat_3_gives_intervals_and_the_host_and_says_when_answers_are_empty(model_dir, tmp_path):
+    """`bench --repeat 3`: three observations in one run, each kept, each result.json with the host's state
+    (load before and after, the client's CPU, the server's found by its port, the busiest others), and
+    a summary giving tokens/s as median [interval of the median]. A server that answers 96% of requests
+    with no token is VALID to LoadGen: the summary says what its answers were (issue 46, item 13)."""
+    root = tmp_path / "artifacts"
+    url, proc = _echo()
+    try:
+        args = ("--url", url, "--model", "echo", "--tokenizer", str(model_dir), "--server", "vllm",
+                "--scenario", "Offline", "--overrides", TINY)
+        run = bench(root, *args, "--repeat", "3")
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-5000:]
+        (key16,) = [d.name for d in (root / "Bench").iterdir() if not d.name.startswith(".")]
+        assert f"perfdag Bench {key16}: 3 observations in this run" in run.stdout
+        assert "judged by, median [interval of the median, 75% confidence] over 3 repeats:" in run.stdout
+        tokens = next(x for x in run.stdout.splitlines() if x.strip().startswith("tokens/s"))
+        assert "[" in tokens and ".." in tokens and "(+-" in tokens
+        (lg16,) = [d.name for d in (root / "RunLoadgen").iterdir() if not d.name.startswith(".")]
+        dirs = [root / "RunLoadgen" / lg16, *(root / "observations" / "RunLoadgen" / lg16).iterdir()]
+        assert len(dirs) == 3 and len(list((root / "observations" / "Bench" / key16).iterdir())) == 2
+        for d in dirs:
+            host = json.loads((d / "result.json").read_text())["host"]
+            assert len(host["load_before"]) == len(host["load_after"]) == 3 and host["client_cpu_s"] > 0
+            (server,) = host["servers"]
+            assert server["pid"] == proc.pid and server["from"] == "pid (found by its port)", server
+            assert server["cpu_s"] > 0 and isinstance(host["busy"], bool)
+        report = json.loads((root / "Bench" / key16 / "report.json").read_text())
+        assert report["host"]["servers"][0]["pid"] == proc.pid and report["performance"]["answer_warnings"] == []
+        assert "not submittable" not in run.stdout or "accuracy is scored" not in run.stdout  # no accuracy advice
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    url, proc = _echo("--empty-share", "0.96")
+    try:
+        empty = bench(root, "--url", url, "--model", "echo", "--tokenizer", str(model_dir), "--server", "vllm",
+                      "--scenario", "Offline", "--overrides", TINY)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert empty.returncode == 0, empty.stdout[-3000:] + empty.stderr[-5000:]
+    assert "  result     VALID" in empty.stdout
+    said = next((x for x in empty.stdout.splitlines() if x.startswith("  WARNING    answers: ")), "")
+    assert re.search(r"answers: 1[5-6] of 16 answers \(\d+%\) were empty \(no token", said), empty.stdout[-2000:]

@@ -42,6 +42,7 @@ NOT_SHAPING = {
     # What FullRun prints on the terminal (why settings are not submittable, a sweep point's line),
     # not what it writes into its artifact.
     "harness.mlperf.readiness": "terminal output only", "harness.reports.sweep": "",
+    "harness.reports.repeats": "--repeat's summary and when to stop repeating: terminal output and control only",
     "harness.backends": "dispatch", "harness.backends.base": "", "harness.backends.torch": "",
     "harness.backends.trtllm": "",
     "harness.serving.processes": "process plumbing: how processes start and die, not what they compute",

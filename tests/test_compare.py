@@ -1,11 +1,13 @@
-"""`python -m pipeline compare`: two FullRuns side by side, named by report, key or run id."""
+"""`python -m pipeline compare`: two FullRuns side by side, named by report, key or run id, each metric
+with its noise, and a change called worse or better only outside it."""
 from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
-from harness.cache import integrity
+from harness.cache import integrity, observations
 from harness.cache.store import ArtifactStore
 from harness.errors import InputError
 from pipeline.cli import main
@@ -33,14 +35,16 @@ def fullrun(root, key16, tokens, tpot99, batch, run_id=None):
 
 
 def test_compare_prints_metrics_side_by_side_and_only_the_differing_parameters(artifacts, capsys):
+    """One observation a side: the change is shown, and not judged (no noise was measured), with why."""
     fullrun(artifacts, "a" * 16, 617.4, 10.05, 32, run_id="20261124T010000000000Z-1")
     b = fullrun(artifacts, "b" * 16, 617.0, 2.7, 8)
     assert main(["compare", "20261124T010000000000Z-1", str(b / "report.json")]) == 0
     out = capsys.readouterr().out.splitlines()
     tpot = next(x for x in out if x.startswith("TPOT p99 ms"))
-    assert tpot.split() == ["TPOT", "p99", "ms", "10.1", "2.70", "-73.1%", "better"]
+    assert tpot.split() == ["TPOT", "p99", "ms", "(LoadGen)", "10.1", "2.70", "-73.1%", "not", "judged", "[1]"]
+    assert "[1] 1 against 1 repeats cannot show a change at p <= 0.1; measure 3 each (--repeat 3)" in out
     assert next(x for x in out if x.startswith("tokens/s")).split()[1:] == [  # Server: follows the target
-        "617.4", "617", "-0.1%", "(follows", "the", "target", "QPS)"]
+        "617.4", "617", "-0.1%", "not", "judged", "(follows", "the", "target", "QPS)"]
     params = out[out.index(next(x for x in out if x.startswith("parameter"))) + 1:]
     assert [p.split() for p in params] == [["build.max_batch_size", "32", "8"]]  # dtype, scenario: the same
 
@@ -58,25 +62,105 @@ def test_compare_by_key_prefix_json_and_a_clear_error(artifacts, capsys):
         resolve("", ArtifactStore(artifacts))
 
 
-def test_compare_judges_no_number_that_follows_the_target(artifacts, capsys):
-    """Server tokens/s and samples/s follow server_target_qps: compare shows their change unjudged, while
-    it still judges latency; Offline throughput stays judged."""
+def test_compare_across_scenarios_warns_and_judges_nothing(artifacts, capsys):
+    """Server against Offline: a latency that is 27x is two definitions, not a regression; and Offline's
+    throughput does not follow any target."""
     fullrun(artifacts, "a" * 16, 200.0, 10.0, 32)
-    fullrun(artifacts, "b" * 16, 626.4, 9.0, 32)
+    b = fullrun(artifacts, "b" * 16, 626.4, 9.0, 32)
+    doc = json.loads((b / "report.json").read_text())
+    doc["performance"]["scenario"] = "Offline"
+    doc["performance"]["latency_ms"]["p99"] = 2488.0
+    (b / "report.json").write_text(json.dumps(doc))
+    m = json.loads((b / "manifest.json").read_text())
+    m["files"], m["links"] = integrity.describe(b)
+    (b / "manifest.json").write_text(json.dumps(m))
     assert main(["compare", "aaaa", "bbbb"]) == 0
+    out = capsys.readouterr().out
+    assert "warning: A is Server and B is Offline: different scenarios measure different things" in out
+    latency = next(x for x in out.splitlines() if x.startswith("latency p99 ms"))
+    assert "+2664.4%" in latency and "worse" not in latency and "not judged" in latency
+    assert "follows the target" not in out and "worse" not in out and "better" not in out
+
+
+def observe(store: ArtifactStore, key: str, run_id: str, tokens: float, tpot99: float, scenario: str = "Offline",
+            host: dict | None = None) -> str:
+    """Publishes one FullRun observation of `key` as a run (or a repeat of it) does; returns its id."""
+    latest = store.manifest("FullRun", key)
+    taken = set(observations.archived_ids(store.root, "FullRun", key))
+    taken |= {observations.id_of(latest)} if latest else set()
+    obs = observations.new_id(run_id, taken)
+    report = {"model": "tiny", "stages": {"FullRun": key},
+              "performance": {"scenario": scenario, "valid": True, "tokens_per_second": tokens,
+                              "samples_per_second": tokens / 32, "ttft_ms": {"p50": 5.0, "p90": 8.0, "p99": 9.0},
+                              "tpot_ms": {"p50": tpot99 / 2, "p90": tpot99 / 1.5, "p99": tpot99},
+                              "latency_ms": {"p99": 40.0}},
+              "accuracy": {"passed": True, "rouge1": 50.0, "tokens_per_sample": 32.0}, "host": host,
+              "observations": {"FullRun": obs}}
+
+    def make(out):
+        (out / "report.json").write_text(json.dumps(report))
+        return {}
+    with store.lock("FullRun", key):
+        store.build("FullRun", key, make, {"run_id": run_id, observations.FIELD: obs,
+                                           "resolved_params": {"build": {"max_batch_size": int(key[0], 16)}}},
+                    archive=True)
+    return obs
+
+
+def _series(store, key, run_id, tokens, tpot, sd, rng, n=3):
+    for _ in range(n):
+        observe(store, key, run_id, tokens * rng.lognormal(0, sd), tpot * rng.lognormal(0, sd))
+
+
+def test_series_that_differ_only_by_noise_are_within_noise_and_a_real_shift_is_called(artifacts, capsys):
+    """Two configurations measured 3 times each (--repeat 3) whose numbers differ only by 3% noise:
+    every metric is within noise, each side shown as median [interval]. A third whose tokens/s is 20%
+    lower and TPOT 30% higher: worse, both, with Mann-Whitney's p."""
+    store = ArtifactStore(artifacts)
+    rng = np.random.default_rng(47)
+    a, b, c = "a" * 64, "b" * 64, "c" * 64
+    _series(store, a, "20261101T000000000000Z-1", 600.0, 20.0, 0.03, rng)
+    _series(store, b, "20261102T000000000000Z-2", 600.0, 20.0, 0.03, rng)
+    _series(store, c, "20261103T000000000000Z-3", 480.0, 26.0, 0.03, rng)
+    assert main(["compare", "aaaa", "bbbb", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["repeats"]["a"] == {"n": 3, "from": "its run's 3 repeats", "observations": [
+        "20261101T000000000000Z-1.3", "20261101T000000000000Z-1.2", "20261101T000000000000Z-1"]}
+    judged = [m for m in doc["metrics"] if m["verdict"] not in ("shown only",)]
+    assert judged and all(m["verdict"] == "within noise" for m in judged), judged
+    tokens = next(m for m in doc["metrics"] if m["metric"] == "tokens/s")
+    assert tokens["a_spread"]["n"] == 3 and tokens["a_spread"]["confidence"] == 0.75
+    assert main(["compare", "aaaa", "cccc"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert next(x for x in out if x.startswith("tokens/s")).split()[1:] == [
-        "200", "626.4", "+213.2%", "(follows", "the", "target", "QPS)"]
-    assert "better" not in next(x for x in out if x.startswith("samples/s"))
-    assert next(x for x in out if x.startswith("TPOT p99 ms")).endswith("better")
-    for d in ("a", "b"):
-        report = artifacts / "FullRun" / (d * 16) / "report.json"
-        doc = json.loads(report.read_text())
-        doc["performance"]["scenario"] = "Offline"
-        report.write_text(json.dumps(doc))
-        fullrun_dir = report.parent
-        m = json.loads((fullrun_dir / "manifest.json").read_text())
-        m["files"], m["links"] = integrity.describe(fullrun_dir)
-        (fullrun_dir / "manifest.json").write_text(json.dumps(m))
-    assert main(["compare", "aaaa", "bbbb"]) == 0
-    assert next(x for x in capsys.readouterr().out.splitlines() if x.startswith("tokens/s")).endswith("+213.2% better")
+    assert out[0] == f"A: FullRun {a[:16]}@20261101T000000000000Z-1.3 (its run's 3 repeats)"
+    tok = next(x for x in out if x.startswith("tokens/s"))
+    assert "[" in tok and tok.endswith("worse (p = 0.1)")
+    assert next(x for x in out if x.startswith("TPOT p99 ms")).endswith("worse (p = 0.1)")
+    assert "values with repeats: median [interval of the median, 75% confidence]" in out
+
+
+def test_two_repeats_of_one_key_are_never_worse(artifacts, capsys):
+    """The same parameters measured twice are one configuration: a 2x difference between its observations
+    is noise (a busy host, say), said so, never a regression."""
+    store = ArtifactStore(artifacts)
+    key = "d" * 64
+    first = observe(store, key, "20261101T000000000000Z-1", 600.0, 20.0)
+    observe(store, key, "20261102T000000000000Z-2", 300.0, 45.0)
+    assert main(["compare", f"dddd@{first}", "dddd"]) == 0
+    out = capsys.readouterr().out
+    assert "observations of one key, the same parameters measured again" in out
+    assert "worse" not in out.replace("never worse", "") and "better" not in out.replace("or better", "")
+    assert "within noise" in next(x for x in out.splitlines() if x.startswith("tokens/s"))
+
+
+def test_compare_warns_when_the_hosts_differed(artifacts, capsys):
+    store = ArtifactStore(artifacts)
+    quiet = {"hostname": "node1", "usable_cpus": 8, "others_cpus": 0.1, "busy": False, "busy_reasons": []}
+    busy = {"hostname": "node1", "usable_cpus": 8, "others_cpus": 3.2, "busy": True,
+            "busy_reasons": ["other processes used 3.20 of 8 CPUs on average"]}
+    observe(store, "e" * 64, "20261101T000000000000Z-1", 600.0, 20.0, host=quiet)
+    observe(store, "f" * 64, "20261102T000000000000Z-2", 400.0, 30.0, host=busy)
+    assert main(["compare", "eeee", "ffff"]) == 0
+    out = capsys.readouterr().out
+    assert "warning: the hosts differed: B's host was busy (other processes used 3.20 of 8 CPUs" in out
+    assert "warning: B: 1 of 1 observation(s) measured on a busy host" in out

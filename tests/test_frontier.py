@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import FAST, REPO, tritonservers_under
+from conftest import FAST, REPO, copied_root, tritonservers_under
 
 from harness.reports.frontier import frontier_rows, levels, parse_levels
 
@@ -45,6 +45,38 @@ def test_the_front_holds_the_valid_points_no_other_beats_on_both_axes():
     assert front == {("build.max_batch_size=4", 1), ("build.max_batch_size=8", 8)}
     assert rows[0]["tokens_per_s_per_user"] == 500.0 and rows[0]["tokens_per_s_per_gpu"] == 250.0
     assert frontier_rows([_row(4, 1, 500, 2.0)], ["build.max_batch_size"], gpus=0)[0]["tokens_per_s_per_gpu"] is None
+
+
+def _repeated(engine, c, tps: list, tpot50: list):
+    """A point measured len(tps) times (FullRun --repeat) as the sweep aggregates it: medians, spreads, values."""
+    from harness.reports.spread import aggregate
+
+    return aggregate([{**_row(engine, c, t, p), "repeat": i} for i, (t, p) in enumerate(zip(tps, tpot50), 1)])
+
+
+def test_points_that_differ_only_by_noise_are_marked_indistinguishable_and_a_real_gap_is_not(tmp_path):
+    """The issue's case: at concurrency 1 the batch limit cannot matter, yet one engine beat the other by
+    noise. Measured 3 times each, with repeats that interleave, the beaten one is `~` (the noise cannot
+    tell it from the point that beats it); an engine 30% slower on both axes is beaten for real. Without
+    repeats the table says the noise is not measured. The table and plot give intervals (error bars)."""
+    from harness.reports.frontier import text_table, write_frontier
+
+    rows = frontier_rows([_repeated(4, 1, [480, 500, 520], [2.05, 2.0, 1.95]),
+                          _repeated(8, 1, [490, 530, 510], [1.9, 2.0, 1.95]),
+                          _repeated(16, 1, [350, 340, 360], [2.9, 2.8, 3.0])], ["build.max_batch_size"], gpus=0)
+    marks = {r["engine"]: r["front"] for r in rows}
+    assert marks == {"build.max_batch_size=4": "indistinguishable", "build.max_batch_size=8": "front",
+                     "build.max_batch_size=16": "dominated"}
+    text = text_table(rows, 0)
+    assert "VALID 3/3 ~" in text and "500 [480..520]" in text
+    files = write_frontier(tmp_path, "noise", ["build.max_batch_size"], 0, rows)
+    md = (tmp_path / "frontier.md").read_text()
+    assert "`~`: beaten only by points the noise cannot tell it from" in md and "75% confidence" in md
+    assert (tmp_path / "frontier.png").stat().st_size > 0 and "frontier.png" in files
+    single = frontier_rows([_row(4, 1, 500, 2.0), _row(8, 1, 510, 1.95)], ["build.max_batch_size"], gpus=0)
+    assert [r["front"] for r in single] == ["dominated", "front"]
+    write_frontier(tmp_path, "single", ["build.max_batch_size"], 0, single)
+    assert "One observation per point: the noise is not measured" in (tmp_path / "frontier.md").read_text()
 
 
 def _frontier(root, *args):
@@ -85,3 +117,28 @@ def test_a_frontier_over_two_engines_builds_each_once_and_draws_the_front(tmp_pa
         if r["harness"]["max_in_flight"] == 1:  # every sample issued at once, sent one at a time
             assert m["ttft_ms"]["p99"] < 0.25 * m["queue_ms"]["p50"], (m["ttft_ms"], m["queue_ms"])
     assert tritonservers_under(root) == []
+
+
+def test_frontier_repeat_3_gives_each_point_its_interval(built_fast, tmp_path):
+    """`frontier --repeat 3` measures the point three times, each an observation of its own, and the table,
+    frontier.json and the plot give tokens/s per user and per system as median [interval], VALID 3/3."""
+    tiny = (f"{FAST},dataset.num_samples=16,loadgen.min_duration_ms=300,loadgen.min_query_count=16,"
+            "loadgen.offline_expected_qps=50,accuracy.num_samples=8,accuracy.target=0.05,harness.warmup_queries=2")
+    with copied_root(built_fast, tmp_path / "artifacts") as root:
+        proc = _frontier(root, "--levels", "2", "--repeat", "3", "--overrides", tiny)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        (out,) = [d for d in (root / "Frontier").iterdir() if not d.name.startswith(".")]
+        (row,) = json.loads((out / "frontier.json").read_text())["rows"]
+        assert row["repeats"] == 3 and row["valid_repeats"] == "3/3"
+        for k in ("tokens_per_s_per_user", "tokens_per_s"):
+            sp = row["spread"][k]
+            assert sp["n"] == 3 and sp["low"] <= row[k] <= sp["high"] and sp["confidence"] == 0.75
+        assert "VALID 3/3" in proc.stdout and "[" in proc.stdout and "75% confidence" in proc.stdout
+        md = (out / "frontier.md").read_text()
+        assert "median [interval of the median, 75% confidence]" in md and (out / "frontier.png").stat().st_size
+        (fr16,) = [d.name for d in (root / "FullRun").iterdir() if not d.name.startswith(".")]
+        assert len(list((root / "observations" / "FullRun" / fr16).iterdir())) == 2  # 3 kept: 1 latest, 2 earlier
+        for stage in ("RunLoadgen", "RunAccuracy"):  # every kind of run records the host around it
+            for result in root.glob(f"{stage}/*/result.json"):
+                host = json.loads(result.read_text())["host"]
+                assert len(host["load_after"]) == 3 and host["servers"][0]["from"] == "pid", host["servers"]

@@ -21,24 +21,59 @@ def doc_for(points, prev="2026-11-01"):
     return {"date": "2026-11-02", "compared_with": prev, "repeats": 1, "floors": None, "points": points}
 
 
+def reps(*values, key="tokens", **kw):
+    """One row per repeat of a point, `key` taking each of `values` in turn."""
+    return [srow(**{key: v}, repeat=i, **kw) for i, v in enumerate(values, 1)]
+
+
 def test_slower_tpot_is_a_regression_while_throughput_is_unchanged():
-    (p,) = nightly.compare([srow(tpot=14.0)], [srow(tpot=10.0)], VARIED)
+    (p,) = nightly.compare(reps(14.0, 14.2, 13.9, key="tpot"), reps(10.0, 10.3, 9.8, key="tpot"), VARIED)
     by = {c["metric"]: c for c in p["checks"]}
-    assert by["tpot_p99_ms"]["verdict"] == "regression"
+    assert by["tpot_p99_ms"]["verdict"] == "regression" and by["tpot_p99_ms"]["p"] == 0.1
     assert by["tokens_per_s"]["verdict"] == "shown only"  # Server: fixed by the target QPS, never judged
     assert by["ttft_p99_ms"]["verdict"] == "within noise"
-    assert len(p["reasons"]) == 1 and "TPOT p99 (ms) 10.0 -> 14.0 (+40.0%)" in p["reasons"][0]
+    assert p["reasons"] == ["TPOT p99 (ms) 10.0 -> 14.0 (+40.0%): Mann-Whitney p = 0.1, 3 against 3 repeats <= 0.1, "
+                            "beyond the 10% floor"]
     assert abs(by["tpot_p99_ms"]["headroom"] - (1 - 14 / 30)) < 1e-9
 
 
+def test_one_repeat_a_night_is_not_judged_and_says_why():
+    """A Nightly once said "TTFT p99 -26.6% improved" on one repeat: a single run has no measured noise."""
+    (p,) = nightly.compare([srow(ttft=36.7, tpot=14.0)], [srow(ttft=50.0, tpot=10.0)], VARIED)
+    by = {c["metric"]: c for c in p["checks"]}
+    assert by["ttft_p99_ms"]["verdict"] == by["tpot_p99_ms"]["verdict"] == "not judged" and p["reasons"] == []
+    md = nightly.render_markdown(doc_for([p]))
+    assert "| TTFT p99 (ms) | 50.0 | 36.7 | -13.3 (-26.6%) | 98% of 2,000 | not judged [1] |" in md
+    assert "[1] 1 against 1 repeats cannot show a change at p <= 0.1; measure 3 each (--repeat 3)" in md
+
+
+def test_series_that_differ_only_by_noise_are_within_noise_and_a_real_shift_is_a_regression():
+    """Two nights whose numbers differ by 5% noise only, 3 repeats each: every judged metric within noise.
+    A night 25% slower (TPOT 25% higher): a regression, with Mann-Whitney's p."""
+    import numpy as np
+
+    rng = np.random.default_rng(46)
+
+    def night(tpot, ttft, shift=1.0):
+        return [srow(tpot=tpot * shift * rng.lognormal(0, 0.05), ttft=ttft * rng.lognormal(0, 0.05), repeat=i)
+                for i in (1, 2, 3)]
+    (same,) = nightly.compare(night(10.0, 50.0), night(10.0, 50.0), VARIED)
+    judged = [c for c in same["checks"] if c["judged"] and c["now"] is not None]
+    assert judged and {c["verdict"] for c in judged} == {"within noise"} and same["reasons"] == []
+    (slow,) = nightly.compare(night(10.0, 50.0, shift=1.25), night(10.0, 50.0), VARIED)
+    by = {c["metric"]: c for c in slow["checks"]}
+    assert by["tpot_p99_ms"]["verdict"] == "regression" and by["ttft_p99_ms"]["verdict"] == "within noise"
+
+
 def test_offline_is_judged_by_throughput_only():
-    (p,) = nightly.compare([srow(tokens=2500.0, tpot=None, ttft=None, scenario="Offline")],
-                           [srow(tokens=3000.0, tpot=None, ttft=None, scenario="Offline")], VARIED)
+    off = dict(tpot=None, ttft=None, scenario="Offline")
+    (p,) = nightly.compare(reps(2500.0, 2450.0, 2550.0, **off), reps(3000.0, 3050.0, 2980.0, **off), VARIED)
     # TTFT, TPOT, SingleStream's p90, goodput (judged at a streaming scenario's fixed load), a search's load
     assert [c["verdict"] for c in p["checks"]] == ["regression", "-", "-", "-", "-", "-"]
     assert "tokens/s fell" in p["reasons"][0]
-    (same,) = nightly.compare([srow(tokens=2950.0, scenario="Offline")], [srow(tokens=3000.0, scenario="Offline")], VARIED)
-    assert same["reasons"] == []  # -1.7% is under the 5% floor
+    (same,) = nightly.compare(reps(2950.0, 2940.0, 2960.0, scenario="Offline"),
+                              reps(3000.0, 3010.0, 2990.0, scenario="Offline"), VARIED)
+    assert same["reasons"] == [] and same["checks"][0]["verdict"] == "within noise"  # -1.7%, under the 5% floor
 
 
 def test_repeats_compare_medians_and_ignore_changes_inside_the_spread():
@@ -47,7 +82,7 @@ def test_repeats_compare_medians_and_ignore_changes_inside_the_spread():
     (p,) = nightly.compare(inside, noisy_prev, VARIED)
     tps = p["checks"][0]
     assert tps["previous"]["median"] == 6046.0 and tps["now"]["median"] == 5000.0
-    assert tps["verdict"] == "within noise" and p["reasons"] == []  # -17% but the ranges overlap
+    assert tps["verdict"] == "within noise" and p["reasons"] == []  # -17% but the sets interleave
     below = [srow(tokens=t, scenario="Offline", repeat=i) for i, t in enumerate((2000.0, 2100.0, 2200.0))]
     (q,) = nightly.compare(below, noisy_prev, VARIED)
     assert q["checks"][0]["verdict"] == "regression"
@@ -64,35 +99,64 @@ def test_validity_accuracy_and_the_limit_are_judged_everywhere():
 
 
 def test_goodput_at_a_fixed_load_is_judged_in_server():
-    now, before = srow(), srow()
-    now["goodput_samples_per_s"], before["goodput_samples_per_s"] = 17.0, 20.0  # fewer requests met the limits
-    (p,) = nightly.compare([now], [before], VARIED)
+    def with_goodput(rows, *values):
+        return [{**r, "goodput_samples_per_s": v} for r, v in zip(rows, values)]
+    now, before = with_goodput(reps(3000, 3000, 3000), 17.0, 17.2, 16.9), with_goodput(reps(3000, 3000, 3000), 20, 20.1, 19.8)
+    (p,) = nightly.compare(now, before, VARIED)  # fewer requests met the limits
     by = {c["metric"]: c for c in p["checks"]}
     assert by["goodput_samples_per_s"]["verdict"] == "regression"
-    assert p["reasons"] == ["goodput (samples/s) 20.0 -> 17.0 (-15.0%), outside the spread and the 5% floor"]
-    off_now, off_before = srow(scenario="Offline"), srow(scenario="Offline")
-    off_now["goodput_samples_per_s"], off_before["goodput_samples_per_s"] = 17.0, 20.0
-    (o,) = nightly.compare([off_now], [off_before], VARIED)  # Offline: its throughput is judged instead
+    assert p["reasons"] == ["goodput (samples/s) 20.0 -> 17.0 (-15.0%): Mann-Whitney p = 0.1, 3 against 3 repeats "
+                            "<= 0.1, beyond the 5% floor"]
+    off_now = with_goodput(reps(3000, 3000, 3000, scenario="Offline"), 17.0, 17.2, 16.9)
+    off_before = with_goodput(reps(3000, 3000, 3000, scenario="Offline"), 20, 20.1, 19.8)
+    (o,) = nightly.compare(off_now, off_before, VARIED)  # Offline: its throughput is judged instead
     assert {c["metric"]: c for c in o["checks"]}["goodput_samples_per_s"]["verdict"] == "shown only"
 
 
-def search_row(max_load, tpot=10.0, valid=True):
-    """A point that is a search: its found load, and the confirming run's numbers at that load."""
-    return {**srow(tpot=tpot, valid=valid, acc=None), "search_axis": "server_target_qps", "max_load": max_load}
+def search_row(max_load, tpot=10.0, valid=True, tried=()):
+    """A point that is a search: its found load, the confirming run's numbers at that load, and its
+    probes' evidence ([load, passes, tries])."""
+    return {**srow(tpot=tpot, valid=valid, acc=None), "search_axis": "server_target_qps", "max_load": max_load,
+            "tried": [list(t) for t in tried]}
+
+
+LAST_NIGHT = [(20, 1, 1), (40, 1, 1), (80, 0, 1), (60, 0, 1), (50, 0, 1), (45, 0, 1)]
 
 
 def test_a_searched_point_is_judged_by_the_load_it_found_alone():
-    (p,) = nightly.compare([search_row(30.0, tpot=5.0)], [search_row(40.0, tpot=10.0)], VARIED)
+    """One search a night: its probes are its evidence. Tonight 40 (last night's found load) failed every
+    try: a regression. Tonight found 39 but never failed at or under 40 (it failed 40 once in 3 tries:
+    it flips there): within noise, as a found load under the floor is."""
+    tonight = [(20, 1, 1), (40, 0, 1), (30, 1, 1), (35, 0, 1)]
+    (p,) = nightly.compare([search_row(30.0, tpot=5.0, tried=tonight)], [search_row(40.0, tpot=10.0, tried=LAST_NIGHT)],
+                           VARIED)
     by = {c["metric"]: c for c in p["checks"]}
     assert by["max_load"]["verdict"] == "regression" and by["max_load"]["judged"]
     assert not by["tpot_p99_ms"]["judged"]  # measured at another load than last night's: shown only
-    assert p["reasons"] == ["max VALID load 40.0 -> 30.0 (-25.0%), outside the spread and the 5% floor"]
-    (same,) = nightly.compare([search_row(39.0, tpot=20.0)], [search_row(40.0)], VARIED)
-    assert same["reasons"] == []  # -2.5%, under the floor; no accuracy run is no accuracy failure
+    assert p["reasons"] == ["max VALID load 40.0 -> 30.0 (-25.0%): tonight 40.0 failed all 1 tries, at or under "
+                            "the previous night's 40.0"]
+    flips = [(20, 1, 1), (40, 2, 3), (39, 1, 1)]
+    (same,) = nightly.compare([search_row(39.0, tpot=20.0, tried=flips)], [search_row(40.0, tried=LAST_NIGHT)], VARIED)
+    assert same["reasons"] == [] and {c["metric"]: c for c in same["checks"]}["max_load"]["verdict"] == "within noise"
     (none,) = nightly.compare([search_row(None, valid=False)], [search_row(40.0)], VARIED)
     assert any("INVALID in 1 of 1" in r for r in none["reasons"])  # nothing passed tonight
+    assert {c["metric"]: c for c in none["checks"]}["max_load"]["verdict"] == "not judged"  # no probe under 40
+    assert not any(r.startswith("max VALID load") for r in none["reasons"])
+    nothing = [(20, 0, 1), (10, 0, 1), (5, 0, 1), (2.5, 0, 1)]  # the search ran out of probes, bracket [None, 2.5]
+    (lost,) = nightly.compare([search_row(None, valid=False, tried=nothing)], [search_row(40.0, tried=LAST_NIGHT)],
+                              VARIED)
+    assert lost["reasons"][0] == ("max VALID load 40.0 -> none: nothing found tonight; 20.0 failed all 1 tries, at or "
+                                  "under the previous night's 40.0")
+    assert any("INVALID in 1 of 1" in r for r in lost["reasons"])
+    (above,) = nightly.compare([search_row(None, valid=False, tried=[(80, 0, 1), (60, 0, 1)])],
+                               [search_row(40.0, tried=LAST_NIGHT)], VARIED)  # it never reached 40: no evidence
+    assert {c["metric"]: c for c in above["checks"]}["max_load"]["verdict"] == "not judged"
+    assert "| max VALID load | 40.0 | - | - | - | **regression** [1] |" in nightly.render_markdown(doc_for([lost]))
     md = nightly.render_markdown({**doc_for([p]), "rows": [search_row(30.0)]})
-    assert "| max VALID load | 40.0 | 30.0 | -10.0 (-25.0%) | - | **regression** |" in md, md
+    assert "| max VALID load | 40.0 | 30.0 | -10.0 (-25.0%) | - | **regression** [1] |" in md, md
+    better = [(20, 1, 1), (40, 1, 1), (80, 0, 1), (45, 1, 1), (60, 1, 1), (70, 0, 1)]
+    (up,) = nightly.compare([search_row(60.0, tried=better)], [search_row(40.0, tried=LAST_NIGHT)], VARIED)
+    assert {c["metric"]: c for c in up["checks"]}["max_load"]["verdict"] == "improved"
 
 
 def test_a_search_sweeps_table_names_the_best_point():
@@ -107,11 +171,13 @@ def test_a_search_sweeps_table_names_the_best_point():
 
 
 def test_markdown_shows_previous_delta_verdict_and_formats_numbers():
-    points = nightly.compare([srow(tpot=14.0, tokens=3123.456789)], [srow(tpot=10.0, tokens=3000.0)], VARIED)
-    md = nightly.render_markdown(doc_for(points))
+    now = [srow(tpot=t, tokens=3123.456789, repeat=i) for i, t in enumerate((14.0, 14.5, 13.5), 1)]
+    before = [srow(tpot=t, tokens=3000.0, repeat=i) for i, t in enumerate((10.0, 10.5, 9.5), 1)]
+    md = nightly.render_markdown(doc_for(nightly.compare(now, before, VARIED)))
     assert "None" not in md and not re.search(r"\d\.\d{3,}", md)  # no None, no unrounded floats
     line = next(x for x in md.splitlines() if x.startswith("| TPOT p99"))
-    assert line == "| TPOT p99 (ms) | 10.0 | 14.0 | +4.00 (+40.0%) | 53% of 30.0 | **regression** |"
+    assert line == "| TPOT p99 (ms) | 10.0 [9.50..10.5] | 14.0 [13.5..14.5] | +4.00 (+40.0%) | 53% of 30.0 | " \
+                   "**regression** [1] |"
     assert "| tokens/s | 3,000 | 3,123 |" in md and "## Regressions" in md
     assert "build.max_batch_size=32" in md
 

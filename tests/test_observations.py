@@ -147,6 +147,68 @@ def test_an_observation_cannot_be_passed_off_as_another(store, capsys):
     assert main(["compare", f"{OTHER[:8]}@20261104T000000000000Z-4", KEY[:8]]) == 0
 
 
+LOADGEN = "ef" * 32
+
+
+def measure_with_evidence(store: ArtifactStore, run_id: str, tokens: float) -> dict:
+    """A RunLoadgen observation and the FullRun observation made from it, as a run publishes them: the
+    FullRun's manifest names the measurement (`observed_from`) and its content digest (`made_from`)."""
+    taken = set(observations.archived_ids(store.root, "RunLoadgen", LOADGEN))
+    if (latest := store.manifest("RunLoadgen", LOADGEN)) is not None:
+        taken.add(observations.id_of(latest))
+    obs = observations.new_id(run_id, taken)
+
+    def make(out):
+        (out / "requests.csv").write_text("sample_index,server,issue_ms,ttft_ms,latency_ms,n_tokens\n"
+                                          + "".join(f"{i},0,{i}.0,,{10 + i}.5,32\n" for i in range(40)))
+        (out / "result.json").write_text(json.dumps({"tokens_per_s": tokens}))
+        return {}
+    with store.lock("RunLoadgen", LOADGEN):
+        lg = store.build("RunLoadgen", LOADGEN, make, {"run_id": run_id, observations.FIELD: obs}, archive=True)
+    m = measure(store, run_id, tokens)
+    ident = f"RunLoadgen/{LOADGEN[:16]}"
+    doc = {k: v for k, v in m.items() if k not in (signing.FIELD,)}
+    doc.update(observed_from={ident: obs}, made_from={ident: {"content_digest": lg["content_digest"],
+                                                             "finished_at": lg["finished_at"]}})
+    if store.signing_key is not None:
+        doc[signing.FIELD] = signing.signature(doc, store.signing_key)
+    (store.path("FullRun", KEY) / "manifest.json").write_text(json.dumps(doc, indent=2, sort_keys=True))
+    return doc
+
+
+def test_history_and_compare_verify_what_an_observation_was_made_from(store, capsys):
+    """A FullRun observation reports a RunLoadgen observation's files: one of those truncated to 100 bytes
+    (status calls it corrupt), removed, or replaced by another measurement makes history list the
+    FullRun observation as refused, naming the measurement, and compare refuse it; the other
+    observations, whose measurements are intact, stay as they were."""
+    measure_with_evidence(store, "20261101T000000000000Z-1", 100.0)
+    measure_with_evidence(store, "20261102T000000000000Z-2", 130.0)
+    measure_with_evidence(store, "20261103T000000000000Z-3", 160.0)
+    assert main(["history", KEY[:8]]) == 0 and "refused" not in capsys.readouterr().out
+    lg_latest = store.path("RunLoadgen", LOADGEN) / "requests.csv"
+    with open(lg_latest, "r+b") as f:  # the latest measurement, truncated as a full disk or an editor leaves it
+        f.truncate(100)
+    assert main(["history", KEY[:8]]) == 0
+    out = capsys.readouterr().out
+    latest = next(x for x in out.splitlines() if x.startswith("20261103T000000000000Z-3 *"))
+    assert f"refused: RunLoadgen {LOADGEN[:16]}@20261103T000000000000Z-3 (what it was made from): requests.csv" \
+        in latest and "VALID" not in latest
+    assert out.count("refused") == 1
+    assert main(["compare", f"{KEY[:8]}@20261102T000000000000Z-2", KEY[:8]]) == 2
+    err = capsys.readouterr().err
+    assert "not trusted" in err and "RunLoadgen" in err and "requests.csv" in err
+    # an earlier measurement removed, and another put in the place of a third
+    kept = observations.archive_dir(store.root, "RunLoadgen", LOADGEN)
+    shutil.rmtree(kept / "20261101T000000000000Z-1")
+    assert main(["history", KEY[:8]]) == 0
+    out = capsys.readouterr().out
+    assert f"RunLoadgen {LOADGEN[:16]}@20261101T000000000000Z-1 (what it was made from): gone" in out
+    shutil.rmtree(kept / "20261102T000000000000Z-2")
+    shutil.copytree(store.path("RunLoadgen", LOADGEN), kept / "20261102T000000000000Z-2")
+    found = next(o for o in store.observations("FullRun", KEY) if o["id"] == "20261102T000000000000Z-2")
+    assert "another observation put in its place" in store.observation_problems("FullRun", KEY, found)[0]
+
+
 def test_gc_ages_observations_like_artifacts(store):
     """An earlier observation stays while recent and goes once older than --keep-days; the latest is an
     artifact and follows the artifact rules."""
@@ -188,9 +250,19 @@ def test_two_measurements_of_identical_parameters_are_both_kept_and_compared(bui
         assert "3 observation(s)" in out and f"{ids[0]} *" in out and all(i in out for i in ids)
         assert main(["compare", first, f"{fullrun.name[:8]}@{second}", "--json"]) == 0
         doc = json.loads(capsys.readouterr().out)
-        assert doc["a"].endswith(f"@{first}") and doc["b"].endswith(f"@{second}") and not doc["warnings"]
+        assert doc["a"].endswith(f"@{first}") and doc["b"].endswith(f"@{second}")
+        assert any("observations of one key" in w for w in doc["warnings"])  # one configuration: never worse
         row = next(m for m in doc["metrics"] if m["metric"] == "tokens/s")
         assert (row["a"], row["b"]) == (tokens[2], tokens[1]) and tokens[1] != tokens[2]
-        assert row["delta"] == pytest.approx((tokens[1] - tokens[2]) / tokens[2])
+        assert row["verdict"] == "within noise" and doc["repeats"]["b"]["from"] == "its run's 2 repeats"
         assert main(["compare", f"{fullrun.name}@{ids[0]}", fullrun.name[:6]]) == 0  # the latest, twice: said so
         assert "the same observation" in capsys.readouterr().out
+        # the latest measurement's requests.csv truncated to 100 bytes: the report made from it is refused
+        (loadgen,) = [d for d in (root / "RunLoadgen").iterdir() if not d.name.startswith(".")]
+        with open(loadgen / "requests.csv", "r+b") as f:
+            f.truncate(100)
+        assert main(["history", fullrun.name]) == 0
+        line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith(f"{ids[0]} *"))
+        assert f"refused: RunLoadgen {loadgen.name}@{ids[0]} (what it was made from): requests.csv" in line
+        assert main(["compare", first, fullrun.name[:8]]) == 2
+        assert "requests.csv" in capsys.readouterr().err

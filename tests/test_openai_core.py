@@ -177,3 +177,43 @@ def test_performance_run_counts_tokens_without_decoding_non_streamed(echo, tmp_p
                     progress=False, protocol="openai-http", api=API)
     assert [q["n_tokens"] for q in r["requests"]] == [12] * 16
     assert r["tokens_per_s"] == pytest.approx(r["samples_per_s"] * 12, rel=0.01)
+
+
+def test_mostly_empty_answers_and_contradicting_finish_reasons_are_said(tmp_path):
+    """A server that answers 96% of requests with no token is fast and LoadGen calls the run VALID: the
+    result counts the empty answers (streamed or not) and the summary and report say so. One whose
+    finish reasons say `stop` while every answer reached its output limit contradicts the token
+    counts: said too. The answers of an honest server raise nothing (issue 46, item 13)."""
+    from harness.reports.report import build_report, render_markdown, summary_text
+
+    settings = {"offline_expected_qps": 1, "min_duration_ms": 0, "min_query_count": 25, "performance_sample_count": 25}
+    runs = {}
+    for name, streaming, flags in (("empty", False, ("--empty-share", "0.96")), ("empty, streamed", True,
+                                   ("--empty-share", "0.96")), ("lies", True, ("--finish-reason", "stop")),
+                                   ("honest", True, ())):
+        url, proc = _echo_server("--token-ids", *flags)
+        try:
+            runs[name] = run_loadgen([url], "", PROMPTS[:25], settings, tmp_path / name.replace(", ", "-"),
+                                     scenario="Offline", frontends=1, clients_per_frontend=2, warmup_queries=2,
+                                     max_new_tokens=8, streaming=streaming, progress=False, protocol="openai-http",
+                                     api=API, end_id=2)
+        finally:
+            proc.terminate()
+            proc.wait(10)
+    for name in ("empty", "empty, streamed"):
+        m = runs[name]["measured"]
+        assert m["empty"] == 24 and m["finish"]["server"] == {"stop": 24, "length": 1}, name
+    lies, honest = runs["lies"]["measured"], runs["honest"]["measured"]
+    assert lies["empty"] == 0 and lies["finish"]["server"] == {"stop": 25} and lies["finish"]["length"] == 25
+    assert honest["empty"] == 0 and honest["finish"]["server"] == {"length": 25}
+    texts = {}
+    for name, r in runs.items():
+        assert r["valid"] == "VALID"  # LoadGen's verdict: nothing it can see is wrong
+        report = build_report({"FullRun": "f" * 64}, r, None, "echo")
+        texts[name] = summary_text(report, tmp_path) + render_markdown(report, [])
+    for name in ("empty", "empty, streamed"):
+        assert "WARNING    answers: 24 of 25 answers (96%) were empty" in texts[name]
+        assert "**Warning: the answers**: 24 of 25 answers (96%) were empty" in texts[name]
+    assert "WARNING    answers: the server's finish reasons (stop 25) contradict the token counts: 25 of 25" \
+        in texts["lies"]
+    assert "WARNING    answers" not in texts["honest"] and "finished, as the server said" in texts["honest"]

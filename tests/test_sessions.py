@@ -402,6 +402,9 @@ def test_run_sessions_is_a_cached_stage_with_its_report(echo, built_fast, tmp_pa
         assert {"turns.jsonl", "inline_accuracy.json", "report.md", "ttft_by_turn.png", "ttft_by_input.png",
                 "timeline.png"} <= {p.name for p in art.iterdir()}
         assert "LoadGen does not model sessions" in (art / "report.md").read_text()
+        host = result["host"]  # the host around the replay, as around every measurement
+        assert len(host["load_before"]) == 3 and host["servers"] and host["client_cpu_s"] >= 0
+        assert "## Host" in (art / "report.md").read_text()
         run_luigi("RunSessions", "--overrides", f"{ov},sessions.trajectories_file={standin}", artifacts=root)
         assert statuses(run_records(root)[-1])["RunSessions"] == "reused"
         assert len(_requests(record, since)) == turns  # nothing sent again

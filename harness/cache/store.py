@@ -168,7 +168,59 @@ class ArtifactStore:
         if not obs["latest"] and observations.id_of(m) != obs["id"]:
             return [f"its manifest names observation {observations.id_of(m)}, not {obs['id']}: "
                     "another observation put in its place"]
-        return self.problems(stage, key, m, full=full, where=Path(obs["dir"]))
+        return self.problems(stage, key, m, full=full, where=Path(obs["dir"])) or self.evidence_problems(m, full=full)
+
+    def find_observation(self, stage: str, key16: str, obs_id: str) -> dict | None:
+        """Observation `obs_id` of the key starting with `key16`, published or kept (an entry as
+        `observations` gives it); None where neither place holds one by that id."""
+        latest = self.root / stage / key16
+        try:
+            m = json.loads((latest / MANIFEST).read_text())
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+            m = None
+        if isinstance(m, dict) and observations.id_of(m) == obs_id and str(m.get("key", ""))[:16] == key16:
+            return {"id": obs_id, "dir": latest, "latest": True, "manifest": m}
+        kept = observations.archive_dir(self.root, stage, key16) / obs_id
+        if not kept.is_dir() or kept.is_symlink():
+            return None
+        try:
+            m = json.loads((kept / MANIFEST).read_text())
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+            m = None
+        return {"id": obs_id, "dir": kept, "latest": False, "manifest": m if isinstance(m, dict) else None}
+
+    def evidence_problems(self, manifest: dict, *, full: bool = True) -> list[str]:
+        """Why the observations an observation was made from (its manifest's `observed_from`, which names
+        every observation of its lineage: a report's measurement, its score and the accuracy log scored)
+        no longer stand behind it: one gone, one whose files are not what was published (re-hashed:
+        `full`), or one holding other content than `made_from` recorded. Reuse checks the same through
+        its upstreams (tasks/trust.py); history and compare, which read kept observations, check it here.
+        Empty: every one is intact."""
+        observed, made = manifest.get("observed_from"), manifest.get("made_from")
+        if not isinstance(observed, dict):
+            return []
+        made = made if isinstance(made, dict) else {}
+        out: list[str] = []
+        for ident, obs_id in observed.items():
+            stage, _, key16 = str(ident).partition("/")
+            if not (stage.isidentifier() and len(key16) == 16 and all(c in "0123456789abcdef" for c in key16)
+                    and observations.is_id(obs_id)):
+                out.append(f"made from {str(ident)[:40]!r}@{str(obs_id)[:40]!r}, which names no observation")
+                continue
+            found = self.find_observation(stage, key16, obs_id)
+            m = (found or {}).get("manifest") or {}
+            if found is None:
+                why = ["gone"]
+            elif not isinstance(m.get("key"), str):
+                why = ["no readable manifest.json"]
+            elif m["key"][:16] != key16 or observations.id_of(m) != obs_id:
+                why = ["another observation put in its place"]
+            elif why := self.problems(stage, m["key"], m, full=full, where=Path(found["dir"])):
+                pass
+            elif isinstance(made.get(ident), dict) and made[ident].get("content_digest") != m.get("content_digest"):
+                why = ["holds other content than it was made from"]
+            out += [f"{stage} {key16}@{obs_id} (what it was made from): {w}" for w in why]
+        return out
 
     def move_aside(self, stage: str, key: str, dest: Path, finished_at: str | None) -> Path | None:
         """Moves a corrupt published artifact to `dest` (kept as evidence; `gc` ages it out), so the

@@ -417,10 +417,12 @@ class SearchSection(Section):
     # A probe is a shorter run: its own LoadGen duration and query count (each probe is a RunLoadgen).
     probe_min_duration_ms: int = Field(5000, ge=0)
     probe_min_query_count: int = Field(512, ge=1)
-    # The noise rule: a probe whose worst statistic lies within `noise` of its limit (either side) is
-    # near the boundary and run `repeats` times in all (other LoadGen seeds); it passes only if all pass.
+    # The noise rule: a load whose first probe's worst statistic lies within `noise` of its limit (either
+    # side) is near the knee and run `repeats` times in all (other LoadGen seeds; `search --repeat`); it
+    # passes only if all pass. A load whose runs disagree is tried again, `retries` more runs per search.
     noise: float = Field(0.1, ge=0, lt=1)
-    repeats: int = Field(2, ge=1, le=10)
+    repeats: int = Field(3, ge=1, le=10)
+    retries: int = Field(3, ge=0, le=100)
     max_probes: int = Field(30, ge=1, le=1000)
     confirm: bool = True  # one run at the params' full settings, with accuracy, at the found value
     confirm_tries: int = Field(2, ge=1, le=10)  # where it fails there, the next loads that passed, in all

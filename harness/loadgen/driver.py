@@ -38,7 +38,7 @@ from harness.loadgen.chunks import CHUNKS_FILE, write_chunks
 from harness.loadgen.frontend import frontend_main
 from harness.loadgen.messages import ISSUE, Alive, Done, Failed, First, Quit, Ready, Stopped
 from harness.loadgen.progress import Progress
-from harness.loadgen.results import client_usage, json_default, measured_stats, write_requests_csv
+from harness.loadgen.results import answers, client_usage, json_default, measured_stats, write_requests_csv
 from harness.loadgen.semaphores import name_semaphores_as_perfdag
 from harness.loadgen.settings import SettingsError, build_test_settings
 from harness.loadgen.usage import Usage
@@ -385,11 +385,16 @@ class _Driver(Progress):
             write_chunks(Path(cfg["out_dir"]) / CHUNKS_FILE, self.chunks)
         per_server = [{"endpoint": cfg["endpoints"][s], "model": cfg["models"][s], "completed": self.server_done[s]}
                       for s in range(self.n_servers)]
+        measured = measured_stats(self.records, self.chunks, from_send=from_send,
+                                  limits=[cfg["prompts"].max_tokens(r[0], cfg["max_new_tokens"]) for r in self.records])
+        if measured:  # what the clients saw of the answers: empty ones, and the server's own finish reasons
+            said = answers(self.frontend_usage)
+            measured["empty"] = said["empty"]
+            if measured.get("finish") is not None and said["server_finish"]:
+                measured["finish"]["server"] = said["server_finish"]
         stats = {**self._stats_brief(), "test_s": round(test_s, 3), "warmup_s": round(warm_s, 3),
                  "warmup_requests": warm_n, "streaming": any(streaming.values()) if streaming else None,
-                 "per_server": per_server, "measured": measured_stats(self.records, self.chunks, from_send=from_send,
-                                            limits=[cfg["prompts"].max_tokens(r[0], cfg["max_new_tokens"])
-                                                    for r in self.records]),
+                 "per_server": per_server, "measured": measured,
                  "methods": _methods(clients), "max_in_flight": cfg.get("max_in_flight"),
                  **client_usage(driver_usage, self.frontend_usage)}
         self.emit({"event": "done", "stats": stats, "final_progress": final})

@@ -94,6 +94,7 @@ def frontend_main(fe_idx: int, specs: list[dict], cfg: dict, prompts: Prompts, i
     finally:
         for c in cores.values():
             c.close()
-        counts = {g: {"sent": c.sent, "completed": c.completed, "peak_in_flight": c.peak} for g, c in cores.items()}
+        counts = {g: {"sent": c.sent, "completed": c.completed, "peak_in_flight": c.peak, "empty": c.empty,
+                      "finish": dict(c.finish_reasons)} for g, c in cores.items()}
         sink.put(Stopped(fe_idx, {"clients": counts, "peak_in_flight": in_flight[1], **usage}))
         sink.flush_now()

@@ -3,6 +3,7 @@ the harness' own per-request measurements (requests.csv) beside them.
 Over 400 lines because every scenario's summary fields (Offline, Server, Interactive, SingleStream) are read and checked against the detail log in one place."""
 from __future__ import annotations
 
+import collections
 import contextlib
 import csv
 import json
@@ -301,6 +302,24 @@ def merge_measured(result: dict, stats: dict, cfg: dict) -> dict:
     return extra
 
 
+#: result.json's ttft_source / tpot_source -> whose number it is, as every report labels it
+SOURCE_LABELS = {"loadgen": "LoadGen", "harness": "client"}
+
+
+def sources(result: dict) -> dict[str, str | None]:
+    """Whose number each latency of result.json is: "LoadGen" (its mlperf_log_detail.txt) or "client"
+    (perfdag's own per-request timings, filled in where LoadGen measured none: a streamed closed loop);
+    None where there is none. `latency_from`: where the client's own latencies start ("issue", or
+    "send" in Offline's closed loop, where LoadGen's start at its one issue of everything)."""
+    def of(key: str, source_key: str) -> str | None:
+        if not result.get(key):
+            return None
+        return SOURCE_LABELS.get(result.get(source_key) or "loadgen", "LoadGen")
+    return {"ttft_ms": of("ttft_ms", "ttft_source"), "tpot_ms": of("tpot_ms", "tpot_source"),
+            "latency_ms": "LoadGen" if result.get("latency_ms") else None,
+            "latency_from": (result.get("measured") or {}).get("latency_from")}
+
+
 def read_requests_csv(path: str | os.PathLike) -> list[dict]:
     """Per-request rows written by the driver: sample_index, server, issue_ms (since the first
     issue), ttft_ms (None when not streamed), latency_ms, n_tokens, tpot_ms, queue_ms (None when unknown),
@@ -432,6 +451,18 @@ def _chunk_stats(per_request: Sequence[bytes]) -> dict:
     if not any(per_request):
         return {}
     return chunk_stats(*concat(per_request))
+
+
+def answers(frontends: dict[int, dict]) -> dict:
+    """What the clients saw of the answers themselves over the timed run: how many held no token at all
+    (`empty`, before LoadGen's padding to 2 end tokens) and the server's own finish reasons
+    (`server_finish`, OpenAI servers; None where the server sends none, Triton)."""
+    empty, finish = 0, collections.Counter()
+    for fe in frontends.values():
+        for c in (fe.get("clients") or {}).values():
+            empty += int(c.get("empty") or 0)
+            finish.update(c.get("finish") or {})
+    return {"empty": empty, "server_finish": dict(finish) or None}
 
 
 #: A client process whose busiest thread ran or waited to run more than this share of the timed

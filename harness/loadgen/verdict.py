@@ -96,6 +96,39 @@ def invalid_reason(result: dict) -> str | None:
     return said or "LoadGen reported INVALID without a reason"
 
 
+# --- the answers themselves -----------------------------------------------------------------------
+
+#: Most answers empty: a server that returns nothing measures fast, and LoadGen sees 2 end tokens each.
+EMPTY_SHARE = 0.5
+#: The server's finish reasons contradict the token counts when more requests than this share (or 1)
+#: disagree on reaching the output limit (re-tokenized text may miss the limit by a token now and then).
+FINISH_DISAGREEMENT = 0.05
+
+
+def answer_warnings(measured: dict | None) -> list[str]:
+    """What is wrong with the answers a run measured, though LoadGen may call it VALID: most of them
+    empty, or the server's own finish reasons contradicting the token counts against the output limit
+    (result.json's `measured`: requests, empty, finish)."""
+    m = measured or {}
+    n = int(m.get("requests") or 0)
+    out = []
+    empty = int(m.get("empty") or 0)
+    if n and empty / n > EMPTY_SHARE:
+        out.append(f"{empty:,} of {n:,} answers ({empty / n:.0%}) were empty (no token; LoadGen was told 2 end tokens "
+                   "each): the throughput is of a server that returned nothing")
+    finish = m.get("finish") or {}
+    server = finish.get("server")
+    if n and isinstance(server, dict) and server:
+        said_length = int(server.get("length") or 0)
+        counted = int(finish.get("length") or 0)
+        if abs(said_length - counted) > max(1, FINISH_DISAGREEMENT * n):
+            said = ", ".join(f"{k} {v:,}" for k, v in sorted(server.items()))
+            out.append(f"the server's finish reasons ({said}) contradict the token counts: {counted:,} of {n:,} "
+                       f"answers reached their output limit, the server said {said_length:,} did; the counts (or "
+                       "the limit it applied) are not what perfdag asked for")
+    return out
+
+
 # --- relaunches ------------------------------------------------------------------------------------
 
 def relaunch_entry(at: str, attempt: int, servers: list[str], error: str, kept: str | None) -> dict:

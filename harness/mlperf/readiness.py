@@ -13,8 +13,9 @@ MIN_DURATION_MS = 600_000  # the checker's minimum for every LLM scenario (mlper
 EARLY_STOPPING_SCENARIOS = ("Server", "SingleStream", "MultiStream")
 
 
-def submission_warnings(p) -> list[str]:
-    """One line per setting that the submission checker would refuse (`p`: resolved Params)."""
+def submission_warnings(p, accuracy: bool = True) -> list[str]:
+    """One line per setting that the submission checker would refuse (`p`: resolved Params); without
+    `accuracy` (a performance-only run, `pipeline bench`), none about the accuracy run it did not make."""
     out = []
     lg, ds, acc = p.loadgen, p.dataset, p.accuracy
     if lg.min_duration_ms < MIN_DURATION_MS:
@@ -24,7 +25,7 @@ def submission_warnings(p) -> list[str]:
     # The built-in dataset is not MLPerf's: its own size is the whole dataset.
     full = bench.dataset_size if bench and ds.format != "builtin" else ds.num_samples
     scored = min(acc.num_samples or ds.num_samples, ds.num_samples)
-    if scored < full:
+    if scored < full and accuracy:
         out.append(f"accuracy is scored on {scored:,} of the dataset's {full:,} samples: the checker needs "
                    "the whole dataset (dataset.num_samples, accuracy.num_samples=0)")
     for scenario, needed in (bench.min_queries.items() if bench and ds.format != "builtin" else ()):

@@ -1,16 +1,26 @@
-"""Two runs side by side (no luigi): their metrics, the change, and the parameters that differ."""
+"""Two runs side by side (no luigi): their metrics with the noise of each, the change, whether it is
+outside the noise (harness/stats/noise.py), and the parameters that differ.
+
+Each side is a set of observations of one FullRun key: the named one and, where its run measured
+the key several times (`--repeat`), those repeats; else every trusted observation of the key (the
+noise floor measured for it before). A metric's change is called worse or better only when the two
+sets differ (Mann-Whitney, p <= 0.10) by more than its floor (Nightly's: 5% for throughput, 10% for
+latency); two observations of one key are one configuration measured twice, never worse or better.
+"""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 from typing import Any
 
+import harness.host.state as host_state
 from harness.cache import observations
 from harness.cache.observations import OBSERVATIONS
 from harness.errors import InputError
 from harness.loadgen.verdict import error_count, is_valid
-from harness.reports.nightly import STREAMING
+from harness.reports.nightly import DEFAULT_FLOORS, STREAMING
 from harness.reports.sweep import fmt
+from harness.stats import noise
 from harness.untrusted import jsonio
 
 
@@ -19,26 +29,32 @@ def _perf(fn):
     return lambda doc: fn(doc["performance"]) if isinstance(doc.get("performance"), dict) else None
 
 
-#: (label, path into report.json or a function of it, higher is better; None: no direction)
+_THROUGHPUT, _LATENCY = DEFAULT_FLOORS["tokens_per_s"], DEFAULT_FLOORS["ttft_p99_ms"]
+
+#: (label, path into report.json or a function of it, higher is better (None: no direction), its floor:
+#: the least change of the medians that counts, Nightly's for throughput and latency)
 METRICS = [
-    ("scenario", ("performance", "scenario"), None),
-    ("result", _perf(is_valid), None),
-    ("LoadGen errors", _perf(error_count), False),
-    ("server relaunches", _perf(lambda p: len(p["relaunches"]) if "relaunches" in p else None), False),
-    ("tokens/s", ("performance", "tokens_per_second"), True),
-    ("samples/s", ("performance", "samples_per_second"), True),
-    *[(f"TTFT {q} ms", ("performance", "ttft_ms", q), False) for q in ("p50", "p90", "p99")],
-    *[(f"TPOT {q} ms", ("performance", "tpot_ms", q), False) for q in ("p50", "p90", "p99")],
-    ("latency p99 ms", ("performance", "latency_ms", "p99"), False),
-    ("accuracy", ("accuracy", "passed"), None),
-    ("ROUGE-1", ("accuracy", "rouge1"), True),
-    ("tokens/sample", ("accuracy", "tokens_per_sample"), None),
+    ("scenario", ("performance", "scenario"), None, 0.0),
+    ("result", _perf(is_valid), None, 0.0),
+    ("LoadGen errors", _perf(error_count), False, 0.0),
+    ("server relaunches", _perf(lambda p: len(p["relaunches"]) if "relaunches" in p else None), False, 0.0),
+    ("tokens/s", ("performance", "tokens_per_second"), True, _THROUGHPUT),
+    ("samples/s", ("performance", "samples_per_second"), True, _THROUGHPUT),
+    *[(f"TTFT {q} ms", ("performance", "ttft_ms", q), False, _LATENCY) for q in ("p50", "p90", "p99")],
+    *[(f"TPOT {q} ms", ("performance", "tpot_ms", q), False, _LATENCY) for q in ("p50", "p90", "p99")],
+    ("latency p99 ms", ("performance", "latency_ms", "p99"), False, _LATENCY),
+    ("accuracy", ("accuracy", "passed"), None, 0.0),
+    ("ROUGE-1", ("accuracy", "rouge1"), True, 0.0),
+    ("tokens/sample", ("accuracy", "tokens_per_sample"), None, 0.0),
 ]
+#: whose each latency row is: the report's performance.sources key
+_SOURCE = {"TTFT": "ttft_ms", "TPOT": "tpot_ms", "latency": "latency_ms"}
 
 
 # Where the load is set by a target (Server's server_target_qps, Interactive's), throughput follows
 # it: a difference there is the targets' difference, shown and never judged (as Nightly does).
 FOLLOWS_TARGET = ("tokens/s", "samples/s")
+SHOWN_ONLY = "shown only"
 
 
 def _get(doc: Any, path) -> Any:
@@ -60,16 +76,7 @@ def flat(doc: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix: doc}
 
 
-def load(found: "Path | dict") -> dict:
-    """A FullRun observation (what `resolve` found, or a directory): its report and the resolved
-    parameters it ran with. An observation found in the store that is not what was published (its
-    files, its signature, or another observation's place) is refused."""
-    if not isinstance(found, dict):
-        found = {"dir": Path(found), "name": str(found)}
-    report_dir = Path(found["dir"])
-    if found.get("problems"):
-        raise InputError(f"{found['name']}: not trusted: {found['problems'][0]}"
-                         + (f" (and {len(found['problems']) - 1} more)" if len(found["problems"]) > 1 else ""))
+def _read(report_dir: Path) -> tuple[dict, dict]:
     try:
         report = jsonio.loads((report_dir / "report.json").read_bytes())
     except (OSError, jsonio.NotJson) as e:
@@ -78,7 +85,43 @@ def load(found: "Path | dict") -> dict:
         params = jsonio.loads((report_dir / "manifest.json").read_bytes()).get("resolved_params") or {}
     except (OSError, jsonio.NotJson, AttributeError):
         params = {}
-    return {"name": found["name"], "report": report, "params": params, "dir": str(report_dir)}
+    return report, params
+
+
+def load(found: "Path | dict", store=None) -> dict:
+    """A FullRun observation (what `resolve` found, or a directory): its report, the resolved parameters
+    it ran with, and its repeats (`repeats`: the reports of the observations its noise is measured
+    from, `repeats_from`: which). An observation found in the store that is not what was published
+    (its files, its signature, what it was made from, or another observation's place) is refused."""
+    if not isinstance(found, dict):
+        found = {"dir": Path(found), "name": str(found)}
+    report_dir = Path(found["dir"])
+    if found.get("problems"):
+        raise InputError(f"{found['name']}: not trusted: {found['problems'][0]}"
+                         + (f" (and {len(found['problems']) - 1} more)" if len(found["problems"]) > 1 else ""))
+    report, params = _read(report_dir)
+    repeats, how, ids = [report], "one observation", [found.get("id")]
+    if store is not None and found.get("key"):
+        peers, how = repeats_of(store, found["key"], found["id"])
+        if len(peers) > 1:
+            repeats, ids = [_read(Path(o["dir"]))[0] for o in peers], [o["id"] for o in peers]
+    return {"name": found["name"], "report": report, "params": params, "dir": str(report_dir),
+            "key": found.get("key"), "id": found.get("id"), "repeats": repeats, "repeats_from": how,
+            "repeat_ids": ids}
+
+
+def repeats_of(store, key: str, obs_id: str | None, stage: str = "FullRun") -> tuple[list[dict], str]:
+    """The trusted observations of `key` that measure what `obs_id` measured, and which they are: its
+    run's repeats (ids `<run>`, `<run>.2`...) where the run made several, else every observation of the
+    key (the noise floor measured for it before)."""
+    trusted = [o for o in store.observations(stage, key) if not store.observation_problems(stage, key, o)]
+    run = observations.sequence(obs_id)[0]
+    same_run = [o for o in trusted if observations.sequence(o["id"])[0] == run]
+    if len(same_run) > 1:
+        return same_run, f"its run's {len(same_run)} repeats"
+    if len(trusted) > 1:
+        return trusted, f"the {len(trusted)} observations of its key"
+    return [o for o in trusted if o["id"] == obs_id] or trusted, "one observation"
 
 
 def _cell(label: str, v: Any) -> str:
@@ -89,26 +132,75 @@ def _cell(label: str, v: Any) -> str:
     return fmt(v)
 
 
+def _label(label: str, report: dict) -> str:
+    """A latency row names whose number it is (LoadGen's, or the client's where LoadGen measured none)."""
+    key = _SOURCE.get(label.split(" ")[0])
+    if key is None:
+        return label
+    said = ((report.get("performance") or {}).get("sources") or {}).get(key) or "LoadGen"
+    return f"{label} ({said})"
+
+
 def compare(a: dict, b: dict) -> dict:
+    """Each metric of A and B (the named observations' values, and the median and interval of each
+    side's repeats), B's change against A, and its verdict with the evidence."""
+    scenarios = [_get(d["report"], ("performance", "scenario")) for d in (a, b)]
+    one_key = a.get("key") is not None and a.get("key") == b.get("key")
+    warnings = []
+    if a.get("dir") is not None and a.get("dir") == b.get("dir"):
+        warnings.append("A and B are the same observation: every difference is zero by construction")
+    elif one_key:
+        warnings.append("A and B are observations of one key, the same parameters measured again: what differs "
+                        "between them is noise, never worse or better")
+    if scenarios[0] != scenarios[1]:
+        warnings.append(f"A is {scenarios[0]} and B is {scenarios[1]}: different scenarios measure different things "
+                        "(Offline's latency runs from one issue of every sample, Server's throughput follows its "
+                        "target QPS), so nothing is judged")
+    warnings += [f"the hosts differed: {d}" for d in host_state.differences(a["report"].get(host_state.KEY),
+                                                                            b["report"].get(host_state.KEY))]
+    for side, d in (("A", a), ("B", b)):
+        busy = sum(bool((r.get(host_state.KEY) or {}).get("busy")) for r in d.get("repeats") or [d["report"]])
+        if busy:
+            warnings.append(f"{side}: {busy} of {len(d.get('repeats') or [d['report']])} observation(s) measured on a "
+                            "busy host")
+    targeted = all(s in STREAMING for s in scenarios)
     rows = []
-    targeted = {_get(d["report"], ("performance", "scenario")) for d in (a, b)} & set(STREAMING)
-    for label, path, higher in METRICS:
-        va, vb = _get(a["report"], path), _get(b["report"], path)
-        if va is None and vb is None:
+    for label, path, higher, floor in METRICS:
+        va, vb, p = _get(a["report"], path), _get(b["report"], path), None
+        xa = [_get(r, path) for r in a.get("repeats") or [a["report"]]]
+        xb = [_get(r, path) for r in b.get("repeats") or [b["report"]]]
+        if va is None and vb is None and not noise.finite(xa + xb):
             continue
-        if targeted and label in FOLLOWS_TARGET:
-            higher = None
+        sa, sb = noise.spread(xa), noise.spread(xb)
         delta = None
-        if isinstance(va, (int, float)) and isinstance(vb, (int, float)) and not isinstance(va, bool) and va:
-            delta = (vb - va) / abs(va)
-        rows.append({"metric": label, "a": va, "b": vb, "delta": delta,
-                     "better": None if delta is None or higher is None or delta == 0 else (delta > 0) == higher,
-                     **({"follows_target": True} if targeted and label in FOLLOWS_TARGET else {})})
+        if sa is not None and sb is not None and sa.median:
+            delta = (sb.median - sa.median) / abs(sa.median)
+        follows = targeted and label in FOLLOWS_TARGET
+        if higher is None or follows:
+            verdict, why = (SHOWN_ONLY if higher is None else "not judged"), (
+                "follows the target QPS" if follows else "shown only")
+        elif scenarios[0] != scenarios[1]:
+            verdict, why = noise.NOT_JUDGED, "different scenarios"
+        elif one_key:
+            verdict, why = noise.WITHIN, "one key: the same parameters measured again"
+        else:
+            c = noise.change(xa, xb, higher, floor=floor)
+            verdict, why, p = c.verdict, c.why, c.p
+        rows.append({"metric": _label(label, b["report"]), "a": va, "b": vb, "delta": delta, "p": p,
+                     "a_spread": sa.as_dict() if sa else None, "b_spread": sb.as_dict() if sb else None,
+                     "verdict": verdict, "why": why,
+                     "better": {noise.BETTER: True, noise.WORSE: False}.get(verdict),
+                     **({"follows_target": True} if follows else {})})
     fa, fb = flat(a["params"]), flat(b["params"])
     params = [{"param": k, "a": fa.get(k), "b": fb.get(k)} for k in sorted(set(fa) | set(fb)) if fa.get(k) != fb.get(k)]
-    same = a.get("dir") is not None and a.get("dir") == b.get("dir")
-    return {"a": a["name"], "b": b["name"], "metrics": rows, "params": params,
-            "warnings": ["A and B are the same observation: every difference is zero by construction"] if same else []}
+    return {"a": a["name"], "b": b["name"], "metrics": rows, "params": params, "warnings": warnings,
+            "repeats": {"a": {"n": len(a.get("repeats") or [1]), "from": a.get("repeats_from", "one observation"),
+                              "observations": a.get("repeat_ids")},
+                        "b": {"n": len(b.get("repeats") or [1]), "from": b.get("repeats_from", "one observation"),
+                              "observations": b.get("repeat_ids")}},
+            "statistic": f"worse or better where Mann-Whitney's test of the two sides' repeats gives p <= "
+                         f"{noise.ALPHA:g} and the medians differ by more than the metric's floor "
+                         f"({_THROUGHPUT:.0%} throughput, {_LATENCY:.0%} latency)"}
 
 
 def _align(rows: list[list[str]]) -> list[str]:
@@ -117,15 +209,43 @@ def _align(rows: list[list[str]]) -> list[str]:
             for r in rows]
 
 
+def _side(r: dict, side: str, label: str) -> str:
+    """A side's value: the median [interval] of its repeats where it has several, else its own value."""
+    spread = noise.from_dict(r.get(f"{side}_spread"))
+    if spread is None or spread.confidence is None or label in ("result", "accuracy", "scenario"):
+        return _cell(label, r[side])
+    return noise.fmt_spread(spread, fmt)
+
+
 def render(doc: dict) -> str:
-    lines = [f"A: {doc['a']}", f"B: {doc['b']}"] + [f"warning: {w}" for w in doc.get("warnings", [])] + [""]
-    table = [["metric", "A", "B", "B vs A"]]
+    reps = doc.get("repeats") or {}
+    said = {s: f" ({reps[s]['from']})" if reps.get(s, {}).get("n", 1) > 1 else "" for s in ("a", "b")}
+    lines = [f"A: {doc['a']}{said['a']}", f"B: {doc['b']}{said['b']}"]
+    lines += [f"warning: {w}" for w in doc.get("warnings", [])] + [""]
+    table = [["metric", "A", "B", "B vs A", "verdict"]]
+    reasons: dict[str, str] = {}
     for r in doc["metrics"]:
-        d = "" if r["delta"] is None else f"{r['delta']:+.1%}" + {True: " better", False: " worse", None: ""}[r["better"]]
-        if r.get("follows_target") and d:
-            d += " (follows the target QPS)"
-        table.append([r["metric"], _cell(r["metric"], r["a"]), _cell(r["metric"], r["b"]), d])
+        label = r["metric"].split(" (")[0]
+        d = "" if r["delta"] is None else f"{r['delta']:+.1%}"
+        verdict = r.get("verdict") or {True: "better", False: "worse", None: ""}[r.get("better")]
+        if verdict in (noise.WORSE, noise.BETTER) and r.get("p") is not None:
+            verdict += f" (p = {r['p']:.2g})"
+        elif r.get("follows_target"):
+            verdict = "not judged (follows the target QPS)"
+        elif verdict == noise.NOT_JUDGED and r.get("why"):
+            verdict += f" [{reasons.setdefault(r['why'], str(len(reasons) + 1))}]"
+        elif verdict == SHOWN_ONLY:
+            verdict = ""
+        table.append([r["metric"], _side(r, "a", label), _side(r, "b", label), d, verdict])
     lines += _align(table)
+    confidences = sorted({c for r in doc["metrics"] for side in ("a_spread", "b_spread")
+                          if (c := (r.get(side) or {}).get("confidence"))})
+    if confidences:
+        lines.append("values with repeats: median [interval of the median, "
+                     + " / ".join(f"{c:.0%}" for c in confidences) + " confidence]")
+    if doc.get("statistic") and any(r.get("p") is not None for r in doc["metrics"]):
+        lines.append(f"verdicts: {doc['statistic']}")
+    lines += [f"[{n}] {why}" for why, n in reasons.items()]
     lines.append("")
     if doc["params"]:
         lines += _align([["parameter", "A", "B"]] + [[p["param"], _short(p["a"]), _short(p["b"])] for p in doc["params"]])
@@ -147,7 +267,7 @@ def _observation(store, key: str, obs_id: str | None, name: str) -> dict:
         have = ", ".join(o["id"] or "?" for o in found) or "none"
         raise InputError(f"{name}: FullRun {key[:16]} has no observation {obs_id or '(latest)'} (it has: {have}); "
                          f"`python -m pipeline history {key[:16]}` lists them")
-    return {"dir": pick["dir"], "name": f"FullRun {key[:16]}@{pick['id']}",
+    return {"dir": pick["dir"], "name": f"FullRun {key[:16]}@{pick['id']}", "key": key, "id": pick["id"],
             "problems": store.observation_problems("FullRun", key, pick)}
 
 

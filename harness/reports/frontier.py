@@ -12,7 +12,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from harness.reports.sweep import fmt
+from harness.reports.spread import ALIKE, FRONT, error_bar, front_marks
+from harness.reports.sweep import cell, fmt, whose
+from harness.stats import noise
 
 #: The low-latency region every frontier measures (MLPerf's endpoints track: 1 to 32 users).
 LOW_LATENCY = (1, 2, 4, 8, 16, 32)
@@ -56,34 +58,72 @@ def session_row(point: dict, result: dict, key: str) -> dict[str, Any]:
     return {**point, "tokens_per_s": m["window"]["tokens_per_s"], "ttft_p50_ms": ttft.get("p50"),
             "ttft_p99_ms": ttft.get("p99"), "tpot_p50_ms": tpot.get("p50"), "tpot_p99_ms": tpot.get("p99"),
             "goodput_share": None, "valid": (result.get("osl") or {}).get("ok") is not False,
-            "accuracy_passed": None, "fullrun_key": key}
+            "accuracy_passed": None, "fullrun_key": key,
+            "sources": {"ttft_ms": "client", "tpot_ms": "client"}}  # perfdag's scheduler: no LoadGen
+
+
+def _derived(r: dict, source: str, fn) -> tuple[float | None, list | None]:
+    """A frontier value from a row's field (its median, and each repeat's where it has repeats)."""
+    v = r.get(source)
+    values = (r.get("values") or {}).get(source)
+    return (fn(v) if v else None), ([fn(x) if x else None for x in values] if values else None)
 
 
 def frontier_rows(rows: list[dict], engine_keys: list[str], gpus: int,
                   level_key: str = "harness.max_in_flight") -> list[dict[str, Any]]:
     """One row per point: its engine, concurrency (the `level_key` it set) and what the frontier draws;
     `on_front` marks the VALID points no other VALID point beats on both per-user and per-GPU
-    (per-system) throughput."""
+    (per-system) throughput, by median, and `front` says FRONT, ALIKE (beaten only within the noise of
+    the points' repeats) or BEATEN. A point measured several times carries `spread` and `values`."""
     out = []
-    for r in rows:
-        tpot50 = r.get("tpot_p50_ms")
-        per_user = round(1000.0 / tpot50, 3) if tpot50 else None
-        tps = r.get("tokens_per_s")
-        out.append({"engine": engine_label(r, engine_keys), "concurrency": r.get(level_key),
-                    "tokens_per_s": tps, "tokens_per_s_per_gpu": round(tps / gpus, 3) if gpus and tps else None,
-                    "tokens_per_s_per_user": per_user,
-                    "ttft_p50_ms": r.get("ttft_p50_ms"), "ttft_p99_ms": r.get("ttft_p99_ms"),
-                    "tpot_p50_ms": tpot50, "tpot_p99_ms": r.get("tpot_p99_ms"),
-                    "goodput_share": r.get("goodput_share"), "valid": bool(r.get("valid")),
-                    "accuracy_passed": r.get("accuracy_passed"), "fullrun_key": r.get("fullrun_key")})
     y = "tokens_per_s_per_gpu" if gpus else "tokens_per_s"
-    pts = [(i, f["tokens_per_s_per_user"], f[y]) for i, f in enumerate(out)
-           if f["valid"] and f["tokens_per_s_per_user"] is not None and f[y] is not None]
-    for i, xi, yi in pts:
-        out[i]["on_front"] = not any(xj >= xi and yj >= yi and (xj > xi or yj > yi) for _, xj, yj in pts)
+    for r in rows:
+        per_user, user_values = _derived(r, "tpot_p50_ms", lambda t: round(1000.0 / t, 3))
+        per_gpu, gpu_values = _derived(r, "tokens_per_s", lambda t: round(t / gpus, 3)) if gpus else (None, None)
+        f = {"engine": engine_label(r, engine_keys), "concurrency": r.get(level_key),
+             "tokens_per_s": r.get("tokens_per_s"), "tokens_per_s_per_gpu": per_gpu, "tokens_per_s_per_user": per_user,
+             "ttft_p50_ms": r.get("ttft_p50_ms"), "ttft_p99_ms": r.get("ttft_p99_ms"),
+             "tpot_p50_ms": r.get("tpot_p50_ms"), "tpot_p99_ms": r.get("tpot_p99_ms"),
+             "goodput_share": r.get("goodput_share"), "valid": bool(r.get("valid")),
+             "accuracy_passed": r.get("accuracy_passed"), "fullrun_key": r.get("fullrun_key"),
+             "sources": r.get("sources") or {"ttft_ms": "client", "tpot_ms": "client"}}
+        values = {k: v for k, v in (r.get("values") or {}).items()}
+        if user_values:
+            values["tokens_per_s_per_user"] = user_values
+        if gpu_values:
+            values["tokens_per_s_per_gpu"] = gpu_values
+        if values:
+            f["values"] = values
+            f["spread"] = {k: sp.as_dict() for k, v in values.items() if (sp := noise.spread(v)) is not None}
+            f["repeats"] = r.get("repeats")
+            f["valid_repeats"] = r.get("valid_repeats")
+        out.append(f)
+    valid = [i for i, f in enumerate(out) if f["valid"]]
+    marks = front_marks([out[i] for i in valid], "tokens_per_s_per_user", y, x_higher=True, y_higher=True)
     for f in out:
-        f.setdefault("on_front", False)
+        f["front"] = None
+    for i, m in zip(valid, marks):
+        out[i]["front"] = m
+    for f in out:
+        f["on_front"] = f["front"] == FRONT
     return out
+
+
+def _mark(r: dict) -> str:
+    return {FRONT: "*", ALIKE: "~"}.get(r.get("front"), "")
+
+
+def front_note(rows: list[dict]) -> str:
+    """What the front column's marks mean, and what a table without repeats cannot say."""
+    said = "`*`: on the Pareto front of the VALID points (by median)"
+    if any(r.get("spread") for r in rows):
+        n = sorted({r["repeats"] for r in rows if r.get("repeats")})
+        confs = sorted({sp["confidence"] for r in rows for sp in (r.get("spread") or {}).values() if sp.get("confidence")})
+        return (f"{said}; `~`: beaten only by points the noise cannot tell it from (Mann-Whitney over the repeats, "
+                f"p > {noise.ALPHA:g}, on both axes). Each point measured {', '.join(map(str, n))} times: median "
+                f"[interval of the median, {' / '.join(f'{c:.0%}' for c in confs)} confidence].")
+    return (f"{said}. One observation per point: the noise is not measured, so a point beaten by a little may "
+            f"be beaten by noise (`--repeat {noise.MIN_REPEATS}` tells).")
 
 
 def write_frontier(out_dir: Path, name: str, engine_keys: list[str], gpus: int, rows: list[dict]) -> list[str]:
@@ -92,20 +132,22 @@ def write_frontier(out_dir: Path, name: str, engine_keys: list[str], gpus: int, 
     (out_dir / "frontier.json").write_text(json.dumps({"name": name, "engines": engine_keys, "gpus": gpus,
                                                        "y": f"tokens/s per {per}", "rows": rows}, indent=2))
     y_key = "tokens_per_s_per_gpu" if gpus else "tokens_per_s"
-    header = ["engine", "concurrency", "tokens/s/user", f"tokens/s/{per}", "TTFT p50 ms", "TTFT p99 ms",
-              "TPOT p50 ms", "TPOT p99 ms", "goodput", "result", "front"]
+    ttft, tpot = whose(rows, "ttft_ms"), whose(rows, "tpot_ms")
+    header = ["engine", "concurrency", "tokens/s/user", f"tokens/s/{per}", f"TTFT p50 ms ({ttft})",
+              f"TTFT p99 ms ({ttft})", f"TPOT p50 ms ({tpot})", f"TPOT p99 ms ({tpot})", "goodput", "result", "front"]
     md = [f"# frontier {name}", "",
           f"Tokens/s per user (1000 / TPOT p50) against tokens/s per {per}"
-          + (f" ({gpus} GPUs serving)" if gpus else " (no GPU serves: per system)")
-          + ". `*`: on the Pareto front of the VALID points.", "",
+          + (f" ({gpus} GPUs serving)" if gpus else " (no GPU serves: per system)") + ". " + front_note(rows), "",
           "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in sorted(rows, key=lambda r: (r["engine"], r["concurrency"] or 0)):
         share = r["goodput_share"]
-        md.append("| " + " | ".join([r["engine"], fmt(r["concurrency"]), fmt(r["tokens_per_s_per_user"]),
-                                     fmt(r[y_key]), fmt(r["ttft_p50_ms"]), fmt(r["ttft_p99_ms"]),
-                                     fmt(r["tpot_p50_ms"]), fmt(r["tpot_p99_ms"]),
+        md.append("| " + " | ".join([r["engine"], fmt(r["concurrency"]), cell(r, "tokens_per_s_per_user"),
+                                     cell(r, y_key), cell(r, "ttft_p50_ms"), cell(r, "ttft_p99_ms"),
+                                     cell(r, "tpot_p50_ms"), cell(r, "tpot_p99_ms"),
                                      "-" if share is None else f"{100 * share:.1f}%",
-                                     "VALID" if r["valid"] else "INVALID", "*" if r["on_front"] else ""]) + " |")
+                                     ("VALID" if r["valid"] else "INVALID") + (f" {r['valid_repeats']}"
+                                                                               if r.get("valid_repeats") else ""),
+                                     _mark(r)]) + " |")
     _plot(out_dir / "frontier.png", name, rows, y_key, per)
     md += ["", "![frontier](frontier.png)"]
     (out_dir / "frontier.md").write_text("\n".join(md) + "\n")
@@ -115,13 +157,16 @@ def write_frontier(out_dir: Path, name: str, engine_keys: list[str], gpus: int, 
 def text_table(rows: list[dict], gpus: int) -> str:
     """The terminal's view: one line per point, the front starred."""
     y_key, per = ("tokens_per_s_per_gpu", "GPU") if gpus else ("tokens_per_s", "system")
-    lines = [f"  {'engine':<28} {'conc':>5} {'tok/s/user':>11} {'tok/s/' + per:>14} {'TTFT p99':>9} "
-             f"{'TPOT p99':>9}  result"]
-    for r in sorted(rows, key=lambda r: (r["engine"], r["concurrency"] or 0)):
-        lines.append(f"  {r['engine'][:28]:<28} {fmt(r['concurrency']):>5} {fmt(r['tokens_per_s_per_user']):>11} "
-                     f"{fmt(r[y_key]):>14} {fmt(r['ttft_p99_ms']):>9} {fmt(r['tpot_p99_ms']):>9}  "
-                     f"{'VALID' if r['valid'] else 'INVALID'}{' *' if r['on_front'] else ''}")
-    return "\n".join(lines)
+    cells = [[r["engine"][:28], fmt(r["concurrency"]), cell(r, "tokens_per_s_per_user"), cell(r, y_key),
+              cell(r, "ttft_p99_ms"), cell(r, "tpot_p99_ms"),
+              ("VALID" if r["valid"] else "INVALID") + (f" {r['valid_repeats']}" if r.get("valid_repeats") else "")
+              + (f" {_mark(r)}" if _mark(r) else "")]
+             for r in sorted(rows, key=lambda r: (r["engine"], r["concurrency"] or 0))]
+    header = ["engine", "conc", "tok/s/user", f"tok/s/{per}", f"TTFT p99 ({whose(rows, 'ttft_ms')})",
+              f"TPOT p99 ({whose(rows, 'tpot_ms')})", "result"]
+    widths = [max(len(c[i]) for c in cells + [header]) for i in range(len(header))]
+    return "\n".join("  " + " ".join(c.ljust(w) if i in (0, 6) else c.rjust(w) for i, (c, w) in
+                                     enumerate(zip(line, widths))).rstrip() for line in [header] + cells)
 
 
 def _plot(path: Path, name: str, rows: list[dict], y_key: str, per: str) -> None:
@@ -144,8 +189,13 @@ def _plot(path: Path, name: str, rows: list[dict], y_key: str, per: str) -> None
                 ax.scatter([r["tokens_per_s_per_user"] for r in sel], [r[y_key] for r in sel], marker=marker,
                            s=50, color=color if valid else "tab:red", zorder=3,
                            label=engine if valid else f"{engine}: INVALID")
+                xerr, yerr = error_bar(sel, "tokens_per_s_per_user"), error_bar(sel, y_key)
+                if xerr or yerr:  # repeats: each median's interval, on both axes
+                    ax.errorbar([r["tokens_per_s_per_user"] for r in sel], [r[y_key] for r in sel], xerr=xerr,
+                                yerr=yerr, fmt="none", ecolor=color if valid else "tab:red", alpha=0.6, capsize=3)
         for r in pts:
-            ax.annotate(f"c={fmt(r['concurrency'])}", (r["tokens_per_s_per_user"], r[y_key]),
+            ax.annotate(f"c={fmt(r['concurrency'])}" + (" ~" if r.get("front") == ALIKE else ""),
+                        (r["tokens_per_s_per_user"], r[y_key]),
                         textcoords="offset points", xytext=(4, 4), fontsize="small", color=color)
     front = sorted((r["tokens_per_s_per_user"], r[y_key]) for r in drawn if r["on_front"])
     if front:
@@ -153,7 +203,8 @@ def _plot(path: Path, name: str, rows: list[dict], y_key: str, per: str) -> None
     top_x = max((r["tokens_per_s_per_user"] for r in drawn), default=1)
     top_y = max((r[y_key] for r in drawn), default=1)
     ax.set_xlim(0, 1.12 * top_x), ax.set_ylim(0, 1.12 * top_y)  # room for the labels
-    ax.set_xlabel("tokens/s per user (1000 / TPOT p50)"), ax.set_ylabel(f"tokens/s per {per}")
-    ax.set_title(f"frontier {name}")
+    ax.set_xlabel(f"tokens/s per user (1000 / TPOT p50, {whose(rows, 'tpot_ms')})"), ax.set_ylabel(f"tokens/s per {per}")
+    ax.set_title(f"frontier {name}" + (" (bars: interval of the median; ~: within the noise of the front)"
+                                        if any(r.get("spread") for r in rows) else ""), fontsize="medium")
     ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0)
     fig.tight_layout(), fig.savefig(path, dpi=100), plt.close(fig)

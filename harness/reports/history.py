@@ -6,10 +6,10 @@ import json
 
 from harness.cache.store import finished_at
 from harness.loadgen.verdict import is_valid
-from harness.reports.sweep import fmt
+from harness.reports.sweep import fmt, whose
 
 COLUMNS = ("observation", "finished", "scenario", "result", "tokens/s", "samples/s", "TTFT p99", "TPOT p99",
-           "accuracy")
+           "accuracy", "host")
 
 
 def history(store, key: str) -> list[dict]:
@@ -26,7 +26,9 @@ def history(store, key: str) -> list[dict]:
             row.update(scenario=p.get("scenario"), valid=is_valid(p), tokens_per_s=p.get("tokens_per_second"),
                        samples_per_s=p.get("samples_per_second"), ttft_p99_ms=(p.get("ttft_ms") or {}).get("p99"),
                        tpot_p99_ms=(p.get("tpot_ms") or {}).get("p99"), accuracy=a.get("passed"),
-                       measured=report.get("observations") or {})
+                       measured=report.get("observations") or {},
+                       sources={k: (p.get("sources") or {}).get(k) or "LoadGen" for k in ("ttft_ms", "tpot_ms")},
+                       host_busy=(report.get("host") or {}).get("busy"))
         rows.append(row)
     return rows
 
@@ -35,6 +37,9 @@ def render(key: str, rows: list[dict]) -> str:
     if not rows:
         return f"FullRun {key[:16]}: no observations"
     table = [list(COLUMNS)]
+    read = [r for r in rows if not r["refused"]]
+    for i, key in ((6, "ttft_ms"), (7, "tpot_ms")):  # whose TTFT and TPOT (LoadGen's, or the client's)
+        table[0][i] += f" ({whose(read, key)})" if read else ""
     for r in rows:
         name = r["observation"] + (" *" if r["latest"] else "")
         when = (r["finished_at"] or "")[:19].replace("T", " ")
@@ -43,7 +48,8 @@ def render(key: str, rows: list[dict]) -> str:
             continue
         table.append([name, when, r["scenario"] or "-", "VALID" if r["valid"] else "INVALID", fmt(r["tokens_per_s"]),
                       fmt(r["samples_per_s"]), fmt(r["ttft_p99_ms"]), fmt(r["tpot_p99_ms"]),
-                      "-" if r["accuracy"] is None else "PASS" if r["accuracy"] else "FAIL"])
+                      "-" if r["accuracy"] is None else "PASS" if r["accuracy"] else "FAIL",
+                      {True: "busy", False: "quiet"}.get(r.get("host_busy"), "-")])
     widths = [max(len(t[i]) for t in table if len(t) > i and len(t) == len(COLUMNS)) for i in range(len(COLUMNS))]
     lines = [f"FullRun {key[:16]}: {len(rows)} observation(s), newest first (* the latest: what reuse takes; "
              f"compare names one as {key[:8]}@OBSERVATION)"]

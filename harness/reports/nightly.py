@@ -7,20 +7,26 @@ every scenario by validity, accuracy and server crashes (a server relaunched mid
 run is measured again and whole, but the crash is news). Server and Interactive are also judged by
 goodput at their fixed load (requests/s that met the latency limits). A point that is a search
 (a sweep with `search: true`) is judged by the load it found and confirmed alone: its other numbers
-were measured at that load, which moves from night to night. A night may measure
-each point several times (`--repeats`): the medians are compared, and a change counts only when
-the two nights' ranges (min..max over the repeats) do not overlap *and* the medians differ by more
-than the metric's floor. One repeat has no spread, so only the floor decides; the floors are the noise an
-engineer accepts, the spread is the noise that was measured.
+were measured at that load, which moves from night to night.
+
+A night may measure each point several times (`--repeats`). A metric is then judged by the noise
+model every comparison uses (harness/stats/noise.py): tonight's repeats against the previous
+night's, a regression or an improvement only where Mann-Whitney's test gives p <= 0.10 and the
+medians differ by more than the metric's floor, else within noise. Fewer than 3 repeats a night
+cannot show a change at that level: such a metric is not judged, and says so. A searched point
+needs no repeats to be judged: its probes are evidence, and a load at or under the previous night's
+that failed every try tonight is a regression, also where tonight's search found nothing (one over the
+previous night's failing load that passed every try, an improvement); otherwise the nights' brackets
+agree, within noise.
 """
 from __future__ import annotations
 
 import json
-import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from harness.reports.sweep import applies, point_id, searched
+from harness.reports.sweep import applies, point_id, searched, whose
+from harness.stats import noise
 
 
 @dataclass(frozen=True)
@@ -66,15 +72,30 @@ def fmt(v: Any) -> str:
 
 
 def _spread(values: list[float]) -> dict | None:
-    vals = [float(v) for v in values if v is not None]
-    if not vals:
+    """A metric over a night's repeats: the median, its interval (harness/stats/noise.py), min, max and
+    every value (what the next night's test reads)."""
+    vals = noise.finite(values)
+    sp = noise.spread(vals)
+    if sp is None:
         return None
-    return {"median": statistics.median(vals), "min": min(vals), "max": max(vals), "n": len(vals)}
+    return {"median": sp.median, "low": sp.low, "high": sp.high, "confidence": sp.confidence,
+            "min": min(vals), "max": max(vals), "n": len(vals), "values": vals}
+
+
+def tried(rows: list[dict]) -> dict[float, list[int]]:
+    """A searched point's loads over a night's repeats: load -> [runs that passed, runs]."""
+    out: dict[float, list[int]] = {}
+    for r in rows:
+        for value, passes, tries in r.get("tried") or ():
+            acc = out.setdefault(float(value), [0, 0])
+            acc[0] += int(passes)
+            acc[1] += int(tries)
+    return out
 
 
 def summarize(rows: list[dict], varied: list[str]) -> dict[str, dict]:
     """Rows of one night (one per point and repeat) -> per point: its values' spread per metric,
-    validity and accuracy over the repeats."""
+    validity and accuracy over the repeats, and a searched point's probes (`tried`)."""
     groups: dict[str, list[dict]] = {}
     for r in rows:
         groups.setdefault(point_id(r, varied), []).append(r)
@@ -82,7 +103,7 @@ def summarize(rows: list[dict], varied: list[str]) -> dict[str, dict]:
     for pid, rs in groups.items():
         first = rs[0]
         s = {"point": json.loads(pid), "scenario": first.get("scenario"), "repeats": len(rs),
-             "search": any(map(searched, rs)),
+             "search": any(map(searched, rs)), "tried": tried(rs),
              # a point without an accuracy run (a search not confirmed) has nothing to fail
              "valid": sum(bool(r.get("valid")) for r in rs),
              "accuracy_passed": sum(r.get("accuracy_passed") is not False for r in rs),
@@ -99,10 +120,15 @@ def summarize(rows: list[dict], varied: list[str]) -> dict[str, dict]:
     return out
 
 
+_VERDICTS = {noise.WORSE: "regression", noise.BETTER: "improved", noise.WITHIN: "within noise",
+             noise.NOT_JUDGED: "not judged"}
+
+
 def compare_metric(m: Metric, now: dict | None, before: dict | None) -> dict:
-    """previous, now, delta, relative delta and a verdict: regression / improved / within noise / new."""
+    """previous, now, delta, relative delta and a verdict: regression / improved / within noise /
+    not judged (with why) / new, by the noise model (harness/stats/noise.py) over the nights' repeats."""
     out = {"metric": m.key, "label": m.label, "judged": False, "previous": before, "now": now,
-           "delta": None, "rel": None, "verdict": "-"}
+           "delta": None, "rel": None, "verdict": "-", "why": None, "p": None}
     if now is None:
         return out
     if before is None:
@@ -110,15 +136,49 @@ def compare_metric(m: Metric, now: dict | None, before: dict | None) -> dict:
         return out
     delta = now["median"] - before["median"]
     rel = delta / before["median"] if before["median"] else None
-    out.update(delta=delta, rel=rel)
-    apart = now["min"] > before["max"] or now["max"] < before["min"]  # the ranges do not overlap
-    big = rel is not None and abs(rel) > m.floor
-    if apart and big:
-        worse = delta < 0 if m.higher_is_better else delta > 0
-        out["verdict"] = "regression" if worse else "improved"
-    else:
-        out["verdict"] = "within noise"
+    c = noise.change(before.get("values", [before["median"]]), now.get("values", [now["median"]]),
+                     m.higher_is_better, floor=m.floor)
+    out.update(delta=delta, rel=rel, verdict=_VERDICTS[c.verdict], why=c.why, p=c.p)
     return out
+
+
+def searched_change(m: Metric, c: dict, tonight: dict[float, list[int]], before_tried: dict[float, list[int]]) -> dict:
+    """A searched point's found load where its repeats are too few to judge: by the nights' probes. A
+    load at or under the previous night's that failed every try tonight is a regression; one at or
+    over the previous night's lowest load that failed every try there, passed every try tonight, an
+    improvement; beyond the floor both. Otherwise the brackets agree: within noise. Tonight's search that
+    found nothing regressed by the same evidence: a load at or under the previous night's failed every try."""
+    if c["previous"] is None:
+        return c
+    found = c["previous"]["median"]
+    failed = sorted(v for v, (p, t) in tonight.items() if t and p == 0 and v <= found)
+    if c["now"] is None:  # nothing passed tonight (or its confirmation failed)
+        if failed:
+            v = failed[-1]
+            why = (f"nothing found tonight; {fmt(v)} failed all {tonight[v][1]} tries, at or under the previous "
+                   f"night's {fmt(found)}")
+            return {**c, "verdict": "regression", "why": why}
+        why = (f"nothing found tonight, but no load at or under the previous night's {fmt(found)} failed every "
+               "try (its INVALID runs say why)")
+        return {**c, "verdict": "not judged", "why": why}
+    if c["rel"] is None:
+        return c
+    rel = c["rel"]
+    high = min((v for v, (p, t) in before_tried.items() if t and p == 0), default=None)
+    passed = sorted(v for v, (p, t) in tonight.items() if t and p == t and high is not None and v >= high)
+    if failed and rel < -m.floor:
+        v = failed[-1]
+        why = (f"tonight {fmt(v)} failed all {tonight[v][1]} tries, at or under the previous night's "
+               f"{fmt(found)}")
+        return {**c, "verdict": "regression", "why": why}
+    if passed and rel > m.floor:
+        v = passed[0]
+        why = f"tonight {fmt(v)} passed all {tonight[v][1]} tries, at or over the previous night's failed {fmt(high)}"
+        return {**c, "verdict": "improved", "why": why}
+    return {**c, "verdict": "within noise",
+            "why": "the nights' probes agree: no load failed every try tonight at or under the previous night's "
+                   "found load, none passed every try at or over its failed one" + (
+                       "" if abs(rel) > m.floor else f" (and {rel:+.1%} is within the {m.floor:.0%} floor)")}
 
 
 def point_key(p: dict) -> str:
@@ -136,6 +196,9 @@ def compare(rows: list[dict], prev_rows: list[dict], varied: list[str],
         reasons, checks = [], []
         for m in metrics(floors):
             c = compare_metric(m, s["metrics"][m.key], before["metrics"][m.key] if before else None)
+            if m.of_search and (c["verdict"] == "not judged" or c["now"] is None):  # too few repeats, or
+                # nothing found tonight: the probes are evidence
+                c = searched_change(m, c, s["tried"], before["tried"] if before else {})
             c["judged"] = s["scenario"] in m.scenarios and m.of_search == s["search"]
             if m.limit and s.get(m.limit) and c["now"]:
                 c["limit"] = s[m.limit]
@@ -143,9 +206,10 @@ def compare(rows: list[dict], prev_rows: list[dict], varied: list[str],
             if not c["judged"]:
                 c["verdict"] = "shown only" if c["now"] else "-"
             elif c["verdict"] == "regression":
-                p, n = c["previous"]["median"], c["now"]["median"]
-                reasons.append(f"{m.label} {fmt(p)} -> {fmt(n)} ({c['rel']:+.1%}), outside the spread and the "
-                               f"{m.floor:.0%} floor" + (" (tokens/s fell)" if m.key == "tokens_per_s" else ""))
+                p = c["previous"]["median"]
+                n = f"{fmt(c['now']['median'])} ({c['rel']:+.1%})" if c["now"] else "none"
+                reasons.append(f"{m.label} {fmt(p)} -> {n}: {c['why']}"
+                               + (" (tokens/s fell)" if m.key == "tokens_per_s" else ""))
             if c.get("headroom") is not None and c["judged"] and c["headroom"] < 0:
                 reasons.append(f"{m.label} median {fmt(c['now']['median'])} is over its limit {fmt(c['limit'])}")
             checks.append(c)
@@ -170,9 +234,12 @@ def compare(rows: list[dict], prev_rows: list[dict], varied: list[str],
 
 
 def _value(s: dict | None) -> str:
+    """A night's value: median [interval of the median] over its repeats (one repeat: the value)."""
     if s is None:
         return "-"
-    if s["n"] > 1:
+    if s["n"] > 1 and "low" in s:
+        return noise.fmt_spread(noise.Spread(s["median"], s["low"], s["high"], s["n"], s.get("confidence")), fmt)
+    if s["n"] > 1:  # a nightly.json written before intervals: its range
         return f"{fmt(s['median'])} ({fmt(s['min'])}..{fmt(s['max'])})"
     return fmt(s["median"])
 
@@ -236,8 +303,10 @@ def render_markdown(doc: dict) -> str:
     floors = ", ".join(f"{m.label} {m.floor:.0%}" for m in metrics(doc.get("floors")))
     lines = [f"# nightly {doc['date']}", "",
              f"compared with: {doc['compared_with'] or 'nothing (first night)'}; "
-             f"{doc.get('repeats', 1)} repeat(s) per point (medians compared; values with repeats are median (min..max))",
-             f"a change counts when the nights' ranges do not overlap and the medians differ by more than: {floors}", ""]
+             f"{doc.get('repeats', 1)} repeat(s) per point (values with repeats: median [interval of the median])",
+             f"a change is a regression or an improvement when Mann-Whitney's test of the nights' repeats gives "
+             f"p <= {noise.ALPHA:g} and the medians differ by more than: {floors}; fewer than {noise.MIN_REPEATS} "
+             "repeats a night are not judged (a searched point is judged by its probes)", ""]
     regressed = [p for p in doc["points"] if p["reasons"]]
     if regressed:
         lines += ["## Regressions", ""]
@@ -245,6 +314,7 @@ def render_markdown(doc: dict) -> str:
     else:
         lines.append("No regressions.")
     changes = doc.get("param_changes") or {}
+    notes: dict[str, int] = {}
     for p in doc["points"]:
         lines += ["", f"## {_point_name(p)} ({p['scenario']})", ""]
         changed = changes.get(point_key(p))
@@ -256,6 +326,7 @@ def render_markdown(doc: dict) -> str:
             lines += [by_repeat, ""]
         if measured := _observations(doc.get("rows") or [], p):
             lines += [measured, ""]
+        rows_of_point = _rows_of(doc.get("rows") or [], p)
         lines += ["| metric | previous | now | delta | headroom | verdict |", "|---|---|---|---|---|---|"]
         for c in p["checks"]:
             if c["now"] is None and c["previous"] is None:
@@ -264,7 +335,12 @@ def render_markdown(doc: dict) -> str:
                 f" ({c['rel']:+.1%})" if c["rel"] is not None else "")
             head = "-" if c.get("headroom") is None else f"{c['headroom']:.0%} of {fmt(c['limit'])}"
             verdict = f"**{c['verdict']}**" if c["verdict"] == "regression" else c["verdict"]
-            lines.append(f"| {c['label']} | {_value(c['previous'])} | {_value(c['now'])} | {delta} | {head} | {verdict} |")
+            if c.get("why") and c["verdict"] in ("regression", "improved", "not judged") and c["judged"]:
+                verdict += f" [{notes.setdefault(c['why'], len(notes) + 1)}]"
+            label = c["label"]
+            if (key := {"ttft_p99_ms": "ttft_ms", "tpot_p99_ms": "tpot_ms"}.get(c["metric"])) and rows_of_point:
+                label = label.replace(" (ms)", f" (ms, {whose(rows_of_point, key)})")
+            lines.append(f"| {label} | {_value(c['previous'])} | {_value(c['now'])} | {delta} | {head} | {verdict} |")
         prev = p["previous"] or {}
         for key, label in (("valid", "VALID runs"), ("accuracy_passed", "accuracy PASS"),
                            ("relaunch_free", "runs without a server relaunch")):
@@ -272,4 +348,6 @@ def render_markdown(doc: dict) -> str:
                 continue
             ok = p[key].split("/")[0] == p[key].split("/")[1]
             lines.append(f"| {label} | {prev.get(key, '-')} | {p[key]} | - | - | {'ok' if ok else '**regression**'} |")
+    if notes:
+        lines += [""] + [f"[{n}] {why}  " for why, n in notes.items()]
     return "\n".join(lines) + "\n"

@@ -58,9 +58,15 @@ def request_stats(requests: list[dict]) -> dict:
 
 
 def offsets(performance: dict, stats: dict) -> dict:
-    """Client-side p99 against LoadGen's for what both measure: how far the client's clock reads off."""
+    """Client-side p99 against LoadGen's for what both measure from the same start: how far the client's
+    clock reads off. Not a number that is the client's own on both sides (LoadGen measured no TTFT in a
+    streamed closed loop: the report's is the client's), nor Offline's latency, which LoadGen takes from
+    its one issue of every sample and the client from its own send."""
     out = {}
+    said = performance.get("sources") or {}
     for key in ("ttft_ms", "tpot_ms", "latency_ms"):
+        if said.get(key, "LoadGen") != "LoadGen" or (key == "latency_ms" and said.get("latency_from") == "send"):
+            continue
         lg, cl = (performance.get(key) or {}).get("p99"), (stats.get(key) or {}).get("p99")
         if lg is not None and cl is not None:
             out[key] = {"loadgen_p99": lg, "client_p99": cl, "client_minus_loadgen": round(cl - lg, 3)}
@@ -178,7 +184,7 @@ def _over_time(plt, requests, out_dir: Path, title: str, perf: dict) -> str:
         ax.scatter(t, v, s=6, alpha=0.5, color="tab:blue", label=f"client-side {name}, per request")
         lg = (perf.get(key) or {}).get("p99")
         if lg is not None:
-            ax.axhline(lg, color="tab:orange", linewidth=1.5, label=f"LoadGen p99 {lg:,.1f} ms")
+            ax.axhline(lg, color="tab:orange", linewidth=1.5, label=f"{_source(perf, key)} p99 {lg:,.1f} ms")
         limit = perf.get(limit_key) if limit_key else None
         if limit and off_scale(limit, v):
             _note_off_scale(ax, limit, "ms", vertical=False)
@@ -191,6 +197,11 @@ def _over_time(plt, requests, out_dir: Path, title: str, perf: dict) -> str:
     axes[1].set_xlabel("issue time (seconds since the first query)")
     axes[0].set_title(f"{title}: latency over time")
     return _save(plt, fig, out_dir / "latency_over_time.png")
+
+
+def _source(perf: dict, key: str) -> str:
+    """Whose p99 a line draws: LoadGen's, or the client's where LoadGen measured none."""
+    return (perf.get("sources") or {}).get(key) or "LoadGen"
 
 
 def _hist(ax, values, name: str, unit: str, p99=None, p99_label="", limit=None, per="request") -> None:
@@ -265,9 +276,9 @@ def _distributions(plt, requests, out_dir: Path, title: str, perf: dict) -> str:
     """TTFT, TPOT (per request: its mean inter-token gap) and per-request decode speed."""
     fig, axes = plt.subplots(1, 3, figsize=(15, 5))
     _hist(axes[0], [r.get("ttft_ms") for r in requests], "TTFT", "ms", (perf.get("ttft_ms") or {}).get("p99"),
-          "LoadGen", perf.get("ttft_limit_ms"))
+          _source(perf, "ttft_ms"), perf.get("ttft_limit_ms"))
     _hist(axes[1], [r.get("tpot_ms") for r in requests], "TPOT (mean inter-token gap)", "ms",
-          (perf.get("tpot_ms") or {}).get("p99"), "LoadGen", perf.get("tpot_limit_ms"))
+          (perf.get("tpot_ms") or {}).get("p99"), _source(perf, "tpot_ms"), perf.get("tpot_limit_ms"))
     tps = [decode_tps(r) for r in requests]
     _hist(axes[2], tps, "per-request decode speed", "tokens/s")
     fig.suptitle(f"{title}: per-request distributions")
@@ -290,13 +301,19 @@ def _lengths(plt, requests, out_dir: Path, title: str) -> str:
     return _save(plt, fig, out_dir / "lengths.png")
 
 
-def stats_markdown(stats: dict, offs: dict) -> list[str]:
-    """The stats table and the client-vs-LoadGen offsets, as report.md lines."""
+def stats_markdown(stats: dict, offs: dict, said: dict | None = None) -> list[str]:
+    """The stats table and the client-vs-LoadGen offsets, as report.md lines (`said`: the report's
+    `sources`, whose each percentile above is and where the client's latencies start)."""
     if not stats:
         return []
+    said = said or {}
+    start = "the client's send" if said.get("latency_from") == "send" else "LoadGen's issue"
+    own = [k.removesuffix("_ms").upper() for k in ("ttft_ms", "tpot_ms") if said.get(k) == "client"]
+    whose = ("the percentiles above are LoadGen's" + (f", but {' and '.join(own)}, which LoadGen did not measure: "
+                                                      "those are the client's, these" if own else ""))
     lines = ["", "## Per-request statistics", "",
-             "Client-side: the harness's own clock per request (issue to first token / to completion); "
-             "the percentiles above are LoadGen's. TPOT is per request (its mean inter-token gap).", "",
+             f"Client-side: the harness's own clock per request (from {start} to the first token / to completion); "
+             f"{whose}. TPOT is per request (its mean inter-token gap).", "",
              "| measure | unit | n | " + " | ".join(STATS) + " |", "|---|---|---|" + "---|" * len(STATS)]
     for key, label, unit, _ in MEASURES:
         if key in stats:

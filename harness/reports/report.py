@@ -6,8 +6,10 @@ import os
 import sys
 from pathlib import Path
 
+import harness.host.state as host_state
 from harness.loadgen.goodput import goodput_line
-from harness.loadgen.verdict import invalid_reason, is_valid, relaunch_lines
+from harness.loadgen.results import sources
+from harness.loadgen.verdict import answer_warnings, invalid_reason, is_valid, relaunch_lines
 from harness.reports.plots import plot_all, stats_markdown
 
 PCTS = ("p50", "p90", "p99")
@@ -35,6 +37,8 @@ def build_report(stage_keys: dict[str, str], perf: dict, accuracy: dict | None, 
             "samples_per_second": perf["samples_per_s"], "tokens_per_second": perf["tokens_per_s"],
             "ttft_ms": _pcts(perf.get("ttft_ms")), "tpot_ms": _pcts(perf.get("tpot_ms")),
             "latency_ms": _pcts(perf.get("latency_ms")), "early_stopping": perf.get("early_stopping"),
+            # whose each of those is: LoadGen's, or the client's where LoadGen measured none (results.sources)
+            "sources": sources(perf),
             # the share of requests that met the latency limits, and the throughput they make up
             "goodput": perf.get("goodput"),
             # SingleStream's metric: the p90 latency and LoadGen's early-stopping estimate (None elsewhere)
@@ -52,12 +56,18 @@ def build_report(stage_keys: dict[str, str], perf: dict, accuracy: dict | None, 
             # MLPerf's early-stopping estimate of each percentile, over the client's own timings
             # (harness/loadgen/early_stopping.py); None where the run had too few queries for it
             "early_stopping_estimates": (perf.get("measured") or {}).get("early_stopping"),
-            # why requests ended: "stop" before their output limit, "length" at it (from token counts)
+            # why requests ended: "stop" before their output limit, "length" at it (from token counts; the
+            # server's own finish reasons beside them, where it says them), and how many answers were empty
             "finish_reasons": (perf.get("measured") or {}).get("finish"),
+            "empty_answers": (perf.get("measured") or {}).get("empty"),
+            # mostly empty answers, or finish reasons that contradict the server's (harness/loadgen/verdict.py)
+            "answer_warnings": answer_warnings(perf.get("measured")),
             # the serving layout (serving/layout.py layout_summary): each role's instances and nodes
             "layout": perf.get("layout"),
         },
         "accuracy": None if accuracy is None else _accuracy(accuracy),
+        # the host during the measurement: load, CPU of the client, the servers and other work (harness/host)
+        host_state.KEY: perf.get(host_state.KEY),
     }
 
 
@@ -73,6 +83,12 @@ def _accuracy(accuracy: dict) -> dict:
 def accuracy_passed(report: dict) -> bool:
     """The accuracy verdict; a performance-only report (no accuracy run) fails nothing."""
     return report["accuracy"] is None or bool(report["accuracy"]["passed"])
+
+
+def source(p: dict, key: str) -> str:
+    """Whose number a report's `key` percentiles are ("LoadGen" or "client"): its `sources`; a report
+    written before they were recorded had LoadGen's only."""
+    return (p.get("sources") or {}).get(key) or "LoadGen"
 
 
 def _verdict(report: dict) -> str:
@@ -152,8 +168,13 @@ def render_markdown(report: dict, plots: list[str]) -> str:
              f"| in flight: limit / peak | {_fmt(p.get('max_in_flight'), 'd')} / {_fmt(p.get('peak_in_flight'), 'd')} |"]
     if p.get("client_bound"):
         lines[2:2] = [f"> **Warning: the client may have been the bottleneck**: {p['client_bound_reason']}", ""]
-    for name in ("ttft_ms", "tpot_ms", "latency_ms"):  # LoadGen's percentiles (mlperf_log_detail.txt)
-        lines.append(f"| {name} p50 / p90 / p99 (LoadGen) | " + " / ".join(_fmt(p[name][q], ".2f") for q in PCTS) + " |")
+    for w in p.get("answer_warnings") or ():
+        lines[2:2] = [f"> **Warning: the answers**: {w}", ""]
+    if (report.get(host_state.KEY) or {}).get("busy"):
+        lines[2:2] = [f"> **Warning: measured on a busy host**: {'; '.join(report[host_state.KEY]['busy_reasons'])}", ""]
+    for name in ("ttft_ms", "tpot_ms", "latency_ms"):  # LoadGen's percentiles, or the client's where it has none
+        lines.append(f"| {name} p50 / p90 / p99 ({source(p, name)}) | "
+                     + " / ".join(_fmt(p[name][q], ".2f") for q in PCTS) + " |")
     if ss := p.get("single_stream"):
         lines.append(f"| SingleStream: p90 latency ms (its metric) / early-stopping estimate (of first tokens) | "
                      f"{_fmt(ss['p90_latency_ms'], '.2f')} / {_fmt(ss['early_stopping_latency_ms'], '.2f')} |")
@@ -163,11 +184,17 @@ def render_markdown(report: dict, plots: list[str]) -> str:
         total = max(1, f["stop"] + f["length"])
         lines.append(f"| finished: stop / length (at the output limit; from token counts) | {f['stop']:,} "
                      f"({f['stop'] / total:.0%}) / {f['length']:,} ({f['length'] / total:.0%}) |")
+        if f.get("server"):
+            lines.append("| finished, as the server said (its finish_reason) | "
+                         + ", ".join(f"{k} {v:,}" for k, v in sorted(f["server"].items())) + " |")
+    if p.get("empty_answers") is not None:
+        lines.append(f"| empty answers (no token) | {p['empty_answers']:,} |")
     if a is not None:
         lines += _accuracy_table(a)
 
     lines += layout_markdown(p.get("layout"))
-    lines += stats_markdown(report.get("client_stats") or {}, report.get("client_vs_loadgen") or {})
+    lines += host_state.markdown(report.get(host_state.KEY))
+    lines += stats_markdown(report.get("client_stats") or {}, report.get("client_vs_loadgen") or {}, p.get("sources"))
     lines += ["", "## Stages", "", "| stage | key |", "|---|---|"]
     lines += [f"| {k} | `{v[:16]}` |" for k, v in report["stages"].items()]
     lines += [""] + [f"![{Path(f).stem}]({f})" for f in plots]
@@ -241,11 +268,16 @@ def summary_text(report: dict, report_dir: Path, color: bool = False) -> str:
         f"  goodput    {goodput_line(p.get('goodput'))}",
         f"  in flight  limit {_fmt(p.get('max_in_flight'), 'd')}, peak {_fmt(p.get('peak_in_flight'), 'd')}",
         *([f"  WARNING    client-bound: {p['client_bound_reason']}"] if p.get("client_bound") else []),
+        *[_red(f"  WARNING    answers: {w}", color) for w in p.get("answer_warnings") or ()],
+        *([f"  host       {host_state.line(report[host_state.KEY])}"] if report.get(host_state.KEY) else []),
+        *([_red(f"  WARNING    busy host: {'; '.join(report[host_state.KEY]['busy_reasons'])}", color)]
+          if (report.get(host_state.KEY) or {}).get("busy") else []),
         *([f"  latency ms (LoadGen) p90 {_fmt(p['single_stream']['p90_latency_ms'], '.2f')} (SingleStream's metric); "
            f"early-stopping estimate {_fmt(p['single_stream']['early_stopping_latency_ms'], '.2f')} (of first tokens)"]
           if p.get("single_stream") else []),
-        f"  TTFT ms    (LoadGen) p50 {_fmt(p['ttft_ms']['p50'], '.2f')}  p90 {_fmt(p['ttft_ms']['p90'], '.2f')}  p99 {_fmt(p['ttft_ms']['p99'], '.2f')}",
-        f"  TPOT ms    (LoadGen) p50 {_fmt(p['tpot_ms']['p50'], '.2f')}  p90 {_fmt(p['tpot_ms']['p90'], '.2f')}  p99 {_fmt(p['tpot_ms']['p99'], '.2f')}",
+        *[f"  {name} ms    {'(' + source(p, key) + ')':<9} p50 {_fmt(p[key]['p50'], '.2f')}  "
+          f"p90 {_fmt(p[key]['p90'], '.2f')}  p99 {_fmt(p[key]['p99'], '.2f')}"
+          for name, key in (("TTFT", "ttft_ms"), ("TPOT", "tpot_ms"))],
         *([f"  ITL ms     (client)  p50 {_fmt(p['itl_ms']['p50'], '.2f')}  p90 {_fmt(p['itl_ms']['p90'], '.2f')}  "
            f"p99 {_fmt(p['itl_ms']['p99'], '.2f')}"] if p.get("itl_ms") else []),
         f"  accuracy   " + ("- (performance only)" if a is None else
@@ -261,3 +293,4 @@ def write_report(out_dir: Path, report: dict, requests: list[dict], chunks=None)
     (out_dir / "report.json").write_text(json.dumps(report, indent=2, default=str))
     (out_dir / "report.md").write_text(render_markdown(report, plots))
     return plots
+

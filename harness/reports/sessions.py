@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import harness.host.state as host_state
 from harness.sessions.metrics import derived
 
 
@@ -53,6 +54,8 @@ def markdown(result: dict, plots: list[str]) -> str:
               f"- output length per turn: mean {_fmt(osl['mean_tokens'])} tokens"
               + (f", band {osl['band']}: {'in' if osl['ok'] else 'OUT OF'} band" if osl["band"] else ", no band set"),
               ""]
+    if host := host_state.markdown(result.get(host_state.KEY)):
+        lines += host[1:] + [""]
     lines += [f"![{p}]({p})" for p in plots]
     return "\n".join(lines) + "\n"
 

@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.loadgen.verdict import error_count, invalid_reason, is_valid
+from harness.reports.spread import FRONT, error_bar, front_marks
+from harness.stats import noise
 
 
 def point_id(row: dict[str, Any], varied: list[str]) -> str:
@@ -32,7 +34,15 @@ def row(point: dict[str, Any], report: dict, resolved: dict[str, Any] | None = N
             "relaunch_why": "; ".join(r.get("why") or "" for r in p.get("relaunches") or ()) or None,
             "accuracy_passed": a is None or a["passed"], "target_qps": p.get("target_qps"),
             "fullrun_key": report["stages"]["FullRun"][:16],
-            "observation": (report.get("observations") or {}).get("FullRun")}  # compare takes KEY@OBSERVATION
+            "observation": (report.get("observations") or {}).get("FullRun"),  # compare takes KEY@OBSERVATION
+            # whose TTFT and TPOT they are: LoadGen's, or the client's where LoadGen measured none
+            "sources": {k: (p.get("sources") or {}).get(k) or "LoadGen" for k in ("ttft_ms", "tpot_ms")}}
+
+
+def cell(r: dict, k: str) -> str:
+    """A row's measured value: median [interval of the median] where it has repeats."""
+    sp = noise.from_dict((r.get("spread") or {}).get(k))
+    return noise.fmt_spread(sp, fmt) if sp is not None else fmt(r.get(k))
 
 
 def search_row(point: dict[str, Any], search: dict, report: dict | None,
@@ -48,7 +58,25 @@ def search_row(point: dict[str, Any], search: dict, report: dict | None,
                 "invalid_reason": None if search["result"] is not None else (c.get("reason") or search["stopped"]),
                 "accuracy_passed": c.get("accuracy_passed"), "fullrun_key": (c.get("key") or "")[:16] or None}
     return {**base, "search_axis": search["axis"], "max_load": search["result"], "found": search["found"],
-            "bracket": [search["low"], search["high"]], "probes": len(search["probes"])}
+            "bracket": [search["low"], search["high"]], "probes": len(search["probes"]),
+            "tried": tried_loads(search["probes"])}
+
+
+def tried_loads(probes: list[dict]) -> list[list]:
+    """[[load, runs that passed, runs], ...] of a search's probes, by load: its evidence per load."""
+    out: dict[float, list[int]] = {}
+    for p in probes:
+        acc = out.setdefault(p["value"], [0, 0])
+        acc[0] += bool(p["passed"])
+        acc[1] += 1
+    return [[v, n, t] for v, (n, t) in sorted(out.items())]
+
+
+def whose(rows: list[dict], key: str) -> str:
+    """Whose `key` ("ttft_ms", "tpot_ms") the rows' numbers are: LoadGen's, the client's, or either (a
+    table of both: each row's `sources` says)."""
+    said = {(r.get("sources") or {}).get(key) or "LoadGen" for r in rows}
+    return said.pop() if len(said) == 1 else "LoadGen or client, by row"
 
 
 def searched(r: dict) -> bool:
@@ -82,12 +110,7 @@ def lookup(doc: dict, dotted: str) -> Any:
 
 def pareto_front(rows: list[dict], x: str, y: str) -> list[int]:
     """Indices of rows not dominated: lower x (latency) and higher y (throughput) are better."""
-    pts = [(i, r[x], r[y]) for i, r in enumerate(rows) if r.get(x) is not None and r.get(y) is not None]
-    front = []
-    for i, xi, yi in pts:
-        if not any((xj <= xi and yj >= yi) and (xj < xi or yj > yi) for _, xj, yj in pts):
-            front.append(i)
-    return front
+    return [i for i, m in enumerate(front_marks(rows, x, y, x_higher=False, y_higher=True)) if m == FRONT]
 
 
 #: Parameters that mean something only in some scenarios: shown as "-" (and left out of plots) elsewhere.
@@ -124,7 +147,8 @@ def table(varied: list[str], rows: list[dict]) -> tuple[list[str], list[list[str
     axes = sorted({r["search_axis"] for r in rows if searched(r)})
     metrics = [(f"max {' / '.join(axes)}", "max_load")] if axes else []
     metrics += [("tokens/s", "tokens_per_s"), ("samples/s", "samples_per_s")]
-    metrics += [("TTFT p99 ms", "ttft_p99_ms"), ("TPOT p99 ms", "tpot_p99_ms")] if streaming else []
+    metrics += [(f"TTFT p99 ms ({whose(rows, 'ttft_ms')})", "ttft_p99_ms"),
+                (f"TPOT p99 ms ({whose(rows, 'tpot_ms')})", "tpot_p99_ms")] if streaming else []
     metrics += [("latency p90 ms", "latency_p90_ms")] if any(r.get("scenario") == "SingleStream" for r in rows) else []
     scenario_varied = "loadgen.scenario" in varied or len({r.get("scenario") for r in rows}) > 1
     params = [k for k in varied if k != "loadgen.scenario"]
@@ -138,11 +162,23 @@ def table(varied: list[str], rows: list[dict]) -> tuple[list[str], list[list[str
         if r.get("relaunches"):  # a whole measurement on relaunched servers: valid, and worth knowing
             notes.append(f"server relaunched {r['relaunches']} time(s) mid-measurement: {r.get('relaunch_why') or '?'}")
             result += f" [{len(notes)}]"
+        if r.get("valid_repeats"):
+            result += f" {r['valid_repeats']}"
         cells.append(([fmt(r.get("scenario"))] if scenario_varied else [])
                      + [fmt(r.get(k)) if applies(k, r) else "-" for k in params]
-                     + [fmt(r.get(k)) for _, k in metrics]
+                     + [cell(r, k) for _, k in metrics]
                      + [result, {True: "PASS", False: "FAIL"}.get(r.get("accuracy_passed"), "-")])
     return header, cells, notes
+
+
+def repeats_note(rows: list[dict]) -> str | None:
+    """What a table's bracketed values are, where points were measured several times."""
+    confs = sorted({sp["confidence"] for r in rows for sp in (r.get("spread") or {}).values() if sp.get("confidence")})
+    if not confs:
+        return None
+    n = sorted({r.get("repeats") for r in rows if r.get("repeats")})
+    return (f"each point measured {', '.join(map(str, n))} times: median [interval of the median, "
+            f"{' / '.join(f'{c:.0%}' for c in confs)} confidence]; result: VALID repeats / repeats")
 
 
 def text_table(varied: list[str], rows: list[dict]) -> str:
@@ -152,22 +188,25 @@ def text_table(varied: list[str], rows: list[dict]) -> str:
     line = lambda xs: "  ".join(x.rjust(w) if i < len(xs) - 2 else x.ljust(w)  # noqa: E731
                                 for i, (x, w) in enumerate(zip(xs, widths))).rstrip()
     out = [line(header)] + [line(c) for c in cells]
+    out += [f"  {note}"] if (note := repeats_note(rows)) else []
     best = winner_line(varied, rows)
     return "\n".join(out + [f"  [{i}] {n}" for i, n in enumerate(notes, 1)] + ([f"  {best}"] if best else []))
 
 
 def write_results(out_dir: Path, name: str, varied: list[str], rows: list[dict]) -> list[str]:
-    cols = list(dict.fromkeys([*varied, *(k for r in rows for k in r)]))
+    flat = [_csv_row(r) for r in rows]
+    cols = list(dict.fromkeys([*varied, *(k for r in flat for k in r)]))
     with open(out_dir / "sweep.csv", "w", newline="") as f:  # every field, for tools
         w = csv.DictWriter(f, fieldnames=cols)
         w.writeheader()
-        w.writerows(rows)
+        w.writerows(flat)
     (out_dir / "sweep.json").write_text(json.dumps({"name": name, "varied": varied, "rows": rows}, indent=2))
     header, cells, notes = table(varied, rows)
     scenarios = sorted({str(r.get("scenario")) for r in rows})
     md = [f"# sweep {name}", "", f"varied: {', '.join(f'`{k}`' for k in varied)}"
-          + ("" if "scenario" in header else f"; scenario: {scenarios[0]}"), "",
-          "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+          + ("" if "scenario" in header else f"; scenario: {scenarios[0]}"), ""]
+    md += [repeats_note(rows), ""] if repeats_note(rows) else []
+    md += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     md += ["| " + " | ".join(c) + " |" for c in cells]
     md += [""] + [f"[{i}] {n}  " for i, n in enumerate(notes, 1)] if notes else []
     if best := winner_line(varied, rows):
@@ -176,6 +215,15 @@ def write_results(out_dir: Path, name: str, varied: list[str], rows: list[dict])
     md += [""] + [f"![{Path(p).stem}]({p})" for p in plots]
     (out_dir / "sweep.md").write_text("\n".join(md) + "\n")
     return plots
+
+
+def _csv_row(r: dict) -> dict:
+    """A row for sweep.csv: each spread as its field's _low, _high and _n columns (each repeat's values
+    are in sweep.json)."""
+    out = {k: v for k, v in r.items() if k not in ("spread", "values")}
+    for k, sp in (r.get("spread") or {}).items():
+        out.update({f"{k}_low": sp["low"], f"{k}_high": sp["high"], f"{k}_n": sp["n"]})
+    return out
 
 
 #: How a point is drawn: valid with accuracy passed, INVALID, accuracy failed.
@@ -214,7 +262,8 @@ def _plots(out_dir: Path, varied: list[str], rows: list[dict]) -> list[str]:
         fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4), squeeze=False)
         for ax, (sc, pts) in zip(axes[0], panels):
             _series_panel(ax, key, [k for k in varied if k not in (key, "loadgen.scenario")], pts)
-            ax.set_title(sc), ax.set_ylabel(f"tokens/s ({sc})")
+            ax.set_title(sc + (" (bars: each median's interval over its repeats)" if any(r.get("spread") for r in pts)
+                               else "")), ax.set_ylabel(f"tokens/s ({sc})")
         fig.suptitle(f"tokens/s vs {key}")
         fname = f"tokens_per_s_vs_{key.replace('.', '_')}.png"
         fig.tight_layout(), fig.savefig(out_dir / fname, dpi=100), plt.close(fig)
@@ -232,6 +281,11 @@ def _plots(out_dir: Path, varied: list[str], rows: list[dict]) -> list[str]:
                     ax.scatter([r["tpot_p99_ms"] for r in sel], [r["tokens_per_s"] for r in sel], s=60,
                                marker=style["marker"], color=color if kind == "ok" else style["color"],
                                label=f"{sc}: {style['label']}")
+                    xerr, yerr = error_bar(sel, "tpot_p99_ms"), error_bar(sel, "tokens_per_s")
+                    if xerr or yerr:  # repeats: each median's interval
+                        ax.errorbar([r["tpot_p99_ms"] for r in sel], [r["tokens_per_s"] for r in sel], xerr=xerr,
+                                    yerr=yerr, fmt="none", ecolor=color if kind == "ok" else style["color"],
+                                    alpha=0.6, capsize=3)
             good = [r for r in pts if point_kind(r) == "ok"]  # an INVALID point is not a trade-off on offer
             front = sorted((good[i]["tpot_p99_ms"], good[i]["tokens_per_s"])
                            for i in pareto_front(good, "tpot_p99_ms", "tokens_per_s"))
@@ -242,7 +296,7 @@ def _plots(out_dir: Path, varied: list[str], rows: list[dict]) -> list[str]:
                     ax.annotate(f"{fmt(r['target_qps'])} qps", (r["tpot_p99_ms"], r["tokens_per_s"]),
                                 textcoords="offset points", xytext=(5, 5), fontsize="small", color=color)
         ax.set_xlim(left=0), ax.set_ylim(bottom=0)
-        ax.set_xlabel("p99 TPOT (ms)"), ax.set_ylabel("tokens/s")
+        ax.set_xlabel(f"p99 TPOT (ms, {whose(streaming, 'tpot_ms')})"), ax.set_ylabel("tokens/s")
         ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0)
         ax.set_title("throughput vs p99 TPOT (streaming points)")
         fig.tight_layout(), fig.savefig(out_dir / "pareto_tpot.png", dpi=100), plt.close(fig)
@@ -269,6 +323,9 @@ def _series_panel(ax, key: str, others: list[str], pts: list[dict]) -> None:
         color = next(colors, "tab:gray")
         sel = sorted(sel, key=x_of)
         ax.plot([x_of(r) for r in sel], [r["tokens_per_s"] for r in sel], "-", color=color, alpha=0.5)
+        if yerr := error_bar(sel, "tokens_per_s"):  # repeats: each median's interval
+            ax.errorbar([x_of(r) for r in sel], [r["tokens_per_s"] for r in sel], yerr=yerr, fmt="none",
+                        ecolor=color, alpha=0.6, capsize=3)
         for kind, style in _STYLE.items():
             k_sel = [r for r in sel if point_kind(r) == kind]
             if k_sel:

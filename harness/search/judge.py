@@ -39,7 +39,8 @@ def judge(result: dict, slo: tuple[Limit, ...] = ()) -> Outcome:
     errors = error_count(result) + int(((result.get("harness") or {}).get("request_errors")) or 0)
     if errors:
         breaches.insert(0, f"{errors} error(s) in the run")
-    return Outcome(not breaches, "; ".join(breaches), margin, stats)
+    said = "VALID" if is_valid(result) else f"INVALID ({invalid_reason(result) or 'no reason given'})"
+    return Outcome(not breaches, "; ".join(breaches), margin, stats, loadgen=said)
 
 
 def progress_line(n: int, axis: str, value: float, repeat: int, out: Outcome, low, high, how: str) -> str:
@@ -48,6 +49,9 @@ def progress_line(n: int, axis: str, value: float, repeat: int, out: Outcome, lo
     stats = ", ".join(f"{name} {('-' if s['value'] is None else format(s['value'], '.1f'))}/{s['limit']:g}"
                       for name, s in out.stats.items())
     bracket = f"[{'-' if low is None else format(low, 'g')}, {'-' if high is None else format(high, 'g')}]"
-    verdict = "PASS" if out.passed else f"FAIL ({out.reason})"
+    verdict = ("PASS" if out.passed else f"FAIL ({out.reason})") + (" by the SLO" if out.loadgen else "")
+    # Under an SLO, LoadGen's own verdict is not asked: a short probe is often INVALID to it (early
+    # stopping needs more queries than a probe has), which is a short run's estimate, not a failed probe.
+    lg = f"; LoadGen's own verdict, not asked: {out.loadgen}" if out.loadgen and out.loadgen != "VALID" else ""
     return (f"probe {n}: {axis}={value:g}{f' (repeat {repeat})' if repeat else ''} ({how}): {verdict}"
-            f"{'; ' + stats if stats else ''}; bracket {bracket}")
+            f"{'; ' + stats if stats else ''}; bracket {bracket}{lg}")

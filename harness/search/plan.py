@@ -5,10 +5,12 @@ Bracket, then bisect: from `start` the load grows by `growth` while probes pass 
 fail) until one passes and the next fails; then the midpoint is probed until the bracket's width is
 within `tolerance` of its low end (for a whole-number axis such as concurrency: until it is 1 wide).
 
-The noise rule: a passing probe whose worst statistic lies within `noise` of its limit is run again
-with other LoadGen seeds, `repeats` runs in all, and its load passes only if every run passes. A
-failing run is never retried (one more run could only fail again or pass by luck), so the search errs
-low: the load it reports passed every time it was run.
+The noise rule: a load whose first run's worst statistic lies within `noise` of its limit (a pass or a
+fail near the knee) is run `repeats` times in all, with other LoadGen seeds, as aiperf runs trials; a
+load far from every limit is run once. A load passes only if every run passes, so the search errs
+low: the load it reports passed every time it was run. A load whose runs disagree flips: the knee
+lies there, and it is tried again, up to `repeats` more times, while the search's budget of `retries`
+lasts, so each load's evidence (runs that passed / runs, `Result.tried`) says how sure its verdict is.
 
 Every load is rounded to 4 significant digits before it is probed, so a rerun, a wider range or a
 tighter tolerance asks for the same loads again and finds their probes cached.
@@ -31,6 +33,7 @@ class Outcome:
     reason: str = ""  # why it failed ("" when it passed)
     margin: float | None = None  # worst statistic over its limit (1.0: exactly at the limit)
     stats: dict = field(default_factory=dict)  # what the progress line and search.md show
+    loadgen: str = ""  # LoadGen's own verdict where an SLO judged instead (not asked: shown as what it is)
 
     def near(self, noise: float) -> bool:
         return self.margin is not None and abs(self.margin - 1.0) <= noise
@@ -44,7 +47,8 @@ class Plan:
     growth: float = 2.0
     tolerance: float = 0.02
     noise: float = 0.1
-    repeats: int = 2
+    repeats: int = 3
+    retries: int = 3
     max_probes: int = 30
     whole: bool = False  # a whole-number axis (concurrency)
 
@@ -62,6 +66,15 @@ class Result:
     stopped: str  # why the search ended
     runs: list[tuple[Probe, Outcome]]
 
+    @property
+    def tried(self) -> dict[float, tuple[int, int]]:
+        """Each load probed: (runs that passed, runs), in the order first probed."""
+        out: dict[float, tuple[int, int]] = {}
+        for probe, out_ in self.runs:
+            passes, runs = out.get(probe.value, (0, 0))
+            out[probe.value] = (passes + bool(out_.passed), runs + 1)
+        return out
+
 
 class _OutOfProbes(Exception):
     pass
@@ -70,19 +83,27 @@ class _OutOfProbes(Exception):
 def plan(p: Plan) -> Generator[Probe, Outcome, Result]:
     runs: list[tuple[Probe, Outcome]] = []
     judged: dict[float, bool] = {}
+    budget = [p.retries]  # further tries, search-wide, for loads whose runs disagree
+
+    def run(value: float, k: int) -> Generator[Probe, Outcome, Outcome]:
+        if len(runs) >= p.max_probes:
+            raise _OutOfProbes
+        probe = Probe(value, k)
+        out = yield probe
+        runs.append((probe, out))
+        return out
 
     def judge(value: float) -> Generator[Probe, Outcome, bool]:
         if value in judged:
             return judged[value]
-        for k in range(p.repeats):
-            if len(runs) >= p.max_probes:
-                raise _OutOfProbes
-            probe = Probe(value, k)
-            out = yield probe
-            runs.append((probe, out))
-            if not out.passed or not out.near(p.noise):
-                break
-        judged[value] = all(o.passed for q, o in runs if q.value == value)
+        tries = [(yield from run(value, 0))]
+        if tries[0].near(p.noise):  # near the knee: its trials
+            while len(tries) < p.repeats:
+                tries.append((yield from run(value, len(tries))))
+        while len({o.passed for o in tries}) > 1 and budget[0] > 0 and len(tries) < 2 * p.repeats:  # it flips
+            budget[0] -= 1
+            tries.append((yield from run(value, len(tries))))
+        judged[value] = all(o.passed for o in tries)
         return judged[value]
 
     low = high = None

@@ -43,6 +43,11 @@ def add_parser(sub) -> None:
     b.add_argument("--params-file", default=DEFAULT_PARAMS)
     b.add_argument("--overrides", default="", help='"section.key=value,..." applied last')
     b.add_argument("--rerun-from", default="", help="measure again (RunLoadgen) instead of reusing a measurement")
+    b.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="measure N times in this run, each kept; the summary gives what the scenario is judged by as "
+                        "median [interval of the median] (3 at least for compare to judge a change)")
+    b.add_argument("--converge", type=float, default=0.0, metavar="W",
+                   help="with --repeat: stop once that median is known within +-W (a share, e.g. 0.02) at 95%%")
     b.add_argument("--verbose", action="store_true", help="show third-party warnings and chatter")
 
 
@@ -96,7 +101,7 @@ def dataset_overrides(dataset: str) -> list[str]:
 def run(args) -> int:
     try:  # bad flags and parameters: one line each, nothing run
         task = Bench(params_file=args.params_file, overrides=overrides(args), rerun_from=args.rerun_from,
-                     verbose=args.verbose)
+                     repeat=args.repeat, converge=args.converge, verbose=args.verbose)
     except PerfdagError as e:
         print(e)
         return 2

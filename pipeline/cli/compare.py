@@ -1,9 +1,11 @@
-"""`python -m pipeline compare RUN_OR_REPORT RUN_OR_REPORT`: two FullRuns side by side.
+"""`python -m pipeline compare RUN_OR_REPORT RUN_OR_REPORT`: two FullRuns side by side, with their noise.
 
 Each argument names one observation of a FullRun (every execution of a measurement is kept): a
 report (report.json or its directory), KEY@OBSERVATION (`python -m pipeline history` lists them),
 a FullRun key (its first characters will do: its latest observation), or a run id under
-artifacts/runs/ whose run touched one FullRun (the observation that run made or read).
+artifacts/runs/ whose run touched one FullRun (the observation that run made or read). Each side's
+noise comes from its run's repeats (`--repeat`), else from every observation of its key; a change is
+called worse or better only outside it (Mann-Whitney's test, p <= 0.10, beyond the metric's floor).
 """
 from __future__ import annotations
 
@@ -25,6 +27,6 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     store = ArtifactStore(artifacts_root(), signing_key=signing_key())
-    doc = compare(load(resolve(args.a, store)), load(resolve(args.b, store)))
+    doc = compare(load(resolve(args.a, store), store), load(resolve(args.b, store), store))
     print(json.dumps(doc, indent=2, default=str) if args.json else render(doc))
     return 0

@@ -26,6 +26,11 @@ def add_parser(sub) -> None:
     sp.add_argument("--sessions", action="store_true",
                     help="over the users of an agentic replay instead: one RunSessions per sessions.users level "
                          "(default levels up to sessions.users)")
+    sp.add_argument("--repeat", type=int, default=1, metavar="N",
+                    help="measure every point N times: each number is the median [interval] of its repeats, the plot "
+                         "draws the intervals, and `~` marks points the noise cannot tell from the front")
+    sp.add_argument("--converge", type=float, default=0.0, metavar="W",
+                    help="with --repeat: a point stops once its tokens/s median is known within +-W at 95%%")
     sp.add_argument("--keep-servers", action="store_true", help="leave the servers running afterwards")
     sp.add_argument("--verbose", action="store_true", help="show third-party warnings and chatter")
 
@@ -34,7 +39,8 @@ def run(args) -> int:
     try:
         flow = SessionsFrontier if args.sessions else Frontier
         task = flow(params_file=args.params_file, overrides=args.overrides, levels=args.levels,
-                        max_level=args.max_level, engines=args.engines, gpus=args.gpus,
+                        max_level=args.max_level, engines=args.engines, gpus=args.gpus, repeat=args.repeat,
+                        converge=args.converge,
                         keep_servers=args.keep_servers, verbose=args.verbose)
         task.definition  # noqa: B018  every point's parameters checked before any stage runs
     except PerfdagError as e:

@@ -10,7 +10,8 @@ from tasks.settings import DEFAULT_PARAMS
 
 #: flag -> the search.* key it sets (after --overrides)
 FLAGS = {"slo": "slo", "axis": "axis", "start": "start", "tolerance": "tolerance",
-         "probe_min_duration_ms": "probe_min_duration_ms", "probe_min_query_count": "probe_min_query_count"}
+         "probe_min_duration_ms": "probe_min_duration_ms", "probe_min_query_count": "probe_min_query_count",
+         "repeat": "repeats", "retries": "retries"}
 
 
 def add_parser(sub) -> None:
@@ -29,6 +30,10 @@ def add_parser(sub) -> None:
     sp.add_argument("--tolerance", type=float, help="the bracket's final width over its low end (default 0.02)")
     sp.add_argument("--probe-min-duration-ms", type=int, help="each probe's loadgen.min_duration_ms")
     sp.add_argument("--probe-min-query-count", type=int, help="each probe's loadgen.min_query_count")
+    sp.add_argument("--repeat", type=int, metavar="N", help="runs of a load near the knee (search.repeats, default "
+                                                            "3): it passes only if every run does")
+    sp.add_argument("--retries", type=int, metavar="N", help="further runs, per search, of loads whose runs disagree "
+                                                             "(search.retries, default 3): how sure the knee is")
     sp.add_argument("--sweep", default="", help="search every point of this sweep file (the table names the best)")
     sp.add_argument("--grid", default="", help="search every point of these axes, e.g. 'build.max_batch_size=4,8' "
                                                "(with --sweep, added to its grid)")

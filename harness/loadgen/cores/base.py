@@ -95,6 +95,8 @@ class Core:
         self.closing = False
         self.sent = 0
         self.completed = 0
+        self.empty = 0                     # timed answers with no token at all (before LoadGen's padding)
+        self.finish_reasons: collections.Counter = collections.Counter()  # the server's own, where it says one
         self.warm_left = 0
         self.warm_done = threading.Event()
         self._last_alive = 0
@@ -188,6 +190,8 @@ class Core:
             if self.warm_left <= 0:
                 self.warm_done.set()
             return
+        if n == 0:
+            self.empty += 1
         if n < MIN_TOKENS and self.eos:
             # A model that stops at once (or after one token) is counted as NVIDIA's harness counts it
             # (mlcommons/inference_results_v4.1 closed/NVIDIA code/harness/harness_llm/llm_core.cc and
@@ -207,6 +211,11 @@ class Core:
             if self.report_first:
                 self.sink.put(First(qid, now, data[:4] if data else self.eos))
         self.sink.put(Done(qid, t_first if self.streaming else 0, now, data, n, pack_chunks(chunks), t_sent))
+
+    def note_finish(self, qid, reason: str | None) -> None:
+        """The server's own finish_reason for a timed answer (OpenAI servers; None: it sent none)."""
+        if reason and not isinstance(qid, str):
+            self.finish_reasons[reason] += 1
 
     def fail(self, message: str, qid=None) -> None:
         if self.failed:

@@ -4,10 +4,24 @@ as it arrives (http_pool.py), and a close that lets them finish, then cancels wh
 the frontend's connection pool back."""
 from __future__ import annotations
 
+import re
 import time
 
 from harness.loadgen.cores.base import Core
 from harness.untrusted.limits import event_too_large
+
+_FINISH = re.compile(rb'"finish_reason"\s*:\s*"([A-Za-z_]{1,32})"')
+
+
+def finish_reason(body: bytes) -> str | None:
+    """The last non-null finish_reason in a response's bytes (an OpenAI server's word for why it
+    stopped: "stop", "length"...), found without parsing JSON; None where it says none."""
+    at = body.rfind(b'"finish_reason"')
+    while at >= 0:
+        if m := _FINISH.match(body, at):
+            return m.group(1).decode()
+        at = body.rfind(b'"finish_reason"', 0, at)  # null in the last event (a usage-only one follows)
+    return None
 
 
 class EventScan:
@@ -20,6 +34,7 @@ class EventScan:
         self.core, self.qid = core, qid
         self.t_first = 0
         self.rest = b""
+        self.finish: str | None = None
         self.limit = core.max_event
 
     def feed(self, chunk: bytes) -> None:
@@ -36,12 +51,18 @@ class EventScan:
         self.rest = chunk[end + 2:]
         if len(self.rest) > self.limit:
             raise event_too_large(self.limit, len(self.rest))
-        self._scan(chunk[:end + 2])
+        self._events(chunk[:end + 2])
+
+    def _events(self, region: bytes) -> None:
+        if b'"finish_reason"' in region:
+            self.finish = finish_reason(region) or self.finish
+        self._scan(region)
 
     def end(self):
         region, self.rest = self.rest, b""
         if region.strip():
-            self._scan(region + b"\n\n")
+            self._events(region + b"\n\n")
+        self.core.note_finish(self.qid, self.finish)
         return self.result()
 
     def _scan(self, region: bytes) -> None:

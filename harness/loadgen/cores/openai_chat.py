@@ -23,7 +23,7 @@ import numpy as np
 
 from harness.loadgen.cores.aioloop import FrontendLoop
 from harness.loadgen.cores.base import MIN_TOKENS
-from harness.loadgen.cores.http_core import EventScan, HttpCore
+from harness.loadgen.cores.http_core import EventScan, HttpCore, finish_reason
 from harness.loadgen.cores.http_pool import Target
 from harness.loadgen.cores.openai_http import _Pool  # one pool per frontend, shared by both OpenAI cores
 from harness.serving.openai import chat
@@ -81,6 +81,7 @@ class OpenAIChatCore(HttpCore):
             else:
                 t_first, raw = 0, await self.post_read(self._body(sample))
                 usage = chat.usage_tokens(raw)
+                self.note_finish(qid, finish_reason(raw))
             self.sent += 1
             data, n = self._finish(qid, sample, raw, usage)
         except Exception as exc:  # a request that fails ends the run, naming the server

@@ -26,7 +26,7 @@ import time
 import numpy as np
 
 from harness.loadgen.cores.aioloop import FrontendLoop
-from harness.loadgen.cores.http_core import EventScan, HttpCore
+from harness.loadgen.cores.http_core import EventScan, HttpCore, finish_reason
 from harness.loadgen.cores.http_pool import HttpPool as _Pool
 from harness.loadgen.cores.http_pool import Target
 from harness.loadgen.openai_api import TOKEN_ID_SERVERS, methods
@@ -111,7 +111,9 @@ class OpenAIHttpCore(HttpCore):
                 await self.post(body, scan.feed)
                 t_first, data, n = scan.end()
             elif self.output_method == "server" and not self.keep_tokens:
-                t_first, data, n = 0, b"", _count_ids(await self.post_read(body))
+                whole = await self.post_read(body)
+                self.note_finish(qid, finish_reason(whole))
+                t_first, data, n = 0, b"", _count_ids(whole)
             else:
                 t_first, data, n = await self._decoded(qid, body)
             self.sent += 1
@@ -125,7 +127,7 @@ class OpenAIHttpCore(HttpCore):
 
     async def _decoded(self, qid, body: bytes) -> tuple[int, bytes, int]:
         """Every event decoded as JSON: re-tokenized text, and non-streamed responses."""
-        state = {"ids": [], "text": [], "t_first": 0}
+        state = {"ids": [], "text": [], "t_first": 0, "finish": None}
         if self.streaming:
             parser = SSEParser(self.max_event)
 
@@ -137,6 +139,7 @@ class OpenAIHttpCore(HttpCore):
                 self._event(qid, data, state)
         else:
             self._event(qid, (await self.post_read(body)).decode(), state)
+        self.note_finish(qid, state["finish"])
         if self.output_method == "server":
             toks = np.asarray(state["ids"], dtype=np.int32)
         else:
@@ -159,6 +162,8 @@ class OpenAIHttpCore(HttpCore):
         if "error" in obj and not obj.get("choices"):
             raise RuntimeError(f"server error: {obj['error']}")
         for choice in obj.get("choices") or ():
+            if isinstance(choice.get("finish_reason"), str):
+                state["finish"] = choice["finish_reason"]
             if self.output_method == "server":
                 new = [int(x) for x in (choice.get("token_ids") or ())]
                 state["ids"] += new

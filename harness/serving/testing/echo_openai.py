@@ -26,7 +26,9 @@ so a test sees what the server received. A request with `tools` ends with a call
 `--no-usage` leaves usage out (a server that sends none). Usage counts the request's messages as
 JSON in 4-character pieces (`prompt_tokens`) and, in `prompt_tokens_details.cached_tokens`, the
 pieces of its longest common prefix with an earlier request (a prefix cache that never evicts).
-`--chat-tool-calls` makes that call a `bash` call running the last message's text, its id and name
+`--empty-share F` answers that share of completions with no token at all (finish_reason stop), and
+`--finish-reason R` says R whatever happened: a server whose answers are mostly empty, or whose
+finish reasons contradict its output. `--chat-tool-calls` makes that call a `bash` call running the last message's text, its id and name
 first and its arguments in three pieces. `--record FILE` appends one JSON line per chat request
 before its reply's last event: arrival and end (time.monotonic(), one clock for every process on
 the host), the request's headers (lower-case names) and body. For the session tests.
@@ -121,8 +123,12 @@ async def _complete(writer, body: dict, args) -> None:
 
 async def _complete_timed(writer, body: dict, args, first: dict) -> None:
     toks = echo_tokens(body.get("prompt", ""), body.get("max_tokens", 16), args.eos_id)
+    _COMPLETIONS[0] += 1
+    if (_COMPLETIONS[0] * args.empty_share) % 1 >= 1 - args.empty_share - 1e-9:  # that share of them, spread out
+        toks = []
     ids = args.token_ids or body.get("return_token_ids") or body.get("detokenize") is False
-    finish = "stop" if args.eos_id is not None and toks and toks[-1] == args.eos_id else "length"
+    finish = "stop" if not toks or (args.eos_id is not None and toks[-1] == args.eos_id) else "length"
+    finish = args.finish_reason or finish
     if not body.get("stream"):
         n_in = len(body.get("prompt") or ()) if isinstance(body.get("prompt"), list) else 0
         doc = {"id": "cmpl-echo", "object": "text_completion", "created": 0, "model": body.get("model", ""),
@@ -166,6 +172,7 @@ async def _complete_timed(writer, body: dict, args, first: dict) -> None:
 
 _CACHE: dict = {}
 _ARRIVALS = [0]  # streamed completions so far (--stall-request)
+_COMPLETIONS = [0]  # completions asked for so far (--empty-share)
 
 
 def image_digest(url: str) -> str:
@@ -357,6 +364,9 @@ def main() -> None:
                     help="vllm: /metrics with vLLM's request phases; trtllm: trtllm-serve's /perf_metrics")
     ap.add_argument("--stall-request", type=int, default=0,
                     help="the Nth streamed completion (1-based) sends its first event, then nothing, on an open connection")
+    ap.add_argument("--empty-share", type=float, default=0.0,
+                    help="completions: answer this share of requests with no token (finish_reason stop)")
+    ap.add_argument("--finish-reason", default=None, help="completions: say this finish_reason whatever happened")
     ap.add_argument("--hold", type=int, action="append", default=[],
                     help="also listen on this port (a stack's side channel: NIXL's, SGLang's bootstrap)")
     ap.add_argument("--mooncake-bootstrap", type=int, default=None,
