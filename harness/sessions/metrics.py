@@ -22,15 +22,15 @@ def row(rec, t0: float) -> dict:
     """One turn as written to turns.jsonl (times relative to `t0`)."""
     r, usage = rec.reply, rec.reply.usage or {}
     rel = (lambda t: None if t is None else round(t - t0, 6))
-    n_out = usage.get("completion_tokens") if isinstance(usage.get("completion_tokens"), int) else len(r.token_times)
+    n_out = usage.get("completion_tokens") if isinstance(usage.get("completion_tokens"), int) else r.events
     details = usage.get("prompt_tokens_details") or {}
     return {"user": rec.user, "conversation_id": rec.conversation_id, "source_id": rec.source_id,
             "repeat": rec.repeat, "turn": rec.turn.turn, "index": rec.turn.index,
             "t_sent": rel(r.t_sent), "t_first": rel(r.t_first), "t_last": rel(r.token_times[-1] if r.token_times else None),
             "t_end": rel(r.t_end), "events": len(r.token_times), "output_tokens": n_out,
             "input_tokens": usage.get("prompt_tokens"), "cached_tokens": details.get("cached_tokens"),
-            "input_messages": len(rec.turn.messages), "in_window": rec.in_window,
-            "finish_reason": r.finish_reason, "error": r.error, **r.message()}
+            "input_messages": rec.turn.size, "in_window": rec.in_window,
+            "finish_reason": r.finish_reason, "error": r.error, "sent": r.sent, **r.message()}
 
 
 def derived(r: dict) -> dict:
@@ -57,7 +57,8 @@ def _mean(values):
 
 
 def concurrency(rows: list[dict]) -> list[tuple[float, int]]:
-    """Turns in flight over time: (time, count) at every send and end."""
+    """Turns in flight over time: (time, count) at every send and end (turns never sent left out)."""
+    rows = [r for r in rows if r.get("sent", True)]
     events = sorted([(r["t_sent"], 1) for r in rows] + [(r["t_end"], -1) for r in rows], key=lambda e: (e[0], e[1]))
     out, n = [], 0
     for t, d in events:
@@ -118,7 +119,9 @@ def summarize(rows: list[dict], window_end: float | None, t_end: float) -> dict:
         "input_tokens": _stats(inputs), "output_tokens": _stats(r["output_tokens"] for r in measured),
         "cached_tokens": {"reported": bool(cached), "total": sum(cached),
                           "of_input": round(sum(cached) / sum(inputs), 4) if cached and sum(inputs) else None},
-        "duration_s": round(t_end, 6), "turns": len(rows),
+        "duration_s": round(t_end, 6), "turns": sum(r.get("sent", True) for r in rows),
+        "failed_turns": sum(r["error"] is not None and r.get("sent", True) for r in rows),
+        "aborted_turns": sum(not r.get("sent", True) for r in rows),
         "by_turn_index": by_turn_index(measured),
     }
 
