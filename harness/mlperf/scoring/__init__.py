@@ -18,13 +18,22 @@ from harness.mlperf.scoring.common import (
     DatasetColumnError,
     LogEntryError,
     ScoringInputError,
+    accuracy_txt as common_accuracy_txt,
     all_entries,
     check_columns,
     first_entries,
     text_entries,
 )
 
-__all__ = ["score_log", "ScoringInputError", "LogEntryError", "DatasetColumnError"]
+__all__ = ["score_log", "accuracy_txt", "ScoringInputError", "LogEntryError", "DatasetColumnError"]
+
+
+def accuracy_txt(benchmark, scores: dict) -> str:
+    """accuracy.txt in the reference form of `benchmark`'s evaluation script (its registry entry, or None
+    for an entry the registry does not know: the LLM scripts' printed dict): the scorer module's own
+    `accuracy_txt(scores)` where it has one (qwen3-vl's `{"f1": x}` JSON), else the LLM scripts' form."""
+    own = getattr(benchmark.scoring(), "accuracy_txt", None) if benchmark is not None else None
+    return own(scores) if own is not None else common_accuracy_txt(scores)
 
 
 def score_log(benchmark, log_entries: list[dict], dataset, tokenizer, *, code_runner=None,
