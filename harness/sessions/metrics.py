@@ -11,10 +11,13 @@ end, as LoadGen measures a query issued before its run ends).
 """
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 import numpy as np
 
+from harness.loadgen.chunks import distribution, pct_key
+from harness.loadgen.early_stopping import estimate
+from harness.loadgen.results import ES_PERCENTILES
 from harness.sessions.scheduler import Replay
 
 
@@ -124,6 +127,31 @@ def summarize(rows: list[dict], window_end: float | None, t_end: float) -> dict:
         "aborted_turns": sum(not r.get("sent", True) for r in rows),
         "by_turn_index": by_turn_index(measured),
     }
+
+
+def measured(rows: list[dict]) -> dict:
+    """The window's turns in the form of a LoadGen run's client-side measurement (result.json `measured`:
+    distributions in ms and tokens, early-stopping estimates, counts, throughput), for the endpoints
+    results layout: each measured turn is one sample."""
+    done = [r for r in rows if r["in_window"] and r["error"] is None]
+    d = [derived(r) for r in done]
+    last = max((r["t_end"] for r in done), default=0.0)
+    tokens = sum(r["output_tokens"] or 0 for r in done)
+    series = {"latency_ms": [x["latency_ms"] for x in d], "ttft_ms": [x["ttft_ms"] for x in d if x["ttft_ms"] is not None],
+              "tpot_ms": [x["tpot_ms"] for x in d if x["tpot_ms"] is not None]}
+    arrays = {k: np.asarray(v, dtype=np.float64) for k, v in series.items()}
+    return {"requests": len(done), "tokens": tokens,
+            "failed": sum(r["error"] is not None for r in rows),
+            "duration_s": round(last, 6) if last > 0 else None,
+            "samples_per_s": round(len(done) / last, 3) if last > 0 else None,
+            "tokens_per_s": round(tokens / last, 3) if last > 0 else None,
+            **{k: distribution(v) for k, v in arrays.items()},
+            "output_tokens": distribution(np.asarray([r["output_tokens"] or 0 for r in done], dtype=np.float64)),
+            "input_tokens": distribution(np.asarray([r["input_tokens"] for r in done if r["input_tokens"] is not None],
+                                                    dtype=np.float64)),
+            "early_stopping": {k: {pct_key(100 * q): estimate(v, q) for q in ES_PERCENTILES}
+                               for k, v in arrays.items() if v.size},
+            "finish_reasons": dict(Counter(r["finish_reason"] for r in done if r.get("finish_reason")))}
 
 
 def rows_of(rep: Replay) -> list[dict]:

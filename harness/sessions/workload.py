@@ -116,6 +116,7 @@ def run_sessions(urls: str | Sequence[str], trajectories: Sequence[Trajectory], 
         "trajectories": {"conversations": len(trajectories), "client_turns": sum(len(t.turns) for t in trajectories),
                          "started": rep.started},
         "metrics": metrics.summarize(rows, window_end, rep.t_end - t0),
+        "measured": metrics.measured(rows),  # the window's turns as a LoadGen run's client-side numbers
         "inline_accuracy": {k: v for k, v in scored.items() if k != "per_turn"},
         "osl": osl,
         "concurrency": metrics.concurrency(rows),

@@ -113,6 +113,13 @@ class Benchmark:
     #: dataset of its own (qwen3-vl's Interactive: the 8k subset, its own F1 reference); the checker's
     #: accuracy-target and accuracy-sample-count per scenario.
     scenario_datasets: Mapping[str, tuple[str, int, tuple[Metric, ...]]] = field(default_factory=dict)
+    #: The results layouts the round's checker reads for it, the first the default: "loadgen" (LoadGen's
+    #: logs) and "endpoints" (config.yaml, result_summary.json, accuracy_results.json: the checker's
+    #: ENDPOINTS_ALLOWED_MODELS).
+    layouts: tuple[str, ...] = ("loadgen",)
+    #: What measures its performance: "loadgen" (RunLoadgen) or "sessions" (a replay of agentic
+    #: trajectories, RunSessions: qwen3.6-27b).
+    workload: str = "loadgen"
 
     def scoring(self) -> ModuleType:
         """The scorer module."""

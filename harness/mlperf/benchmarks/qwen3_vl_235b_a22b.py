@@ -103,6 +103,7 @@ BENCHMARK = Benchmark(
     accuracy_sample_count=None,
     min_queries={"Offline": 1, "Server": 270336},
     aliases=("qwen3-vl-235b-a22b-99", "qwen3-vl"),
+    layouts=("loadgen", "endpoints"),  # in the checker's ENDPOINTS_ALLOWED_MODELS (constants.py v6.1)
     scenario_datasets={"Interactive": (
         "nvidia/Shopify-product-catalogue-8k (8,000 rows of the catalogue, the same columns)", 8000,
         (Metric("f1", 0.7878),))},
