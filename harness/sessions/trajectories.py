@@ -91,6 +91,7 @@ class Trajectory:
 class TrajectoryFile:
     trajectories: list[Trajectory]
     metadata: list[dict]        # the `_type: dataset_metadata` rows, as they are
+    rows: list[dict]            # every other row as it is, each conversation's in turn order
 
 
 def _problem(path: Path, line: int, what: str) -> InputError:
@@ -311,7 +312,9 @@ def read_trajectory_file(path: str | Path, max_rows: int = MAX_ROWS,
         last = cid
     if not groups:
         raise InputError(f"trajectory file {path}: no rows; give a JSONL file with one message per line")
-    return TrajectoryFile([_conversation(path, cid, g) for cid, g in groups.items()], metadata)
+    trajectories = [_conversation(path, cid, g) for cid, g in groups.items()]
+    return TrajectoryFile(trajectories, metadata,
+                          [row for g in groups.values() for _, row in sorted(g, key=lambda r: r[1]["turn"])])
 
 
 def read_trajectories(path: str | Path, **limits) -> list[Trajectory]:
