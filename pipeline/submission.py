@@ -82,17 +82,19 @@ class Submission(StageTask):  # not in STAGES: one tree over several scenarios
 
     @cached_property
     def layout_name(self) -> str:
-        """The results layout: --layout, else the benchmark's first; one the round's checker reads for it."""
+        """The results layout: --layout, else the benchmark's first (checked by layout_problems)."""
+        return str(self.layout) or (self.entry.layouts[0] if self.entry is not None else "loadgen")
+
+    def layout_problems(self) -> list[str]:
+        """The layout must be one the round's checker reads for the benchmark (its ENDPOINTS_ALLOWED_MODELS)."""
         allowed = self.entry.layouts if self.entry is not None else ("loadgen",)
-        chosen = str(self.layout) or allowed[0]
-        if chosen not in allowed:
-            what = self.entry.name if self.entry is not None else "an entry of no MLPerf benchmark"
-            raise ParamsError([f"--layout {chosen}: {what} is submitted in the {' or '.join(allowed)} layout only "
-                               f"(the checker's ENDPOINTS_ALLOWED_MODELS); use --layout {allowed[0]}"])
-        if chosen == "endpoints" and self.params.loadgen.round != "v6.1":
-            raise ParamsError([f"--layout endpoints: the checker reads it from v6.1 on; loadgen.round is "
-                               f"{self.params.loadgen.round}"])
-        return chosen
+        what = self.entry.name if self.entry is not None else "an entry of no MLPerf benchmark"
+        if self.layout_name not in allowed:
+            return [f"--layout {self.layout_name}: {what} is submitted in the {' or '.join(allowed)} layout only "
+                    f"(the checker's ENDPOINTS_ALLOWED_MODELS); use --layout {allowed[0]}"]
+        if self.layout_name == "endpoints" and self.params.loadgen.round != "v6.1":
+            return [f"--layout endpoints: the checker reads it from v6.1 on; loadgen.round is {self.params.loadgen.round}"]
+        return []
 
     @cached_property
     def sessions_measured(self) -> bool:
@@ -118,6 +120,7 @@ class Submission(StageTask):  # not in STAGES: one tree over several scenarios
                                                   system_name=sub.system_name or sub.system, source=src)
             measurements = system_desc.measurements(_measurement_defaults(p), meas, source=src)
             problems += self.category_problems(desc["system_type"])
+            problems += self.layout_problems()
         except InputError as e:
             problems += e.problems or [str(e)]
             desc, measurements = {}, {}

@@ -114,3 +114,62 @@ def test_a_qwen3_6_27b_tree_draws_only_the_shortenings_errors(checkout, tmp_path
     assert not [w for w in v["warnings"] if "accuracy not met" in w]
     (r,) = v["read"]
     assert r["endpoints"] and r["scenario"] == "SingleStream" and r["accuracy_metrics"] == 0.8623 and r["passed"]
+
+
+SYSTEM_YAML = REPO / "params" / "systems" / "cpu-example.yaml"
+AS_8B = ("submission.submitter=PerfDag,submission.system=cpu_tiny,submission.benchmark=tiny-llama-int8,"
+         "submission.maps_to=llama3.1-8b,loadgen.mlperf_model=llama3.1-8b")
+
+
+def _submission(root, *args, overrides=f"{SHORT},{AS_8B}", system=SYSTEM_YAML):
+    env = {**os.environ, "PERFDAG_ARTIFACTS": str(root)}
+    return subprocess.run([sys.executable, "-m", "pipeline", "submission", "--overrides", overrides,
+                           "--system", str(system), *args], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=1500)
+
+
+@pytest.mark.parametrize("args, overrides, words", [
+    (["--layout", "endpoints", "--scenarios", "Offline"],
+     f"{SHORT},submission.submitter=X,submission.system=s,submission.benchmark=b,submission.maps_to=mixtral-8x7b,"
+     "loadgen.mlperf_model=mixtral-8x7b,loadgen.round=v6.0",
+     "--layout endpoints: mixtral-8x7b is submitted in the loadgen layout only"),
+    (["--layout", "loadgen", "--scenarios", "SingleStream"],
+     f"{SHORT},submission.submitter=X,submission.system=s,submission.benchmark=b,submission.maps_to=qwen3.6-27b",
+     "--layout loadgen: qwen3.6-27b is submitted in the endpoints layout only"),
+])
+def test_a_layout_the_checker_does_not_read_is_refused_before_anything_runs(tmp_path, args, overrides, words):
+    edge = "SingleStream" in args
+    proc = _submission(tmp_path / "a", *args, overrides=overrides,
+                       system=REPO / "params/systems" / ("cpu-edge-example.yaml" if edge else "cpu-example.yaml"))
+    assert proc.returncode == 2 and words in proc.stdout + proc.stderr, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert not (tmp_path / "a").exists()
+
+
+def test_pipeline_submission_writes_the_endpoints_layout_of_a_loadgen_benchmark(built_default, tmp_path, request):
+    """`pipeline submission --layout endpoints` for llama3.1-8b (the tiny model, open division): per scenario
+    config.yaml, result_summary.json and accuracy_results.json from perfdag's own runs; with the checker, only
+    a shortened run's errors."""
+    with copied_root(built_default, tmp_path / "a") as root:
+        out = tmp_path / "tree"
+        proc = _submission(root, "--layout", "endpoints", "--scenarios", "Offline,Server", "--out", str(out))
+    assert proc.returncode in (0, 10), proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "benchmark tiny-llama-int8 (maps to llama3.1-8b), endpoints layout" in proc.stdout
+    d = out / "open/PerfDag/results/cpu_tiny/tiny-llama-int8"
+    for scenario, kind in (("Offline", "offline"), ("Server", "online")):
+        config = yamlio.loads((d / scenario / "config.yaml").read_text())
+        assert config["type"] == kind and config["submission_ref"]["model"] == "llama3.1-8b"
+        summary = json.loads((d / scenario / "performance/result_summary.json").read_text())
+        assert summary["n_samples_completed"] > 0 and summary["latency"]["percentiles"]["50.0"] > 0
+        acc = json.loads((d / scenario / "accuracy/accuracy_results.json").read_text())
+        (entry,) = acc["accuracy_scores"]
+        assert entry["score"]["rouge1"] > 0 and entry["total_samples"] == 64
+        assert not (d / scenario / "performance/run_1").exists()  # no LoadGen logs in this layout
+    summary = json.loads((d / "Server/performance/result_summary.json").read_text())
+    assert summary["ttft"]["percentiles"]["99.0"] > 0 and summary["tpot"]["percentiles"]["50.0"] > 0
+    found = checker_checkout(tmp_path / "inference")
+    if found is None:
+        return
+    v = run_checker(found, out, "v6.1", tmp_path)
+    assert not v["crashed"], v["tail"]
+    assert unexpected(v["errors"]) == [], v["errors"]
+    assert sorted(r["scenario"] for r in v["read"]) == ["Offline", "server"] and all(r["endpoints"] for r in v["read"])
