@@ -7,12 +7,14 @@ headers, body). Both clients replay the same file (`--trajectories`, default the
 salting and tool delays on, `--users` conversations at a time, `--trajectories-to-issue` trajectories,
 `--max-tokens` per turn, greedy. Compared:
 * what was sent, from the two servers' records: per session id (X-Session-ID), the number of turns,
-  their order (each turn's message count), the salted system prompt and the last message of each turn;
+  their order (each turn's message count), the salted system prompt, the last message and the max
+  tokens (endpoints sends max_completion_tokens, perfdag max_tokens; the echo server honours both);
   equal means the two clients sent the same turns, in the same order, with the same salts;
 * per-turn TTFT and TPOT, each by its client's own clock: perfdag's from turns.jsonl (first read with
-  output - send; (last - first) / (tokens - 1)), endpoints' from its events.jsonl (sample.recv_first -
-  sample.issued; (last sample.recv_non_first - recv_first) / count of recv_non_first: the echo server
-  sends one token an event), per turn index: median over the conversations, and the ratio.
+  output - send; (last - first) / (tokens - 1)), endpoints' from its events.jsonl (the echo server
+  sends one token an event): sample.recv_first - sample.issued, and (sample.complete - recv_first) /
+  (tokens - 1) with the tokens counted in the completed text (one " t<id>" word a token from the echo
+  server), per turn index: median over the conversations, and the ratio.
 endpoints runs from its own virtual environment (Python 3.12+: `--endpoints-python`), as
 bench/vs_endpoints.py runs it; HF_HUB_OFFLINE=1 (no tokenizer: its ISL/OSL blocks stay empty).
 
@@ -115,9 +117,11 @@ def run_endpoints(url: str, args, out: Path) -> dict:
         raise RuntimeError(f"inference-endpoint exited {rc}: {' '.join(cmd)}\n"
                            f"{(out / 'log').read_text(errors='replace')[-3000:]}")
     per = defaultdict(lambda: {"recv": []})
+    kinds: dict[str, int] = defaultdict(int)
     for line in events.read_text().splitlines():
         e = json.loads(line)
         kind, uid = str(e.get("event_type")), e.get("sample_uuid")
+        kinds[kind] += 1
         if not uid:
             continue
         s = per[uid]
@@ -131,10 +135,22 @@ def run_endpoints(url: str, args, out: Path) -> dict:
             s["recv"].append(e["timestamp_ns"])
         elif kind.endswith("complete"):
             s["complete"] = e["timestamp_ns"]
+            s["tokens"] = len(_text(e.get("data")).split())  # " t<id>" a token from the echo server
     turns = [{"session": s["session"], "turn": s["turn"], "ttft_ms": (s["first"] - s["issued"]) / 1e6,
-              "tpot_ms": (max(s["recv"]) - s["first"]) / 1e6 / len(s["recv"]) if s["recv"] else None}
-             for s in per.values() if {"issued", "first", "session"} <= set(s)]
-    return {"wall_s": wall, "turns": turns, "command": cmd}
+              "tpot_ms": (s["complete"] - s["first"]) / 1e6 / (s["tokens"] - 1) if s.get("tokens", 0) > 1 else None}
+             for s in per.values() if {"issued", "first", "session", "complete"} <= set(s)]
+    return {"wall_s": wall, "turns": turns, "command": cmd, "event_types": dict(kinds)}
+
+
+def _text(data) -> str:
+    """The text inside an event's data (a string, or lists / objects holding strings)."""
+    if isinstance(data, str):
+        return data
+    if isinstance(data, list):
+        return "".join(_text(x) for x in data)
+    if isinstance(data, dict):
+        return "".join(_text(v) for v in data.values())
+    return ""
 
 
 def sent(record: Path) -> dict[str, list[dict]]:
@@ -146,12 +162,14 @@ def sent(record: Path) -> dict[str, list[dict]]:
         out[r["headers"].get("x-session-id")].append(
             {"t": r["t_arrive"], "messages": len(msgs), "system": next((m.get("content") for m in msgs
                                                                         if m.get("role") == "system"), None),
-             "last": msgs[-1] if msgs else None})
+             "last": msgs[-1] if msgs else None,
+             "max_tokens": r["body"].get("max_tokens") or r["body"].get("max_completion_tokens")})
     return {k: sorted(v, key=lambda x: x["t"]) for k, v in out.items()}
 
 
 def compare_sent(a: dict, b: dict) -> dict:
-    strip = (lambda seq: [(x["messages"], x["system"], json.dumps(x["last"], sort_keys=True)) for x in seq])
+    strip = (lambda seq: [(x["messages"], x["system"], json.dumps(x["last"], sort_keys=True), x["max_tokens"])
+                          for x in seq])
     same = [s for s in a if s in b and strip(a[s]) == strip(b[s])]
     return {"sessions_perfdag": len(a), "sessions_endpoints": len(b), "same_sessions": sorted(set(a) & set(b)) == sorted(a)
             and set(a) == set(b), "sessions_identical": len(same),
@@ -177,7 +195,7 @@ def table(doc: dict) -> str:
              f"{doc['args']['max_tokens']} tokens a turn, echo server paced at {doc['args']['pace_ms']} ms a token", "",
              f"- sent: {c['turns_perfdag']} turns (perfdag) / {c['turns_endpoints']} (endpoints) over "
              f"{c['sessions_perfdag']} / {c['sessions_endpoints']} sessions; identical sessions (turn order, message "
-             f"counts, salted system prompt, last message): {c['sessions_identical']}", "",
+             f"counts, salted system prompt, last message, max tokens): {c['sessions_identical']}", "",
              "| turn index | n | TTFT p50 ms perfdag | TTFT p50 ms endpoints | ratio | TPOT p50 ms perfdag | "
              "TPOT p50 ms endpoints | ratio |", "|---|---|---|---|---|---|---|---|"]
     f = (lambda v: "-" if v is None else f"{v:.2f}")
@@ -229,6 +247,7 @@ def main() -> int:
            "endpoints_by_index": by_index([t for t in runs["endpoints"]["turns"] if (t["session"], t["turn"]) in index],
                                           lambda t: index[(t["session"], t["turn"])]),
            "raw": {c: {"wall_s": r["wall_s"], "turns": r["turns"]} for c, r in runs.items()},
+           "endpoints_event_types": runs["endpoints"]["event_types"],
            "endpoints_command": runs["endpoints"]["command"]}
     RESULTS.mkdir(parents=True, exist_ok=True)
     name = f"vs_endpoints_sessions{'-smoke' if load >= MAX_LOAD else ''}-{doc['when']}.json"
