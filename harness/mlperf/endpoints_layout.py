@@ -69,6 +69,8 @@ def result_summary(measured: Mapping[str, Any], *, version: str, git_sha: str | 
     es = measured.get("early_stopping") or {}
     n = int(measured.get("requests") or 0)
     duration_s = measured.get("duration_s")
+    if duration_s is None and n and measured.get("samples_per_s"):  # a LoadGen run's: its span, from its rate
+        duration_s = n / measured["samples_per_s"]
     return {
         "version": version, "git_sha": git_sha, "test_started_at": 0,
         "n_samples_issued": n + int(measured.get("failed") or 0), "n_samples_completed": n,
