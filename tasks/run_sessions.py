@@ -31,6 +31,7 @@ SESSION_CODE = ("harness.sessions", "harness.sessions.trajectories", "harness.se
                 "harness.loadgen.cores.http_core", "harness.loadgen.cores.http_pool",  # its stream scan and pool
                 "harness.loadgen.cores.base", "harness.loadgen.cores.aioloop", "harness.loadgen.chunks",
                 "harness.loadgen.messages",
+                "harness.loadgen.early_stopping", "harness.loadgen.results", "harness.loadgen.verdict",  # metrics
                 "harness.reports.sessions")
 
 
@@ -90,8 +91,11 @@ class RunSessions(MeasuringStage):
         plan = Plan(users=s.users, trajectories=s.trajectories, salt=s.salt, tool_delays=s.tool_delays, drain=s.drain)
         req = Request(model=models[0] if models else "", max_tokens=s.max_tokens, temperature=s.temperature,
                       extra=dict(s.request_extra))
+        h = self.params.harness  # how much of an answer is read: no part of the key (tasks/base.py UNKEYED)
         result, per_turn = run_sessions(urls, trajectories, plan, req, out_dir, timeout_s=s.turn_timeout_s,
-                                        osl_band=tuple(s.osl_band) if s.osl_band else None)
+                                        osl_band=tuple(s.osl_band) if s.osl_band else None,
+                                        limits={"max_response_bytes": h.max_response_bytes,
+                                                "max_event_bytes": h.max_event_bytes})
         result["context_warnings"] = too_long
         (out_dir / "result.json").write_text(json.dumps(result, indent=1))
         (out_dir / "inline_accuracy.json").write_text(json.dumps(per_turn, indent=1))

@@ -16,7 +16,8 @@ from harness.mlperf import benchmarks
 #: The checker's metric types -> perfdag's metric names (the scorers' output keys).
 METRIC = {"ROUGE1": "rouge1", "ROUGE2": "rouge2", "ROUGEL": "rougeL", "ROUGELSUM": "rougeLsum", "GEN_LEN": "gen_len",
           "TOKENS_PER_SAMPLE": "tokens_per_sample", "exact_match": "exact_match", "gsm8k_accuracy": "gsm8k",
-          "mbxp_accuracy": "mbxp", "F1_HIERARCHICAL": "f1", "mAP": "overall_accuracy"}
+          "mbxp_accuracy": "mbxp", "F1_HIERARCHICAL": "f1", "mAP": "overall_accuracy",
+          "ACCURACY": "accuracy"}
 #: Benchmarks whose only route is the endpoints layout (tests/test_endpoints_layout.py).
 ENDPOINTS_ONLY = ("qwen3.6-27b",)
 
@@ -43,6 +44,10 @@ def test_a_shortened_closed_tree_draws_only_the_shortenings_errors(checkout, tmp
     assert not v["crashed"], v["tail"]
     assert unexpected_errors(v["errors"]) == []
     assert not [w for w in v["warnings"] if "accuracy not met" in w or "not hash" in w]
+    for verdict in tree.rglob("TEST01/verify_performance.txt"):  # its failure is the shortening's, nothing else
+        assert verdict.read_text().splitlines()[-1] == "TEST FAIL: Invalid results in the reference run"
+    for verdict in tree.rglob("TEST01/verify_accuracy.txt"):
+        assert "TEST PASS" in verdict.read_text().splitlines()
     category = "datacenter" if b.scenarios_in(round_, "datacenter") else "edge"
     assert sorted(r["scenario"] for r in v["read"]) == sorted(b.scenarios_in(round_, category)), v["read_log"]
     for r in v["read"]:

@@ -3,6 +3,7 @@ and configs (golden files; every option one its own parser defines), and bad lay
 any stage runs, naming the field."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -55,6 +56,8 @@ def rendered(p) -> list[dict]:
         ports[inst.name] = 8000 + k
         ports[f"{inst.name}_bootstrap"] = 9000 + k
         ports[f"{inst.name}_dist"] = 29500 + k
+        ports[f"{inst.name}_kv"] = 5600 + 8 * k
+        ports[f"{inst.name}_metrics"] = 29000 + k
     return normalise(render(p, instances, ["node0", "node1"], ports, "/repo", "/ckpt"))
 
 
@@ -263,7 +266,10 @@ def test_placement_error_is_a_perfdag_input_error():
     assert isinstance(e.value, PerfdagError)
 
 
-ROUTER_PYTHON = os.environ.get("PERFDAG_ROUTER_PYTHON", "")  # a Python with sglang-router and vllm-router
+# a Python with sglang-router and vllm-router: the test extra installs them beside perfdag
+ROUTER_PYTHON = os.environ.get("PERFDAG_ROUTER_PYTHON") or (
+    __import__("sys").executable if all(importlib.util.find_spec(m) for m in ("sglang_router", "vllm_router", "smg"))
+    else "")
 _PARSE = ("import importlib, json, sys; m = importlib.import_module(sys.argv[1] + '.launch_router'); "
           "a = m.parse_router_args(json.loads(sys.argv[2])); "
           "print(json.dumps({'pd': getattr(a, 'pd_disaggregation', False) or getattr(a, 'vllm_pd_disaggregation', False), 'prefill': [list(u) for u in a.prefill_urls], "
@@ -272,7 +278,7 @@ _PARSE = ("import importlib, json, sys; m = importlib.import_module(sys.argv[1] 
 
 @pytest.mark.skipif(not ROUTER_PYTHON, reason="set PERFDAG_ROUTER_PYTHON to a Python with sglang-router==0.3.2 and "
                                                "vllm-router==0.1.17 installed (not perfdag dependencies) to run")
-@pytest.mark.parametrize("stack,module", [("sglang", "sglang_router"), ("vllm", "vllm_router")])
+@pytest.mark.parametrize("stack,module", [("sglang", "sglang_router"), ("sglang", "smg"), ("vllm", "vllm_router")])
 @pytest.mark.parametrize("layout", ["disagg", "dp"])
 def test_router_argv_is_read_right_by_the_real_router_parser(stack, module, layout):
     """The routers' own parsers (parse_router_args of sglang-router and vllm-router) read perfdag's router
@@ -382,3 +388,26 @@ def test_a_forged_layout_field_makes_the_whole_servers_file_ignored(field, value
             "instance_node": "n0"}
     assert servers_of({"servers": [good]}, "servers.json")[0]["role"] == "router"
     assert servers_of({"servers": [good, {**good, field: value}]}, "servers.json") is None
+
+
+def test_every_layout_step_on_another_node_runs_in_the_jobs_container(monkeypatch):
+    """With slurm.container_image (pyxis/enroot), an instance started through srun on another node, and one
+    over several nodes, runs with the allocation's --container-image, the artifacts root mounted (rendered
+    and checked here: no pyxis on this host)."""
+    from harness.backends.openai.layouts import layout_specs
+    from harness.serving.launcher import placed_argv
+
+    image = "nvcr.io#nvidia/tritonserver:25.01-trtllm-python-py3"
+    monkeypatch.setenv("SLURM_JOB_ID", "41")
+    monkeypatch.setenv("SLURMD_NODENAME", "n0")
+    for layout in (DISAGG, SPAN):
+        p = params("vllm", layout, f"slurm.container_image={image},slurm.container_mounts=[/data:/data]")
+        instances = place(p.layout)
+        ports = {f"{i.name}{s}": 9000 + k for k, i in enumerate(instances) for s in ("", "_kv", "_metrics", "_dist")}
+        specs, _ = layout_specs(p, instances, [("n0", "10.0.0.1"), ("n1", "10.0.0.2")], ports, "/root/ls", "/ckpt",
+                                "/root", "openai-http")
+        remote = [placed_argv(s) for s in specs if s.span or s.node == "n1"]
+        assert remote
+        for argv in remote:
+            assert f"--container-image={image}" in argv and "--container-mounts=/root:/root,/data:/data" in argv
+            assert "--container-workdir=/root" in argv

@@ -18,6 +18,16 @@ STACK_ROLES = {
     "sglang": ("context", "generation", "router", "server"),
     "vllm": ("context", "generation", "router", "server"),
 }
+# The routing policies of each stack's router that perfdag renders (layout.roles.router.policy):
+# sglang-router 0.3.2's --policy choices (smg 1.13 has them all, and more), vllm-router 0.1.17's, and
+# trtllm-serve disaggregated's router types (tensorrt_llm/serve/router.py). Checked against the installed
+# routers' own parsers by tests/test_real_routers.py.
+ROUTER_POLICIES = {
+    "sglang": ("random", "round_robin", "cache_aware", "power_of_two", "manual"),
+    "vllm": ("random", "round_robin", "cache_aware", "kv_aware", "power_of_two", "consistent_hash",
+             "sticky_least_loaded"),
+    "trtllm-serve": ("round_robin", "load_balancing", "kv_cache_aware"),
+}
 # stacks whose router fronts data-parallel servers too (trtllm-serve's needs context and generation)
 DP_ROUTERS = ("sglang", "vllm")
 DISAGG_STACKS = tuple(s for s, roles in STACK_ROLES.items() if "context" in roles)
@@ -41,6 +51,10 @@ def layout_problems(p, stack: str) -> list[str]:
             out.append("layout.kv_transfer: only a disaggregated layout moves KV caches; remove it")
         elif stack in KV_TRANSFERS and lay.kv_transfer not in KV_TRANSFERS[stack]:
             out.append(f"layout.kv_transfer: {stack} knows {', '.join(KV_TRANSFERS[stack])}, not {lay.kv_transfer!r}")
+    policy = lay.roles["router"].policy if "router" in lay.roles else ""
+    if policy and stack in ROUTER_POLICIES and policy not in ROUTER_POLICIES[stack]:
+        out.append(f"layout.roles.router.policy: {stack}'s router knows {', '.join(ROUTER_POLICIES[stack])}, "
+                   f"not {policy!r}")
     for section in ("triton", "openai"):
         if "num_servers" in getattr(p, section).model_fields_set:
             out.append(f"{section}.num_servers: the layout's roles decide the servers; remove it")

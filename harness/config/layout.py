@@ -8,14 +8,16 @@ transfers a stack has is the backend's rule (harness/backends/roles.py).
 """
 from __future__ import annotations
 
+import re
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, StrictStr, field_validator, model_validator
 
 from harness.config.section import Section
 
 ROLES = ("server", "context", "generation", "router")
 WORKER_ROLES = ("server", "context", "generation")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class Role(Section):
@@ -26,12 +28,29 @@ class Role(Section):
     pp_size: int = Field(1, ge=1, le=512)
     # The flags of its stack for this role, appended to its command line as given.
     extra_args: list[str] = []
+    # Environment of every process of the role, on every rank and node (NCCL_*, UCX_*, NIXL settings):
+    # set after perfdag's own per-instance values, so a name given here wins. Values are strings
+    # (quote numbers in YAML: "1"), so what reaches the process is what was written.
+    env: dict[str, StrictStr] = {}
+    # The router's routing policy (empty: round_robin, which every stack's router has); the stacks'
+    # names, e.g. cache_aware (SGLang's and vLLM's routers), kv_cache_aware (trtllm-serve's).
+    policy: str = Field("", pattern=r"^[a-z_]*$")
 
     @field_validator("extra_args")
     @classmethod
     def _no_control_chars(cls, v: list[str]) -> list[str]:
         if any(any(ord(c) < 32 for c in a) for a in v):
             raise ValueError("arguments must not hold newlines or control characters")
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _env_names_and_values(cls, v: dict[str, str]) -> dict[str, str]:
+        for name, value in v.items():
+            if not ENV_NAME.fullmatch(name):
+                raise ValueError(f"{name!r} is not an environment variable name (letters, digits, _; not first a digit)")
+            if any(ord(c) < 32 and c != "\t" for c in value):
+                raise ValueError(f"{name}: the value must not hold newlines or control characters")
         return v
 
 
@@ -61,6 +80,9 @@ class LayoutSection(Section):
         if disagg and "router" not in r:
             raise ValueError("layout.roles.router: a disaggregated layout is measured through its router; add "
                              "layout.roles.router: {count: 1, gpus_per_instance: 0}")
+        for name, role in r.items():
+            if role.policy and name != "router":
+                raise ValueError(f"layout.roles.{name}.policy: only the router routes; set layout.roles.router.policy")
         if "router" in r:
             if r["router"].count != 1:
                 raise ValueError("layout.roles.router.count: one router is the layout's front door; use 1")

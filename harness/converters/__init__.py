@@ -3,8 +3,9 @@ written as what perfdag reads (pipeline/cli/dataset.py).
 
 One module per format, registered here by name: each has `DESCRIPTION` (a line) and
 `convert(src: Path, out: Path) -> dict` (what it wrote: rows, and what else it counted), writes `out`
-whole or not at all (a temporary file beside it, renamed), and refuses bad input in one line naming
-the file, the row and the field. A module is imported only when its format is asked for (pyarrow for
+whole or not at all (a temporary file or directory beside it, renamed), and refuses bad input in one
+line naming the file, the row and the field. OUT is a new file, or, for a module that sets
+`WRITES_DIRECTORY` (librispeech: a manifest and its clips), a new or empty directory it checks itself. A module is imported only when its format is asked for (pyarrow for
 parquet). Converters sit above the packages whose facts they use (a benchmark's prompt, BFCL's
 sampling, the trajectory reader), so they are their own package.
 """
@@ -22,6 +23,7 @@ FORMATS = {
     "qwen3-vl-parquet": "harness.converters.qwen3_vl",   # Shopify product catalogue (Hugging Face parquet)
     "bfcl-parquet": "harness.converters.bfcl",           # endpoints' BFCL v4 single-turn parquet -> the 995-row set
     "agentic-jsonl": "harness.converters.agentic",       # endpoints' agentic trajectories, checked and kept
+    "librispeech": "harness.converters.librispeech",     # LibriSpeech's dev split -> whisper's manifest and clips
 }
 
 
@@ -37,6 +39,8 @@ def convert(name: str, src: str | os.PathLike, out: str | os.PathLike) -> dict:
     src, out = Path(src), Path(out)
     if not src.exists():
         raise InputError(f"{src}: no such file or directory; give the dataset to convert")
+    if getattr(module, "WRITES_DIRECTORY", False):
+        return module.convert(src, out)
     if out.exists():
         raise InputError(f"{out}: exists; give a new file to write")
     if not out.parent.is_dir():

@@ -5,22 +5,26 @@ re-tokenized text for transformers serve, which takes neither.
 """
 from __future__ import annotations
 
+from harness.config.openai import TEXT_PROMPT_ROUTERS, through_router
+
 TOKEN_ID_SERVERS = ("trtllm-serve", "vllm", "sglang")
 
 
-def methods(kind: str, prompt: str = "auto", output: str = "auto") -> tuple[str, str]:
-    """(prompt method, output method) for a server kind and the params' choices."""
+def methods(kind: str, prompt: str = "auto", output: str = "auto", router: bool = False) -> tuple[str, str]:
+    """(prompt method, output method) for a server kind (measured through its layout's router or not)
+    and the params' choices."""
     ids = kind in TOKEN_ID_SERVERS
-    return (("token_ids" if ids else "text") if prompt == "auto" else prompt,
+    id_prompts = ids and not (router and kind in TEXT_PROMPT_ROUTERS)
+    return (("token_ids" if id_prompts else "text") if prompt == "auto" else prompt,
             ("server" if ids else "retokenize") if output == "auto" else output)
 
 
 def openai_api(params, samples, tokenizer_dir) -> tuple[dict, list[str] | None]:
     """The core's settings, and the prompts as text when the server takes only text."""
     o = params.openai
-    prompt, _ = methods(o.server, o.prompt, o.output_tokens)
+    prompt, _ = methods(o.server, o.prompt, o.output_tokens, through_router(params))
     api = {"kind": o.server, "prompt": o.prompt, "output_tokens": o.output_tokens, "tokenizer": str(tokenizer_dir),
-           "ignore_eos": ignore_eos(params)}
+           "ignore_eos": ignore_eos(params), "router": through_router(params)}
     texts = None
     if prompt == "text":
         from transformers import AutoTokenizer
@@ -34,7 +38,7 @@ def request_settings(params) -> dict:
     """What enters a measurement's key beside the core's code: the server kind and how prompts go out
     and tokens come back (the OpenAI protocol's record names this)."""
     o = params.openai
-    out = {"openai": {"server": o.server, "methods": methods(o.server, o.prompt, o.output_tokens)}}
+    out = {"openai": {"server": o.server, "methods": methods(o.server, o.prompt, o.output_tokens, through_router(params))}}
     if ignore_eos(params):
         out["openai"]["ignore_eos"] = True
     return out

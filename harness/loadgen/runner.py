@@ -85,6 +85,7 @@ def run_loadgen(
     api: Mapping[str, Any] | None = None,
     max_in_flight: int | None = None,
     notes: Mapping[str, Any] | None = None,
+    limits: Mapping[str, int] | None = None,
 ) -> dict:
     """Run one LoadGen test against ``endpoints`` speaking ``protocol`` (a client core: Triton gRPC
     or OpenAI HTTP) and return ``result.json``'s content plus ``requests`` (per-request latencies).
@@ -109,6 +110,7 @@ def run_loadgen(
                        max_new_tokens=max_new_tokens, request_timeout_s=request_timeout_s,
                        streaming=streaming, startup_timeout_s=startup_timeout_s, protocol=protocol,
                        prompt_texts=prompt_texts, api=api, max_in_flight=max_in_flight)
+    cfg["limits"] = dict(limits or {})  # how much of one answer a core holds (harness.max_response_bytes...)
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     for name in (*LOADGEN_FILES, "result.json", "requests.csv"):

@@ -14,10 +14,12 @@ reads it):
             TEST07/              verify_accuracy.txt, accuracy/mlperf_log_accuracy.json,
                                  performance/run_1/ (the audited run's detail and summary)
             TEST09/              verify_output_len.txt, accuracy/, performance/run_1/ (as TEST07)
+            TEST01/              verify_accuracy.txt, verify_performance.txt, accuracy/, performance/run_1/
 
 Why these details: the checker parses accuracy.txt line by line with each benchmark's regexes, so
 accuracy.txt is what the benchmark's own evaluation script writes (its scorer's `accuracy_txt`:
-the LLM scripts' printed dict of plain numbers, qwen3-vl's `{"f1": x}` JSON...), then the full
+the LLM scripts' printed dict of plain numbers, qwen3-vl's `{"f1": x}` JSON, whisper's printed
+"Word Error Rate: ..%, accuracy=..%" line), then the full
 log's `hash=<hex>` line as MLCommons' truncation tool appends it (not where the script wrote a
 hash and the log is under 10 KiB). The checker refuses an accuracy log over 10 KiB (kept: the first
 and last 4 KiB, the way that tool cuts it, after hashing the whole). No luigi.
@@ -39,7 +41,8 @@ VIEWABLE_BYTES = 4096          # kept from each end of a long accuracy log
 MAX_ACCURACY_LOG_BYTES = 10240  # what the checker accepts
 HASH_LINE = re.compile(r"^hash=([\w\d]+)$", re.MULTILINE)  # the checker's and the truncation tool's pattern
 #: The verdict file of each audited test (besides accuracy/ and performance/run_1/), as the checker reads it.
-VERIFY_FILES = {"TEST07": "verify_accuracy.txt", "TEST09": "verify_output_len.txt"}
+VERIFY_FILES = {"TEST01": ("verify_accuracy.txt", "verify_performance.txt"), "TEST07": ("verify_accuracy.txt",),
+                "TEST09": ("verify_output_len.txt",)}
 
 
 @dataclass
@@ -152,7 +155,8 @@ def assemble(root: Path, *, division: str, submitter: str, system: str, benchmar
         for test, src in sorted(r.compliance.items()):  # as compliance/TEST0x/run_verification.py lays them out
             t = d / test
             (t / "accuracy").mkdir(parents=True)
-            shutil.copy2(src / VERIFY_FILES[test], t / VERIFY_FILES[test])
+            for name in VERIFY_FILES[test]:
+                shutil.copy2(src / name, t / name)
             shutil.copy2(src / "mlperf_log_accuracy.json", t / "accuracy" / "mlperf_log_accuracy.json")
             _copy_logs(src, t / "performance" / "run_1", names=("mlperf_log_summary.txt", "mlperf_log_detail.txt"))
         (d / "measurements.json").write_text(json.dumps(measurements, indent=2) + "\n")

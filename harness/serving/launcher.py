@@ -124,11 +124,13 @@ def placed_argv(spec: LaunchSpec) -> list[str]:
         raise ServerError(f"{spec.role or 'server'} {spec.index}: placed on node {spec.node}, but this process runs "
                           "in no Slurm job (a layout over several nodes launches inside its allocation)")
     # Slurm sets a step's CUDA_VISIBLE_DEVICES to all of the job's GPUs on its node, over what srun passes
-    # on: the instance's own GPUs are set inside the step.
-    gpus = spec.env.get("CUDA_VISIBLE_DEVICES")
-    command = (["env", f"CUDA_VISIBLE_DEVICES={gpus}"] if gpus is not None else []) + list(spec.argv)
+    # on, and a site may not export the caller's environment at all (SLURM_EXPORT_ENV): the instance's
+    # own settings (its GPUs, its role's env) are set inside the step, on every rank of every node.
+    command = (["env", *(f"{k}={v}" for k, v in spec.env.items())] if spec.env else []) + list(spec.argv)
+    image, mounts, workdir = spec.container or ("", (), "")
     return srun_argv(job, command, name=f"perfdag-{spec.role or 'server'}-{spec.index}", node=spec.node,
-                     nodes=spec.span, tasks_per_node=spec.tasks_per_node, mpi=spec.mpi)
+                     nodes=spec.span, tasks_per_node=spec.tasks_per_node, mpi=spec.mpi, container_image=image,
+                     container_mounts=mounts, workdir=workdir)
 
 
 def launch(specs: Sequence[LaunchSpec], out_dir: str | Path, *, ready_timeout_s: float,

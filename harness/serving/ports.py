@@ -59,3 +59,23 @@ def port_count_problems(field: str, ports, n: int, why: str = "") -> list[str]:
     if ports and len(ports) != n:
         return [f"{field}: {len(ports)} ports for {n} server(s){why}; give one per server or none to pick free ports"]
     return []
+
+
+def free_blocks(sizes: Sequence[int], host: str = "127.0.0.1", taken: Iterable[int] = (),
+                pick: Callable[[str], int] = free_port, in_use: Callable[[str, int], bool] | None = None
+                ) -> list[int]:
+    """The first port of a block of `size` consecutive free ports for each size, no two blocks (nor
+    `taken`) overlapping: a stack that binds base + rank per rank (vLLM's NIXL side channel, Mooncake's
+    bootstrap) needs the whole block."""
+    in_use = in_use or port_in_use
+    used, out = set(taken), []
+    for size in sizes:
+        while True:
+            base = pick(host)
+            block = range(base, base + size)
+            if base + size <= 65536 and not used.intersection(block) and \
+                    not any(in_use(host, q) for q in block[1:]):
+                used.update(block)
+                out.append(base)
+                break
+    return out

@@ -27,6 +27,9 @@ class LaunchSpec:
     span: tuple[str, ...] = ()
     tasks_per_node: int = 1
     mpi: str = ""
+    # The allocation's container (pyxis/enroot: image, mounts, workdir) for an instance started through
+    # srun on another node or over several, so every layout step runs in the job's image.
+    container: tuple[str, tuple[str, ...], str] | None = None
 
     @property
     def url(self) -> str:

@@ -28,6 +28,7 @@ from harness.loadgen.cores.http_pool import HttpPool, Target
 from harness.serving.openai import chat
 from harness.serving.openai.sse import DONE, SSEParser
 from harness.serving.openai.toolcalls import as_openai
+from harness.untrusted.limits import MAX_EVENT_BYTES, MAX_RESPONSE_BYTES
 
 PATH = "/v1/chat/completions"
 
@@ -65,8 +66,8 @@ class SessionTarget(Target):
 class _TurnStream(EventScan):
     """The chat core's scan of a stream (openai_chat._ChatStream), keeping each output read's time."""
 
-    def __init__(self, reply: ChatReply):
-        super().__init__(None, None)
+    def __init__(self, reply: ChatReply, max_event: int):
+        super().__init__(SimpleNamespace(max_event=max_event), None)  # the bound is all it takes of a core
         self.reply = reply
         self.kept: list[bytes] = []
 
@@ -93,11 +94,11 @@ def request_body(messages: list, tools, run: dict) -> bytes:
     return chat.body(run_part, chat.sample_part(messages, tools or None))
 
 
-def _read(reply: ChatReply, raw: bytes, streamed: bool) -> None:
+def _read(reply: ChatReply, raw: bytes, streamed: bool, max_event: int) -> None:
     """The answer decoded as the chat core decodes it (chat.Answer), plus the usage and finish reason."""
     answer = chat.Answer()
     objs = [json.loads(raw)] if not streamed else [
-        json.loads(d) for d in (lambda p: p.feed(raw) + p.close())(SSEParser()) if d != DONE]
+        json.loads(d) for d in (lambda p: p.feed(raw) + p.close())(SSEParser(max_event)) if d != DONE]
     for obj in objs:
         if not isinstance(obj, dict):
             raise RuntimeError(f"the server sent an event that is not an object: {str(obj)[:200]!r}")
@@ -113,12 +114,16 @@ def _read(reply: ChatReply, raw: bytes, streamed: bool) -> None:
 
 
 class TurnSender:
-    """Sends turns on the running loop through one connection pool (the chat core's)."""
+    """Sends turns on the running loop through one connection pool (the chat core's). An answer is read
+    up to `max_response_bytes` whole and `max_event_bytes` an event (harness/untrusted/limits.py; the
+    harness's fields of those names), as the core reads it."""
 
-    def __init__(self, size: int, timeout_s: float):
-        self.pool = HttpPool(SimpleNamespace(loop=asyncio.get_running_loop()), size)
+    def __init__(self, size: int, timeout_s: float, max_response_bytes: int = MAX_RESPONSE_BYTES,
+                 max_event_bytes: int = MAX_EVENT_BYTES):
+        self.pool = HttpPool(SimpleNamespace(loop=asyncio.get_running_loop()), size, max_response_bytes)
         self.pool.users = 1  # released by close(), as a core releases the frontend's pool
         self.timeout_s = timeout_s
+        self.max_event = max_event_bytes
 
     async def send(self, url: str, body: bytes, headers: dict[str, str], stream: bool) -> ChatReply:
         """POST one chat completion and read it to the end. A failure (HTTP status, an error event, a
@@ -126,7 +131,7 @@ class TurnSender:
         reply = ChatReply(t_sent=time.monotonic())
         try:
             target = SessionTarget(url, headers)
-            scan = _TurnStream(reply)
+            scan = _TurnStream(reply, self.max_event)
             pieces: list[bytes] = []
             status, err = await asyncio.wait_for(
                 self.pool.post(target, body, scan.feed if stream else pieces.append), self.timeout_s)
@@ -137,7 +142,7 @@ class TurnSender:
             if not stream and raw:
                 reply.t_first = reply.t_end
                 reply.token_times.append(reply.t_end)
-            _read(reply, raw, stream)
+            _read(reply, raw, stream, self.max_event)
         except asyncio.TimeoutError:
             reply.error = f"TurnTimeout: no complete reply within {self.timeout_s:g} s (sessions.turn_timeout_s)"
         except Exception as exc:  # noqa: BLE001 - the scheduler reports it with the turn it belongs to

@@ -9,20 +9,7 @@ import sys
 
 import pipeline  # noqa: F401  registers the stages (status and submission read them)
 from harness.errors import PerfdagError
-from pipeline.cli import (
-    bench,
-    bfcl,
-    compare,
-    dataset,
-    frontier,
-    gc,
-    history,
-    score,
-    search,
-    servers,
-    status,
-    submission,
-)
+from pipeline.cli import bench, bfcl, compare, dataset, frontier, gc, history, score, search, servers, status, submission
 
 COMMANDS = (status, servers, gc, submission, search, frontier, score, bfcl, dataset, compare, history, bench)
 

@@ -10,7 +10,6 @@ LaunchServers starts the servers (servers.py renders their argv).
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 
 import yaml
@@ -20,16 +19,26 @@ from harness.backends.base import Backend, Checks, Key, LaunchStep, Step, Work
 from harness.backends.openai.endpoints import endpoint_problems, parse_endpoints
 from harness.backends.openai.plain import WEIGHT_ONLY, write_plain_checkpoint, write_plain_multimodal
 from harness.backends.openai.servers import dp_gpus, llm_api_options, served_name, server_argv, server_env
-from harness.backends.vision import SERVED_BY, is_multimodal, unquantized_problems
+from harness.backends.vision import SERVED_BY, SPEECH_SERVED_BY, is_multimodal, is_speech, unquantized_problems
 from harness.cache.executed import normalise
+from harness.config.openai import TEXT_PROMPT_ROUTERS, through_router
 from harness.config.openai import protocol as openai_protocol
 from harness.mlperf import benchmarks
 from harness.cache.versions import versions
 from harness.backends.openai.disagg import render
-from harness.backends.openai.layouts import launch_problems, port_names
+from harness.backends.openai.layouts import (
+    clash_problems,
+    fixed_ports,
+    launch_problems,
+    layout_specs,
+    port_clashes,
+    port_names,
+    port_needs,
+)
+from harness.errors import ServingError
 from harness.serving.launcher import external_servers, launch, launch_in_order
-from harness.serving.layout import LAUNCH_ORDER, node_targets, place, placed
-from harness.serving.ports import port_count_problems, server_ports
+from harness.serving.layout import LAUNCH_ORDER, node_targets, place
+from harness.serving.ports import free_blocks, port_count_problems, server_ports
 from harness.serving.spec import LaunchSpec
 
 SERVER_PACKAGE = {"transformers": "transformers", "trtllm-serve": "tensorrt_llm", "vllm": "vllm",
@@ -57,6 +66,14 @@ def problems(p) -> list[str]:
                        "(or openai.extra_args / openai.llm_api_options)")
     if p.model.checkpoint == "builtin-vl" and o.server != "transformers":
         out.append(SERVED_BY)
+    if p.model.checkpoint == "builtin-whisper" and o.server != "transformers":
+        out.append(SPEECH_SERVED_BY)
+    if openai_protocol(p) == "openai-transcription" and o.server in ("trtllm-serve", "sglang") and not o.endpoints:
+        out.append(f"openai.server: {o.server} has no /v1/audio/transcriptions here; serve Whisper with vllm "
+                   "(GPU) or transformers (CPU)")
+    if openai_protocol(p) == "openai-transcription" and o.server == "transformers" and o.continuous_batching:
+        out.append("openai.continuous_batching: transformers serve transcribes only without it (its "
+                   "/v1/audio/transcriptions answers 400 'requires sequential generation'); set it false")
     out += unquantized_problems(p)  # Quantize is the torch backend's for every server
     if o.server == "transformers":
         if q.format not in WEIGHT_ONLY:
@@ -87,7 +104,10 @@ def problems(p) -> list[str]:
         if p.runtime.num_gpus % ws:
             out.append(f"runtime.num_gpus: {p.runtime.num_gpus} is not a multiple of tp*pp={ws}")
     if p.layout is not None:
-        out += launch_problems(p)
+        out += launch_problems(p) + clash_problems(p)
+        if o.prompt == "token_ids" and through_router(p) and o.server in TEXT_PROMPT_ROUTERS:
+            out.append(f"openai.prompt: {o.server}'s router refuses token-id prompts (sglang-router: 422, smg: 400); "
+                       "use auto or text")
     elif not o.endpoints:
         out += port_count_problems("openai.ports", o.ports, num_servers(p))
     return out + endpoint_problems(o.endpoints) + prefix_caching_problems(p)
@@ -113,6 +133,14 @@ def prefix_caching_problems(p) -> list[str]:
     return out
 
 
+def request_model(p, model_dir: str) -> str:
+    """The model name requests carry: served_name, except transformers serve's transcriptions, whose form
+    must name the path it was launched with (it loads the model a transcription form names)."""
+    if p.openai.server == "transformers" and openai_protocol(p) == "openai-transcription" and not p.openai.model:
+        return model_dir
+    return served_name(p)
+
+
 class Build(Step):
     """For `transformers serve`, the torch engine's weights saved as a plain checkpoint (what actually
     runs); for the GPU servers, which load modelopt's export themselves, nothing (it points at it)."""
@@ -128,10 +156,11 @@ class Build(Step):
         p, b, checkpoint = w.params, w.params.build, w.inputs["checkpoint"]
         if p.openai.server != "transformers":  # the server loads modelopt's export itself
             return {"engine": os.path.relpath(checkpoint, w.final_dir), "pass_through": True}
-        if is_multimodal(checkpoint):  # no torch engine for images: the checkpoint itself, in build.dtype
-            config = write_plain_multimodal(checkpoint, w.out_dir / "engine", dtype=b.dtype)
-            w.log(f"BuildEngine: the vision-language checkpoint ({config['architecture']}, {b.dtype}) for "
-                  "transformers serve")
+        if is_multimodal(checkpoint) or is_speech(checkpoint):  # no torch engine for images or audio: the
+            speech = is_speech(checkpoint)                         # checkpoint itself, in build.dtype
+            config = write_plain_multimodal(checkpoint, w.out_dir / "engine", dtype=b.dtype, speech=speech)
+            w.log(f"BuildEngine: the {'speech-to-text' if speech else 'vision-language'} checkpoint "
+                  f"({config['architecture']}, {b.dtype}) for transformers serve")
             return {"engine": "engine", "engine_config": config}
         config = write_plain_checkpoint(checkpoint, w.out_dir / "engine", dtype=b.dtype, device=b.device,
                                         max_batch_size=b.max_batch_size, max_num_tokens=b.max_num_tokens,
@@ -197,7 +226,7 @@ class Launch(LaunchStep):
             cfg = os.path.join(repo_dir, f"server_{i}", "extra_llm_api_options.yaml") \
                 if p.openai.server == "trtllm-serve" else None
             specs.append(LaunchSpec(index=i, argv=server_argv(p, model_dir, ports[i], config_path=cfg),
-                                    host=p.openai.bind, ports={"serve": ports[i]}, models=(served_name(p),),
+                                    host=p.openai.bind, ports={"serve": ports[i]}, models=(request_model(p, model_dir),),
                                     env=server_env(p, gpus[i % len(gpus)]), protocol=self.protocol_for(p),
                                     mode=p.openai.server, repo=os.path.join(repo_dir, f"server_{i}"), cwd=root))
         return specs
@@ -209,7 +238,7 @@ class Launch(LaunchStep):
         if p.layout is not None:  # nodes' addresses and ports are known at launch only
             hosts = [f"<node{k}>" for k in range(p.layout.nodes)]
             instances = place(p.layout)
-            ports = {name: f"<{name}_port>" for name in port_names(p.openai.server, instances)}
+            ports = {name: f"<{name}_port>" for name in port_names(p, instances)}
             rendered = render(p, instances, hosts, ports, "<layout>", "<model>")
             return normalise({"layout": rendered, "cwd": "<root>"})
         ports = p.openai.ports or ["<port>"] * num_servers(p)
@@ -232,25 +261,23 @@ class Launch(LaunchStep):
 
     def _launch_layout(self, w: Work) -> list[dict]:
         """The layout's instances on their nodes of the Slurm allocation, workers ready before the
-        router; each role's config files written under this artifact's `layout/`."""
+        router; each role's config files written under this artifact's `layout/`. No two instances on a
+        node may share a port (checked before anything starts)."""
         p, o, root = w.params, w.params.openai, str(w.root)
         targets, instances = node_targets(p.layout, o.bind, "openai.bind"), place(p.layout)
-        names = port_names(o.server, instances)
-        ports = dict(zip(names, (t[0] for t in server_ports(len(names), o.bind, (), per_server=1))))
-        rendered = render(p, instances, [t[1] for t in targets], ports, str(w.out_dir / "layout"),
-                          os.path.join(root, w.layout["model"]))
+        needs = port_needs(p, instances)
+        probe = render(p, instances, [t[1] for t in targets], {n: f"<{n}>" for n in needs}, "<layout>", "<model>")
+        bases = free_blocks(list(needs.values()), o.bind, taken=fixed_ports(p, instances, probe))
+        ports = dict(zip(needs, bases))
+        specs, rendered = layout_specs(p, instances, targets, ports, str(w.out_dir),
+                                       os.path.join(root, w.layout["model"]), root, self.protocol_for(p))
+        clashes = port_clashes(p, instances, rendered, ports)
+        if clashes:
+            raise ServingError("; ".join(clashes))
         for r in rendered:
             for name, doc in r["files"].items():
                 (w.out_dir / "layout" / r["name"]).mkdir(parents=True, exist_ok=True)
                 (w.out_dir / "layout" / r["name"] / name).write_text(yaml.safe_dump(doc, sort_keys=True))
-        specs = [LaunchSpec(index=k, argv=r["argv"], host=o.bind, ports={"serve": r["port"]},
-                            models=(served_name(p),), env={**server_env(p, []), **r["env"]} if r["role"] != "router"
-                            else {}, protocol=self.protocol_for(p), mode=o.server,
-                            repo=str(w.out_dir / "layout" / r["name"]), cwd=root)
-                 for k, r in enumerate(rendered)]
-        specs = [dataclasses.replace(s, span=tuple(targets[k][0] for k in r["nodes"]), tasks_per_node=r["tasks_per_node"],
-                                     mpi=r["mpi"]) if len(r["nodes"]) > 1 else s
-                 for s, r in zip(placed(specs, instances, targets), rendered, strict=True)]
         groups = [[s for s in specs if s.role in stage] for stage in LAUNCH_ORDER]
         return launch_in_order(groups, w.out_dir, ready_timeout_s=o.ready_timeout_s, warmup_prompt=[1, 2, 3, 4],
                                streaming=False, on_spawn=w.on_spawn, log=w.log, names={root: "<root>"})

@@ -18,6 +18,7 @@ those sources, commits named there) and checked by tests/test_serving_roles.py.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -34,7 +35,19 @@ KV_TRANSFERS = {
 VLLM_ROUTER_CONNECTOR = {"NixlConnector": "nixl", "MooncakeConnector": "mooncake"}
 SGLANG_MODE = {"context": "prefill", "generation": "decode"}
 VLLM_KV_ROLE = {"context": "kv_producer", "generation": "kv_consumer"}  # (NixlConnector: kv_both for both)
-ROUTER_POLICY = "round_robin"  # every stack's router has it; extra_args may name another
+ROUTER_POLICY = "round_robin"  # every stack's router has it; layout.roles.router.policy names another
+# SGLang's router: sglang-router's module, else smg's (where SGLang's router now lives: `python -m
+# sglang_router.launch_router` fails where only smg is installed). Each takes the same options.
+SGLANG_ROUTER_MODULES = ("sglang_router", "smg")
+# vLLM's KV connectors bind a port per rank from a base port read from the environment (side channel
+# for NIXL; the bootstrap server, then a side channel per rank, for Mooncake): set per instance.
+VLLM_KV_PORT_ENV = {"NixlConnector": "VLLM_NIXL_SIDE_CHANNEL_PORT", "MooncakeConnector": "VLLM_MOONCAKE_BOOTSTRAP_PORT"}
+
+
+def sglang_router_module(find=importlib.util.find_spec) -> str:
+    """The SGLang router module installed here (sglang_router first; the first when neither is: its
+    launch then fails with Python's own 'No module named ...')."""
+    return next((m for m in SGLANG_ROUTER_MODULES if find(m) is not None), SGLANG_ROUTER_MODULES[0])
 
 
 def kv_transfer(layout, stack: str) -> str:
@@ -73,11 +86,12 @@ def worker_argv(p, role_name: str, model_dir: str, port: int, *, config_path: st
 def trtllm_disagg_config(p, workers: dict[str, list[tuple[str, int]]], host: str, port: int) -> dict:
     """trtllm-serve disaggregated's config: its own host and port, each role's workers."""
     doc: dict = {"hostname": host, "port": port, "backend": "pytorch"}
+    policy = p.layout.roles["router"].policy or ROUTER_POLICY
     for role_name, key in (("context", "context_servers"), ("generation", "generation_servers")):
         role = p.layout.roles[role_name]
         doc[key] = {"num_instances": role.count, "tensor_parallel_size": role.tp_size,
                     "pipeline_parallel_size": role.pp_size, "urls": [f"{h}:{pt}" for h, pt in workers[role_name]],
-                    "router": {"type": ROUTER_POLICY}}
+                    "router": {"type": policy}}
     return doc
 
 
@@ -87,22 +101,27 @@ def _program(name: str) -> str:
 
 
 def router_argv(p, workers: dict[str, list[tuple[str, int]]], host: str, port: int, *,
-                config_path: str | None = None, bootstrap_ports: list[int] | None = None) -> list[str]:
-    """The router's command line: the layout's one front door."""
+                config_path: str | None = None, bootstrap_ports: list | None = None,
+                metrics_port=None) -> list[str]:
+    """The router's command line: the layout's one front door, its Prometheus exporter on its own port
+    (both routers default to 29000: two on one node would clash)."""
     stack, role = p.openai.server, p.layout.roles["router"]
     extra = [str(a) for a in role.extra_args]
     if stack == "trtllm-serve":
         t = str(int(p.openai.ready_timeout_s))
         return [binary(p), "disaggregated", "-c", str(config_path), "-t", t, "-r", t] + extra
-    argv = [sys.executable, "-m", "sglang_router.launch_router"] if stack == "sglang" else [_program("vllm-router")]
-    argv += ["--host", host, "--port", str(port), "--policy", ROUTER_POLICY]
+    argv = [sys.executable, "-m", f"{sglang_router_module()}.launch_router"] if stack == "sglang" \
+        else [_program("vllm-router")]
+    argv += ["--host", host, "--port", str(port), "--policy", role.policy or ROUTER_POLICY]
+    if metrics_port is not None:
+        argv += ["--prometheus-port", str(metrics_port), "--prometheus-host", host]
     if "context" in workers and stack == "vllm":  # vllm-router's PD mode has its own flag and KV connector
         argv += ["--vllm-pd-disaggregation", "--kv-connector", VLLM_ROUTER_CONNECTOR[kv_transfer(p.layout, stack)]]
     elif "context" in workers:
         argv += ["--pd-disaggregation"]
     if "context" in workers:
         for (h, pt), boot in zip(workers["context"], bootstrap_ports or [None] * len(workers["context"])):
-            argv += ["--prefill", f"http://{h}:{pt}"] + ([str(boot)] if stack == "sglang" else [])
+            argv += ["--prefill", f"http://{h}:{pt}"] + ([str(boot)] if boot is not None else [])
         for h, pt in workers["generation"]:
             argv += ["--decode", f"http://{h}:{pt}"]
     else:
@@ -151,8 +170,15 @@ def render(p, instances, hosts: list[str], ports: dict[str, int], repo_dir: str,
         if inst.role == "router":
             if stack == "trtllm-serve":
                 files["config.yaml"] = trtllm_disagg_config(p, workers, p.openai.bind, ports[inst.name])
-            argv = router_argv(p, workers, p.openai.bind, ports[inst.name], config_path=cfg, bootstrap_ports=boots)
-            env = {}
+            if stack == "vllm" and p.layout.disaggregated and kv_transfer(p.layout, stack) == "MooncakeConnector":
+                # vllm-router asks each prefill worker's Mooncake bootstrap server for its engines
+                boots = [r["env"]["VLLM_MOONCAKE_BOOTSTRAP_PORT"] for r in out if r["role"] == "context"]
+            argv = router_argv(p, workers, p.openai.bind, ports[inst.name], config_path=cfg, bootstrap_ports=boots,
+                               metrics_port=ports.get(f"{inst.name}_metrics"))
+            # SGLang's and vLLM's routers retitle themselves with setproctitle, which overwrites the process's
+            # environment as /proc shows it, launch token and all: perfdag would no longer know its own router
+            # and never stop it. SPT_NOENV keeps the environment (the title fits the command line instead).
+            env = {"SPT_NOENV": "1"} if stack in ("sglang", "vllm") else {}
         else:
             if stack == "trtllm-serve":
                 files["config.yaml"] = worker_options(p, inst.role)
@@ -160,6 +186,12 @@ def render(p, instances, hosts: list[str], ports: dict[str, int], repo_dir: str,
                                config_path=cfg if stack == "trtllm-serve" else None,
                                bootstrap_port=ports.get(f"{inst.name}_bootstrap"))
             env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, inst.gpus))} if inst.gpus else {}
+            if stack == "vllm" and inst.role in SGLANG_MODE:  # each instance's own KV-transfer ports
+                connector = kv_transfer(p.layout, stack)
+                env[VLLM_KV_PORT_ENV[connector]] = str(ports[f"{inst.name}_kv"])
+                if connector == "NixlConnector":  # (its default, localhost, is not reachable from another node)
+                    env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = host
+        env = {**env, **p.layout.roles[inst.role].env}  # the role's own settings win
         step = {}
         if len(inst.nodes) > 1:
             argv, step = spanning(p, inst, argv, hosts, ports.get(f"{inst.name}_dist"))

@@ -60,7 +60,10 @@ async def _read_request(reader) -> tuple[str, str, dict, bytes] | None:
     line = await reader.readline()
     if not line:
         return None
-    method, path, _ = line.decode("latin-1").split(" ", 2)
+    parts = line.decode("latin-1").split(" ", 2)
+    if len(parts) != 3:  # not HTTP/1.x (a router probing for HTTP/2 or gRPC): the connection is closed
+        return None
+    method, path, _ = parts
     headers = {}
     while True:
         h = await reader.readline()
@@ -269,6 +272,39 @@ async def _chat(writer, body: dict, headers: dict, t_arrive: float, args) -> Non
     writer.write(_chunk(json.dumps(end)) + _chunk("[DONE]") + b"0\r\n\r\n")
 
 
+# What the real routers ask a worker before they route to it (smg detects its backend from these; SGLang's
+# router reads the model's info): the served model, and what kind of server answers.
+_INFO = {
+    "/v1/models": lambda a: {"object": "list", "data": [{"id": a.model, "object": "model", "owned_by": a.owned_by}]},
+    "/version": lambda a: {"version": "echo"},
+    "/server_info": lambda a: {"model_path": a.model, "served_model_name": a.model},
+    "/get_server_info": lambda a: {"model_path": a.model, "served_model_name": a.model},
+    "/model_info": lambda a: {"model_path": a.model, "is_generation": True},
+    "/get_model_info": lambda a: {"model_path": a.model, "is_generation": True},
+}
+
+
+async def _close(reader, writer) -> None:
+    writer.close()
+
+
+async def _bootstrap(reader, writer, args) -> None:
+    """vLLM's Mooncake bootstrap server, as a prefill worker runs it: GET /query answers its engines
+    by data-parallel rank, each with its workers' addresses by tp and pp rank."""
+    try:
+        while (req := await _read_request(reader)) is not None:
+            _, path, _, _ = req
+            doc = {"0": {"engine_id": f"echo-{args.port}", "worker_addr": {"0": {"0": f"{args.host}:{args.port}"}}}} \
+                if path.startswith("/query") else {"status": "ok"}
+            text = json.dumps(doc).encode()
+            writer.write(_head("200 OK", f"Content-Type: application/json\r\nContent-Length: {len(text)}\r\n") + text)
+            await writer.drain()
+    except (ConnectionError, asyncio.IncompleteReadError):
+        pass
+    finally:
+        writer.close()
+
+
 def _chunk(data: str) -> bytes:
     raw = f"data: {data}\n\n".encode()
     return f"{len(raw):x}\r\n".encode() + raw + b"\r\n"
@@ -280,6 +316,9 @@ async def _serve(reader, writer, args) -> None:
             method, path, headers, body = req
             if method == "GET" and path.startswith("/health"):
                 writer.write(_head("200 OK", "Content-Length: 2\r\n") + b"ok")
+            elif method == "GET" and path.split("?")[0] in _INFO:
+                text = json.dumps(_INFO[path.split("?")[0]](args)).encode()
+                writer.write(_head("200 OK", f"Content-Type: application/json\r\nContent-Length: {len(text)}\r\n") + text)
             elif method == "GET" and path.startswith("/perf_metrics") and args.metrics == "trtllm":
                 text = json.dumps(_PERF).encode()
                 _PERF.clear()
@@ -305,6 +344,8 @@ def main() -> None:
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--token-delay-ms", type=float, default=0.0)
+    ap.add_argument("--model", default="", help="the served model's name (/v1/models, /server_info)")
+    ap.add_argument("--owned-by", default="echo", help="/v1/models' owned_by (vllm, sglang: what a router detects)")
     ap.add_argument("--token-ids", action="store_true", help="always return token_ids")
     ap.add_argument("--tokens-per-chunk", type=int, default=1, help="tokens per SSE event")
     ap.add_argument("--cache", action="store_true", help="repeat a repeated request's encoded stream at once")
@@ -316,10 +357,19 @@ def main() -> None:
                     help="vllm: /metrics with vLLM's request phases; trtllm: trtllm-serve's /perf_metrics")
     ap.add_argument("--stall-request", type=int, default=0,
                     help="the Nth streamed completion (1-based) sends its first event, then nothing, on an open connection")
+    ap.add_argument("--hold", type=int, action="append", default=[],
+                    help="also listen on this port (a stack's side channel: NIXL's, SGLang's bootstrap)")
+    ap.add_argument("--mooncake-bootstrap", type=int, default=None,
+                    help="serve vLLM's Mooncake bootstrap on this port (GET /query: this engine's workers)")
     ap.add_argument("--record", default=None, help="chat: append one JSON line per request (arrival, end, headers, body)")
     args = ap.parse_args()
 
     async def run():
+        # the stacks' side ports, bound as the real ones bind them: a port taken twice fails here as there
+        for port in args.hold:
+            await asyncio.start_server(_close, args.host, port)
+        if args.mooncake_bootstrap:
+            await asyncio.start_server(lambda r, w: _bootstrap(r, w, args), args.host, args.mooncake_bootstrap)
         server = await asyncio.start_server(lambda r, w: _serve(r, w, args), args.host, args.port, backlog=1024)
         async with server:
             await server.serve_forever()
