@@ -48,7 +48,7 @@ def bfcl_key(task) -> dict:
 class CheckAccuracy(StageTask):
     observes = True  # a score of one accuracy observation
     stage = "CheckAccuracy"  # not self-contained: a score stands while the log it scores does
-    reads = ("accuracy", "loadgen.mlperf_model", "loadgen.round")
+    reads = ("accuracy", "loadgen.mlperf_model", "loadgen.round", "loadgen.scenario")  # a scenario may have its own gates
 
     def upstream(self):
         return {"log": self.clone(RunAccuracy), "dataset": self.clone(PrepareDataset)}
@@ -81,7 +81,7 @@ class CheckAccuracy(StageTask):
                        allow_network=a.allow_code_network, out_dir=out_dir,
                        reference_source=ds.get("reference_source"),
                        livecodebench_problems=a.livecodebench_problems,
-                       livecodebench_timeout_s=a.livecodebench_timeout_s,
+                       livecodebench_timeout_s=a.livecodebench_timeout_s, scenario=p.loadgen.scenario,
                        log_problems=[errors_reason(errors) + " in the accuracy run"] if errors["count"] else [])
         shown = "  ".join(f"{k} {v:.4g}" for k, v in doc["scores"].items() if k in doc["required"])
         log.info("CheckAccuracy: %s (%s; target %.3f)%s", "PASS" if doc["passed"] else "FAIL", shown,

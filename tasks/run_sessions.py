@@ -14,6 +14,7 @@ from harness.config.sessions import SessionsSection
 from harness.errors import InputError
 from harness.reports.sessions import write_report
 from harness.serving.endpoints import endpoints_and_models, protocol_of
+from harness.sessions.context import overflows
 from harness.sessions.scheduler import Plan
 from harness.sessions.trajectories import read_trajectories
 from harness.sessions.workload import Request, run_sessions
@@ -22,10 +23,15 @@ from tasks.launch_servers import LaunchServers
 from tasks.measuring import MeasuringStage
 from tasks.registry import register
 
-SESSION_CODE = ("harness.sessions", "harness.sessions.trajectories", "harness.sessions.salts", "harness.sessions.chat",
+SESSION_CODE = ("harness.sessions", "harness.sessions.trajectories", "harness.sessions.context",
+                "harness.sessions.salts", "harness.sessions.chat",
                 "harness.sessions.scheduler", "harness.sessions.metrics", "harness.sessions.inline",
                 "harness.sessions.workload", "harness.serving.openai.sse", "harness.serving.openai.toolcalls",
-                "harness.serving.openai.client",
+                "harness.serving.openai.client", "harness.serving.openai.chat",  # the chat core's encoding, Answer
+                "harness.loadgen.cores.http_core", "harness.loadgen.cores.http_pool",  # its stream scan and pool
+                "harness.loadgen.cores.base", "harness.loadgen.cores.aioloop", "harness.loadgen.chunks",
+                "harness.loadgen.messages",
+                "harness.loadgen.early_stopping", "harness.loadgen.results", "harness.loadgen.verdict",  # metrics
                 "harness.reports.sessions", "harness.host.state")
 
 
@@ -55,6 +61,25 @@ class RunSessions(MeasuringStage):
     def tools(self):
         return {}
 
+    def context_warnings(self, trajectories) -> list[str]:
+        """Turns that cannot fit the served model's context, said before anything is sent."""
+        s, p = self.params.sessions, self.params
+        context = s.context_tokens or (None if p.openai.endpoints else p.build.max_seq_len)
+        if context is None:
+            log.info("RunSessions: the servers' context is unknown (set sessions.context_tokens to check turns "
+                     "against it before sending)")
+            return []
+        count = None
+        if p.dataset.tokenizer:
+            from transformers import AutoTokenizer  # heavy: only where a tokenizer is named
+
+            tok = AutoTokenizer.from_pretrained(p.dataset.tokenizer)
+            count = (lambda text: len(tok.encode(text, add_special_tokens=False)))
+        out = overflows(trajectories, context, s.max_tokens, count)
+        for line in out:
+            log.warning("RunSessions: %s", line)
+        return out
+
     def build(self, out_dir: Path) -> dict:
         s = self.params.sessions
         servers = self.upstream()["servers"].measured_servers()
@@ -62,6 +87,7 @@ class RunSessions(MeasuringStage):
             raise InputError("sessions send chat completions: set build.backend: openai (an OpenAI-compatible server)")
         urls, models = endpoints_and_models(servers)
         trajectories = read_trajectories(trajectories_path(self.params))
+        too_long = self.context_warnings(trajectories)
         plan = Plan(users=s.users, trajectories=s.trajectories, salt=s.salt, tool_delays=s.tool_delays, drain=s.drain)
         req = Request(model=models[0] if models else "", max_tokens=s.max_tokens, temperature=s.temperature,
                       extra=dict(s.request_extra))
@@ -70,11 +96,16 @@ class RunSessions(MeasuringStage):
                                         osl_band=tuple(s.osl_band) if s.osl_band else None,
                                         limits={"max_response_bytes": h.max_response_bytes,
                                                 "max_event_bytes": h.max_event_bytes})
+        result["context_warnings"] = too_long
         (out_dir / "result.json").write_text(json.dumps(result, indent=1))
         (out_dir / "inline_accuracy.json").write_text(json.dumps(per_turn, indent=1))
         m = result["metrics"]
-        log.info("RunSessions: %d turns, %d in the window, %.1f tokens/s, inline accuracy %s", m["turns"],
-                 m["window"]["turns"], m["window"]["tokens_per_s"] or 0, result["inline_accuracy"]["score"])
+        log.info("RunSessions: %s (perfdag's replay): %d turns, %d in the window, %.1f tokens/s, inline accuracy %s",
+                 "VALID" if result["valid"] else "INVALID", m["turns"], m["window"]["turns"],
+                 m["window"]["tokens_per_s"] or 0, result["inline_accuracy"]["score"])
+        for f in result["failed_conversations"]:
+            log.warning("RunSessions: conversation %r failed at turn %d (%s): %s; %d later turn(s) not sent, "
+                        "scored 0", f["conversation_id"], f["turn"], f["server"], f["error"], f["turns_not_sent"])
         return {"result": {k: v for k, v in result.items() if k != "concurrency"}}
 
     def after_measurement(self, out_dir: Path) -> None:

@@ -101,3 +101,23 @@ def test_an_outside_vision_language_checkpoint_is_served_as_it_is_by_an_openai_s
     (ckpt / "config.json").write_text('{"architectures": ["LlavaForConditionalGeneration"], "vision_config": {}}')
     with pytest.raises(ParamsError, match=field.replace("(", r"\(")):
         resolve(REPO / "params" / "standins" / "qwen3-vl-235b-a22b.yaml", f"model.checkpoint={ckpt},{change}")
+
+
+def test_interactive_is_judged_on_its_8k_subset_by_its_own_gate():
+    """constants.py v6.1: Interactive's accuracy target is F1 0.7878 x 0.99 over 8,000 samples (the
+    Shopify-product-catalogue-8k subset), Offline's and Server's 0.7903 x 0.99 over 48,289; latency
+    limits 1.5 s and 12 s end to end."""
+    from harness.mlperf import benchmarks
+
+    b = benchmarks.get("qwen3-vl-235b-a22b")
+    assert b.gates("99", "Interactive")["f1"]["min"] == pytest.approx(0.7878 * 0.99)
+    assert b.gates("99", "Offline")["f1"]["min"] == b.gates("99", "Server")["f1"]["min"] == pytest.approx(0.7903 * 0.99)
+    assert (b.dataset_size_for("Interactive"), b.accuracy_samples_for("Interactive")) == (8000, 8000)
+    assert (b.dataset_size_for("Offline"), b.accuracy_samples_for("Server")) == (48289, 48289)
+    assert b.target_latency_ms == {"Server": 12000.0, "Interactive": 1500.0}
+    assert "Shopify-product-catalogue-8k" in b.scenario_datasets["Interactive"][0]
+    # an F1 between the two gates passes Interactive and fails Offline
+    from harness.mlperf.accuracy import check_gates
+
+    assert check_gates({"f1": 0.781}, b.gates("99", "Interactive"))["passed"]
+    assert not check_gates({"f1": 0.781}, b.gates("99", "Offline"))["passed"]

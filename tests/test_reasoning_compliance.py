@@ -140,9 +140,14 @@ def test_submission_tree_has_test07_and_test09_where_the_checker_reads_them(tok,
     assert "'exact_match': 70.0" in (tmp_path / "tree" / d / "accuracy/accuracy.txt").read_text()
 
 
-def test_accuracy_txt_for_exact_match_benchmarks():
-    text = accuracy_text({"exact_match": 80.7, "tokens_per_sample": 3900.5, "num-samples": 4388}, "ab12")
-    assert "{'exact_match': 80.7, 'tokens_per_sample': 3900.5}" in text and text.endswith("hash=ab12\n")
+def test_accuracy_txt_for_exact_match_benchmarks(tmp_path):
+    import hashlib
+
+    log = tmp_path / "mlperf_log_accuracy.json"
+    log.write_text("[]\n")
+    text = accuracy_text("deepseek-r1", {"exact_match": 80.7, "tokens_per_sample": 3900.5, "num-samples": 4388}, log)
+    assert "{'exact_match': 80.7, 'tokens_per_sample': 3900.5}" in text
+    assert text.endswith(f"hash={hashlib.sha256(log.read_bytes()).hexdigest()}\n")
 
 
 def test_request_timeout_scales_with_the_requested_length():

@@ -264,12 +264,62 @@ def test_the_window_ends_when_the_first_user_finishes(echo, tmp_path, drain):
         assert sent == len(rows) == len(inside) < 7 and result["metrics"]["window"]["turns_after"] == 0
 
 
-def test_a_failed_turn_stops_the_replay_and_is_named(tmp_path):
-    """A server that does not answer: a MeasurementError naming the conversation, turn and server."""
+def test_a_server_that_never_answers_is_named(tmp_path):
+    """No turn answered at all: nothing was measured, a MeasurementError naming the conversation, turn and server."""
     url = f"127.0.0.1:{free_port()}"
     trajs = read_trajectories(write(tmp_path / "t.jsonl", conversation("c1", 2)))
     with pytest.raises(MeasurementError, match=f"conversation 'c1' turn 1 at {url}"):
         run_sessions(url, trajs, Plan(users=1), Request(max_tokens=2), tmp_path / "out")
+
+
+def test_a_failed_turn_fails_its_conversation_and_the_others_go_on(echo, tmp_path):
+    """As MLCommons' client: one conversation's turn times out (its row asks 3,000 tokens of a 1 ms/token
+    server, the turn timeout is 1 s); its later turns are not sent and score 0, its user takes the next
+    trajectory, every other conversation completes, the result is INVALID naming it, with its accuracy."""
+    url, record = echo
+    rows = [r for i in range(4) for r in conversation(f"c{i}", 3)]
+    slow = next(r for r in rows if r["conversation_id"] == "c1" and r["turn"] == 3)
+    slow["max_new_tokens"] = 3000
+    trajs = read_trajectories(write(tmp_path / "t.jsonl", rows))
+    since = _lines(record)
+    result, per_turn = run_sessions(url, trajs, Plan(users=2), Request(max_tokens=3), tmp_path / "out", timeout_s=1.0)
+    assert result["valid"] is False and "1 conversation(s) failed ('c1')" in result["invalid_reasons"][0]
+    (f,) = result["failed_conversations"]
+    assert (f["conversation_id"], f["turn"], f["server"], f["turns_not_sent"]) == ("c1", 3, url, 1)
+    assert f["error"].startswith("TurnTimeout: no complete reply within 1 s (sessions.turn_timeout_s)")
+    turns = [json.loads(line) for line in (tmp_path / "out" / "turns.jsonl").read_text().splitlines()]
+    assert len(turns) == 12 and [t["turn"] for t in turns if not t["sent"]] == [5]
+    assert all(t["error"] is None for t in turns if t["conversation_id"] != "c1")
+    assert sorted(t["conversation_id"] for t in turns if t["turn"] == 5 and t["sent"]) == ["c0", "c2", "c3"]
+    m = result["metrics"]
+    assert (m["turns"], m["failed_turns"], m["aborted_turns"]) == (11, 1, 1)
+    c1 = [t for t in per_turn if t["conversation_id"] == "c1"]  # turn 1 answered; 3 timed out, 5 never sent
+    assert [(t["score"], t["missing"]) for t in c1][1:] == [(0.0, True), (0.0, True)]
+    assert result["inline_accuracy"]["turns"]["scored"] == 12 and result["inline_accuracy"]["turns"]["missing"] >= 2
+    sent = [r["headers"]["x-session-id"] for r in _requests(record, since)]
+    assert sent.count("c1") == 1 and {sent.count(c) for c in ("c0", "c2", "c3")} == {3}  # c1: only its first reply
+
+    from harness.reports.sessions import markdown
+    md = markdown(result, [])
+    assert "INVALID: 1 conversation(s) failed ('c1')" in md and "| c1 | 3 |" in md
+
+
+def test_each_request_takes_its_rows_own_fields(echo, tmp_path):
+    """model, max tokens and stream per row, tools per row or its first user row's (endpoints' loader)."""
+    url, record = echo
+    rows = conversation("r", 3)
+    rows[0].update(model="row-model", max_completion_tokens=5)
+    rows[2].update(max_new_tokens=2)
+    rows[4].update(stream=False)
+    trajs = read_trajectories(write(tmp_path / "t.jsonl", rows))
+    since = _lines(record)
+    run_sessions(url, trajs, Plan(users=1), Request(model="run-model", max_tokens=3), tmp_path / "out")
+    bodies = [r["body"] for r in _requests(record, since)]  # the echo records streamed requests
+    assert [(b["model"], b["max_tokens"], b["stream"]) for b in bodies] == [("row-model", 5, True), ("row-model", 2, True)]
+    assert all(b["tools"] == TOOLS for b in bodies)
+    turns = [json.loads(line) for line in (tmp_path / "out" / "turns.jsonl").read_text().splitlines()]
+    last = turns[-1]
+    assert last["error"] is None and last["t_first"] == last["t_end"] and last["output_tokens"] == 5  # not streamed
 
 
 # --- metrics ----------------------------------------------------------------------------------------
@@ -300,8 +350,8 @@ def test_metrics_of_known_turns():
 
 def test_streamed_tool_calls_are_joined():
     """Tool-call deltas by index (id and name first, arguments in pieces, an object for arguments) become
-    whole calls; usage is kept; an error event fails the turn."""
-    from harness.sessions.chat import ChatReply, _event
+    whole calls through the chat core's scan and Answer; usage is kept; an error event fails the turn."""
+    from harness.sessions.chat import ChatReply, _read, _TurnStream
 
     r = ChatReply(t_sent=0.0)
     events = [{"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "a", "function": {"name": "bash", "arguments": ""}}]}}]},
@@ -311,15 +361,19 @@ def test_streamed_tool_calls_are_joined():
               {"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": 'and": "git log"}'}}]}}]},
               {"choices": [{"delta": {"reasoning_content": "hm"}, "finish_reason": "tool_calls"}],
                "usage": {"completion_tokens": 9}}]
-    for i, e in enumerate(events):
-        _event(r, json.dumps(e), float(i + 1))
+    scan = _TurnStream(r)
+    for e in events:  # one read per event
+        scan.feed(f"data: {json.dumps(e)}\n\n".encode())
+    scan.feed(b"data: [DONE]\n\n")
+    _read(r, scan.end(), True)
     calls = r.message()["tool_calls"]
     assert [c["function"]["arguments"] for c in calls] == ['{"command": "git log"}', '{"command": "ls"}']
     assert [c["id"] for c in calls] == ["a", "b"] and r.reasoning_content == "hm"
-    assert r.t_first == 1.0 and r.token_times == [1.0, 2.0, 3.0, 4.0, 5.0] and r.usage == {"completion_tokens": 9}
+    assert r.t_first == r.token_times[0] and len(r.token_times) == 5 and r.events == 5  # every tool-call delta is output
+    assert r.usage == {"completion_tokens": 9}
     assert inline.bash_actions(r.message()) == ["git", "ls"] and r.finish_reason == "tool_calls"
     with pytest.raises(RuntimeError, match="server error"):
-        _event(r, json.dumps({"error": {"message": "boom"}}), 6.0)
+        _TurnStream(ChatReply(t_sent=0.0)).feed(b'data: {"error": {"message": "boom"}}\n\n')
 
 
 def test_inline_accuracy_end_to_end_over_http(echo_tools, tmp_path):
@@ -412,6 +466,22 @@ def test_run_sessions_is_a_cached_stage_with_its_report(echo, built_fast, tmp_pa
         run_luigi("RunSessions", "--overrides", f"{ov},sessions.trajectories_file={other}", artifacts=root)
         assert len(list((root / "RunSessions").glob("*/manifest.json"))) == 2
         assert len(_requests(record, since)) == turns + 4
+
+
+def test_a_deeply_nested_line_is_one_line_in_run_sessions(echo, built_fast, tmp_path):
+    """Issue 46 item 10: a trajectory line of 100,000 nested '[' made RunSessions end in a RecursionError;
+    now one line names the file, the line and the fix, and nothing is sent."""
+    url, record = echo
+    bad = tmp_path / "deep.jsonl"
+    bad.write_text(json.dumps(conversation("c", 1)[0]) + "\n" + "[" * 100_000 + "\n")
+    ov = f"{FAST},build.backend=openai,openai.endpoints=[http://{url}],sessions.trajectories_file={bad}"
+    since = _lines(record)
+    with copied_root(built_fast, tmp_path / "artifacts") as root:
+        proc = run_luigi("RunSessions", "--overrides", ov, artifacts=root, check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and f"trajectory file {bad}, line 2: nested deeper than" in out, out[-3000:]
+    assert "RecursionError" not in out and "Traceback" not in out
+    assert _lines(record) == since
 
 
 def test_the_trajectory_file_enters_the_key_by_content(tmp_path, artifacts):

@@ -161,17 +161,28 @@ def test_test06_with_nothing_logged_fails(tmp_path):
 
 
 def test_accuracy_text_and_truncation(tmp_path):
-    scores = {"rouge1": np.float64(44.4465), "rouge2": 22.0638, "rougeL": 28.625, "rougeLsum": 42.0251,
-              "gen_len": np.int64(29614748), "gen_num": 24576, "gen_tok_len": 7399575, "tokens_per_sample": 301.1}
-    text = accuracy_text(scores, "ab" * 32)
-    assert text == ("\nResults\n\n{'rouge1': 44.4465, 'rouge2': 22.0638, 'rougeL': 28.625, 'rougeLsum': 42.0251, "
-                    "'gen_len': 29614748, 'gen_num': 24576, 'gen_tok_len': 7399575, 'tokens_per_sample': 301.1}"
-                    f"\n\nhash={'ab' * 32}\n")
-    with pytest.raises(InputError, match="tokens_per_sample"):
-        accuracy_text({"rouge1": 1.0, "rouge2": 1.0, "rougeL": 1.0}, "00")
     small, big = tmp_path / "small.json", tmp_path / "big.json"
     small.write_text("[\n]\n")
-    big.write_bytes(b"x" * 5000)
+    big.write_bytes(b"x" * 12000)
+    sha = hashlib.sha256(small.read_bytes()).hexdigest()
+    scores = {"rouge1": np.float64(44.4465), "rouge2": 22.0638, "rougeL": 28.625, "rougeLsum": 42.0251,
+              "gen_len": np.int64(29614748), "gen_num": 24576, "gen_tok_len": 7399575, "tokens_per_sample": 301.1}
+    text = accuracy_text("llama2-70b-99.9", scores, small)
+    assert text == ("\nResults\n\n{'rouge1': 44.4465, 'rouge2': 22.0638, 'rougeL': 28.625, 'rougeLsum': 42.0251, "
+                    "'gen_len': 29614748, 'gen_num': 24576, 'gen_tok_len': 7399575, 'tokens_per_sample': 301.1}"
+                    f"\n\nhash={sha}\n")
+    with pytest.raises(InputError, match="tokens_per_sample"):
+        accuracy_text(None, {"rouge1": 1.0, "rouge2": 1.0, "rougeL": 1.0}, small)
+    with pytest.raises(InputError, match=r"lack \['gen_len'\]"):  # the registry's metrics, whatever was passed
+        accuracy_text("llama3.1-8b", {"rouge1": 1.0, "rouge2": 1.0, "rougeL": 1.0, "rougeLsum": 1.0}, small)
+    # qwen3-vl: the script's own `{"f1": x}` JSON and its hash of it (a short log keeps it, as MLCommons'
+    # truncation tool does); a log over 10 KiB gets the log's hash appended
+    vl = accuracy_text("qwen3-vl-235b-a22b", {"f1": 0.8123, "brand_f1": 0.5, "is_secondhand_f1": 0.4}, small)
+    data = '{"f1": 0.8123}'
+    assert vl == f"Results\n\n{data}\n\nhash={hashlib.sha256(data.encode()).hexdigest()}"
+    assert re.match(r'\{.*"f1":\s*([\d\.]+).*\}', vl.splitlines()[2]).group(1) == "0.8123"  # the checker's pattern
+    vl_big = accuracy_text("qwen3-vl-235b-a22b", {"f1": 0.8123}, big)
+    assert vl_big.startswith(vl) and vl_big.endswith(f"\nhash={hashlib.sha256(big.read_bytes()).hexdigest()}\n")
     truncate_accuracy_log(small, tmp_path / "s")
     truncate_accuracy_log(big, tmp_path / "b")
     assert (tmp_path / "s").read_text() == "[\n]\n" and (tmp_path / "b").stat().st_size == 4096 * 2 + 7

@@ -12,7 +12,7 @@ import pytest
 import soundfile as sf
 
 from harness.mlperf.benchmarks.whisper import PROMPT
-from harness.model.converters.librispeech import MAX_CLIP_S, PAD_S, RATE
+from harness.converters.librispeech import MAX_CLIP_S, PAD_S, RATE
 from harness.model.corpus import SPEECH_STANDIN
 from harness.model.datasets import load_dataset
 from harness.model.speech import SpeechDatasetError, check_clip, read_manifest

@@ -253,8 +253,10 @@ class LoadgenSection(Section):
     offline_expected_qps: Union[Annotated[float, Field(gt=0)], Literal["auto"]] = 600.0
     server_target_qps: float = Field(20, gt=0)
     # SingleStream: the latency one query is expected to take; LoadGen generates 2 x min_duration /
-    # this many queries (harness/loadgen/settings.py). Unset: mlperf.conf's 10 ms.
-    single_stream_expected_latency_ms: Optional[float] = Field(None, gt=0)
+    # this many queries (harness/loadgen/settings.py). Unset: mlperf.conf's 10 ms. "auto": measured by a
+    # short probe run before the timed one (harness/loadgen/measure.py), so the run lasts min_duration
+    # whether the host is quiet or busy.
+    single_stream_expected_latency_ms: Union[Annotated[float, Field(gt=0)], Literal["auto"], None] = None
     min_duration_ms: int = Field(10_000, ge=0)
     min_query_count: int = Field(64, ge=1)
     performance_sample_count: int = Field(0, ge=0)  # 0: the whole dataset

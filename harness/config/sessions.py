@@ -20,7 +20,10 @@ class SessionsSection(Section):
     drain: bool = True  # finish started trajectories after the window ends (for accuracy); off: stop issuing
     max_tokens: int = Field(1024, ge=1)
     temperature: float = Field(0.0, ge=0)
-    turn_timeout_s: float = Field(600, gt=0)  # at most this long between two reads of a turn's reply
+    # The served model's context in tokens, for the warning about turns that cannot fit before anything is
+    # sent; unset: build.max_seq_len for servers perfdag launches, none for servers at openai.endpoints.
+    context_tokens: Optional[int] = Field(None, ge=1)
+    turn_timeout_s: float = Field(600, gt=0)  # a turn's whole reply within this long, else its conversation fails
     # The mean output length per turn must lie in [low, high] tokens (the datacenter rule); unset: not checked.
     osl_band: Optional[Annotated[list[float], Field(min_length=2, max_length=2)]] = None
     # Extra keys of every chat request (seed, chat_template_kwargs, top_p...), sent as given.

@@ -67,21 +67,49 @@ def run_performance(servers: list[dict], samples, params, out_dir: Path, *, end_
                     **extra) -> dict:
     """The timed run in loadgen.scenario. Offline with offline_expected_qps: auto first measures the rate
     with short sizing runs (a quarter of min_duration each, in `sizing/<i>/`) and records them in
-    result.json's `offline_expected_qps_auto`."""
+    result.json's `offline_expected_qps_auto`; SingleStream with single_stream_expected_latency_ms: auto
+    measures the latency with one probe (`sizing/0/`), recorded in `single_stream_expected_latency_ms_auto`."""
     settings = from_params(params.loadgen, len(samples))
-    sized = None
-    if params.loadgen.offline_expected_qps == "auto" and params.loadgen.scenario == "Offline":
+    sized, key = None, None
+    lg = params.loadgen
+    if lg.offline_expected_qps == "auto" and lg.scenario == "Offline":
         sized = size_offline(servers, samples, params, Path(out_dir), settings, end_id=end_id, pad_id=pad_id, **extra)
-        settings["offline_expected_qps"] = sized["offline_expected_qps"]
+        key = "offline_expected_qps"
+    elif lg.single_stream_expected_latency_ms == "auto" and lg.scenario == "SingleStream":
+        sized = size_single_stream(servers, samples, params, Path(out_dir), settings, end_id=end_id, pad_id=pad_id,
+                                   **extra)
+        key = "single_stream_expected_latency_ms"
+    if sized:
+        settings[key] = sized[key]
     result = _run(servers, samples, params, out_dir, mode="PerformanceOnly", settings=settings,
                   warmup=params.harness.warmup_queries, end_id=end_id, pad_id=pad_id, **extra)
     if sized:
-        result["offline_expected_qps_auto"] = sized
+        result[f"{key}_auto"] = sized
         path = Path(out_dir) / "result.json"
         doc = json.loads(path.read_text())
-        doc["offline_expected_qps_auto"] = sized
+        doc[f"{key}_auto"] = sized
         path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
     return result
+
+
+#: single_stream_expected_latency_ms: auto asks for the probe's median latency: LoadGen then generates (and
+#: with equal issue, issues) 2 x min_duration of queries, so the timed run lasts its min_duration wherever
+#: the host answers up to 2x faster than during the probe, and about twice it where as fast.
+PROBE_QUERIES = 16
+
+
+def size_single_stream(servers, samples, params, out_dir: Path, settings: dict, **kw) -> dict:
+    """The SingleStream latency the timed run expects: the median of a short probe's queries."""
+    probe = _run(servers, samples, params, out_dir / "sizing" / "0", mode="PerformanceOnly",
+                 settings={**settings, "single_stream_expected_latency_ms": 1e6, "min_duration_ms": 0,
+                           "min_query_count": PROBE_QUERIES, "max_duration_ms": None},
+                 warmup=params.harness.warmup_queries, **kw)
+    median = ((probe.get("measured") or {}).get("latency_ms") or {}).get("p50")
+    if not median:
+        raise MeasurementError("loadgen.single_stream_expected_latency_ms: auto: the probe measured no latency "
+                               f"(see {out_dir / 'sizing' / '0'}); set it to a number of milliseconds")
+    return {"single_stream_expected_latency_ms": round(median, 3), "probe_queries": probe.get("query_count"),
+            "dir": "sizing/0"}
 
 
 def size_offline(servers, samples, params, out_dir: Path, settings: dict, **kw) -> dict:

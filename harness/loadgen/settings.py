@@ -61,15 +61,16 @@ def conf_model_name(mlperf_model: str) -> str:
 
 def from_params(loadgen, num_samples: int) -> dict[str, Any]:
     """The settings of the params `loadgen` section (None values are left to LoadGen; offline_expected_qps
-    "auto" is None here: the timed run's rate is measured first, harness/loadgen/measure.py)."""
+    and single_stream_expected_latency_ms "auto" are None here: measured first, harness/loadgen/measure.py)."""
     auto = loadgen.offline_expected_qps == "auto"
+    ss_auto = loadgen.single_stream_expected_latency_ms == "auto"
     return {"offline_expected_qps": None if auto else loadgen.offline_expected_qps, "server_target_qps": loadgen.server_target_qps,
             "min_duration_ms": loadgen.min_duration_ms, "min_query_count": loadgen.min_query_count,
             "max_duration_ms": loadgen.max_duration_ms or None,
             "performance_sample_count": loadgen.performance_sample_count or num_samples,
             "ttft_latency_ms": loadgen.ttft_latency_ms, "tpot_latency_ms": loadgen.tpot_latency_ms,
             "mlperf_model": loadgen.mlperf_model, "round": loadgen.round, "seed": loadgen.seed,
-            "single_stream_expected_latency_ms": loadgen.single_stream_expected_latency_ms}
+            "single_stream_expected_latency_ms": None if ss_auto else loadgen.single_stream_expected_latency_ms}
 
 
 def user_conf_text(conf_model: str, lg_scen: str, scenario: str, model: str, st: Mapping[str, Any],

@@ -133,10 +133,11 @@ def evaluate(log_path: str | os.PathLike, samples: Sequence, tokenizer, *, bench
              out_dir: str | os.PathLike | None = None, reference_source: str | None = None,
              livecodebench_problems: str | os.PathLike | None = None, livecodebench_timeout_s: float | None = None,
              problems_field: str | None = None, log_problems: Sequence[str] = (),
-             bfcl_python: str | os.PathLike | None = None) -> dict:
+             bfcl_python: str | os.PathLike | None = None, scenario: str | None = None) -> dict:
     """Score `log_path` with the benchmark's scorer, judge it, and (with `out_dir`) write
     accuracy.json and the scorer's per-row detail. Returns the accuracy document. `log_problems`:
-    why the log fails whatever it scores (LoadGen errors in its run), first among the reasons."""
+    why the log fails whatever it scores (LoadGen errors in its run), first among the reasons.
+    `scenario`: the gates of a scenario that has its own (qwen3-vl's Interactive)."""
     bench = benchmarks.get(benchmark)
     if gates_from != "mlperf" and bench.accuracy_log == "text":  # its references are no answer a server logs
         raise InputError(f"{bench.name}'s log holds answers as text, which its references are not: judge it "
@@ -158,8 +159,9 @@ def evaluate(log_path: str | os.PathLike, samples: Sequence, tokenizer, *, bench
         tname = benchmarks.target_name(target)
         if not tname:
             raise InputError(f"accuracy.target: {target} is not an MLPerf target (0.99 or 0.999)")
-        gates = bench.gates(tname)
-        source = f"MLPerf {round_} gates of {bench.submission_name(tname)}"
+        gates = bench.gates(tname, scenario)
+        source = f"MLPerf {round_} gates of {bench.submission_name(tname)}" + (
+            f" {scenario} ({bench.scenario_datasets[scenario][0]})" if scenario in bench.scenario_datasets else "")
         refs = {k: g["reference"] for k, g in gates.items()}
     else:
         ran = sorted({int(e["qsl_idx"]) for e in entries})
@@ -167,9 +169,9 @@ def evaluate(log_path: str | os.PathLike, samples: Sequence, tokenizer, *, bench
         self_entries = self_reference_entries([by_index[i] for i in ran], tokenizer, dtype, bench.accuracy_log)
         self_scores = metrics_only(score(bench, self_entries, frame, tokenizer, dtype=dtype,
                                          code_runner=runner(results_dir=Path(out_dir) / "code_references" if out_dir else None)))
-        refs = {m.name: self_scores.get(m.name) for m in bench.metrics}
+        refs = {m.name: self_scores.get(m.name) for m in bench.metrics_for(scenario)}
         # A reference of 0 would make its gate pass anything: the dataset's own answers fail its scorer.
-        zero = [m.name for m in bench.metrics if m.kind == "quality" and refs[m.name] == 0]
+        zero = [m.name for m in bench.metrics_for(scenario) if m.kind == "quality" and refs[m.name] == 0]
         if zero:
             raise InputError(f"the dataset's references score 0 on {', '.join(zero)} with {bench.name}'s scorer, so "
                              "they cannot be the reference; check the dataset's columns (e.g. a GSM8K gt_output "
@@ -186,7 +188,7 @@ def evaluate(log_path: str | os.PathLike, samples: Sequence, tokenizer, *, bench
            "reference_source": source, "target": target, "tokens_per_sample_tolerance": tolerance,
            "samples": len({int(e["qsl_idx"]) for e in entries}), "passed": bool(verdict["passed"]) and not log_problems,
            "why": "; ".join(reasons) or None, "check": verdict,
-           "required": [m.name for m in bench.metrics]}
+           "required": [m.name for m in bench.metrics_for(scenario)]}
     if out_dir is not None:
         out = Path(out_dir)
         (out / "accuracy.json").write_text(json.dumps(doc, indent=2, default=_json_default))

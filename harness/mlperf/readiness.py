@@ -23,7 +23,7 @@ def submission_warnings(p, accuracy: bool = True) -> list[str]:
                    "are refused by MLPerf's submission checker")
     bench = benchmarks.REGISTRY.get(benchmarks.canonical_name(lg.mlperf_model) or "")
     # The built-in dataset is not MLPerf's: its own size is the whole dataset.
-    full = bench.dataset_size if bench and ds.format != "builtin" else ds.num_samples
+    full = bench.dataset_size_for(lg.scenario) if bench and ds.format != "builtin" else ds.num_samples
     scored = min(acc.num_samples or ds.num_samples, ds.num_samples)
     if scored < full and accuracy:
         out.append(f"accuracy is scored on {scored:,} of the dataset's {full:,} samples: the checker needs "

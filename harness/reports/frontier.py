@@ -51,13 +51,14 @@ def engine_label(r: dict, engine_keys: list[str]) -> str:
 
 def session_row(point: dict, result: dict, key: str) -> dict[str, Any]:
     """A replay's RunSessions result.json as a frontier point: the performance window's tokens/s and its
-    turns' TTFT and TPOT. A replay has no LoadGen verdict: it counts as VALID unless its output lengths
-    missed their band (a failed turn fails the stage itself)."""
+    turns' TTFT and TPOT. A replay has no LoadGen verdict: its own (perfdag's) is INVALID when a
+    conversation failed or its output lengths missed their band."""
     m = result["metrics"]
     ttft, tpot = m.get("ttft_ms") or {}, m.get("tpot_ms") or {}
     return {**point, "tokens_per_s": m["window"]["tokens_per_s"], "ttft_p50_ms": ttft.get("p50"),
             "ttft_p99_ms": ttft.get("p99"), "tpot_p50_ms": tpot.get("p50"), "tpot_p99_ms": tpot.get("p99"),
-            "goodput_share": None, "valid": (result.get("osl") or {}).get("ok") is not False,
+            "goodput_share": None,
+            "valid": result.get("valid", True) and (result.get("osl") or {}).get("ok") is not False,
             "accuracy_passed": None, "fullrun_key": key,
             "sources": {"ttft_ms": "client", "tpot_ms": "client"}}  # perfdag's scheduler: no LoadGen
 

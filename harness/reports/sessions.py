@@ -23,9 +23,12 @@ def _p(d: dict | None, key: str) -> str:
 def markdown(result: dict, plots: list[str]) -> str:
     m, w, acc, osl = result["metrics"], result["metrics"]["window"], result["inline_accuracy"], result["osl"]
     plan = result["plan"]
+    failed = result.get("failed_conversations") or []
+    verdict = "VALID" if result.get("valid", True) else "INVALID: " + "; ".join(result.get("invalid_reasons") or [])
     lines = [
         "# Session replay", "",
         f"Scheduler: {result['scheduler']}.", "",
+        f"Result (perfdag's replay): {verdict}.", "",
         f"{plan['users']} users, {result['trajectories']['started']} trajectories started "
         f"({result['trajectories']['conversations']} conversations in the file), salting "
         f"{'on' if plan['salt'] else 'off'}, tool delays {'on' if plan['tool_delays'] else 'off'}, "
@@ -48,6 +51,16 @@ def markdown(result: dict, plots: list[str]) -> str:
         lines.append(f"| {b['index']} | {b['turns']} | {_p(b['ttft_ms'], 'p50')} | {_p(b['tpot_ms'], 'p50')} | "
                      f"{_p(b['latency_ms'], 'p50')} | {_fmt(b['input_tokens'])} | {_fmt(b['output_tokens'])} | "
                      f"{_fmt(b['cached_tokens'])} |")
+    if failed:
+        lines += ["", "## Failed conversations", "",
+                  "A failed turn fails its conversation (as MLCommons' client does): its later turns are not sent "
+                  "and its scorable turns score 0.", "",
+                  "| conversation | turn | server | turns not sent | error |", "|---|---|---|---|---|"]
+        lines += [f"| {f['conversation_id']} | {f['turn']} | {f['server']} | {f['turns_not_sent']} | "
+                  f"{str(f['error']).replace('|', '/')[:200]} |" for f in failed]
+    if result.get("context_warnings"):
+        lines += ["", "## Turns past the model's context (warned before sending)", ""]
+        lines += [f"- {w}" for w in result["context_warnings"]]
     lines += ["", "## Inline accuracy", "",
               f"- score {_fmt(acc['score'], '.4f')} over {acc['turns']['scored']} scored turns "
               f"({acc['turns']['missing']} without a reply)",

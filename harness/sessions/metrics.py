@@ -11,10 +11,13 @@ end, as LoadGen measures a query issued before its run ends).
 """
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 import numpy as np
 
+from harness.loadgen.chunks import distribution, pct_key
+from harness.loadgen.early_stopping import estimate
+from harness.loadgen.results import ES_PERCENTILES
 from harness.sessions.scheduler import Replay
 
 
@@ -22,15 +25,15 @@ def row(rec, t0: float) -> dict:
     """One turn as written to turns.jsonl (times relative to `t0`)."""
     r, usage = rec.reply, rec.reply.usage or {}
     rel = (lambda t: None if t is None else round(t - t0, 6))
-    n_out = usage.get("completion_tokens") if isinstance(usage.get("completion_tokens"), int) else len(r.token_times)
+    n_out = usage.get("completion_tokens") if isinstance(usage.get("completion_tokens"), int) else r.events
     details = usage.get("prompt_tokens_details") or {}
     return {"user": rec.user, "conversation_id": rec.conversation_id, "source_id": rec.source_id,
             "repeat": rec.repeat, "turn": rec.turn.turn, "index": rec.turn.index,
             "t_sent": rel(r.t_sent), "t_first": rel(r.t_first), "t_last": rel(r.token_times[-1] if r.token_times else None),
             "t_end": rel(r.t_end), "events": len(r.token_times), "output_tokens": n_out,
             "input_tokens": usage.get("prompt_tokens"), "cached_tokens": details.get("cached_tokens"),
-            "input_messages": len(rec.turn.messages), "in_window": rec.in_window,
-            "finish_reason": r.finish_reason, "error": r.error, **r.message()}
+            "input_messages": rec.turn.size, "in_window": rec.in_window,
+            "finish_reason": r.finish_reason, "error": r.error, "sent": r.sent, **r.message()}
 
 
 def derived(r: dict) -> dict:
@@ -57,7 +60,8 @@ def _mean(values):
 
 
 def concurrency(rows: list[dict]) -> list[tuple[float, int]]:
-    """Turns in flight over time: (time, count) at every send and end."""
+    """Turns in flight over time: (time, count) at every send and end (turns never sent left out)."""
+    rows = [r for r in rows if r.get("sent", True)]
     events = sorted([(r["t_sent"], 1) for r in rows] + [(r["t_end"], -1) for r in rows], key=lambda e: (e[0], e[1]))
     out, n = [], 0
     for t, d in events:
@@ -118,9 +122,36 @@ def summarize(rows: list[dict], window_end: float | None, t_end: float) -> dict:
         "input_tokens": _stats(inputs), "output_tokens": _stats(r["output_tokens"] for r in measured),
         "cached_tokens": {"reported": bool(cached), "total": sum(cached),
                           "of_input": round(sum(cached) / sum(inputs), 4) if cached and sum(inputs) else None},
-        "duration_s": round(t_end, 6), "turns": len(rows),
+        "duration_s": round(t_end, 6), "turns": sum(r.get("sent", True) for r in rows),
+        "failed_turns": sum(r["error"] is not None and r.get("sent", True) for r in rows),
+        "aborted_turns": sum(not r.get("sent", True) for r in rows),
         "by_turn_index": by_turn_index(measured),
     }
+
+
+def measured(rows: list[dict]) -> dict:
+    """The window's turns in the form of a LoadGen run's client-side measurement (result.json `measured`:
+    distributions in ms and tokens, early-stopping estimates, counts, throughput), for the endpoints
+    results layout: each measured turn is one sample."""
+    done = [r for r in rows if r["in_window"] and r["error"] is None]
+    d = [derived(r) for r in done]
+    last = max((r["t_end"] for r in done), default=0.0)
+    tokens = sum(r["output_tokens"] or 0 for r in done)
+    series = {"latency_ms": [x["latency_ms"] for x in d], "ttft_ms": [x["ttft_ms"] for x in d if x["ttft_ms"] is not None],
+              "tpot_ms": [x["tpot_ms"] for x in d if x["tpot_ms"] is not None]}
+    arrays = {k: np.asarray(v, dtype=np.float64) for k, v in series.items()}
+    return {"requests": len(done), "tokens": tokens,
+            "failed": sum(r["error"] is not None for r in rows),
+            "duration_s": round(last, 6) if last > 0 else None,
+            "samples_per_s": round(len(done) / last, 3) if last > 0 else None,
+            "tokens_per_s": round(tokens / last, 3) if last > 0 else None,
+            **{k: distribution(v) for k, v in arrays.items()},
+            "output_tokens": distribution(np.asarray([r["output_tokens"] or 0 for r in done], dtype=np.float64)),
+            "input_tokens": distribution(np.asarray([r["input_tokens"] for r in done if r["input_tokens"] is not None],
+                                                    dtype=np.float64)),
+            "early_stopping": {k: {pct_key(100 * q): estimate(v, q) for q in ES_PERCENTILES}
+                               for k, v in arrays.items() if v.size},
+            "finish_reasons": dict(Counter(r["finish_reason"] for r in done if r.get("finish_reason")))}
 
 
 def rows_of(rep: Replay) -> list[dict]:

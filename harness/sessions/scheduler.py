@@ -12,8 +12,9 @@ here, following MLCommons' agentic client (mlcommons/endpoints at ea33275, the a
   left to start): turns sent before stay measured even if they end later, turns sent after are
   not. With `drain` the started trajectories are finished (for accuracy); without it no turn is
   sent after the window ends, and those in flight are awaited.
-A failed turn stops the replay: no new turn is sent, those in flight end, and the failure is
-reported with its conversation and turn.
+A failed turn fails its conversation, as MLCommons' client does (the agentic strategy's
+`_abort_remaining_turns`): the conversation's remaining turns are recorded as never sent
+(`TurnAbortedByPriorFailure`), its user takes the next trajectory, and the other conversations go on.
 """
 from __future__ import annotations
 
@@ -53,12 +54,16 @@ class TurnRecord:
 
 @dataclass
 class Replay:
-    records: list[TurnRecord] = field(default_factory=list)
+    records: list[TurnRecord] = field(default_factory=list)  # every turn, sent or aborted
     t_start: float = 0.0
     t_window_end: float | None = None  # the first user's completion
     t_end: float = 0.0
     started: int = 0
-    failed: TurnRecord | None = None
+    failed: list[TurnRecord] = field(default_factory=list)  # the turn that failed each failed conversation
+
+    @property
+    def sent(self) -> list[TurnRecord]:
+        return [r for r in self.records if r.reply.sent]
 
 
 def check_plan(trajectories: Sequence[Trajectory], plan: Plan) -> None:
@@ -105,10 +110,13 @@ async def replay(trajectories: Sequence[Trajectory], plan: Plan, send: Send) -> 
                 reply = await send(turn, msgs, {SESSION_HEADER: cid})
                 rec = TurnRecord(u, cid, source.conversation_id, repeat, turn, reply)
                 out.records.append(rec)
-                if reply.error is not None:
-                    out.failed = out.failed or rec
-                    stop.set()
-                    return
+                if reply.error is not None:  # the conversation fails; its user goes on with the next one
+                    out.failed.append(rec)
+                    why = f"TurnAbortedByPriorFailure: turn {turn.turn} failed ({reply.error})"
+                    out.records += [TurnRecord(u, cid, source.conversation_id, repeat, rest,
+                                               ChatReply(t_sent=reply.t_end, t_end=reply.t_end, error=why, sent=False))
+                                    for rest in source.turns[turn.index + 1:]]
+                    break
             if out.started >= budget and out.t_window_end is None:  # the first user is done
                 out.t_window_end = time.monotonic()
                 if not plan.drain:
@@ -118,5 +126,5 @@ async def replay(trajectories: Sequence[Trajectory], plan: Plan, send: Send) -> 
     out.t_end = time.monotonic()
     end = out.t_window_end if out.t_window_end is not None else out.t_end
     for rec in out.records:
-        rec.in_window = rec.reply.t_sent < end
+        rec.in_window = rec.reply.sent and rec.reply.t_sent < end
     return out

@@ -1,8 +1,13 @@
-"""One session replay against one OpenAI-compatible server: its turns, metrics, accuracy and files.
+"""One session replay against OpenAI-compatible servers: its turns, metrics, accuracy and files.
 
-Writes `turns.jsonl` (one row per sent turn: times, token counts, the generated message, whether
-it is inside the performance window) and returns the result that goes into result.json. LoadGen
-does not model sessions; the result says that perfdag's own scheduler produced it.
+Writes `turns.jsonl` (one row per turn: times, token counts, the generated message, whether it
+was sent and inside the performance window) and returns the result that goes into result.json.
+LoadGen does not model sessions; the result says that perfdag's own scheduler produced it.
+
+A failed turn fails its conversation (as MLCommons' client does): the conversation is named in the
+result with its turn, server and error, its scorable turns score 0 in the inline accuracy, and the
+result is INVALID (the edge rules call a replay valid only with no missing turn). Each request
+takes its row's own fields (model, max tokens, stream, tools) over the run's.
 """
 from __future__ import annotations
 
@@ -16,32 +21,35 @@ from typing import Mapping, Sequence
 from harness.errors import MeasurementError
 from harness.serving.openai.client import base_url
 from harness.sessions import inline, metrics
-from harness.sessions.chat import send_turn
+from harness.sessions.chat import TurnSender, request_body
 from harness.sessions.scheduler import SESSION_HEADER, Plan, Replay, replay
-from harness.sessions.trajectories import Trajectory
+from harness.sessions.trajectories import ClientTurn, Trajectory
 
 SCHEDULER = "perfdag's session scheduler (LoadGen does not model sessions: harness/sessions/scheduler.py)"
 
 
 @dataclass(frozen=True)
 class Request:
-    """What every turn's request carries besides its messages."""
+    """What every turn's request carries besides its messages (a row's own fields win)."""
     model: str = ""
     max_tokens: int = 1024
     temperature: float = 0.0
     include_usage: bool = True  # stream_options.include_usage: the server's token and cached-token counts
     extra: dict = field(default_factory=dict)  # e.g. seed, chat_template_kwargs
 
-    def body(self, messages: list, tools) -> dict:
-        body = {"messages": messages, "max_tokens": self.max_tokens, "temperature": self.temperature,
-                "stream": True, **self.extra}
-        if self.model:
-            body["model"] = self.model
-        if tools:
-            body["tools"] = tools
-        if self.include_usage:
-            body["stream_options"] = {"include_usage": True}
-        return body
+    def run(self, turn: ClientTurn) -> dict:
+        """The run's part of `turn`'s request: model, max_tokens, temperature, stream (the row's own
+        model, max tokens and stream where it has them)."""
+        own = turn.request
+        stream = own.get("stream", True)
+        doc = {"max_tokens": int(own.get("max_tokens", self.max_tokens)), "temperature": self.temperature,
+               "stream": stream, **self.extra}
+        model = own.get("model") or self.model
+        if model:
+            doc["model"] = model
+        if stream and self.include_usage:
+            doc["stream_options"] = {"include_usage": True}
+        return doc
 
 
 def server_for(conversation_id: str, urls: Sequence[str]) -> str:
@@ -51,16 +59,28 @@ def server_for(conversation_id: str, urls: Sequence[str]) -> str:
 
 async def _run(urls: Sequence[str], trajectories: Sequence[Trajectory], plan: Plan, req: Request,
                timeout_s: float, limits: Mapping[str, int]) -> Replay:
-    import aiohttp
-
     tools = {t.conversation_id: t.tools for t in trajectories}
-    conn = aiohttp.TCPConnector(limit=plan.users, limit_per_host=0)
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=30.0, sock_read=timeout_s)
-    async with aiohttp.ClientSession(connector=conn, timeout=timeout) as session:
+    sender = TurnSender(plan.users, timeout_s, **limits)
+    try:
         async def send(turn, messages, headers):
             url = server_for(headers[SESSION_HEADER], urls)
-            return await send_turn(session, url, req.body(messages, tools[turn.conversation_id]), headers, **limits)
+            run = req.run(turn)
+            body = request_body(messages, turn.request.get("tools", tools[turn.conversation_id]), run)
+            return await sender.send(url, body, headers, run["stream"])
         return await replay(trajectories, plan, send)
+    finally:
+        sender.close()
+
+
+def failed_conversations(rep: Replay, urls: Sequence[str]) -> list[dict]:
+    """Each failed conversation: its id, the turn that failed, where, why, and how many turns it lost."""
+    aborted: dict[str, int] = {}
+    for rec in rep.records:
+        if not rec.reply.sent:
+            aborted[rec.conversation_id] = aborted.get(rec.conversation_id, 0) + 1
+    return [{"conversation_id": f.conversation_id, "turn": f.turn.turn, "index": f.turn.index,
+             "server": server_for(f.conversation_id, urls).removeprefix("http://"), "error": f.reply.error,
+             "turns_not_sent": aborted.get(f.conversation_id, 0)} for f in rep.failed]
 
 
 def run_sessions(urls: str | Sequence[str], trajectories: Sequence[Trajectory], plan: Plan, req: Request, out_dir: Path,
@@ -76,22 +96,30 @@ def run_sessions(urls: str | Sequence[str], trajectories: Sequence[Trajectory], 
     with open(out_dir / "turns.jsonl", "w") as f:
         for r in rows:
             f.write(json.dumps(r) + "\n")
-    if rep.failed is not None:
-        f = rep.failed
-        at = server_for(f.conversation_id, urls).removeprefix("http://")
-        raise MeasurementError(f"session turn failed: conversation {f.conversation_id!r} turn {f.turn.turn} at {at}: "
-                               f"{f.reply.error}; the replay stopped (turns so far in {out_dir / 'turns.jsonl'})")
+    failed = failed_conversations(rep, urls)
+    if failed and not any(r["error"] is None for r in rows):
+        f = failed[0]
+        raise MeasurementError(f"session turn failed: conversation {f['conversation_id']!r} turn {f['turn']} at "
+                               f"{f['server']}: {f['error']}; no turn of the replay was answered (every one in "
+                               f"{out_dir / 'turns.jsonl'})")
     t0 = rep.t_start
     window_end = None if rep.t_window_end is None else round(rep.t_window_end - t0, 6)
-    scored = inline.score((rec.source_id, rec.repeat, rec.turn.turn, rec.turn.expected, rec.reply.message())
-                          for rec in rep.records)
+    # every turn of a started conversation counts, sent or not: one never answered scores 0
+    scored = inline.score((rec.source_id, rec.repeat, rec.turn.turn, rec.turn.expected,
+                           rec.reply.message() if rec.reply.error is None else None) for rec in rep.records)
+    osl = inline.osl_band([r["output_tokens"] or 0 for r in rows if r["error"] is None], osl_band)
+    reasons = ([f"{len(failed)} conversation(s) failed ({', '.join(repr(f['conversation_id']) for f in failed[:5])}"
+                f"{', ...' if len(failed) > 5 else ''}): a valid replay has no missing turn"] if failed else []) + \
+        (["the mean output length per turn is outside sessions.osl_band"] if osl["ok"] is False else [])
     return {
         "workload": "sessions", "scheduler": SCHEDULER, "session_header": SESSION_HEADER,
         "servers": urls, "plan": asdict(plan), "request": {k: v for k, v in asdict(req).items()},
+        "valid": not reasons, "invalid_reasons": reasons, "failed_conversations": failed,
         "trajectories": {"conversations": len(trajectories), "client_turns": sum(len(t.turns) for t in trajectories),
                          "started": rep.started},
         "metrics": metrics.summarize(rows, window_end, rep.t_end - t0),
+        "measured": metrics.measured(rows),  # the window's turns as a LoadGen run's client-side numbers
         "inline_accuracy": {k: v for k, v in scored.items() if k != "per_turn"},
-        "osl": inline.osl_band([r["output_tokens"] or 0 for r in rows if r["error"] is None], osl_band),
+        "osl": osl,
         "concurrency": metrics.concurrency(rows),
     }, scored["per_turn"]

@@ -59,7 +59,12 @@ def read_regular(path: str | os.PathLike, what: str, limit: int, fix: str) -> by
     """The bytes of regular file `path`, at most `limit` of them; InputError naming the path, the
     limit and `fix` when there are more."""
     with open_regular(path, what) as f:
-        data = f.read(limit + 1)
+        # in pieces: read(limit + 1) allocates a buffer of the limit (2 GiB for a trajectory file) at once
+        pieces, got = [], 0
+        while got <= limit and (piece := f.read(min(1 << 24, limit + 1 - got))):
+            pieces.append(piece)
+            got += len(piece)
+        data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
         if len(data) > limit:
             size = max(os.fstat(f.fileno()).st_size, len(data))
             raise InputError(f"{what} {Path(path)}: {size} bytes, more than the {limit} read at most; {fix}")

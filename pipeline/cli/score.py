@@ -29,6 +29,9 @@ def add_parser(sub) -> None:
                          "qwen3.6-27b, nor of characters: whisper)")
     sc.add_argument("--round", default="", help="MLPerf round whose gates apply (default: the newest that has it)")
     sc.add_argument("--target", type=float, default=0.0, help="0.99 or 0.999 (default: the round's lowest)")
+    sc.add_argument("--scenario", default=None, choices=["Offline", "Server", "Interactive", "SingleStream"],
+                    help="the scenario whose gates apply, where one has its own (qwen3-vl's Interactive: the 8k "
+                         "subset, 0.7878 x 0.99)")
     sc.add_argument("--dtype", default="int32", choices=["int32", "int64"],
                     help="of the logged token ids (whisper's labels are always read as int64: the script's int32 is "
                          "array type 'l', 8 bytes on Linux)")
@@ -83,7 +86,7 @@ def run(args) -> int:
                    gates_from=args.gates, dtype=args.dtype, code_workers=args.workers, code_timeout_s=args.timeout,
                    allow_network=args.allow_code_network, out_dir=out, reference_source=f"{args.dataset}",
                    livecodebench_problems=args.livecodebench_problems, livecodebench_timeout_s=args.livecodebench_timeout,
-                   problems_field="--livecodebench-problems", bfcl_python=args.bfcl_python)
+                   problems_field="--livecodebench-problems", bfcl_python=args.bfcl_python, scenario=args.scenario)
     if args.json:
         print(json.dumps(doc, indent=2, default=str))
     else:

@@ -24,6 +24,10 @@ def add_parser(sub) -> None:
     sb.add_argument("--params-file", default=DEFAULT_PARAMS)
     sb.add_argument("--overrides", default="")
     sb.add_argument("--scenarios", default="Offline,Server", help="comma-separated: Offline,Server,Interactive,SingleStream")
+    sb.add_argument("--layout", default="", choices=["", "loadgen", "endpoints"],
+                    help="the results layout: loadgen (LoadGen's logs) or endpoints (config.yaml, result_summary.json, "
+                         "accuracy_results.json, as MLCommons' endpoints client publishes them); default: the "
+                         "benchmark's first (endpoints for qwen3.6-27b)")
     sb.add_argument("--system", default="", metavar="YAML",
                     help="systems/<system>.json fields perfdag cannot read from the machine (+ measurements:)")
     sb.add_argument("--out", default="", metavar="DIR", help="also copy the tree here (a new directory)")
@@ -43,7 +47,8 @@ def run(args) -> int:
         if args.out and Path(args.out).exists() and any(Path(args.out).iterdir()):
             raise InputError(f"--out: {args.out} exists and is not empty; name a new directory")
         task = Submission(params_file=args.params_file, overrides=args.overrides, scenarios=args.scenarios,
-                          system=args.system or "", keep_servers=args.keep_servers, verbose=args.verbose)
+                          system=args.system or "", keep_servers=args.keep_servers, verbose=args.verbose,
+                          layout=args.layout)
     except PerfdagError as e:
         print(e)
         return 2

@@ -110,6 +110,17 @@ class Benchmark:
     #: round -> scenarios that round accepts in the edge category (checker "required-scenarios-edge";
     #: its "optional-scenarios-edge" are empty). None of the datacenter LLMs is an edge benchmark.
     edge_scenarios: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: scenario -> (its dataset in MLCommons' words, its size, its metrics) where a scenario runs on a
+    #: dataset of its own (qwen3-vl's Interactive: the 8k subset, its own F1 reference); the checker's
+    #: accuracy-target and accuracy-sample-count per scenario.
+    scenario_datasets: Mapping[str, tuple[str, int, tuple[Metric, ...]]] = field(default_factory=dict)
+    #: The results layouts the round's checker reads for it, the first the default: "loadgen" (LoadGen's
+    #: logs) and "endpoints" (config.yaml, result_summary.json, accuracy_results.json: the checker's
+    #: ENDPOINTS_ALLOWED_MODELS).
+    layouts: tuple[str, ...] = ("loadgen",)
+    #: What measures its performance: "loadgen" (RunLoadgen) or "sessions" (a replay of agentic
+    #: trajectories, RunSessions: qwen3.6-27b).
+    workload: str = "loadgen"
 
     def scoring(self) -> ModuleType:
         """The scorer module."""
@@ -136,11 +147,27 @@ class Benchmark:
         all_targets = {t for ts in self.targets.values() for t in ts}
         return self.name if all_targets == {"99"} else f"{self.name}-{target}"
 
-    def gates(self, target: str) -> dict[str, dict]:
-        """{metric: {"min": x, "max": y or None}} as the checker computes them for `target`."""
+    def metrics_for(self, scenario: str | None = None) -> tuple[Metric, ...]:
+        """The metrics and references `scenario` is judged by (its own dataset's, where it has one)."""
+        own = self.scenario_datasets.get(scenario or "")
+        return own[2] if own else self.metrics
+
+    def dataset_size_for(self, scenario: str | None = None) -> int:
+        """The rows of `scenario`'s dataset: what its accuracy run must cover."""
+        own = self.scenario_datasets.get(scenario or "")
+        return own[1] if own else self.dataset_size
+
+    def accuracy_samples_for(self, scenario: str | None = None) -> int:
+        """The rows the checker wants in `scenario`'s accuracy run (accuracy-sample-count, else the dataset)."""
+        own = self.scenario_datasets.get(scenario or "")
+        return own[1] if own else (self.accuracy_sample_count or self.dataset_size)
+
+    def gates(self, target: str, scenario: str | None = None) -> dict[str, dict]:
+        """{metric: {"min": x, "max": y or None}} as the checker computes them for `target` (in `scenario`,
+        where a scenario has gates of its own)."""
         factor = TARGETS[target]
         out = {}
-        for m in self.metrics:
+        for m in self.metrics_for(scenario):
             if m.kind == "length_max":
                 out[m.name] = {"min": 0.0, "max": m.reference * LENGTH_UPPER, "reference": m.reference}
             elif m.kind == "length":

@@ -27,5 +27,6 @@ BENCHMARK = Benchmark(
     compliance=("TEST06",), performance_sample_count=4388, dataset_size=4388,
     min_queries={"Offline": 1, "Server": 270336},
     aliases=("deepseek-r1-99", "deepseek-r1-interactive"),
+    layouts=("loadgen", "endpoints"),  # in the checker's ENDPOINTS_ALLOWED_MODELS (constants.py v6.1)
     notes="first log entry per qsl_idx; skip_special_tokens=True; exact_match and tokens_per_sample unrounded",
 )

@@ -28,5 +28,6 @@ BENCHMARK = Benchmark(
     accuracy_sample_count=4395,
     min_queries={"Offline": 1, "Server": 270336},
     aliases=("gpt-oss-120b-99", "gpt-oss-120b-interactive"),
+    layouts=("loadgen", "endpoints"),  # in the checker's ENDPOINTS_ALLOWED_MODELS (constants.py v6.1)
     notes="every log entry scored (no de-duplication); skip_special_tokens=False; exact_match printed to 3 decimals",
 )

@@ -15,4 +15,5 @@ BENCHMARK = Benchmark(
     latency_ms={"Server": (2000.0, 100.0), "Interactive": (500.0, 30.0)},
     compliance=("TEST06",), performance_sample_count=13368, dataset_size=13368,
     aliases=("llama3_1-8b", "llama3.1-8b-99", "llama3_1-8b-interactive"),
+    layouts=("loadgen", "endpoints"),  # in the checker's ENDPOINTS_ALLOWED_MODELS (constants.py v6.1)
 )

@@ -27,5 +27,6 @@ BENCHMARK = Benchmark(
     compliance=(), performance_sample_count=5000, dataset_size=5000,
     min_queries={"SingleStream": 1024, "Offline": 1},
     aliases=("llama3_1-8b-edge", "llama3.1-8b-edge-99"),
+    layouts=("loadgen", "endpoints"),  # in the checker's ENDPOINTS_ALLOWED_MODELS (constants.py v6.1)
     notes="llama3.1-8b's scorer and its quirks; only the references and the gen_len band differ",
 )

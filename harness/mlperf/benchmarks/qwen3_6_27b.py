@@ -34,6 +34,8 @@ BENCHMARK = Benchmark(
     compliance=(), performance_sample_count=995, dataset_size=995, accuracy_sample_count=995,
     min_queries={"SingleStream": 995},
     aliases=("qwen3.6-27b-99", "edge-agentic"),
+    # performance is a session replay (no LoadGen logs), so the endpoints layout is its only route
+    layouts=("endpoints",), workload="sessions",
     notes="every issued row scored once, missing rows 0; the checker's 'mAP' pattern names the overall accuracy",
     api="chat", accuracy_log="text",
 )

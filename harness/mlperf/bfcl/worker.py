@@ -65,14 +65,21 @@ def subset_rows(data: Path, subset: str) -> list[dict]:
     return rows
 
 
+def choose(rows_by_subset: dict[str, list]) -> list:
+    """The accuracy set's rows: of each subset of the three categories (sorted by name), its first n rows in
+    order, n = max(1, int(total x pct / 100)), a subset of at most FLOOR rows whole. A subset absent is none."""
+    chosen = []
+    category = {s: c for c, subsets in CATEGORIES.items() for s in subsets}
+    for subset in sorted(s for s in rows_by_subset if s in category):
+        rows = rows_by_subset[subset]
+        n = len(rows) if len(rows) <= FLOOR else max(1, int(len(rows) * PERCENT[category[subset]] / 100))
+        chosen.extend(rows[:n])
+    return chosen
+
+
 def build_dataset(out: Path) -> int:
     data = Path(_mod("bfcl_eval").__file__).parent / "data"
-    chosen = []
-    per_subset = {s: (c, subset_rows(data, s)) for c, subsets in CATEGORIES.items() for s in subsets}
-    for subset in sorted(per_subset):
-        category, rows = per_subset[subset]
-        n = len(rows) if len(rows) <= FLOOR else max(1, int(len(rows) * PERCENT[category] / 100))
-        chosen.extend(rows[:n])
+    chosen = choose({s: subset_rows(data, s) for subsets in CATEGORIES.values() for s in subsets})
     tmp = out.with_name(out.name + ".partial")
     with open(tmp, "w", encoding="utf-8") as f:
         for row in chosen:

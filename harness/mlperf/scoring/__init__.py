@@ -18,13 +18,33 @@ from harness.mlperf.scoring.common import (
     DatasetColumnError,
     LogEntryError,
     ScoringInputError,
+    accuracy_txt as common_accuracy_txt,
     all_entries,
     check_columns,
     first_entries,
     text_entries,
 )
 
-__all__ = ["score_log", "ScoringInputError", "LogEntryError", "DatasetColumnError"]
+__all__ = ["score_log", "accuracy_txt", "endpoints_score", "ScoringInputError", "LogEntryError", "DatasetColumnError"]
+
+
+def accuracy_txt(benchmark, scores: dict) -> str:
+    """accuracy.txt in the reference form of `benchmark`'s evaluation script (its registry entry, or None
+    for an entry the registry does not know: the LLM scripts' printed dict): the scorer module's own
+    `accuracy_txt(scores)` where it has one (qwen3-vl's `{"f1": x}` JSON), else the LLM scripts' form."""
+    own = getattr(benchmark.scoring(), "accuracy_txt", None) if benchmark is not None else None
+    return own(scores) if own is not None else common_accuracy_txt(scores)
+
+
+def endpoints_score(benchmark, scores: dict) -> tuple[object, dict | None]:
+    """(score, breakdown) of an accuracy entry in the endpoints layout, as endpoints' scorer of the
+    benchmark reports it: the scorer module's own `endpoints_score(scores)` where it has one (qwen3-vl:
+    the F1 fraction; qwen3.6-27b: BFCL's overall accuracy as a fraction and its breakdown), else the
+    metrics as one dict (endpoints' ROUGE scorer)."""
+    own = getattr(benchmark.scoring(), "endpoints_score", None)
+    if own is not None:
+        return own(scores)
+    return {k: v for k, v in scores.items() if not str(k).startswith("_")}, None
 
 
 def score_log(benchmark, log_entries: list[dict], dataset, tokenizer, *, code_runner=None,

@@ -120,3 +120,14 @@ def score(samples, dataset, tokenizer=None, *, code_runner=None, dataset_name: s
     result["_detail"].update({"total_samples": len(rows), "issued_samples": len(dataset), "missing": len(missing),
                               "per_row": {i: v for i, v in zip(rows, got)}})
     return result
+
+
+def endpoints_score(result: dict) -> tuple[float, dict]:
+    """The endpoints layout's score as endpoints' BFCLv4Scorer reports it: the overall accuracy as a
+    fraction, and its breakdown (percents: overall, normalized, categories, subsets)."""
+    detail = result.get("_detail") or {}
+    cats = {c: result[c] for c in CATEGORIES if result.get(c) is not None}
+    return round(result["overall_accuracy"] / 100, 6), {
+        "overall_accuracy": result["overall_accuracy"],
+        "normalized_single_turn_score": result["normalized_single_turn_score"],
+        "category_scores": cats, "subset_scores": dict(detail.get("subset_scores") or {}), "unscored_subsets": {}}

@@ -136,3 +136,9 @@ def accuracy_txt(result: dict) -> str:
     """accuracy.txt as the script writes it (the checker reads F1_HIERARCHICAL from `{"f1": x}`)."""
     data = json.dumps({"f1": result["f1"]}, sort_keys=True)
     return f"Results\n\n{data}\n\nhash={hashlib.sha256(data.encode()).hexdigest()}"
+
+
+def endpoints_score(result: dict) -> tuple[float, None]:
+    """The endpoints layout's score: the category F1 as a fraction (endpoints' ShopifyCategoryF1Scorer,
+    what the checker compares with F1_HIERARCHICAL's gate)."""
+    return float(result["f1"]), None

@@ -6,7 +6,7 @@
   here it is refused, naming the entry.
 - The reference is the manifest transcript of the entry's qsl_idx with every character outside LABELS
   dropped (the Manifest's parse_transcript): upper case included, so transcripts are lower-cased when
-  converted (harness/model/converters/librispeech.py), as MLCommons' preprocessing does.
+  converted (harness/converters/librispeech.py), as MLCommons' preprocessing does.
 - Both sides go through whisper's EnglishTextNormalizer (the script imports it from openai-whisper;
   here transformers' port of the same class, with the same British-to-American spelling table:
   whisper_normalizer's english.json, byte-identical to openai-whisper 20250625's), then are split on

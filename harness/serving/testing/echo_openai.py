@@ -193,7 +193,7 @@ def chat_answer(body: dict, reasoning: int) -> tuple[list[tuple[str, str]], list
             elif part.get("type") == "image_url":
                 url = part["image_url"]["url"] if isinstance(part["image_url"], dict) else part["image_url"]
                 digests.append(image_digest(url))
-    toks = echo_tokens("".join(texts), body.get("max_tokens") or 16)
+    toks = echo_tokens("".join(texts), body.get("max_tokens") or body.get("max_completion_tokens") or 16)
     deltas = [("reasoning_content" if k < reasoning else "content", f" {'r' if k < reasoning else 't'}{t}")
               for k, t in enumerate(toks)]
     prefix = "".join(f"[sha256:{d}]" for d in digests)

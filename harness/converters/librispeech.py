@@ -26,6 +26,10 @@ RATE = 16000
 MAX_CLIP_S = 30.0
 PAD_S = 0.5
 
+DESCRIPTION = "an unpacked LibriSpeech split (dev-clean, dev-other) -> the whisper benchmark's manifest and clips"
+#: OUT is a directory, new or empty, which this module checks itself (the registry checks a file's OUT).
+WRITES_DIRECTORY = True
+
 
 def _transcripts(src: Path) -> list[tuple[Path, str]]:
     out = []
@@ -66,7 +70,7 @@ def _row(fname: str, transcript: str, samples: int) -> dict:
             "original_duration": float(samples / RATE), "original_num_samples": int(samples)}
 
 
-def convert(src: str | os.PathLike, out: str | os.PathLike, **_) -> dict:
+def convert(src: str | os.PathLike, out: str | os.PathLike) -> dict:
     """Writes `out/manifest.json` and `out/audio/*.wav` (beside OUT first, then renamed into it: a failed
     conversion leaves nothing); returns what was written."""
     src, out = Path(src), Path(out)
@@ -92,7 +96,7 @@ def convert(src: str | os.PathLike, out: str | os.PathLike, **_) -> dict:
             os.replace(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return {"clips": len(rows), "left_out_over_30s": skipped, "manifest": str(out / "manifest.json")}
+    return {"rows": len(rows), "left_out_over_30s": skipped, "manifest": str(out / "manifest.json")}
 
 
 def _pack(groups: dict, tmp: Path) -> tuple[list[dict], int]:
