@@ -7,6 +7,7 @@ from pathlib import Path
 from harness.errors import MeasurementError
 
 from harness.loadgen import run_loadgen
+from harness.loadgen.client_nodes import placement
 from harness.loadgen.settings import from_params
 from harness.serving.endpoints import endpoints_and_models, protocol_of
 from harness.serving.layout import front_door, layout_summary
@@ -39,6 +40,8 @@ def _run(servers, samples, params, out_dir: Path, *, mode: str, settings: dict, 
     # one client, one request at a time), never the limit raised to the client count.
     frontends = min(h.frontends, in_flight)
     per_frontend = max(1, min(h.clients_per_frontend, in_flight // frontends))
+    # frontends on other nodes (harness.client_nodes); they read the tokenizer, if any
+    extra.update(placement(params, frontends, (str(tokenizer_dir),) if tokenizer_dir else ()))
     return run_loadgen(eps, names, samples, settings, out_dir, scenario=params.loadgen.scenario, mode=mode,
                        frontends=frontends, clients_per_frontend=per_frontend, warmup_queries=warmup,
                        end_id=end_id, pad_id=pad_id, max_new_tokens=params.dataset.max_new_tokens,
