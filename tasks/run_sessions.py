@@ -14,6 +14,7 @@ from harness.config.sessions import SessionsSection
 from harness.errors import InputError
 from harness.reports.sessions import write_report
 from harness.serving.endpoints import endpoints_and_models, protocol_of
+from harness.serving.layout import front_door
 from harness.sessions.scheduler import Plan
 from harness.sessions.trajectories import read_trajectories
 from harness.sessions.workload import Request, run_sessions
@@ -25,7 +26,7 @@ from tasks.registry import register
 SESSION_CODE = ("harness.sessions", "harness.sessions.trajectories", "harness.sessions.salts", "harness.sessions.chat",
                 "harness.sessions.scheduler", "harness.sessions.metrics", "harness.sessions.inline",
                 "harness.sessions.workload", "harness.serving.openai.sse", "harness.serving.openai.toolcalls",
-                "harness.serving.openai.client",
+                "harness.serving.openai.client", "harness.serving.layout",
                 "harness.reports.sessions")
 
 
@@ -60,7 +61,7 @@ class RunSessions(MeasuringStage):
         servers = self.upstream()["servers"].servers()
         if protocol_of(servers) != "openai-http":
             raise InputError("sessions send chat completions: set build.backend: openai (an OpenAI-compatible server)")
-        urls, models = endpoints_and_models(servers)
+        urls, models = endpoints_and_models(front_door(servers))  # a layout's router, or every server
         trajectories = read_trajectories(trajectories_path(self.params))
         plan = Plan(users=s.users, trajectories=s.trajectories, salt=s.salt, tool_delays=s.tool_delays, drain=s.drain)
         req = Request(model=models[0] if models else "", max_tokens=s.max_tokens, temperature=s.temperature,
