@@ -37,6 +37,7 @@ SUT_CODE = ("harness.loadgen.measure", "harness.loadgen", "harness.loadgen.runne
             "harness.loadgen.client_nodes", "harness.loadgen.remote", "harness.loadgen.links",
             "harness.loadgen.client_host", "harness.loadgen.clients",
             "harness.serving.spec",  # the node a frontend names (this_node)
+            "harness.serving.gpu_telemetry",  # result.json's gpu_telemetry: each role's GPUs (NVML)
             ) + package_modules(("harness.mlperf.benchmarks",))  # latency limits, LoadGen names: user.conf
 
 

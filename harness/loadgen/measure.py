@@ -10,6 +10,7 @@ from harness.loadgen import run_loadgen
 from harness.loadgen.client_nodes import placement
 from harness.loadgen.settings import from_params
 from harness.serving.endpoints import endpoints_and_models, protocol_of
+from harness.serving.gpu_telemetry import GpuTelemetry
 from harness.serving.layout import front_door, layout_summary
 from harness.serving.protocols import protocol
 
@@ -75,13 +76,20 @@ def run_performance(servers: list[dict], samples, params, out_dir: Path, *, end_
     if params.loadgen.offline_expected_qps == "auto" and params.loadgen.scenario == "Offline":
         sized = size_offline(servers, samples, params, Path(out_dir), settings, end_id=end_id, pad_id=pad_id, **extra)
         settings["offline_expected_qps"] = sized["offline_expected_qps"]
-    result = _run(servers, samples, params, out_dir, mode="PerformanceOnly", settings=settings,
-                  warmup=params.harness.warmup_queries, end_id=end_id, pad_id=pad_id, **extra)
-    if sized:
-        result["offline_expected_qps_auto"] = sized
+    telemetry = GpuTelemetry.for_servers(servers)  # each role's GPUs over the timed run (None: no GPUs)
+    if telemetry is not None:
+        telemetry.start()
+    try:
+        result = _run(servers, samples, params, out_dir, mode="PerformanceOnly", settings=settings,
+                      warmup=params.harness.warmup_queries, end_id=end_id, pad_id=pad_id, **extra)
+    finally:
+        gpus = telemetry.stop() if telemetry is not None else None
+    added = {**({"offline_expected_qps_auto": sized} if sized else {}), **({"gpu_telemetry": gpus} if gpus else {})}
+    if added:
+        result.update(added)
         path = Path(out_dir) / "result.json"
         doc = json.loads(path.read_text())
-        doc["offline_expected_qps_auto"] = sized
+        doc.update(added)
         path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
     return result
 
