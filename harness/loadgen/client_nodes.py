@@ -55,20 +55,29 @@ def placement(params, frontends: int, read_dirs: tuple[str, ...] = ()) -> dict:
     listen = next((addr for name, addr in alloc if name == here), None)
     if listen is None:
         raise MeasurementError(f"harness.client_nodes: this process runs on {here}, which is not a node of Slurm job {job}")
-    s = params.slurm
     remote = []
+    step = on_node(params, "clients", read_dirs)
     for k, fes in frontends_by_node(nodes, frontends).items():
         name, addr = alloc[k]
         if name == here:
             continue
         if _loopback(listen) and not _loopback(addr):
-            raise MeasurementError(f"harness.client_nodes: node {name} ({addr}) cannot reach the driver on {here}, whose "
-                               f"address is {listen}; give {here} a NodeAddr the other nodes reach")
-        command = ["env", f"PYTHONPATH={CHECKOUT}", sys.executable, "-m", "harness.loadgen.client_host"]
-        image = s.container_image if s is not None else ""
-        mounts = (f"{CHECKOUT}:{CHECKOUT}", *(f"{d}:{d}" for d in read_dirs), *(s.container_mounts if s else ()))
+            raise MeasurementError(f"harness.client_nodes: node {name} ({addr}) cannot reach the driver on {here}, "
+                                   f"whose address is {listen}; give {here} a NodeAddr the other nodes reach")
         remote.append({"node": name, "frontends": fes,
-                       "argv": srun_argv(job, command, name=f"perfdag-clients-{k}", node=name, container_image=image,
-                                         container_mounts=mounts if image else (),
-                                         workdir=str(CHECKOUT) if image else "")})
+                       "argv": step(name) + ["env", f"PYTHONPATH={CHECKOUT}", sys.executable, "-m",
+                                             "harness.loadgen.client_host"]})
     return {"remote": remote, "listen": listen} if remote else {}
+
+
+def on_node(params, what: str, read_dirs: tuple[str, ...] = ()):
+    """node -> the `srun --overlap --nodelist=<node>` step of this Slurm job that runs a command there, in
+    the allocation's container when it has one; None outside a Slurm job."""
+    job = os.environ.get("SLURM_JOB_ID")
+    if not job:
+        return None
+    s = params.slurm
+    image = s.container_image if s is not None else ""
+    mounts = (f"{CHECKOUT}:{CHECKOUT}", *(f"{d}:{d}" for d in read_dirs), *(s.container_mounts if s else ()))
+    return lambda node: srun_argv(job, [], name=f"perfdag-{what}", node=node, container_image=image,
+                                  container_mounts=mounts if image else (), workdir=str(CHECKOUT) if image else "")

@@ -7,7 +7,7 @@ from pathlib import Path
 from harness.errors import MeasurementError
 
 from harness.loadgen import run_loadgen
-from harness.loadgen.client_nodes import placement
+from harness.loadgen.client_nodes import on_node, placement
 from harness.loadgen.settings import from_params
 from harness.serving.endpoints import endpoints_and_models, protocol_of
 from harness.serving.gpu_telemetry import GpuTelemetry
@@ -76,7 +76,8 @@ def run_performance(servers: list[dict], samples, params, out_dir: Path, *, end_
     if params.loadgen.offline_expected_qps == "auto" and params.loadgen.scenario == "Offline":
         sized = size_offline(servers, samples, params, Path(out_dir), settings, end_id=end_id, pad_id=pad_id, **extra)
         settings["offline_expected_qps"] = sized["offline_expected_qps"]
-    telemetry = GpuTelemetry.for_servers(servers)  # each role's GPUs over the timed run (None: no GPUs)
+    # each role's GPUs over the timed run, a sampler on each node with some (None: no GPUs)
+    telemetry = GpuTelemetry.for_servers(servers, on_node=on_node(params, "gpu-telemetry"))
     if telemetry is not None:
         telemetry.start()
     try:
