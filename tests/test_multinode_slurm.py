@@ -335,7 +335,8 @@ def test_clients_on_both_nodes_feed_one_loadgen_that_counts_every_response_once(
 
 def test_each_instance_runs_on_its_own_gpus_on_either_node(cluster2, built_fast, tmp_path):
     """Four 1-GPU vLLM servers over two nodes of 2 GPUs: each runs with CUDA_VISIBLE_DEVICES of its placed
-    GPU, on the second node too (where Slurm sets a step's to all of the job's GPUs); measured VALID."""
+    GPU, on the second node too (where Slurm sets a step's to all of the job's GPUs); measured VALID; a GPU
+    sampler ran on each node (the second's as a step there) and says why it read nothing (no NVML here)."""
     env = _stack_stand_ins(tmp_path / "bin")
     dp = ("quantize.format=none,build.backend=openai,build.device=cuda,layout.nodes=2,layout.gpus_per_node=2,"
           "layout.roles.server.count=4,layout.roles.server.gpus_per_instance=1")
@@ -355,6 +356,10 @@ def test_each_instance_runs_on_its_own_gpus_on_either_node(cluster2, built_fast,
         assert sorted(seen) == sorted(f"{n} with CUDA_VISIBLE_DEVICES={g}" for n in (n0, n1) for g in (0, 1)), seen
         res = json.loads(next(root.glob("RunLoadgen/*/result.json")).read_text())
         assert res["valid"] == "VALID", res
+        # each node's GPUs had their sampler (the second node's through its own srun step); no NVML here
+        telemetry = res["gpu_telemetry"]
+        assert set(telemetry["not_sampled"]) == {n0, n1}, telemetry
+        assert all(why.startswith(f"NVML is not available on {n}: ") for n, why in telemetry["not_sampled"].items())
         assert_nothing_left(root)
 
 
