@@ -19,6 +19,7 @@ import asyncio
 import functools
 import itertools
 import json
+from pathlib import Path
 import threading
 import time
 
@@ -396,6 +397,59 @@ def aiohttp_chat_loop(url, prompts, in_flight, tokens, streaming, warm, loop="uv
     return tally.result(secs)
 
 
+def transcription_clip(ids) -> Path:
+    """The clip a transcription run uploads for a prompt (the whisper stand-in's, cycled; the same for
+    every client)."""
+    clips = sorted((Path(__file__).resolve().parent.parent / "harness" / "data" / "standins" / "whisper" / "audio")
+                   .glob("*.flac"))
+    return clips[ids[0] % len(clips)]
+
+
+def _transcription_form(ids, streaming: bool):
+    import aiohttp
+
+    form = aiohttp.FormData()
+    for k, v in (("model", "echo"), ("language", "en"), ("temperature", "0"), ("response_format", "json"),
+                 ("max_completion_tokens", "200")) + ((("stream", "true"), ("stream_include_usage", "true"))
+                                                      if streaming else ()):
+        form.add_field(k, v)
+    clip = transcription_clip(ids)
+    form.add_field("file", clip.read_bytes(), filename=clip.name, content_type="audio/flac")
+    return form
+
+
+def aiohttp_transcription_loop(url, prompts, in_flight, tokens, streaming, warm, loop="uvloop", **_) -> dict:
+    """aiohttp against /v1/audio/transcriptions, each clip a multipart form (read once, as perfdag's core
+    builds its forms before the run): a response is an event with text (streamed), or an answer."""
+    import aiohttp
+
+    clips = {}
+
+    async def main():
+        conn = aiohttp.TCPConnector(limit=in_flight, limit_per_host=in_flight)
+        async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=300)) as s:
+            async def one(ids, sample, tally):
+                t = time.monotonic_ns()
+                key = (ids[0], streaming)
+                if key not in clips:
+                    clips[key] = _transcription_form(ids, streaming)
+                async with s.post(f"http://{url}/v1/audio/transcriptions", data=clips[key]) as r:
+                    r.raise_for_status()
+                    if not streaming:
+                        json.loads(await r.read())
+                        tally.event(sample, t, 1)
+                        return
+                    buf = b""
+                    async for chunk in r.content.iter_any():
+                        n, buf = _sse_output_events(buf + chunk)
+                        for _ in range(n):
+                            tally.event(sample, t, 1)
+            return await _closed_loop(prompts, in_flight, one, warm)
+
+    tally, secs = _run(main, loop)
+    return tally.result(secs)
+
+
 def _on_loops(**fns) -> dict:
     """Each event-loop client under one label per event loop: {"aiohttp-uvloop": ..., ...}."""
     return {f"{name}-{loop}": functools.partial(fn, loop=loop) for name, fn in fns.items() for loop in EVENT_LOOPS}
@@ -407,4 +461,5 @@ LOOPS = {
     "http": _on_loops(aiohttp=aiohttp_loop, httpx=httpx_loop),
     "generate": _on_loops(aiohttp=aiohttp_generate_loop),
     "chat": _on_loops(**{"aiohttp-chat": aiohttp_chat_loop}),
+    "transcription": _on_loops(**{"aiohttp-transcription": aiohttp_transcription_loop}),
 }

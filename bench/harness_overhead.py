@@ -9,7 +9,10 @@ against the gRPC stream core on one server). Each server runs in two modes: burs
 one response per read). Bare loops (bench/bare_clients.py): tritonclient.grpc.aio, aiohttp and
 httpx (aiohttp alone for generate_stream), each on uvloop (perfdag's frontends' loop) and on asyncio's own; tritonclient's threaded
 streams. For chat completions (`--protocols chat`: perfdag's chat core, the same echo
-server's /v1/chat/completions), aiohttp on each loop.
+server's /v1/chat/completions), aiohttp on each loop. For transcriptions (`--protocols transcription`:
+perfdag's transcription core, the echo transcription server, harness/serving/testing/echo_transcription.py,
+16 words per clip as vLLM streams them), aiohttp posting the same multipart forms on each loop; a
+response is an event with text, or an answer not streamed.
 
 Method (the same for every client):
 * the same prompts, `--tokens` tokens per request, `--in-flight` requests outstanding over
@@ -58,8 +61,8 @@ ECHO_PY = REPO / "harness" / "serving" / "testing" / "echo_model.py"
 TRITON_MODELS = {"burst": "echo", "paced": "echo_paced"}  # the echo model in each server mode
 # the bench's protocols: Triton over gRPC, the OpenAI echo server, Triton's generate extension (HTTP)
 PERFDAG_PROTOCOLS = {"grpc": "triton-grpc", "http": "openai-http", "generate": "triton-generate",
-                     "chat": "openai-chat"}
-OPENAI = ("http", "chat")  # the protocols the echo OpenAI server answers
+                     "chat": "openai-chat", "transcription": "openai-transcription"}
+OPENAI = ("http", "chat", "transcription")  # the protocols the echo OpenAI servers answer
 MAX_LOAD = 1.0  # the 1-minute load average at or above which a run's figures are not a result
 
 
@@ -105,6 +108,16 @@ def perfdag_run(spec: dict, prompts) -> dict:
 
         extra["prompt_texts"] = [sample_part([{"role": "user", "content": chat_text(p)}]) for p in prompts]
         api = {"kind": "vllm", "log": "text"}
+    if spec["protocol"] == "transcription":  # each prompt's clip, uploaded as the bare loop uploads it
+        from bench.bare_clients import transcription_clip
+
+        from harness.model.tiny_whisper import train_tokenizer
+
+        extra["prompt_texts"] = [str(transcription_clip(p)) for p in prompts]
+        # an answer not streamed has no token count: the core counts with a tokenizer (one made here)
+        tok = Path(tempfile.mkdtemp(prefix="perfdag_bench_tok_"))
+        train_tokenizer([f"w{k}" for k in range(20)], tok, 300).save_pretrained(tok)
+        api = {"kind": "vllm", "log": "labels", "tokenizer": str(tok)}
     with tempfile.TemporaryDirectory(prefix="perfdag_bench_lg_") as out:
         t0 = time.monotonic()
         r = run_loadgen([spec["url"]], spec.get("model", "echo") if spec["protocol"] not in OPENAI else "", prompts,
@@ -193,6 +206,34 @@ def start_echo_http(root: Path, pace_ms: float, per_chunk: int = 1) -> tuple[dic
                 raise RuntimeError("echo OpenAI server did not start")
             time.sleep(0.1)
     return {"http": urls, "chat": urls}, stop  # chat completions: the same echo server
+
+
+def start_echo_transcription(pace_ms: float) -> tuple[dict, callable]:
+    """Two echo transcription servers (vLLM's events): burst, and paced at `pace_ms` per word."""
+    from harness.serving import ports as P
+    from harness.serving.openai.client import probe
+
+    procs, urls = [], {}
+    for server, delay in (("burst", 0.0), ("paced", pace_ms)):
+        port = P.free_port()
+        procs.append(subprocess.Popen([sys.executable, "-m", "harness.serving.testing.echo_transcription", "--port",
+                                       str(port), "--words", "16", "--word-delay-ms", str(delay)],
+                                      cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))
+        urls[server] = f"127.0.0.1:{port}"
+
+    def stop():
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(10)
+    deadline = time.monotonic() + 30
+    for proc, url in zip(procs, urls.values()):
+        while not probe(url):
+            if time.monotonic() > deadline or proc.poll() is not None:
+                stop()
+                raise RuntimeError("echo transcription server did not start")
+            time.sleep(0.1)
+    return {"transcription": urls}, stop
 
 
 # ------------------------------------------------------------------ rounds and summary
@@ -290,7 +331,7 @@ def main() -> int:
     args.servers = args.servers.split(",")
     args.scaling = [int(x) for x in args.scaling.split(",") if x]
     bad = [s for s in args.servers if s not in TRITON_MODELS] + [p for p in args.protocols if p not in PERFDAG_PROTOCOLS]
-    if args.tokens_per_chunk > 1 and "chat" in args.protocols:
+    if args.tokens_per_chunk > 1 and ("chat" in args.protocols or "transcription" in args.protocols):
         print("error: --tokens-per-chunk above 1 takes --protocols http, grpc or generate: the echo server's "
               "chat stream sends one token per event whatever the chunk size", file=sys.stderr)
         return 2
@@ -324,8 +365,11 @@ def main() -> int:
             urls = {}
             for proto in args.protocols:
                 if proto not in urls:  # grpc and generate share one tritonserver, http and chat one echo server
-                    got, stop = (start_echo_http if proto in OPENAI else start_triton)(
-                        Path(tmp) / proto, args.pace_ms, args.tokens_per_chunk)
+                    if proto == "transcription":  # its own echo server: /v1/audio/transcriptions
+                        got, stop = start_echo_transcription(args.pace_ms)
+                    else:
+                        got, stop = (start_echo_http if proto in OPENAI else start_triton)(
+                            Path(tmp) / proto, args.pace_ms, args.tokens_per_chunk)
                     urls.update(got)
                     stops.append(stop)
             if args.scaling:

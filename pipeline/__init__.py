@@ -23,6 +23,7 @@ from tasks import (
                    RunAccuracy,
                    RunLoadgen,
                    RunSessions,
+                   RunTest01,
                    RunTest06,
                    RunTest07,
                    RunTest09,
@@ -32,4 +33,4 @@ from tasks import (
 __all__ = ["STAGES", "StageTask", "PrepareModel", "Quantize", "BuildEngine", "FillTritonRepo",
            "LaunchServers", "ExternalServers", "PrepareDataset", "RunLoadgen", "RunSessions", "RunAccuracy", "CheckAccuracy", "FullRun",
            "Bench", "Sweep", "Frontier", "SessionsFrontier", "Nightly", "FindMaxLoad",
-           "RunTest06", "RunTest07", "RunTest09", "Submission"]
+           "RunTest01", "RunTest06", "RunTest07", "RunTest09", "Submission"]

@@ -40,6 +40,7 @@ from tasks import (
     Quantize,
     RunAccuracy,
     RunLoadgen,
+    RunTest01,
     RunTest06,
     RunTest07,
     RunTest09,
@@ -47,6 +48,10 @@ from tasks import (
 from tasks.base import StageTask
 from tasks.lifecycle import note_result, release_servers
 from tasks.settings import REPO_ROOT
+
+
+#: The audited compliance runs a tree may hold (the registry's `compliance` says which a benchmark needs).
+AUDITED = ("test01", "test07", "test09")
 
 
 class Submission(StageTask):  # not in STAGES: one tree over several scenarios
@@ -119,7 +124,7 @@ class Submission(StageTask):  # not in STAGES: one tree over several scenarios
         if needs_test06(self.params.submission.maps_to or self.params.submission.benchmark):
             out["test06"] = self.clone(RunTest06, overrides=ov)
         tests = compliance_tests(self.params.submission.maps_to or self.params.submission.benchmark)
-        for test, cls in (("TEST07", RunTest07), ("TEST09", RunTest09)):
+        for test, cls in (("TEST01", RunTest01), ("TEST07", RunTest07), ("TEST09", RunTest09)):
             if test in tests:
                 out[test.lower()] = self.clone(cls, overrides=ov)
         return out
@@ -138,7 +143,7 @@ class Submission(StageTask):  # not in STAGES: one tree over several scenarios
             acc = json.loads((t["accuracy"].artifact_dir / "accuracy.json").read_text())
             t06 = json.loads((t["test06"].artifact_dir / "test06.json").read_text()) if "test06" in t else None
             audited = {k.upper(): json.loads((t[k].artifact_dir / f"{k}.json").read_text())
-                       for k in ("test07", "test09") if k in t}
+                       for k in AUDITED if k in t}
             stages = {name: task.key for name, task in t.items()}
             readme = scenario_readme(benchmark=sub.benchmark, scenario=s, model=_model_words(p),
                                      division=sub.division, command=self.command(), perf=perf, scores=acc["scores"],
@@ -146,7 +151,7 @@ class Submission(StageTask):  # not in STAGES: one tree over several scenarios
                                      compliance=audited)
             runs.append(ScenarioRuns(s, t["performance"].artifact_dir, t["log"].artifact_dir, acc["scores"],
                                      t["test06"].artifact_dir if "test06" in t else None, readme,
-                                     compliance={k.upper(): t[k].artifact_dir for k in ("test07", "test09") if k in t},
+                                     compliance={k.upper(): t[k].artifact_dir for k in AUDITED if k in t},
                                      extra={"required": tuple(m for m in acc.get("required", ())
                                                               if m in acc["scores"]) or None}))
             verdicts[s] = {"valid": is_valid(perf), "invalid_reason": invalid_reason(perf),
@@ -190,7 +195,7 @@ class Submission(StageTask):  # not in STAGES: one tree over several scenarios
                      f"benchmark {d['benchmark']}{mapped}"]
         for s, v in d["scenarios"].items():
             t06 = "" if v["test06_passed"] is None else f"  TEST06 {'PASS' if v['test06_passed'] else 'FAIL'}"
-            t06 += "".join(f"  {k[:6].upper()} {'PASS' if v[k] else 'FAIL'}" for k in ("test07_passed", "test09_passed")
+            t06 += "".join(f"  {k[:6].upper()} {'PASS' if v[k] else 'FAIL'}" for k in ("test01_passed", "test07_passed", "test09_passed")
                            if v.get(k) is not None)
             why = f" ({v['invalid_reason']})" if v.get("invalid_reason") else ""
             why += f" [server relaunched {v['relaunches']} time(s) mid-measurement]" if v.get("relaunches") else ""

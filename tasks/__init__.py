@@ -13,10 +13,11 @@ from tasks.registry import STAGE_ORDER, STAGES
 from tasks.run_accuracy import RunAccuracy
 from tasks.run_loadgen import RunLoadgen
 from tasks.run_sessions import RunSessions
+from tasks.run_test01 import RunTest01
 from tasks.run_test06 import RunTest06
 from tasks.run_test07 import RunTest07
 from tasks.run_test09 import RunTest09
 
 __all__ = ["STAGE_ORDER", "STAGES", "StageTask", "PrepareModel", "Quantize", "BuildEngine", "FillTritonRepo",
            "LaunchServers", "ExternalServers", "PrepareDataset", "RunLoadgen", "RunSessions", "RunAccuracy", "CheckAccuracy",
-           "RunTest06", "RunTest07", "RunTest09"]
+           "RunTest01", "RunTest06", "RunTest07", "RunTest09"]

@@ -49,7 +49,8 @@ def load_params(params_file: str, overrides: str) -> Params:
 
 
 # How a stage copes with a failure or bounds its input, not what it makes.
-UNKEYED = ("harness.server_relaunches", "dataset.max_line_bytes")
+UNKEYED = ("harness.server_relaunches", "dataset.max_line_bytes", "harness.max_response_bytes",
+           "harness.max_event_bytes")
 
 
 def select(params: Params, reads: tuple[str, ...]) -> dict[str, Any]:
@@ -204,7 +205,7 @@ class StageTask(luigi.Task):
         return {"params": {**select(self.params, parts.reads), **parts.inputs},
                 "tools": dict(parts.tools),
                 "upstream": {name: t.key for name, t in self.upstream().items()},
-                "code": code_digests(parts.code),
+                "code": code_digests(parts.code, trust_memo=not self.full_verify),
                 "executed": dict(parts.executed)}
 
     @cached_property

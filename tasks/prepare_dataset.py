@@ -15,7 +15,9 @@ from harness.backends.checkpoint import TOKENIZER_FILES, copy_tokenizer_files
 from harness.cache.hashing import dir_content_hash, file_sha256
 from harness.cache.versions import versions
 from harness.model.corpus import corpus_sha256
+from harness.mlperf.benchmarks.whisper import PROMPT as TRANSCRIBE_PROMPT
 from harness.model.datasets import Sample, load_dataset, write_jsonl
+from harness.model.speech import read_manifest
 from harness.model.references import greedy_references
 from tasks.base import StageTask, log
 from tasks.prepare_model import PrepareModel, checkpoint_dir
@@ -23,6 +25,7 @@ from tasks.registry import register
 from tasks.settings import may_write_root
 
 SAMPLES_FILE = "samples.jsonl"
+AUDIO_DIR = "audio"  # an audio dataset's clips, copied byte for byte: what the measurements upload
 TOKENIZER_DIR = "tokenizer"  # dataset.tokenizer's files, copied: the measurements read them from here
 
 
@@ -57,6 +60,7 @@ class PrepareDataset(StageTask):
 
     def code(self):
         return ("harness.model.datasets", "harness.model.corpus", "harness.model.synthetic", "harness.model.messages",
+                "harness.model.speech", "harness.mlperf.benchmarks.whisper",  # audio: the clips' checks, the prompt
                 "harness.backends.checkpoint") + (  # which tokenizer files a dataset.tokenizer copies
             ("harness.model.references",) if self.greedy_references else ())
 
@@ -71,6 +75,11 @@ class PrepareDataset(StageTask):
         if d.path is not None:
             out["dataset_sha256"] = dir_content_hash(d.path, self.store.root / ".hashcache" / "files.json",
                                                      update=may_write_root(), rehash=self.full_verify)
+        if d.format == "librispeech":  # the clips the manifest names enter by content too
+            out["audio_sha256"] = [dir_content_hash(c.audio, self.store.root / ".hashcache" / "files.json",
+                                                    update=may_write_root(), rehash=self.full_verify)
+                                   if c.audio.is_file() else f"missing: {c.audio}"
+                                   for c in read_manifest(d.path, d.audio_dir)[:d.num_samples]]
         return out
 
     def build(self, out_dir: Path) -> dict:
@@ -90,7 +99,9 @@ class PrepareDataset(StageTask):
         cap = None if self.whole_prompts else p.build.max_input_len
         samples = load_dataset(d.format, d.path, model_dir, d.num_samples, cap, sha256=d.sha256,
                                max_line_bytes=d.max_line_bytes, synthetic=d.synthetic,
-                               max_new_tokens=d.max_new_tokens)
+                               max_new_tokens=d.max_new_tokens, audio_dir=d.audio_dir, prompt=TRANSCRIBE_PROMPT)
+        if d.format == "librispeech":
+            copy_clips(samples, out_dir)
         tok = AutoTokenizer.from_pretrained(str(model_dir))
         source = "the dataset's reference outputs"
         if self.greedy_references:
@@ -105,8 +116,24 @@ class PrepareDataset(StageTask):
                 "tokenizer": TOKENIZER_DIR if d.tokenizer else os.path.relpath(model_dir, self.artifact_dir)}
 
 
+def copy_clips(samples: list[Sample], out_dir: Path) -> None:
+    """Each sample's clip into the artifact (audio/<index><suffix>), the sample pointing at its copy."""
+    (out_dir / AUDIO_DIR).mkdir()
+    for s in samples:
+        cols = s.meta["columns"]
+        src = Path(cols["audio"])
+        rel = f"{AUDIO_DIR}/{s.index:06d}{src.suffix.lower()}"
+        shutil.copyfile(src, out_dir / rel)
+        cols["audio"] = rel
+
+
 def read_samples(artifact_dir: Path, manifest: dict) -> list[Sample]:
-    return load_dataset("jsonl", artifact_dir / SAMPLES_FILE, None, manifest["num_samples"])
+    samples = load_dataset("jsonl", artifact_dir / SAMPLES_FILE, None, manifest["num_samples"])
+    for s in samples:  # an audio dataset's clips, where this artifact holds them
+        cols = s.meta.get("columns", {})
+        if isinstance(cols.get("audio"), str):
+            cols["audio"] = str((artifact_dir / cols["audio"]).resolve())
+    return samples
 
 
 def tokenizer_dir(artifact_dir: Path, manifest: dict) -> Path:

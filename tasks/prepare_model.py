@@ -1,4 +1,4 @@
-"""PrepareModel: the built-in tiny Llama or tiny LLaVA, or a user's Hugging Face checkpoint by content hash."""
+"""PrepareModel: the built-in tiny Llama, tiny LLaVA or tiny Whisper, or a user's Hugging Face checkpoint by content hash."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,9 +7,18 @@ from harness.cache.hashing import dir_content_hash
 from harness.cache.versions import versions
 from harness.errors import ArtifactError, InputError
 from harness.config.schema import BUILTIN_CHECKPOINTS
-from harness.model.corpus import corpus_sha256, standin_path, standin_rows, standins_sha256
+from harness.model.corpus import (
+    SPEECH_STANDIN,
+    corpus_sha256,
+    speech_standin_sha256,
+    standin_path,
+    standin_rows,
+    standins_sha256,
+)
 from harness.model.tiny import build_tiny_llama
+from harness.model.speech import speech_clips
 from harness.model.tiny_vl import VL_STANDIN, build_tiny_llava
+from harness.model.tiny_whisper import build_tiny_whisper
 from harness.sessions.lessons import lesson_rows
 from tasks import lifecycle
 from tasks.base import StageTask, log
@@ -35,7 +44,13 @@ class PrepareModel(StageTask):
         return self.params.model.checkpoint == "builtin-vl"
 
     @property
+    def speech(self) -> bool:
+        return self.params.model.checkpoint == "builtin-whisper"
+
+    @property
     def reads(self):  # a real checkpoint enters by content, not by path or label
+        if self.speech:  # its architecture is fixed in its code; what it is taught, by these
+            return ("model.checkpoint", "model.tiny.seed", "model.tiny.train_steps", "model.tiny.learning_rate")
         if self.vl:  # the LLaVA's architecture is fixed in its code; only the seed is a parameter
             return ("model.checkpoint", "model.tiny.seed")
         return ("model.tiny",) if self.builtin else ()
@@ -44,6 +59,8 @@ class PrepareModel(StageTask):
         return versions("torch", "transformers", "tokenizers") if self.builtin else {}
 
     def code(self):
+        if self.speech:
+            return ("harness.model.tiny_whisper", "harness.model.speech", "harness.model.corpus")
         if self.vl:
             return ("harness.model.tiny_vl", "harness.model.tiny", "harness.model.corpus", "harness.model.messages")
         sessions = ("harness.sessions.lessons", "harness.sessions.trajectories") if TRAJECTORIES in self.teach else ()
@@ -60,6 +77,8 @@ class PrepareModel(StageTask):
                 for r in (lesson_rows(standin_path(b)) if b == TRAJECTORIES else standin_rows(b))]
 
     def key_inputs(self):
+        if self.speech:  # taught the stand-in's clips and transcripts
+            return {"speech_standin_sha256": speech_standin_sha256()}
         if self.vl:  # its tokenizer is trained on the stand-in's texts
             return {"standins_sha256": standins_sha256([VL_STANDIN])}
         if self.builtin:
@@ -103,6 +122,11 @@ class PrepareModel(StageTask):
                                     problems)
             return {"checkpoint": self.params.model.checkpoint}
 
+        if self.speech:
+            t = self.params.model.tiny
+            info = build_tiny_whisper(out_dir / "model", speech_clips(SPEECH_STANDIN), seed=t.seed,
+                                      steps=t.train_steps, learning_rate=t.learning_rate, log=log.info)
+            return {"checkpoint": "model", "tiny_model": info}
         if self.vl:
             build_tiny_llava(out_dir / "model", [r["input"] for r in standin_rows(VL_STANDIN)],
                              seed=self.params.model.tiny.seed)

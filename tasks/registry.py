@@ -12,7 +12,7 @@ if TYPE_CHECKING:  # an annotation only: the base registers its subclasses, it i
 # ExternalServers and Bench (pipeline bench) are ordered here for reports but not registered: they
 # take only pipeline bench's parameters.
 STAGE_ORDER = ("PrepareModel", "Quantize", "BuildEngine", "FillTritonRepo", "LaunchServers", "ExternalServers",
-               "PrepareDataset", "RunLoadgen", "RunSessions", "RunAccuracy", "CheckAccuracy", "RunTest06", "RunTest07",
+               "PrepareDataset", "RunLoadgen", "RunSessions", "RunAccuracy", "CheckAccuracy", "RunTest01", "RunTest06", "RunTest07",
                "RunTest09",
                "FullRun", "Bench")
 

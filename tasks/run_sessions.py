@@ -66,8 +66,11 @@ class RunSessions(MeasuringStage):
         plan = Plan(users=s.users, trajectories=s.trajectories, salt=s.salt, tool_delays=s.tool_delays, drain=s.drain)
         req = Request(model=models[0] if models else "", max_tokens=s.max_tokens, temperature=s.temperature,
                       extra=dict(s.request_extra))
+        h = self.params.harness  # how much of an answer is read: no part of the key (tasks/base.py UNKEYED)
         result, per_turn = run_sessions(urls, trajectories, plan, req, out_dir, timeout_s=s.turn_timeout_s,
-                                        osl_band=tuple(s.osl_band) if s.osl_band else None)
+                                        osl_band=tuple(s.osl_band) if s.osl_band else None,
+                                        limits={"max_response_bytes": h.max_response_bytes,
+                                                "max_event_bytes": h.max_event_bytes})
         (out_dir / "result.json").write_text(json.dumps(result, indent=1))
         (out_dir / "inline_accuracy.json").write_text(json.dumps(per_turn, indent=1))
         rows = [json.loads(line) for line in (out_dir / "turns.jsonl").read_text().splitlines()]

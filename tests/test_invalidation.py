@@ -43,8 +43,8 @@ MATRIX = [
     ("triton", "override", "triton.protocol=generate", {"LaunchServers", "RunSessions"} | MEASURE),  # HTTP port, another core
     ("openai", "override", "build.backend=openai", FROM_BUILD),  # the quantized checkpoint is shared
     ("harness", "override", "harness.clients_per_frontend=8", MEASURE),
-    ("loadgen", "override", "loadgen.min_duration_ms=5000", {"RunLoadgen", "RunTest06", "RunTest07", "RunTest09",
-                                                                 "FullRun"}),
+    ("loadgen", "override", "loadgen.min_duration_ms=5000", {"RunLoadgen", "RunTest01", "RunTest06", "RunTest07",
+                                                                 "RunTest09", "FullRun"}),
     ("loadgen", "file", "loadgen:\n  scenario: Server\n", SERVE | MEASURE),  # the repo turns decoupled
     ("dataset", "override", "dataset.max_new_tokens=16", {"PrepareDataset"} | MEASURE),
     # the default is judged against its own references: TEST07's own threshold is target x theirs

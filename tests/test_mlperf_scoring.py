@@ -218,7 +218,7 @@ def test_interface_tables():
     """The one benchmark registry names each benchmark's scorer, a module of the benchmark's own name."""
     assert set(benchmarks.REGISTRY) == {"llama2-70b", "llama3.1-8b", "mixtral-8x7b", "llama3.1-405b", "deepseek-r1",
                                         "gpt-oss-120b", "qwen3-vl-235b-a22b",
-                                        "llama3.1-8b-edge", "qwen3.6-27b"}
+                                        "llama3.1-8b-edge", "qwen3.6-27b", "whisper"}
     for b in benchmarks.REGISTRY.values():
         assert b.scorer == b.name.replace(".", "_").replace("-", "_") == b.scoring().__name__.rsplit(".", 1)[1]
     scorer = lambda name: benchmarks.get(name).scoring()  # noqa: E731

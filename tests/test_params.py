@@ -131,7 +131,7 @@ def test_default_params_file_is_valid_yaml_with_all_sections():
 
 
 @pytest.mark.parametrize("name", ["llama3.1-8b", "llama3.1-405b", "mixtral-8x7b", "deepseek-r1", "gpt-oss-120b",
-                                  "llama3.1-8b-edge", "qwen3-vl-235b-a22b"])
+                                  "llama3.1-8b-edge", "qwen3-vl-235b-a22b", "whisper"])
 def test_the_submission_params_ask_for_what_the_checker_requires(name, tmp_path):
     """params/submission/<family>.yaml: an open entry for its own benchmark in a round that has it, 600 s,
     the benchmark's dataset size (a stand-in repeated to it), all of it as performance samples."""

@@ -114,7 +114,7 @@ def test_bad_synthetic_settings_are_refused_naming_the_field_and_fix(overrides, 
 def test_a_synthetic_dataset_takes_no_path(tmp_path):
     f = tmp_path / "d.jsonl"
     f.write_text("{}\n")
-    with pytest.raises(ParamsError, match="path is only used with format mlperf_pickle or jsonl"):
+    with pytest.raises(ParamsError, match="path is only used with format mlperf_pickle, jsonl or librispeech"):
         load_params("params/default.yaml", f"dataset.format=synthetic,dataset.path={f}")
 
 

@@ -4,6 +4,14 @@ A module's digest is the sha256 of its AST with docstrings removed (`ast.dump` w
 numbers), so comments, docstrings and formatting never count, while any change of behaviour does.
 Stages declare the modules whose behaviour shapes their output; `import_closure` lets a test
 check that nothing a stage uses for its work is missing from its list.
+
+Parsing every module costs about a second per process, so digests are memoised across processes
+in the user's cache directory (`~/.cache/perfdag/`, or $XDG_CACHE_HOME), by the sha256 of the
+source's bytes as read now: an entry serves exactly those bytes, whichever clone, container or
+edit they come from (a path, size and mtime say nothing about content: a same-size edit with its
+mtime restored, or two images built with fixed mtimes, would keep an old digest). The memo is
+read only when it and its directory belong to this user and nobody else can write them; a
+digest computed under `--verify` never trusts it (docs/cache-and-trust.md).
 """
 from __future__ import annotations
 
@@ -11,12 +19,14 @@ import ast
 import hashlib
 import json
 import os
+import stat
 import sys
 from functools import lru_cache
 from pathlib import Path
 from typing import Iterable
 
 from harness import CHECKOUT
+from harness.untrusted import jsonio
 
 REPO_ROOT = CHECKOUT
 PACKAGES = ("harness",)  # perfdag's work; tasks/ and pipeline/ only wire it together
@@ -60,62 +70,102 @@ def _strip_docstrings(tree: ast.AST) -> ast.AST:
     return tree
 
 
+def _ast_digest(source: bytes, path: str) -> str:
+    tree = _strip_docstrings(ast.parse(source, filename=path))
+    return hashlib.sha256(ast.dump(tree, annotate_fields=False, include_attributes=False).encode()).hexdigest()
+
+
+#: The memo holds at most this many digests (a few per edited module); the oldest go first.
+MEMO_ENTRIES = 20_000
+_MEMO_BYTES = 4 << 20
+
+
+@lru_cache(maxsize=1)
 def _memo_file() -> Path:
+    """One memo per Python version (ast.dump's format follows it) and per version of this module (its
+    digest rule): a digest from another rule is never read as this one's."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "perfdag" / f"code-digests-py{sys.version_info.major}{sys.version_info.minor}.json"
+    rule = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
+    return Path(base) / "perfdag" / f"code-digests-py{sys.version_info.major}{sys.version_info.minor}-{rule}.json"
+
+
+def _private(st: os.stat_result) -> bool:
+    """Owned by this user, writable by nobody else, and no link (lstat)."""
+    return not stat.S_ISLNK(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o022
 
 
 _MEMO: dict | None = None
+_FRESH: set[str] = set()  # entries this process computed or corrected, not yet written
+_PARSED: set[str] = set()  # sources this process parsed itself (what --verify may take from the memo)
 
 
 def _memo() -> dict:
-    """Digests computed earlier, by (path, size, mtime_ns): parsing ~30 modules per `status` costs
-    more than the rest of it. A cache, not a source of truth: unreadable or unwritable is fine."""
+    """Digests computed earlier, {sha256 of the source bytes: digest}; {} when the memo is absent,
+    unreadable, malformed or not private to this user. A cache, not a source of truth."""
     global _MEMO
     if _MEMO is None:
+        _MEMO = {}
+        f = _memo_file()
         try:
-            _MEMO = json.loads(_memo_file().read_text())
+            if not _private(os.lstat(f.parent)):
+                return _MEMO
+            fd = os.open(f, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            with os.fdopen(fd, "rb") as r:
+                st = os.fstat(fd)
+                data = r.read(_MEMO_BYTES + 1) if stat.S_ISREG(st.st_mode) and _private(st) else b""
+            doc = jsonio.loads(data) if 0 < len(data) <= _MEMO_BYTES else {}
         except (OSError, ValueError):
-            _MEMO = {}
+            return _MEMO
+        if isinstance(doc, dict):
+            _MEMO = {k: v for k, v in doc.items() if isinstance(v, str) and len(v) == 64}
     return _MEMO
 
 
 def _save_memo() -> None:
+    """Adds this process's new digests to the memo (a private file, replaced whole); never fails."""
+    if not _FRESH:
+        return
+    _FRESH.clear()
+    memo = dict(list(_memo().items())[-MEMO_ENTRIES:])
     f = _memo_file()
     try:
-        f.parent.mkdir(parents=True, exist_ok=True)
+        f.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not _private(os.lstat(f.parent)):
+            return
         tmp = f.with_name(f".{f.name}.{os.getpid()}")
-        tmp.write_text(json.dumps(_memo()))
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "w") as w:
+            w.write(json.dumps(memo))
         os.replace(tmp, f)
     except OSError:
         pass
 
 
-@lru_cache(maxsize=None)
-def _digest_cached(path: str, size: int, mtime_ns: int) -> str:
-    ident = f"{path}|{size}|{mtime_ns}"
+def source_digest(path: str | Path, trust_memo: bool = True) -> str:
+    """Digest of a Python file's behaviour: AST without docstrings, comments or layout. The file is
+    read every time; the memo (`trust_memo`) only spares parsing bytes it has seen."""
+    source = Path(path).read_bytes()
+    content = hashlib.sha256(source).hexdigest()
     memo = _memo()
-    if ident in memo:
-        return memo[ident]
-    tree = _strip_docstrings(ast.parse(Path(path).read_text(), filename=path))
-    digest = hashlib.sha256(ast.dump(tree, annotate_fields=False, include_attributes=False).encode()).hexdigest()
-    memo[ident] = digest
-    _save_memo()
+    digest = memo.get(content) if trust_memo or content in _PARSED else None
+    if digest is None:
+        digest = _ast_digest(source, str(path))
+        _PARSED.add(content)
+        if memo.get(content) != digest:
+            memo.pop(content, None)  # re-inserted last: the newest entry
+            memo[content] = digest
+            _FRESH.add(content)
     return digest
 
 
-def source_digest(path: str | Path) -> str:
-    """Digest of a Python file's behaviour: AST without docstrings, comments or layout."""
-    st = Path(path).stat()
-    return _digest_cached(str(path), st.st_size, st.st_mtime_ns)
-
-
-def code_digests(modules: Iterable[str]) -> dict[str, str]:
-    """{repo-relative path: digest} for the declared modules (first 16 hex digits are plenty)."""
+def code_digests(modules: Iterable[str], trust_memo: bool = True) -> dict[str, str]:
+    """{repo-relative path: digest} for the declared modules (first 16 hex digits are plenty);
+    `trust_memo` False (--verify): every module parsed anew."""
     out = {}
     for m in modules:
         p = module_path(m)
-        out[p.relative_to(REPO_ROOT).as_posix()] = source_digest(p)[:16]
+        out[p.relative_to(REPO_ROOT).as_posix()] = source_digest(p, trust_memo)[:16]
+    _save_memo()
     return dict(sorted(out.items()))
 
 

@@ -20,6 +20,7 @@ from typing import Any
 from filelock import FileLock
 
 from harness.errors import InputError
+from harness.untrusted import jsonio
 from harness.untrusted.files import not_regular
 
 
@@ -109,8 +110,8 @@ def dir_content_hash(directory: str | os.PathLike, memo_file: str | os.PathLike,
         memo_path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(memo_path) + ".lock") if update else contextlib.nullcontext():
         try:
-            memo = json.loads(memo_path.read_text()) if memo_path.is_file() else {}
-        except (OSError, ValueError):
+            memo = jsonio.loads(memo_path.read_bytes()) if memo_path.is_file() else {}
+        except (OSError, jsonio.NotJson):
             memo = {}
         if not isinstance(memo, dict):  # the memo is a shortcut read back from the root: anything else is none
             memo = {}

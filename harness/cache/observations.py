@@ -15,12 +15,12 @@ refused, as is one whose files differ from what was published (ArtifactStore.obs
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 from pathlib import Path
 
 from harness.cache.integrity import MANIFEST
+from harness.untrusted import jsonio
 
 OBSERVATIONS = "observations"  # <root>/observations/<Stage>/<key16>/<observation id>/
 FIELD = "observation"          # the manifest field holding an observation's id
@@ -76,8 +76,8 @@ def archive(root: Path, stage: str, key: str, published: Path) -> Path | None:
     key's lock, before a new observation replaces it). None, and nothing moved, when what is there is
     no observation of this key (no readable manifest naming it): the caller removes it as before."""
     try:
-        m = json.loads((published / MANIFEST).read_text())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        m = jsonio.loads((published / MANIFEST).read_bytes())
+    except (OSError, jsonio.NotJson):
         return None
     if not isinstance(m, dict) or m.get("key") != key or published.is_symlink():
         return None

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from pydantic import Field
 
+from harness.untrusted import jsonio
 from harness.untrusted import records as untrusted
 from harness.untrusted.records import RunId, StrictRecord, Text
 
@@ -38,8 +39,8 @@ def run_file(root: Path) -> Path:
 
 def read(root: Path) -> dict | None:
     try:
-        return json.loads(run_file(root).read_text())
-    except (OSError, json.JSONDecodeError):
+        return jsonio.loads(run_file(root).read_bytes())
+    except (OSError, jsonio.NotJson):
         return None
 
 

@@ -26,6 +26,7 @@ from filelock import FileLock, Timeout
 
 from harness.cache import integrity, observations, signing
 from harness.errors import ArtifactError, PerfdagError
+from harness.untrusted import jsonio
 
 MANIFEST = integrity.MANIFEST
 # A disk that fills or fails while an artifact is written: one line, not a traceback.
@@ -103,8 +104,8 @@ class ArtifactStore:
         """The published manifest, or None. A prefix collision (other full key) is not ours."""
         f = self.path(stage, key) / MANIFEST
         try:
-            m = json.loads(f.read_text())
-        except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError, UnicodeDecodeError):
+            m = jsonio.loads(f.read_bytes())
+        except (FileNotFoundError, NotADirectoryError, jsonio.NotJson):
             return None
         return m if isinstance(m, dict) and m.get("key") == key else None
 
@@ -116,8 +117,8 @@ class ArtifactStore:
         out = []
         for f in (self.root / stage).glob(f"*/{MANIFEST}"):
             try:
-                m = json.loads(f.read_text())
-            except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+                m = jsonio.loads(f.read_bytes())
+            except (OSError, jsonio.NotJson):
                 continue
             if isinstance(m, dict):
                 m["_dir"] = str(f.parent)
@@ -148,8 +149,8 @@ class ArtifactStore:
         base = observations.archive_dir(self.root, stage, key)
         for obs in observations.archived_ids(self.root, stage, key):
             try:
-                m = json.loads((base / obs / MANIFEST).read_text())
-            except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+                m = jsonio.loads((base / obs / MANIFEST).read_bytes())
+            except (OSError, jsonio.NotJson):
                 m = None
             out.append({"id": obs, "dir": base / obs, "latest": False, "manifest": m if isinstance(m, dict) else None})
         return sorted(out, key=lambda o: (o["latest"], finished_at(o["manifest"]), observations.sequence(o["id"])),

@@ -16,6 +16,8 @@ from harness.mlperf import benchmarks
 from harness.mlperf.bfcl import env as bfcl_env
 from harness.mlperf.codeexec import livecodebench
 from harness.model.datasets import jsonl_lines, jsonl_record
+from harness.model.speech import MAX_DURATION_S, check_clip, read_manifest
+from harness.untrusted import jsonio
 from harness.untrusted.files import not_regular, open_regular
 
 CONFIG_MAX_BYTES = 4 << 20         # a config.json is a few KiB; a bigger one is not a config
@@ -95,10 +97,9 @@ def _json_file(path: Path, field: str, out: list[str], required: bool = False) -
     if text is None:
         return None
     try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as e:
-        out.append(f"{field}: {path}: invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}; restore the file "
-                   "from the model's original")
+        doc = jsonio.loads(text)
+    except jsonio.NotJson as e:
+        out.append(f"{field}: {path}: {e}; restore the file from the model's original")
         return None
     if not isinstance(doc, dict):
         out.append(f"{field}: {path}: must hold a JSON object, got {type(doc).__name__}")
@@ -134,9 +135,13 @@ def _utf8(data: bytes, path: Path, field: str, out: list[str], partial: bool = F
         return None
 
 
-def dataset_problems(fmt: str, path: str | None, max_line_bytes: int | None = None) -> list[str]:
+def dataset_problems(fmt: str, path: str | None, max_line_bytes: int | None = None, num_samples: int | None = None,
+                     audio_dir: str | None = None) -> list[str]:
     """A JSONL dataset's first lines: UTF-8, one JSON object per line, an input and a reference, no
-    line longer than `max_line_bytes` (read no further than that)."""
+    line longer than `max_line_bytes` (read no further than that). An audio manifest: every row, and
+    the clips of the samples the run takes (opened, not decoded: rate, channels, length)."""
+    if fmt == "librispeech" and path:
+        return speech_problems(Path(path).expanduser(), num_samples, audio_dir)
     if fmt != "jsonl" or not path:
         return []
 
@@ -153,6 +158,19 @@ def dataset_problems(fmt: str, path: str | None, max_line_bytes: int | None = No
     except OSError as e:
         out.append(f"dataset.path: {p}: cannot be read ({e.strerror}); check its permissions")
     return out
+
+
+def speech_problems(path: Path, num_samples: int | None, audio_dir: str | None) -> list[str]:
+    try:
+        clips = read_manifest(path, audio_dir)
+        if num_samples is not None and len(clips) < num_samples:
+            return [f"dataset.num_samples: {num_samples}, but {path} has {len(clips)} clips of at most "
+                    f"{MAX_DURATION_S:g} s; use at most {len(clips)}"]
+        for c in clips[:num_samples]:
+            check_clip(c, f"manifest {path} row {c.row}")
+    except InputError as e:
+        return [f"dataset.path: {e}"]
+    return []
 
 
 def livecodebench_problems(p) -> list[str]:

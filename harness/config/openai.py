@@ -6,13 +6,13 @@ from harness.mlperf import benchmarks
 
 
 def endpoint(p) -> str:
-    """"chat" or "completions"."""
+    """"chat", "transcriptions" or "completions"."""
     return p.openai.api if p.openai.api != "auto" else benchmarks.reference_api(p.loadgen.mlperf_model)
 
 
 def protocol(p) -> str:
     """The serving protocol (serving/protocols.py) of an openai-backend run."""
-    return "openai-chat" if endpoint(p) == "chat" else "openai-http"
+    return {"chat": "openai-chat", "transcriptions": "openai-transcription"}.get(endpoint(p), "openai-http")
 
 
 # Routers in front of a stack that refuse token-id prompts: SGLang's (sglang-router 0.3.2 answers 422

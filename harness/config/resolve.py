@@ -42,9 +42,12 @@ class ParamsError(InputError):
 
 def parse_scalar(text: str) -> Any:
     """A YAML 1.2 value ('16' -> 16, 'true' -> True, '[1,2]' -> [1, 2], '10:00' -> '10:00'), so CLI values
-    type like the file."""
+    type like the file; text that is not YAML stays the text. InputError for YAML whose shape perfdag
+    refuses (a complex key, nesting past yamlio.MAX_DEPTH)."""
     try:
         return yamlio.loads(text) if text.strip() else ""
+    except yamlio.ShapeError as e:
+        raise InputError(f"at column {e.problem_mark.column + 1}: {e.problem}") from None
     except yaml.YAMLError:
         return text
 
@@ -100,7 +103,10 @@ def parse_overrides(text: str) -> tuple[list[tuple[list[str], Any]], list[str]]:
             problems.append(f"--overrides: unknown section {parts[0]!r} in {item.strip()!r}; sections are "
                             f"{', '.join(SECTIONS)}")
             continue
-        out.append((parts, parse_scalar(value.strip())))
+        try:
+            out.append((parts, parse_scalar(value.strip())))
+        except InputError as e:
+            problems.append(f"--overrides: {path.strip()}={shorten(value.strip(), 40)}: {e}")
     return out, problems
 
 

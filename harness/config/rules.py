@@ -63,7 +63,8 @@ def cross_field_problems(p: Params) -> list[str]:
 
 
     out += checkpoint_problems(p.model.checkpoint)
-    out += dataset_problems(p.dataset.format, p.dataset.path, p.dataset.max_line_bytes)
+    out += dataset_problems(p.dataset.format, p.dataset.path, p.dataset.max_line_bytes, p.dataset.num_samples,
+                            p.dataset.audio_dir)
     if not any(x.startswith("dataset.") for x in out):
         out += livecodebench_problems(p)
     if not any(x.startswith("loadgen.") for x in out):

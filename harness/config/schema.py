@@ -19,6 +19,7 @@ from harness.config.section import Section
 from harness.config.sessions import SessionsSection
 from harness.config.slo import SloError, parse_slo
 from harness.mlperf import benchmarks
+from harness.untrusted import limits
 from harness.untrusted.files import not_regular
 
 FlagValue = Union[bool, int, float, str]
@@ -92,13 +93,15 @@ class TinyModel(Section):
         return self
 
 
-BUILTIN_CHECKPOINTS = ("builtin", "builtin-vl")  # models perfdag builds itself, not read from a directory
+BUILTIN_CHECKPOINTS = ("builtin", "builtin-vl", "builtin-whisper")  # models perfdag builds itself, not read from a directory
 
 
 class ModelSection(Section):
     name: str = Field("tiny-llama", min_length=1)
     # "builtin" builds the tiny Llama; "builtin-vl" the tiny LLaVA of the qwen3-vl stand-in
-    # (harness/model/tiny_vl.py, seeded by model.tiny.seed); anything else is a Hugging Face checkpoint directory.
+    # (harness/model/tiny_vl.py, seeded by model.tiny.seed); "builtin-whisper" the tiny Whisper taught the
+    # whisper stand-in (harness/model/tiny_whisper.py: model.tiny.seed, train_steps, learning_rate);
+    # anything else is a Hugging Face checkpoint directory.
     checkpoint: str = "builtin"
     tiny: TinyModel = TinyModel()
 
@@ -109,7 +112,8 @@ class ModelSection(Section):
             return v
         p = Path(v).expanduser()
         if not p.is_dir():
-            raise ValueError(f"checkpoint directory {v!r} does not exist; give a Hugging Face model directory, 'builtin' or 'builtin-vl'")
+            raise ValueError(f"checkpoint directory {v!r} does not exist; give a Hugging Face model directory, "
+                             "'builtin', 'builtin-vl' or 'builtin-whisper'")
         if not (p / "config.json").is_file():
             raise ValueError(f"checkpoint directory {v!r} has no config.json; is it a Hugging Face model directory?")
         return str(p.resolve())
@@ -197,9 +201,10 @@ class OpenAISection(Section):
     # returns them (trtllm-serve, vLLM, SGLang), text and re-tokenized text for transformers serve.
     prompt: Literal["auto", "token_ids", "text"] = "auto"
     output_tokens: Literal["auto", "server", "retokenize"] = "auto"
-    # Which endpoint requests go to: /v1/completions or /v1/chat/completions (the chat core: messages,
-    # images, tools, reasoning); "auto": what loadgen.mlperf_model's reference sends (harness/config/openai.py).
-    api: Literal["auto", "completions", "chat"] = "auto"
+    # Which endpoint requests go to: /v1/completions, /v1/chat/completions (the chat core: messages,
+    # images, tools, reasoning) or /v1/audio/transcriptions (the transcription core: a clip uploaded as a
+    # multipart form); "auto": what loadgen.mlperf_model's reference sends (harness/config/openai.py).
+    api: Literal["auto", "completions", "chat", "transcriptions"] = "auto"
     # trtllm-serve: written to the --extra_llm_api_options YAML (TensorRT-LLM's LLM API keys).
     llm_api_options: dict[str, Any] = {}
     # Extra command-line arguments for the server, appended as given (checked for control characters).
@@ -230,6 +235,17 @@ class HarnessSection(Section):
     # LoadGen driver stays one process on the measuring node and feeds them over TCP. Empty: every
     # frontend on the measuring node.
     client_nodes: list[Annotated[int, Field(ge=0, le=1023)]] = []
+    # What the client holds of one answer at most (harness/untrusted/limits.py: the defaults fit 32,768
+    # streamed tokens twice over); more fails that request, naming the field. In no cache key.
+    max_response_bytes: int = Field(limits.MAX_RESPONSE_BYTES, ge=1 << 20, le=(1 << 31) - 1)  # one response
+    max_event_bytes: int = Field(limits.MAX_EVENT_BYTES, ge=1 << 16, le=(1 << 31) - 1)  # one server-sent event
+
+    @model_validator(mode="after")
+    def _event_within_response(self):
+        if self.max_event_bytes > self.max_response_bytes:
+            raise ValueError(f"max_event_bytes={self.max_event_bytes} is more than max_response_bytes="
+                             f"{self.max_response_bytes}: an event is part of a response; lower max_event_bytes")
+        return self
 
 
 class LoadgenSection(Section):
@@ -297,7 +313,10 @@ class DatasetSection(Section):
     # otherwise a file of the given format.
     name: str = "builtin"
     path: Optional[str] = None
-    format: Literal["builtin", "mlperf_pickle", "jsonl", "synthetic"] = "builtin"
+    format: Literal["builtin", "mlperf_pickle", "jsonl", "synthetic", "librispeech"] = "builtin"
+    # librispeech (whisper): where the manifest's fnames are (the reference's --dataset_dir); default: the
+    # manifest's directory. An absolute fname stands alone, as os.path.join has it.
+    audio_dir: Optional[str] = None
     synthetic: SyntheticSection = SyntheticSection()
     num_samples: int = Field(256, ge=1)
     max_new_tokens: int = Field(32, ge=1)
@@ -327,9 +346,14 @@ class DatasetSection(Section):
 
     @model_validator(mode="after")
     def _path_matches_format(self):
+        if self.audio_dir is not None and self.format != "librispeech":
+            raise ValueError("audio_dir is only used with format librispeech")
+        if self.audio_dir is not None and not Path(self.audio_dir).expanduser().is_dir():
+            raise ValueError(f"dataset.audio_dir {self.audio_dir!r} is not a directory; give the directory the "
+                             "manifest's fnames are under")
         if self.format in ("builtin", "synthetic"):
             if self.path is not None:
-                raise ValueError("path is only used with format mlperf_pickle or jsonl")
+                raise ValueError("path is only used with format mlperf_pickle, jsonl or librispeech")
             if self.format == "synthetic":
                 _synthetic_fits(self)
         elif self.path is None:

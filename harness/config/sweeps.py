@@ -84,7 +84,10 @@ def parse_grid(text: str) -> dict[str, list[Any]]:
         if key in grid:
             problems.append(f"--grid: {key} is given twice; list all its values once")
             continue
-        grid[key] = [parse_scalar(v.strip()) for v in values.split(",") if v.strip()]
+        try:
+            grid[key] = [parse_scalar(v.strip()) for v in values.split(",") if v.strip()]
+        except InputError as e:
+            problems.append(f"--grid: {key}: {e}")
     if problems:
         raise SweepError("", problems)
     if not grid:

@@ -35,7 +35,6 @@ that gc never deletes what is in use reads best in one place.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -57,6 +56,7 @@ from harness.serving.elsewhere import running_elsewhere
 from harness.serving.launcher import is_ours
 from harness.serving.registry import ServerRegistry
 from harness.serving.shm import remove_shm_files
+from harness.untrusted import jsonio
 from harness.untrusted.records import collected
 
 NIGHTLY, TRASH = "Nightly", ".gc-trash"
@@ -169,8 +169,8 @@ def _manifest_stamp(m: dict) -> tuple:
 
 def _read_manifest(d: Path) -> dict | None:
     try:
-        m = json.loads((d / MANIFEST).read_text())
-    except (OSError, json.JSONDecodeError):
+        m = jsonio.loads((d / MANIFEST).read_bytes())
+    except (OSError, jsonio.NotJson):
         return None
     return m if isinstance(m, dict) else None
 

@@ -49,6 +49,7 @@ def _run(servers, samples, params, out_dir: Path, *, mode: str, settings: dict, 
                        request_timeout_s=request_timeout(h.request_timeout_s, params.dataset.max_new_tokens),
                        protocol=name, streaming=h.stream,
                        max_in_flight=in_flight,
+                       limits={"max_response_bytes": h.max_response_bytes, "max_event_bytes": h.max_event_bytes},
                        **extra)
 
 

@@ -85,6 +85,7 @@ def run_loadgen(
     api: Mapping[str, Any] | None = None,
     max_in_flight: int | None = None,
     notes: Mapping[str, Any] | None = None,
+    limits: Mapping[str, int] | None = None,
     remote: Sequence[Mapping[str, Any]] | None = None,
     listen: str | None = None,
 ) -> dict:
@@ -115,6 +116,7 @@ def run_loadgen(
                        streaming=streaming, startup_timeout_s=startup_timeout_s, protocol=protocol,
                        prompt_texts=prompt_texts, api=api, max_in_flight=max_in_flight, remote=remote,
                        listen=listen)
+    cfg["limits"] = dict(limits or {})  # how much of one answer a core holds (harness.max_response_bytes...)
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     for name in (*LOADGEN_FILES, "result.json", "requests.csv"):

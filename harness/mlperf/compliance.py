@@ -139,6 +139,10 @@ AUDIT = {
     "TEST09": {"v6.0": {**_LOGGED_PERFORMANCE, "accuracy_log_sampling_target": 10000, "min_query_count": 6396},
                "v6.1": {**_LOGGED_PERFORMANCE, "accuracy_log_sampling_target": 10000, "min_query_count": 6396,
                         "performance_issue_unique": 1}},
+    # compliance/TEST01/whisper/audit.config (v5.1 to v6.1): an ordinary performance run (its own minimum
+    # duration and queries) that logs a sample of its responses
+    "TEST01": {r: {"mode": 2, "accuracy_log_rng_seed": 720381539243781796, "accuracy_log_sampling_target": 4096}
+               for r in ("v5.1", "v6.0", "v6.1")},
 }
 #: What the verification scripts read from audit.config (not LoadGen): the same in v6.0 and v6.1.
 TEST07_THRESHOLD = 60.698                 # exact_match (%) on the GPQA compliance rows
@@ -149,12 +153,13 @@ TEST07_FILE, TEST09_FILE = "verify_accuracy.txt", "verify_output_len.txt"
 
 def audit_settings(test: str, round_: str, min_query_count: int | None = None) -> dict:
     """`test`'s LoadGen overrides in `round_` (the newest round's where the round has none);
-    `min_query_count` replaces the dataset-sized count for a smaller (stand-in) dataset."""
+    `min_query_count` replaces the dataset-sized count for a smaller (stand-in) dataset, where the test
+    sets one (TEST01 leaves the run's own)."""
     if test == "TEST06":
         return dict(AUDIT_SETTINGS)
     rounds = AUDIT[test]
     out = dict(rounds.get(round_) or rounds[max(rounds)])
-    if min_query_count is not None:
+    if min_query_count is not None and "min_query_count" in out:
         out["min_query_count"] = min_query_count
     return out
 
@@ -220,7 +225,7 @@ def add_own_thresholds(run_dir: str | os.PathLike, test: str, verification: dict
 def settings_applied(detail: dict, settings: dict) -> bool:
     """Whether LoadGen ran with `settings` (mlperf_log_detail.txt's effective values)."""
     return (detail.get("effective_accuracy_log_sampling_target") == settings["accuracy_log_sampling_target"]
-            and detail.get("effective_min_duration_ms") == settings["min_duration"]
+            and ("min_duration" not in settings or detail.get("effective_min_duration_ms") == settings["min_duration"])
             and detail.get("effective_test_mode") == "PerformanceOnly")
 
 
@@ -286,8 +291,87 @@ def test09_text(r: dict) -> str:
         f"Max check pass: {r['max_check']}", "", "TEST PASS" if r["passed"] else "TEST FAIL"]) + "\n"
 
 
+# ------------------------------------------------------------------------------------------------
+# TEST01 (whisper): compliance/TEST01/run_verification.py, verify_accuracy.py, verify_performance.py
+# ------------------------------------------------------------------------------------------------
+# The audited run logs a sample of its responses; each logged qsl_idx's response must begin as the
+# accuracy run's did (verify_accuracy.py compares the first element only, as `--dtype` reads it:
+# whisper's int64 labels), and its samples/s must lie within 10% of the timed run's (both VALID).
+TEST01_FILES = ("verify_accuracy.txt", "verify_performance.txt")
+TEST01_PERFORMANCE_TOLERANCE = 0.10
+
+
+def _first(data: str, dtype) -> np.ndarray:
+    return np.frombuffer(bytes.fromhex(data), dtype=dtype)
+
+
+def verify_test01_accuracy(accuracy: list[dict], audited: list[dict], dtype="<i8") -> dict:
+    """verify_accuracy.py's counts and verdict ("TEST PASS": no mismatch and at least one match)."""
+    results: dict = {}
+    dup = acc_mismatch = matches = mismatches = missing = 0
+    for e in accuracy:
+        q, data = e["qsl_idx"], e["data"]
+        if q in results:
+            dup += 1
+            acc_mismatch += results[q] != data
+        else:
+            results[q] = data
+    for e in audited:
+        q, data = e["qsl_idx"], _first(e["data"], dtype)
+        if q in results:
+            matches += 1
+            ref = _first(results[q], dtype)
+            if ref.size == 0 or data.size == 0:
+                mismatches += ref.size != data.size
+            elif data[0] != ref[0]:
+                mismatches += 1
+        else:
+            missing += 1
+        results[q] = e["data"]
+    return {"num_acc_log_entries": len(accuracy), "num_acc_log_duplicate_keys": dup,
+            "num_acc_log_data_mismatch": acc_mismatch, "num_perf_log_entries": len(audited),
+            "num_perf_log_qsl_idx_match": matches, "num_perf_log_data_mismatch": mismatches,
+            "num_missing_qsl_idxs": missing, "passed": mismatches == 0 and matches > 0}
+
+
+def verify_test01_performance(reference: dict, test: dict, tolerance: float = TEST01_PERFORMANCE_TOLERANCE) -> dict:
+    """verify_performance.py on two mlperf_log_detail.txt readings (Offline: result_samples_per_second)."""
+    out = {"reference_score": reference.get("result_samples_per_second"),
+           "test_score": test.get("result_samples_per_second")}
+    for name, d in (("reference", reference), ("test", test)):
+        if d.get("result_validity") != "VALID":
+            return {**out, "passed": False, "why": f"TEST FAIL: Invalid results in the {name} run"}
+    if reference.get("effective_scenario") != test.get("effective_scenario"):
+        return {**out, "passed": False, "why": "TEST FAIL: Test and reference scenarios do not match!"}
+    ref, got = float(out["reference_score"]), float(out["test_score"])
+    ok = ref * (1 - tolerance) <= got <= ref * (1 + tolerance)
+    return {**out, "passed": ok, "why": None if ok else "TEST FAIL: Test score invalid"}
+
+
+def test01_texts(r: dict) -> tuple[str, str]:
+    """verify_accuracy.txt and verify_performance.txt as the scripts print them."""
+    a = r["accuracy"]
+    acc = ["Verifying accuracy. This might take a while...", "Reading accuracy mode results...",
+           "Reading performance mode results...",
+           *(f"{k} = {a[k]}" for k in ("num_acc_log_entries", "num_acc_log_duplicate_keys", "num_acc_log_data_mismatch",
+                                        "num_perf_log_entries", "num_perf_log_qsl_idx_match",
+                                        "num_perf_log_data_mismatch", "num_missing_qsl_idxs")),
+           "TEST PASS" if a["passed"] else "TEST FAIL", ""]
+    p = r["performance"]
+    perf = ["Verifying performance."]
+    if p["why"] is None or p["why"] == "TEST FAIL: Test score invalid":
+        perf += [f"Reference score = {p['reference_score']}", f"Test score = {p['test_score']}"]
+    perf.append("TEST PASS" if p["passed"] else p["why"])
+    return "\n".join(acc) + "\n", "\n".join(perf) + "\n"
+
+
 def write_result(out_dir: str | os.PathLike, r: dict) -> Path:
     """The verdict file under the name the checker looks for, and the result as JSON."""
+    if r["test"] == "TEST01":
+        for name, text in zip(TEST01_FILES, test01_texts(r)):
+            (Path(out_dir) / name).write_text(text)
+        (Path(out_dir) / "test01.json").write_text(json.dumps(r, indent=2) + "\n")
+        return Path(out_dir) / TEST01_FILES[0]
     name, text = (TEST07_FILE, test07_text(r)) if r["test"] == "TEST07" else (TEST09_FILE, test09_text(r))
     path = Path(out_dir) / name
     path.write_text(text)

@@ -21,6 +21,7 @@ import numpy as np
 from harness.errors import InputError
 from harness.mlperf import benchmarks
 from harness.mlperf.accuracy import AccuracyLogError, check_gates, failure_reasons, gates_for
+from harness.mlperf.benchmarks.whisper import text_to_labels
 from harness.mlperf.bfcl import env as bfcl_env
 from harness.mlperf.codeexec import livecodebench
 from harness.mlperf.codeexec.mbxp import score_mbxp
@@ -100,11 +101,15 @@ def score(bench: benchmarks.Benchmark, entries: list[dict], frame, tokenizer, *,
                      log_name=log_name, dataset_name=dataset_name)
 
 
-def self_reference_entries(samples: Sequence, tokenizer, dtype: str = LOG_DTYPE) -> list[dict]:
+def self_reference_entries(samples: Sequence, tokenizer, dtype: str = LOG_DTYPE, log: str = "token_ids") -> list[dict]:
     """The references as if the SUT had logged them: what "the references scored against
     themselves" means for every metric (ROUGE 100, gsm8k and pass@1 of the ground truth, and the
-    references' own lengths)."""
+    references' own lengths; a transcript's labels, WER 0)."""
     out = []
+    if log == "labels":  # what the whisper SUT would log had it transcribed the reference exactly
+        return [{"qsl_idx": int(s.index), "seq_id": int(s.index),
+                 "data": np.asarray(text_to_labels(s.reference_text or ""), dtype="<i8").tobytes().hex().upper()}
+                for s in samples]
     for s in samples:
         # A row may name the output it expects apart from what the scorer compares with (MBXP's
         # gt_output holds tests, not a solution): the shipped stand-ins' canonical_solution.
@@ -159,7 +164,7 @@ def evaluate(log_path: str | os.PathLike, samples: Sequence, tokenizer, *, bench
     else:
         ran = sorted({int(e["qsl_idx"]) for e in entries})
         by_index = {int(s.index): s for s in samples}
-        self_entries = self_reference_entries([by_index[i] for i in ran], tokenizer, dtype)
+        self_entries = self_reference_entries([by_index[i] for i in ran], tokenizer, dtype, bench.accuracy_log)
         self_scores = metrics_only(score(bench, self_entries, frame, tokenizer, dtype=dtype,
                                          code_runner=runner(results_dir=Path(out_dir) / "code_references" if out_dir else None)))
         refs = {m.name: self_scores.get(m.name) for m in bench.metrics}

@@ -14,6 +14,7 @@ reads it):
             TEST07/              verify_accuracy.txt, accuracy/mlperf_log_accuracy.json,
                                  performance/run_1/ (the audited run's detail and summary)
             TEST09/              verify_output_len.txt, accuracy/, performance/run_1/ (as TEST07)
+            TEST01/              verify_accuracy.txt, verify_performance.txt, accuracy/, performance/run_1/
 
 Why these details: the checker parses accuracy.txt line by line with regexes that need a Python
 dict repr of plain numbers (`'rouge1': 44.4`, not `np.float64(44.4)`) and a `hash=<hex>` line;
@@ -40,7 +41,8 @@ MAX_ACCURACY_LOG_BYTES = 10240  # what the checker accepts
 ACCURACY_KEYS = ("exact_match", "rouge1", "rouge2", "rougeL", "rougeLsum", "gsm8k", "mbxp", "gen_len", "gen_num",
                  "gen_tok_len", "tokens_per_sample")
 #: The verdict file of each audited test (besides accuracy/ and performance/run_1/), as the checker reads it.
-VERIFY_FILES = {"TEST07": "verify_accuracy.txt", "TEST09": "verify_output_len.txt"}
+VERIFY_FILES = {"TEST01": ("verify_accuracy.txt", "verify_performance.txt"), "TEST07": ("verify_accuracy.txt",),
+                "TEST09": ("verify_output_len.txt",)}
 
 
 @dataclass
@@ -98,6 +100,17 @@ def accuracy_text(scores: dict, full_log_sha256: str, required: tuple[str, ...] 
     return f"\nResults\n\n{d!r}\n\nhash={full_log_sha256}\n"
 
 
+def accuracy_file(benchmark: str, r: "ScenarioRuns", full_log_sha256: str) -> str:
+    """accuracy.txt: what the benchmark's evaluation script prints where its scorer writes that
+    (`accuracy_txt(scores, log_sha256)`: whisper's "Word Error Rate: ..., accuracy=...%" line, which the
+    checker's ACCURACY pattern reads), else the LLM scripts' dict repr; both with the full log's hash."""
+    name = registry_name(benchmark)
+    bench = benchmarks.REGISTRY[name] if name else None
+    if bench is not None and bench.accuracy_log == "labels":
+        return bench.scoring().accuracy_txt(r.scores, full_log_sha256)
+    return accuracy_text(r.scores, full_log_sha256, r.extra.get("required"))
+
+
 def truncate_accuracy_log(src: Path, dst: Path) -> None:
     """The first and last 4 KiB of a long accuracy log with '...' between (short logs as they are)."""
     data = src.read_bytes()
@@ -144,7 +157,7 @@ def assemble(root: Path, *, division: str, submitter: str, system: str, benchmar
         acc = d / "accuracy"
         _copy_logs(r.accuracy_log, acc, names=("mlperf_log_detail.txt", "mlperf_log_summary.txt"))
         full = r.accuracy_log / "mlperf_log_accuracy.json"
-        (acc / "accuracy.txt").write_text(accuracy_text(r.scores, file_sha256(full), r.extra.get("required")))
+        (acc / "accuracy.txt").write_text(accuracy_file(maps_to or benchmark, r, file_sha256(full)))
         truncate_accuracy_log(full, acc / "mlperf_log_accuracy.json")
         if r.test06 is not None:
             t = d / "TEST06"
@@ -154,7 +167,8 @@ def assemble(root: Path, *, division: str, submitter: str, system: str, benchmar
         for test, src in sorted(r.compliance.items()):  # as compliance/TEST0x/run_verification.py lays them out
             t = d / test
             (t / "accuracy").mkdir(parents=True)
-            shutil.copy2(src / VERIFY_FILES[test], t / VERIFY_FILES[test])
+            for name in VERIFY_FILES[test]:
+                shutil.copy2(src / name, t / name)
             shutil.copy2(src / "mlperf_log_accuracy.json", t / "accuracy" / "mlperf_log_accuracy.json")
             _copy_logs(src, t / "performance" / "run_1", names=("mlperf_log_summary.txt", "mlperf_log_detail.txt"))
         (d / "measurements.json").write_text(json.dumps(measurements, indent=2) + "\n")

@@ -34,3 +34,16 @@ def standin_rows(benchmark: str) -> list[dict]:
 
 def standins_sha256(benchmarks) -> dict[str, str]:
     return {b: hashlib.sha256(standin_path(b).read_bytes()).hexdigest() for b in benchmarks}
+
+
+#: The whisper stand-in: the reference's manifest format, clips under audio/ (harness/data/make_whisper_standin.py).
+SPEECH_STANDIN = STANDINS / "whisper" / "manifest.json"
+
+
+def speech_standin_sha256() -> str:
+    """The whisper stand-in's manifest and every clip, by content."""
+    root = SPEECH_STANDIN.parent
+    h = hashlib.sha256()
+    for f in sorted(p for p in root.rglob("*") if p.is_file()):
+        h.update(f.relative_to(root).as_posix().encode() + b"\0" + hashlib.sha256(f.read_bytes()).digest())
+    return h.hexdigest()

@@ -22,6 +22,10 @@ Benchmark datasets load into a list of :class:`Sample` (the LoadGen QSL is index
 ``synthetic``
     Prompts of drawn lengths made from the shipped corpus with the model's tokenizer, each with
     its output length (``harness.model.synthetic``); performance only: the references are empty.
+``librispeech``
+    The reference's LibriSpeech manifest (whisper; ``harness.model.speech``): each kept row's clip,
+    checked with soundfile, in ``meta["columns"]["audio"]``, its transcript the reference text; the
+    input ids are the reference's decoder prompt, tokenized with the model's tokenizer.
 
 No luigi imports.
 """
@@ -38,9 +42,10 @@ from harness.errors import InputError
 from harness.model.corpus import corpus_lines
 from harness.model.messages import messages_text
 from harness.model.synthetic import synthetic_samples
+from harness.untrusted import jsonio
 from harness.untrusted.files import not_regular, open_regular
 
-FORMATS = ("builtin", "mlperf_pickle", "jsonl", "synthetic")
+FORMATS = ("builtin", "mlperf_pickle", "jsonl", "synthetic", "librispeech")
 #: Word counts of builtin prompts cycle through this range (line i gets 6 + i % 5 words).
 BUILTIN_MIN_WORDS = 6
 BUILTIN_WORD_SPREAD = 5
@@ -74,7 +79,8 @@ class Sample:
 
 def load_dataset(fmt: str, path: str | os.PathLike | None, tokenizer_dir: str | os.PathLike | None,
                  num_samples: int, max_input_len: int | None = None, sha256: str | None = None,
-                 max_line_bytes: int | None = None, synthetic=None, max_new_tokens: int | None = None) -> list[Sample]:
+                 max_line_bytes: int | None = None, synthetic=None, max_new_tokens: int | None = None,
+                 audio_dir: str | os.PathLike | None = None, prompt: str | None = None) -> list[Sample]:
     """Load the first ``num_samples`` samples of a dataset (see the module docstring).
 
     ``tokenizer_dir`` is needed for ``builtin`` and for text inputs; prompts longer than
@@ -107,6 +113,8 @@ def load_dataset(fmt: str, path: str | os.PathLike | None, tokenizer_dir: str | 
             raise DatasetError(f"dataset file {path} does not exist")
         if fmt == "mlperf_pickle":
             samples = _load_mlperf_pickle(path, tokenizer_dir, num_samples, sha256)
+        elif fmt == "librispeech":
+            samples = _load_librispeech(path, tokenizer_dir, num_samples, audio_dir, prompt)
         else:
             samples = _load_jsonl(path, tokenizer_dir, num_samples, max_line_bytes)
     if max_input_len is not None:
@@ -116,6 +124,27 @@ def load_dataset(fmt: str, path: str | os.PathLike | None, tokenizer_dir: str | 
                 s.meta["truncated_from"] = len(s.input_ids)
                 s.input_ids = s.input_ids[:cap]
     return samples
+
+
+def _load_librispeech(path: Path, tokenizer_dir, num_samples: int, audio_dir, prompt_text: str | None) -> list[Sample]:
+    from harness.model.speech import check_clip, read_manifest
+
+    if not prompt_text:
+        raise DatasetError("the librispeech format needs the benchmark's decoder prompt (prompt=...)")
+    clips = read_manifest(path, audio_dir)
+    if len(clips) < num_samples:
+        raise DatasetError(f"manifest {path}: has {len(clips)} clips of at most 30 s, fewer than "
+                           f"num_samples={num_samples}")
+    prompt = _LazyTokenizer(tokenizer_dir, f"manifest {path}: the decoder prompt").encode(prompt_text)
+    if not prompt:
+        raise DatasetError(f"manifest {path}: the tokenizer encodes the decoder prompt {prompt_text} to nothing")
+    out = []
+    for i, clip in enumerate(clips[:num_samples]):
+        facts = check_clip(clip, f"manifest {path} row {clip.row}")
+        out.append(Sample(index=i, input_ids=list(prompt), reference_text=clip.transcript, input_text=prompt_text,
+                          meta={"columns": {"audio": str(clip.audio), "duration": clip.duration,
+                                            "frames": facts["frames"]}}))
+    return out
 
 
 def _make_synthetic(tokenizer_dir, num_samples: int, settings, max_new_tokens: int | None) -> list[Sample]:
@@ -327,11 +356,10 @@ def jsonl_record(raw: bytes, where: str) -> dict | None:
     if not line.strip():
         return None
     try:
-        obj = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise DatasetError(f"{where}: invalid JSON: {exc.msg} (column {exc.colno})") from None
-    except RecursionError:
-        raise DatasetError(f"{where}: JSON nested too deeply to read; a sample is an object of flat fields") from None
+        obj = jsonio.loads(line)
+    except jsonio.NotJson as exc:
+        raise DatasetError(f"{where}: {str(exc).replace(' at line 1,', ' at')}; a sample is one JSON object of flat "
+                           "fields per line") from None
     if not isinstance(obj, dict):
         raise DatasetError(f"{where}: expected a JSON object, got {type(obj).__name__}")
     if "input_ids" in obj:

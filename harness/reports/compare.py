@@ -11,6 +11,7 @@ from harness.errors import InputError
 from harness.loadgen.verdict import error_count, is_valid
 from harness.reports.nightly import STREAMING
 from harness.reports.sweep import fmt
+from harness.untrusted import jsonio
 
 
 def _perf(fn):
@@ -70,12 +71,12 @@ def load(found: "Path | dict") -> dict:
         raise InputError(f"{found['name']}: not trusted: {found['problems'][0]}"
                          + (f" (and {len(found['problems']) - 1} more)" if len(found["problems"]) > 1 else ""))
     try:
-        report = json.loads((report_dir / "report.json").read_text())
-    except (OSError, json.JSONDecodeError) as e:
+        report = jsonio.loads((report_dir / "report.json").read_bytes())
+    except (OSError, jsonio.NotJson) as e:
         raise InputError(f"{report_dir}: no readable report.json ({e})") from None
     try:
-        params = json.loads((report_dir / "manifest.json").read_text()).get("resolved_params") or {}
-    except (OSError, json.JSONDecodeError):
+        params = jsonio.loads((report_dir / "manifest.json").read_bytes()).get("resolved_params") or {}
+    except (OSError, jsonio.NotJson, AttributeError):
         params = {}
     return {"name": found["name"], "report": report, "params": params, "dir": str(report_dir)}
 
@@ -156,8 +157,8 @@ def full_key(prefix: str, root: Path) -> str:
     for d in [*(root / "FullRun").glob(f"{prefix}*"), *(root / OBSERVATIONS / "FullRun").glob(f"{prefix}*")]:
         for m in [d / "manifest.json", *d.glob("*/manifest.json")]:
             try:
-                k = json.loads(m.read_text()).get("key")
-            except (OSError, json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+                k = jsonio.loads(m.read_bytes()).get("key")
+            except (OSError, jsonio.NotJson, AttributeError):
                 continue
             if isinstance(k, str) and k.startswith(prefix):
                 keys.add(k)
@@ -180,7 +181,10 @@ def resolve(arg: str, store) -> dict:
         return inside if inside is not None else {"dir": p, "name": str(p)}
     run = root / "runs" / arg / "run.json"
     if arg and "/" not in arg and run.is_file():
-        stages = json.loads(run.read_text()).get("stages") or {}
+        try:
+            stages = jsonio.loads(run.read_bytes()).get("stages") or {}
+        except (OSError, jsonio.NotJson, AttributeError) as e:
+            raise InputError(f"run {arg}: {run} is not a run record ({e})") from None
         entries = {e["key"]: e.get("observation") for e in stages.values() if e.get("stage") == "FullRun"}
         if len(entries) != 1:
             raise InputError(f"run {arg} touched {len(entries)} FullRuns ({', '.join(k[:16] for k in entries) or 'none'}); "
@@ -201,7 +205,10 @@ def _store_observation(store, d: Path) -> dict | None:
         return None
     parts = rel.parts
     if len(parts) == 2 and parts[0] == "FullRun":
-        key = json.loads((d / "manifest.json").read_text()).get("key") if (d / "manifest.json").is_file() else None
+        try:
+            key = jsonio.loads((d / "manifest.json").read_bytes()).get("key")
+        except (OSError, jsonio.NotJson, AttributeError):
+            key = None
         return _observation(store, key, None, str(d)) if isinstance(key, str) and key[:16] == parts[1] else None
     if len(parts) == 4 and parts[:2] == (OBSERVATIONS, "FullRun"):
         for o in store.observations("FullRun", full_key(parts[2], store.root)):

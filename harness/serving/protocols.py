@@ -59,6 +59,17 @@ PROTOCOLS = {p.name: p for p in (
                    "harness.serving.openai.toolcalls", "harness.serving.openai.client"),
              request_settings="harness.loadgen.openai_chat_api:chat_request_settings",
              core_setup="harness.loadgen.openai_chat_api:chat_api"),
+    # the same servers' /v1/audio/transcriptions (whisper): a clip uploaded as a multipart form per query
+    Protocol("openai-transcription",
+             client="harness.serving.openai.client:OpenAITranscription",
+             core="harness.loadgen.cores.openai_transcription:OpenAITranscriptionCore",
+             tools=("httpx", "httptools"),
+             code=("harness.loadgen.cores.openai_transcription", "harness.loadgen.cores.openai_http",
+                   "harness.loadgen.cores.http_pool", "harness.loadgen.cores.http_core",
+                   "harness.loadgen.openai_transcription_api", "harness.serving.openai.transcription",
+                   "harness.serving.openai.sse", "harness.serving.openai.client", "harness.mlperf.benchmarks.whisper"),
+             request_settings="harness.loadgen.openai_transcription_api:transcription_request_settings",
+             core_setup="harness.loadgen.openai_transcription_api:transcription_api"),
 )}
 
 

@@ -54,7 +54,7 @@ class ServerRecord(StrictRecord):
     metrics_port: Port | None = None
     # the names of serving/protocols.py's records (not imported: that would put the protocols' table in
     # the key of every stage that reads records; tests/test_triton_generate.py checks they agree)
-    protocol: Literal["triton-grpc", "triton-generate", "openai-http", "openai-chat"] = "triton-grpc"
+    protocol: Literal["triton-grpc", "triton-generate", "openai-http", "openai-chat", "openai-transcription"] = "triton-grpc"
     models: list[Annotated[str, Field(max_length=4096)]] = Field(max_length=1024)  # '' = the server's one model
     pid: Annotated[int, Field(gt=0)] | None = None
     create_time: Time | None = None

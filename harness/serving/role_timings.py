@@ -16,7 +16,10 @@ from pathlib import Path
 
 import httpx
 
+from harness.serving.bounded import read_body
+from harness.serving.processes import ServerError
 from harness.serving.spec import url_of
+from harness.untrusted import jsonio
 
 # stack -> what the report calls it -> (metric, histogram or gauge, to milliseconds)
 METRICS = {
@@ -70,10 +73,12 @@ def scrape(servers: list[dict], stack: str | None, timeout_s: float = 5.0) -> di
             continue
         url = url_of(rec)
         try:
-            r = httpx.get(f"http://{url}/{'perf_metrics' if stack == 'trtllm-serve' else 'metrics'}", timeout=timeout_s)
-            ok = r.status_code == 200
-            out[url] = (perf_sums(r.json()) if stack == "trtllm-serve" else parse(r.text)) if ok else {}
-        except (httpx.HTTPError, ValueError):
+            with httpx.stream("GET", f"http://{url}/{'perf_metrics' if stack == 'trtllm-serve' else 'metrics'}",
+                              timeout=timeout_s) as r:
+                data = read_body(r, f"metrics of {url}") if r.status_code == 200 else None
+            out[url] = {} if data is None else perf_sums(jsonio.loads(data)) if stack == "trtllm-serve" else \
+                parse(data.decode("utf-8", "replace"))
+        except (httpx.HTTPError, ValueError, ServerError):
             out[url] = {}
     return out
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from harness.serving.openai.sse import DONE, SSEParser
 from harness.serving.openai.toolcalls import as_openai, merge_stream
+from harness.untrusted.limits import MAX_EVENT_BYTES, MAX_RESPONSE_BYTES, response_too_large
 
 
 @dataclass
@@ -62,17 +63,23 @@ def _event(reply: ChatReply, data: str, now: float) -> None:
             reply.t_first = now
 
 
-async def send_turn(session, url: str, body: dict, headers: dict) -> ChatReply:
-    """POST one streamed chat completion with `session` (aiohttp) and read it to the end. A failure
-    (HTTP status, an error event, a broken stream) is returned in `error`, not raised."""
+async def send_turn(session, url: str, body: dict, headers: dict, max_response_bytes: int = MAX_RESPONSE_BYTES,
+                    max_event_bytes: int = MAX_EVENT_BYTES) -> ChatReply:
+    """POST one streamed chat completion with `session` (aiohttp) and read it to the end, at most
+    `max_response_bytes` of it and `max_event_bytes` of one event (harness/untrusted/limits.py). A failure
+    (HTTP status, an error event, a broken stream, an answer over a bound) is returned in `error`, not raised."""
     reply = ChatReply(t_sent=time.monotonic())
     try:
         async with session.post(f"{url}/v1/chat/completions", json=body, headers=headers) as r:
             if r.status != 200:
-                raise RuntimeError(f"HTTP {r.status}: {(await r.read())[:300]!r}")
-            parser = SSEParser()
+                raise RuntimeError(f"HTTP {r.status}: {(await r.content.read(300))!r}")
+            parser = SSEParser(max_event_bytes)
+            got = 0
             async for chunk in r.content.iter_any():
                 now = time.monotonic()
+                got += len(chunk)
+                if got > max_response_bytes:
+                    raise response_too_large(max_response_bytes, got)
                 for data in parser.feed(chunk):
                     _event(reply, data, now)
             for data in parser.close():

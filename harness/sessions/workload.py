@@ -11,7 +11,7 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from harness.errors import MeasurementError
 from harness.serving.openai.client import base_url
@@ -50,7 +50,7 @@ def server_for(conversation_id: str, urls: Sequence[str]) -> str:
 
 
 async def _run(urls: Sequence[str], trajectories: Sequence[Trajectory], plan: Plan, req: Request,
-               timeout_s: float) -> Replay:
+               timeout_s: float, limits: Mapping[str, int]) -> Replay:
     import aiohttp
 
     tools = {t.conversation_id: t.tools for t in trajectories}
@@ -59,16 +59,18 @@ async def _run(urls: Sequence[str], trajectories: Sequence[Trajectory], plan: Pl
     async with aiohttp.ClientSession(connector=conn, timeout=timeout) as session:
         async def send(turn, messages, headers):
             url = server_for(headers[SESSION_HEADER], urls)
-            return await send_turn(session, url, req.body(messages, tools[turn.conversation_id]), headers)
+            return await send_turn(session, url, req.body(messages, tools[turn.conversation_id]), headers, **limits)
         return await replay(trajectories, plan, send)
 
 
 def run_sessions(urls: str | Sequence[str], trajectories: Sequence[Trajectory], plan: Plan, req: Request, out_dir: Path,
-                 timeout_s: float = 600.0, osl_band: tuple[float, float] | None = None) -> tuple[dict, list[dict]]:
+                 timeout_s: float = 600.0, osl_band: tuple[float, float] | None = None,
+                 limits: Mapping[str, int] | None = None) -> tuple[dict, list[dict]]:
     """Replay `trajectories` against the servers at `urls` (a conversation stays on one); write
-    turns.jsonl; return the result and the inline accuracy of each scored turn."""
+    turns.jsonl; return the result and the inline accuracy of each scored turn. `limits`: how much of
+    one answer is read (max_response_bytes, max_event_bytes: harness/untrusted/limits.py)."""
     urls = [base_url(u) for u in ([urls] if isinstance(urls, str) else urls)]
-    rep = asyncio.run(_run(urls, trajectories, plan, req, timeout_s))
+    rep = asyncio.run(_run(urls, trajectories, plan, req, timeout_s, dict(limits or {})))
     rows = metrics.rows_of(rep)
     out_dir.mkdir(parents=True, exist_ok=True)
     with open(out_dir / "turns.jsonl", "w") as f:

@@ -8,7 +8,6 @@ line naming the file - and never acted on. Server records (serving/records.py) a
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import re
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Annotated, Iterator, TypeVar
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from harness.errors import MAX_LINE, InputError
+from harness.untrusted import jsonio
 from harness.untrusted.files import read_regular
 
 log = logging.getLogger("perfdag")
@@ -116,8 +116,8 @@ def read_json(path: Path, inside: Path | None):
     except OSError as e:
         raise Unreadable(e.strerror or str(e)) from None
     try:
-        return json.loads(data)
-    except (ValueError, RecursionError) as e:
+        return jsonio.loads(data)
+    except jsonio.NotJson as e:
         raise Unreadable(f"not JSON ({e})") from None
 
 

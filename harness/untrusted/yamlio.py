@@ -7,7 +7,10 @@ null, true/false, decimal, `0o` octal and `0x` hex integers, floats with an opti
 anything else is a string, which a number field then refuses by name. PyYAML keeps the last of two
 equal keys without a word: refused here. Aliases (`*name`, `<<: *name`) are refused: nested ones
 expand exponentially (an "alias bomb" of a few lines is gigabytes), and `extends:` and a sweep's
-`overrides:` already share values between files. Errors name the file, line and fix.
+`overrides:` already share values between files. A mapping key is a scalar (a complex key such as
+`? [a, b]` names nothing perfdag reads), and collections nest at most MAX_DEPTH deep (PyYAML's
+composer recurses once per level: 100,000 `[` would end in a RecursionError). Errors name the file,
+line and fix.
 """
 from __future__ import annotations
 
@@ -22,6 +25,12 @@ from harness.untrusted.files import read_regular
 
 # A params, sweep or system file is a few KiB (the biggest shipped one under 2 KiB); more is a mistake.
 MAX_YAML_BYTES = 1 << 20
+# Collections nested in one document at most; a params file nests 3 or 4 deep (section, flags, a list).
+MAX_DEPTH = 64
+
+
+class ShapeError(yaml.MarkedYAMLError):
+    """A document YAML allows and perfdag refuses for its shape: a complex key, or nesting past MAX_DEPTH."""
 
 # YAML 1.2 core schema (spec 10.3.2), tag -> (regexp, first characters).
 CORE_SCHEMA = {
@@ -43,6 +52,7 @@ def _core_resolvers() -> dict:
 
 class StrictLoader(yaml.SafeLoader):
     yaml_implicit_resolvers = _core_resolvers()  # replaces YAML 1.1's (sexagesimal, yes/no, dates, <<, =)
+    _depth = 0
 
     def compose_node(self, parent, index):
         if self.check_event(yaml.AliasEvent):
@@ -50,11 +60,24 @@ class StrictLoader(yaml.SafeLoader):
             raise yaml.composer.ComposerError(
                 None, None, f"alias *{event.anchor} is not allowed in perfdag files (aliases can expand without "
                             "bound); write the value out, or share it with extends:", event.start_mark)
-        return super().compose_node(parent, index)
+        if self._depth >= MAX_DEPTH and self.check_event(yaml.SequenceStartEvent, yaml.MappingStartEvent):
+            raise ShapeError(None, None, f"lists and mappings nested more than {MAX_DEPTH} deep; a perfdag file nests "
+                                         "a few levels (section, key, value): is it the right file?",
+                             self.peek_event().start_mark)
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
     def construct_mapping(self, node, deep=False):
         seen: dict = {}
         for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                kind = "list" if isinstance(key_node, yaml.SequenceNode) else "mapping"
+                raise ShapeError("while reading a mapping", node.start_mark,
+                                 f"a key that is a {kind} (a YAML complex key, `? ...`); keys are names: write the key "
+                                 "as plain text", key_node.start_mark)
             key = self.construct_object(key_node, deep=deep)
             if key in seen:
                 raise yaml.constructor.ConstructorError(
@@ -110,7 +133,8 @@ def scalar(text: str) -> bool | int | float | str:
 def describe_error(e: yaml.YAMLError) -> str:
     mark = getattr(e, "problem_mark", None)
     where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-    return f"malformed YAML{where}: {getattr(e, 'problem', None) or e}"
+    what = "YAML perfdag does not read" if isinstance(e, ShapeError) else "malformed YAML"
+    return f"{what}{where}: {getattr(e, 'problem', None) or e}"
 
 
 def read_text(path: Path, what: str = "YAML file") -> str:

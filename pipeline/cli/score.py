@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 from harness.errors import InputError
 from harness.mlperf import benchmarks
 from harness.mlperf.evaluate import evaluate, read_scoring_dataset, read_tokenizer
+from harness.model.speech import read_manifest
 
 EXIT_FAIL = 11
 
@@ -16,16 +18,20 @@ def add_parser(sub) -> None:
     sc = sub.add_parser("score", help="score an mlperf_log_accuracy.json as MLCommons' script does; exit 0 pass, 11 fail",
                         description=__doc__)
     sc.add_argument("--benchmark", required=True, help="llama2-70b, llama3.1-8b, mixtral-8x7b, llama3.1-405b, "
-                                                      "deepseek-r1, gpt-oss-120b, qwen3-vl-235b-a22b, llama3.1-8b-edge, qwen3.6-27b (MLPerf's and "
-                                                      "LoadGen's spellings too)")
+                                                      "deepseek-r1, gpt-oss-120b, qwen3-vl-235b-a22b, llama3.1-8b-edge, qwen3.6-27b, whisper "
+                                                      "(MLPerf's and LoadGen's spellings too)")
     sc.add_argument("--log", required=True, metavar="FILE", help="mlperf_log_accuracy.json")
     sc.add_argument("--dataset", required=True, metavar="FILE",
-                    help="the benchmark's dataset: MLPerf's pickle (.pkl, with --allow-pickle) or JSON lines (.jsonl)")
+                    help="the benchmark's dataset: MLPerf's pickle (.pkl, with --allow-pickle), JSON lines (.jsonl), "
+                         "or for whisper the reference's manifest (.json: dev-all-repack.json; no audio is read)")
     sc.add_argument("--tokenizer", default=None, metavar="DIR",
-                    help="a Hugging Face tokenizer directory (not for a log of text answers: qwen3-vl-235b-a22b, qwen3.6-27b)")
+                    help="a Hugging Face tokenizer directory (not for a log of text answers: qwen3-vl-235b-a22b, "
+                         "qwen3.6-27b, nor of characters: whisper)")
     sc.add_argument("--round", default="", help="MLPerf round whose gates apply (default: the newest that has it)")
     sc.add_argument("--target", type=float, default=0.0, help="0.99 or 0.999 (default: the round's lowest)")
-    sc.add_argument("--dtype", default="int32", choices=["int32", "int64"], help="of the logged token ids")
+    sc.add_argument("--dtype", default="int32", choices=["int32", "int64"],
+                    help="of the logged token ids (whisper's labels are always read as int64: the script's int32 is "
+                         "array type 'l', 8 bytes on Linux)")
     sc.add_argument("--gates", default="mlperf", choices=["mlperf", "self"],
                     help="mlperf: the round's reference scores; self: the dataset's references scored as outputs")
     sc.add_argument("--allow-pickle", action="store_true",
@@ -63,8 +69,11 @@ def run(args) -> int:
     if args.gates == "self" and bench.accuracy_log == "text":
         raise InputError(f"--gates: {bench.name}'s log holds answers as text, which its references are not: "
                          "use --gates mlperf")
-    samples = read_scoring_dataset(Path(args.dataset), args.allow_pickle)
-    if args.tokenizer is None and bench.accuracy_log != "text":
+    if bench.accuracy_log == "labels" and Path(args.dataset).suffix == ".json":
+        samples = manifest_samples(Path(args.dataset))
+    else:
+        samples = read_scoring_dataset(Path(args.dataset), args.allow_pickle)
+    if args.tokenizer is None and bench.accuracy_log == "token_ids":
         raise InputError(f"--tokenizer: {bench.name}'s log holds token ids; give the tokenizer directory that made them")
     tokenizer = read_tokenizer(Path(args.tokenizer)) if args.tokenizer else None
     out = Path(args.out) if args.out else None
@@ -85,6 +94,14 @@ def run(args) -> int:
             print(f"  {name:<{width}} {_fmt(value):>14}  {mark}")
         print(f"accuracy {'PASS' if doc['passed'] else 'FAIL'}" + ("" if doc["passed"] else f": {doc['why']}"))
     return 0 if doc["passed"] else EXIT_FAIL
+
+
+def manifest_samples(path: Path) -> list:
+    """A whisper manifest's kept rows (the reference's Manifest: over 30 s dropped) as samples to score."""
+    if not path.is_file():
+        raise InputError(f"--dataset: {path} is not a file")
+    return [SimpleNamespace(index=i, reference_text=c.transcript, reference_ids=None, meta={"columns": {}})
+            for i, c in enumerate(read_manifest(path))]
 
 
 def _mark(verdict: dict, name: str) -> str:

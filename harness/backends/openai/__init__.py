@@ -19,7 +19,7 @@ from harness.backends.base import Backend, Checks, Key, LaunchStep, Step, Work
 from harness.backends.openai.endpoints import endpoint_problems, parse_endpoints
 from harness.backends.openai.plain import WEIGHT_ONLY, write_plain_checkpoint, write_plain_multimodal
 from harness.backends.openai.servers import dp_gpus, llm_api_options, served_name, server_argv, server_env
-from harness.backends.vision import SERVED_BY, is_multimodal, unquantized_problems
+from harness.backends.vision import SERVED_BY, SPEECH_SERVED_BY, is_multimodal, is_speech, unquantized_problems
 from harness.cache.executed import normalise
 from harness.config.openai import TEXT_PROMPT_ROUTERS, through_router
 from harness.config.openai import protocol as openai_protocol
@@ -66,6 +66,14 @@ def problems(p) -> list[str]:
                        "(or openai.extra_args / openai.llm_api_options)")
     if p.model.checkpoint == "builtin-vl" and o.server != "transformers":
         out.append(SERVED_BY)
+    if p.model.checkpoint == "builtin-whisper" and o.server != "transformers":
+        out.append(SPEECH_SERVED_BY)
+    if openai_protocol(p) == "openai-transcription" and o.server in ("trtllm-serve", "sglang") and not o.endpoints:
+        out.append(f"openai.server: {o.server} has no /v1/audio/transcriptions here; serve Whisper with vllm "
+                   "(GPU) or transformers (CPU)")
+    if openai_protocol(p) == "openai-transcription" and o.server == "transformers" and o.continuous_batching:
+        out.append("openai.continuous_batching: transformers serve transcribes only without it (its "
+                   "/v1/audio/transcriptions answers 400 'requires sequential generation'); set it false")
     out += unquantized_problems(p)  # Quantize is the torch backend's for every server
     if o.server == "transformers":
         if q.format not in WEIGHT_ONLY:
@@ -125,6 +133,14 @@ def prefix_caching_problems(p) -> list[str]:
     return out
 
 
+def request_model(p, model_dir: str) -> str:
+    """The model name requests carry: served_name, except transformers serve's transcriptions, whose form
+    must name the path it was launched with (it loads the model a transcription form names)."""
+    if p.openai.server == "transformers" and openai_protocol(p) == "openai-transcription" and not p.openai.model:
+        return model_dir
+    return served_name(p)
+
+
 class Build(Step):
     """For `transformers serve`, the torch engine's weights saved as a plain checkpoint (what actually
     runs); for the GPU servers, which load modelopt's export themselves, nothing (it points at it)."""
@@ -140,10 +156,11 @@ class Build(Step):
         p, b, checkpoint = w.params, w.params.build, w.inputs["checkpoint"]
         if p.openai.server != "transformers":  # the server loads modelopt's export itself
             return {"engine": os.path.relpath(checkpoint, w.final_dir), "pass_through": True}
-        if is_multimodal(checkpoint):  # no torch engine for images: the checkpoint itself, in build.dtype
-            config = write_plain_multimodal(checkpoint, w.out_dir / "engine", dtype=b.dtype)
-            w.log(f"BuildEngine: the vision-language checkpoint ({config['architecture']}, {b.dtype}) for "
-                  "transformers serve")
+        if is_multimodal(checkpoint) or is_speech(checkpoint):  # no torch engine for images or audio: the
+            speech = is_speech(checkpoint)                         # checkpoint itself, in build.dtype
+            config = write_plain_multimodal(checkpoint, w.out_dir / "engine", dtype=b.dtype, speech=speech)
+            w.log(f"BuildEngine: the {'speech-to-text' if speech else 'vision-language'} checkpoint "
+                  f"({config['architecture']}, {b.dtype}) for transformers serve")
             return {"engine": "engine", "engine_config": config}
         config = write_plain_checkpoint(checkpoint, w.out_dir / "engine", dtype=b.dtype, device=b.device,
                                         max_batch_size=b.max_batch_size, max_num_tokens=b.max_num_tokens,
@@ -209,7 +226,7 @@ class Launch(LaunchStep):
             cfg = os.path.join(repo_dir, f"server_{i}", "extra_llm_api_options.yaml") \
                 if p.openai.server == "trtllm-serve" else None
             specs.append(LaunchSpec(index=i, argv=server_argv(p, model_dir, ports[i], config_path=cfg),
-                                    host=p.openai.bind, ports={"serve": ports[i]}, models=(served_name(p),),
+                                    host=p.openai.bind, ports={"serve": ports[i]}, models=(request_model(p, model_dir),),
                                     env=server_env(p, gpus[i % len(gpus)]), protocol=self.protocol_for(p),
                                     mode=p.openai.server, repo=os.path.join(repo_dir, f"server_{i}"), cwd=root))
         return specs

@@ -6,8 +6,8 @@ engine's dequantized weights, saved as a plain checkpoint. Weight-only formats a
 pre-quant scale folds into the weight); formats that also quantize activations (int8_sq, fp8)
 cannot be expressed in a plain checkpoint and are refused before anything runs.
 
-A vision-language checkpoint (config.json with a `vision_config`) has no torch engine: it is saved
-again in build.dtype with its processor and tokenizer files, unquantized.
+A vision-language checkpoint (config.json with a `vision_config`) or a speech-to-text one (Whisper) has
+no torch engine: it is saved again in build.dtype with its processor and tokenizer files, unquantized.
 """
 from __future__ import annotations
 
@@ -60,13 +60,14 @@ def write_plain_checkpoint(checkpoint: Path, out_dir: Path, *, dtype: str, devic
     return config
 
 
-def write_plain_multimodal(checkpoint: Path, out_dir: Path, *, dtype: str) -> dict:
-    """The vision-language checkpoint saved in `dtype` with every non-weight file beside it (processor,
-    chat template, tokenizer); returns what was written."""
+def write_plain_multimodal(checkpoint: Path, out_dir: Path, *, dtype: str, speech: bool = False) -> dict:
+    """The vision-language (or, `speech`, speech-to-text) checkpoint saved in `dtype` with every non-weight
+    file beside it (processor, chat template, tokenizer, generation config); returns what was written."""
     import torch
-    from transformers import AutoModelForImageTextToText
+    from transformers import AutoModelForImageTextToText, AutoModelForSpeechSeq2Seq
 
-    model = AutoModelForImageTextToText.from_pretrained(str(checkpoint), **hf_dtype_kwargs(getattr(torch, dtype)))
+    auto = AutoModelForSpeechSeq2Seq if speech else AutoModelForImageTextToText
+    model = auto.from_pretrained(str(checkpoint), **hf_dtype_kwargs(getattr(torch, dtype)))
     model.save_pretrained(str(out_dir), safe_serialization=True)
     written = {p.name for p in out_dir.iterdir()}
     for f in sorted(Path(checkpoint).iterdir()):

@@ -158,8 +158,8 @@ def model_architecture(params) -> str | None:
         return BUILTIN_ARCHITECTURE
     try:
         return architecture(ckpt)
-    except (OSError, ValueError):  # validation reports the checkpoint itself elsewhere
-        return None
+    except (OSError, ValueError, RecursionError):  # validation reports the checkpoint itself elsewhere (nested
+        return None                                # too deeply to read: harness/untrusted/jsonio.py)
 
 
 def paged_context_fmha_off_reason(params) -> str | None:

@@ -23,6 +23,7 @@ import numpy as np
 
 from harness.loadgen.chunks import pack_chunks
 from harness.loadgen.messages import Alive, Done, Failed, First
+from harness.untrusted.limits import MAX_EVENT_BYTES, MAX_RESPONSE_BYTES, TOKEN_SLACK
 
 #: The fewest tokens a completion may report: LoadGen (use_token_latencies, as in every LLM run) logs
 #: an error for 0 ("n_tokens argument missing or attempted to record 0 as number of tokens") and, since
@@ -79,6 +80,13 @@ class Core:
         # one message per query instead of two
         self.report_first = cfg.get("scenario") != "Offline"
         self.cap = max(1, int(spec.get("cap") or cfg.get("client_cap") or 1 << 30))
+        # How much of one response is held at most (harness.max_response_bytes, harness.max_event_bytes)
+        limits = cfg.get("limits") or {}
+        self.max_response = int(limits.get("max_response_bytes") or MAX_RESPONSE_BYTES)
+        self.max_event = int(limits.get("max_event_bytes") or MAX_EVENT_BYTES)
+        # Tokens one response may carry where a core counts them as they arrive (the run's output cap)
+        self.asked = int(cfg.get("max_new_tokens") or 1 << 40)
+        self.max_tokens = self.asked + TOKEN_SLACK
         self.waiting: collections.deque = collections.deque()
         self.outstanding = 0
         self.peak = 0

@@ -7,17 +7,20 @@ from __future__ import annotations
 import time
 
 from harness.loadgen.cores.base import Core
+from harness.untrusted.limits import event_too_large
 
 
 class EventScan:
     """A server-sent event stream scanned as it arrives (the pool's `on_data`): every complete event
     of a read at once, handed to the subclass's `_scan(region)` (events with their blank lines);
-    `end()` scans what an unterminated stream left and returns the subclass's `result()`."""
+    `end()` scans what an unterminated stream left and returns the subclass's `result()`. An event not
+    ended within the core's `max_event` bytes (harness.max_event_bytes) fails the request."""
 
     def __init__(self, core: Core, qid):
         self.core, self.qid = core, qid
         self.t_first = 0
         self.rest = b""
+        self.limit = core.max_event
 
     def feed(self, chunk: bytes) -> None:
         if b"\r" in chunk:
@@ -26,9 +29,13 @@ class EventScan:
             chunk = self.rest + chunk
         end = chunk.rfind(b"\n\n")
         if end < 0:
+            if len(chunk) > self.limit:
+                raise event_too_large(self.limit, len(chunk))
             self.rest = chunk
             return
         self.rest = chunk[end + 2:]
+        if len(self.rest) > self.limit:
+            raise event_too_large(self.limit, len(self.rest))
         self._scan(chunk[:end + 2])
 
     def end(self):

@@ -13,6 +13,12 @@ on a reused connection that the server had closed meanwhile (not one byte came b
 more on a new connection. There is no read timeout: a stalled request ends the run through the
 driver's watchdog, which fails a server that sends nothing for harness.request_timeout_s while it
 has requests outstanding (driver.py).
+
+A response is bounded by what was received of it (harness/untrusted/limits.py): its status line and
+headers by MAX_HEADER_BYTES, the whole of it (chunked framing included) by harness.max_response_bytes,
+each checked by one comparison per read. A response over a bound fails its request, naming it; a chunk
+is never held whole (httptools hands its bytes on as they arrive), so a chunk declared huge, a header
+section or a body that never ends each stop at a bound.
 """
 from __future__ import annotations
 
@@ -25,12 +31,14 @@ from urllib.parse import urlsplit
 import httptools
 
 from harness.loadgen.cores.aioloop import FrontendLoop
+from harness.untrusted.limits import MAX_HEADER_BYTES, MAX_RESPONSE_BYTES, headers_too_large, response_too_large
 
 
 class Target:
-    """Where a core's requests go: `http(s)://host:port[/prefix]` and the path it posts to."""
+    """Where a core's requests go: `http(s)://host:port[/prefix]`, the path it posts to and what its
+    bodies are (JSON, or a multipart form)."""
 
-    def __init__(self, base: str, path: str):
+    def __init__(self, base: str, path: str, content_type: str = "application/json"):
         u = urlsplit(base)
         if u.scheme not in ("http", "https") or not u.hostname:
             raise ValueError(f"not an http(s) URL: {base!r}")
@@ -39,7 +47,7 @@ class Target:
         self.ssl = ssl.create_default_context() if u.scheme == "https" else None
         self.key = (u.scheme, self.host, self.port)
         self.head = (f"POST {u.path.rstrip('/')}{path} HTTP/1.1\r\nHost: {u.netloc}\r\n"
-                     "Content-Type: application/json\r\nContent-Length: ").encode()
+                     f"Content-Type: {content_type}\r\nContent-Length: ").encode()
 
     def request(self, body: bytes) -> bytes:
         return b"%s%d\r\n\r\n%s" % (self.head, len(body), body)
@@ -63,6 +71,7 @@ class _Connection(asyncio.Protocol):
         self.error_body: list[bytes] | None = None
         self.status = 0
         self.got = 0
+        self.cap = MAX_HEADER_BYTES  # what may be received of the response so far: headers, then the whole
         self.complete = self.keep = False
 
     # --- a request -----------------------------------------------------------------------------
@@ -70,6 +79,7 @@ class _Connection(asyncio.Protocol):
         self.used = True
         self.waiter, self.on_data = waiter, on_data
         self.status = self.got = 0
+        self.cap = MAX_HEADER_BYTES
         self.complete = self.keep = False
         self.error_body = None
         self.transport.write(data)
@@ -104,6 +114,9 @@ class _Connection(asyncio.Protocol):
         self.got += len(data)
         try:
             self.parser.feed_data(data)
+            if self.got > self.cap:  # one read is at most 256 KiB: checked once it is parsed
+                raise (headers_too_large(self.got) if self.cap == MAX_HEADER_BYTES
+                       else response_too_large(self.cap, self.got))
             if self.pieces:
                 chunk = self.pieces[0] if len(self.pieces) == 1 else b"".join(self.pieces)
                 self.pieces.clear()
@@ -130,6 +143,7 @@ class _Connection(asyncio.Protocol):
 
     # --- httptools callbacks ---------------------------------------------------------------------
     def on_headers_complete(self) -> None:
+        self.cap = self.pool.max_response
         self.status = self.parser.get_status_code()
         if self.status != 200:
             self.error_body = []
@@ -148,18 +162,19 @@ class HttpPool:
     _instance: "HttpPool | None" = None
     _lock = threading.Lock()
 
-    def __init__(self, fl: FrontendLoop, size: int):
+    def __init__(self, fl: FrontendLoop, size: int, max_response: int = MAX_RESPONSE_BYTES):
         self.fl = fl
         self.size = size
+        self.max_response = max_response
         self.users = 0
         self._idle: dict[tuple, list[_Connection]] = {}
         self._all: set[_Connection] = set()
 
     @classmethod
-    def get(cls, fl: FrontendLoop, size: int) -> "HttpPool":
+    def get(cls, fl: FrontendLoop, size: int, max_response: int = MAX_RESPONSE_BYTES) -> "HttpPool":
         with cls._lock:
             if cls._instance is None:
-                cls._instance = cls(fl, size)
+                cls._instance = cls(fl, size, max_response)
             cls._instance.users += 1
             return cls._instance
 

@@ -27,15 +27,13 @@ from harness.loadgen.cores.http_core import EventScan, HttpCore
 from harness.loadgen.cores.http_pool import Target
 from harness.loadgen.cores.openai_http import _Pool  # one pool per frontend, shared by both OpenAI cores
 from harness.serving.openai import chat
-from harness.serving.openai.client import base_url
+from harness.serving.openai.client import base_url, health_status
 
 
 class OpenAIChatCore(HttpCore):
     protocol = "openai-chat"
 
     def connect(self) -> None:
-        import httpx
-
         api = self.cfg["openai"]
         self.kind = api["kind"]
         self.log_as = api.get("log", "token_ids")
@@ -49,12 +47,12 @@ class OpenAIChatCore(HttpCore):
             raise RuntimeError("logging token ids needs a tokenizer (api['tokenizer'])")
         self.eos = b"" if self.log_as == "text" else self.eos  # no end-token padding inside text
         self.base = base_url(self.url)
-        r = httpx.get(f"{self.base}/health", timeout=min(30.0, self.cfg["request_timeout_s"]))
-        if r.status_code != 200:
-            raise RuntimeError(f"GET /health answered {r.status_code}")
+        status = health_status(self.base, min(30.0, self.cfg["request_timeout_s"]))
+        if status != 200:
+            raise RuntimeError(f"GET /health answered {status}" if status else "GET /health got no HTTP answer")
         size = sum(c.get("cap") or 1 for c in self.cfg["clients"] if c["frontend"] == self.frontend)
         self.fl = FrontendLoop.get()
-        self.pool = _Pool.get(self.fl, size)
+        self.pool = _Pool.get(self.fl, size, self.max_response)
         self.target = Target(self.base, "/v1/chat/completions")
         self.tasks: set = set()
         self.run_part = chat.run_part(self.kind, self.model, self.cfg["max_new_tokens"], self.streaming)

@@ -30,8 +30,9 @@ from harness.loadgen.cores.http_core import EventScan, HttpCore
 from harness.loadgen.cores.http_pool import HttpPool as _Pool
 from harness.loadgen.cores.http_pool import Target
 from harness.loadgen.openai_api import TOKEN_ID_SERVERS, methods
-from harness.serving.openai.client import base_url
+from harness.serving.openai.client import base_url, health_status
 from harness.serving.openai.sse import DONE, SSEParser
+from harness.untrusted.limits import too_many_tokens
 
 TOKEN_IDS = re.compile(rb'"token_ids"\s*:\s*\[([^\]]*)\]')
 _I32 = struct.Struct("<i")
@@ -60,8 +61,6 @@ class OpenAIHttpCore(HttpCore):
     protocol = "openai-http"
 
     def connect(self) -> None:
-        import httpx
-
         api = self.cfg["openai"]
         self.kind = api["kind"]
         self.prompt_method, self.output_method = methods(self.kind, api.get("prompt", "auto"),
@@ -74,12 +73,12 @@ class OpenAIHttpCore(HttpCore):
             self.tokenizer = AutoTokenizer.from_pretrained(api["tokenizer"])
         self.base = base_url(self.url)
         self.endpoint = f"{self.base}/v1/completions"
-        r = httpx.get(f"{self.base}/health", timeout=min(30.0, self.cfg["request_timeout_s"]))
-        if r.status_code != 200:
-            raise RuntimeError(f"GET /health answered {r.status_code}")
+        status = health_status(self.base, min(30.0, self.cfg["request_timeout_s"]))
+        if status != 200:
+            raise RuntimeError(f"GET /health answered {status}" if status else "GET /health got no HTTP answer")
         size = sum(c.get("cap") or 1 for c in self.cfg["clients"] if c["frontend"] == self.frontend)
         self.fl = FrontendLoop.get()
-        self.pool = _Pool.get(self.fl, size)
+        self.pool = _Pool.get(self.fl, size, self.max_response)
         self.target = Target(self.base, "/v1/completions")
         self.tasks: set = set()
         self.bodies: dict[int, bytes] = {}
@@ -128,7 +127,7 @@ class OpenAIHttpCore(HttpCore):
         """Every event decoded as JSON: re-tokenized text, and non-streamed responses."""
         state = {"ids": [], "text": [], "t_first": 0}
         if self.streaming:
-            parser = SSEParser()
+            parser = SSEParser(self.max_event)
 
             def feed(chunk: bytes) -> None:
                 for data in parser.feed(chunk):
@@ -168,8 +167,8 @@ class OpenAIHttpCore(HttpCore):
                 text = choice.get("text") or ""
                 state["text"].append(text)
                 arr = self._ids(text) if text and not state["t_first"] else np.zeros(0, dtype=np.int32)
-                if text and not arr.size:  # text that encodes to nothing alone still is a first token
-                    arr = self._ids("".join(state["text"]))[:1]
+                if text and not arr.size and not state["t_first"]:  # text that encodes to nothing alone still is
+                    arr = self._ids("".join(state["text"]))[:1]     # a first token (later ones: recounted at the end)
             if arr.size or (self.output_method == "retokenize" and choice.get("text")):
                 first = not state["t_first"]
                 if first:
@@ -186,6 +185,7 @@ class _IdStream(EventScan):
         self.keep = core.keep_tokens
         self.ids: list[int] = []
         self.n = 0
+        self.most = core.max_tokens
         self.times: list[int] = []   # each chunk's arrival and tokens (ITL), kept here: no lookup per chunk
         self.counts: list[int] = []
 
@@ -208,6 +208,8 @@ class _IdStream(EventScan):
                     self.ids += new
         if got:
             self.n += got
+            if self.n > self.most:
+                raise too_many_tokens(self.n, self.core.asked)
             self.times.append(now)
             self.counts.append(got)
             self.core.on_alive(now)

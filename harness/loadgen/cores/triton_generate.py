@@ -18,7 +18,10 @@ from harness.loadgen.cores.aioloop import FrontendLoop
 from harness.loadgen.cores.http_core import EventScan, HttpCore
 from harness.loadgen.cores.http_pool import HttpPool, Target
 from harness.serving.triton.contract import generate_body
-from harness.serving.triton.generate import base_url, event_tokens
+from harness.serving.triton.generate import base_url, event_tokens, probe_ready
+from harness.serving.bounded import read_body
+from harness.untrusted import jsonio
+from harness.untrusted.limits import too_many_tokens
 
 _IDS = re.compile(rb'"output_ids":\s*(\[[^\]]*\]|-?\d+)')
 _SEQ = re.compile(rb'"sequence_length":\s*\[?\s*(\d+)')
@@ -46,14 +49,15 @@ class TritonGenerateCore(HttpCore):
 
         self.base = base_url(self.url)
         timeout = min(30.0, self.cfg["request_timeout_s"])
-        if httpx.get(f"{self.base}/v2/models/{self.model}/ready", timeout=timeout).status_code != 200:
+        if not probe_ready(self.base, [self.model], timeout):
             raise RuntimeError(f"model {self.model!r} is not ready")
-        mc = httpx.get(f"{self.base}/v2/models/{self.model}/config", timeout=timeout).json()
+        with httpx.stream("GET", f"{self.base}/v2/models/{self.model}/config", timeout=timeout) as r:
+            mc = jsonio.loads(read_body(r, f"model {self.model!r}'s configuration"))
         self.decoupled = bool((mc.get("model_transaction_policy") or {}).get("decoupled", False))
         self.streaming = bool(self.cfg["streaming"] and self.decoupled)  # a non-decoupled model never streams
         size = sum(c.get("cap") or 1 for c in self.cfg["clients"] if c["frontend"] == self.frontend)
         self.fl = FrontendLoop.get()
-        self.pool = HttpPool.get(self.fl, size)
+        self.pool = HttpPool.get(self.fl, size, self.max_response)
         self.target = Target(self.base, f"/v2/models/{self.model}/generate_stream")
         self.tasks: set = set()
         self.bodies: dict[int, bytes] = {}
@@ -93,6 +97,7 @@ class _Events(EventScan):
         self.keep = core.keep_tokens
         self.kept: list[int] = []
         self.n = 0
+        self.most = core.max_tokens
 
     def _scan(self, region: bytes) -> None:
         now = time.monotonic_ns()
@@ -109,6 +114,8 @@ class _Events(EventScan):
                 self.kept += ids
         if got:
             self.n += got
+            if self.n > self.most:
+                raise too_many_tokens(self.n, self.core.asked)
             self.core.on_alive(now)
 
     def result(self) -> tuple[int, bytes, int]:

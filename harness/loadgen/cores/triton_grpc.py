@@ -22,6 +22,7 @@ import traceback
 from harness.loadgen.cores.aioloop import FrontendLoop
 from harness.loadgen.cores.base import Core
 from harness.serving.triton.contract import OUTPUT_NAMES, request_arrays
+from harness.untrusted.limits import too_many_tokens
 
 MAX_MESSAGE = 2**31 - 1
 STREAM_METHOD = "/inference.GRPCInferenceService/ModelStreamInfer"
@@ -88,8 +89,10 @@ class TritonGrpcCore(Core):
         from tritonclient.grpc import service_pb2
 
         self._Request = service_pb2.ModelInferRequest
-        self.channel = grpc.aio.insecure_channel(self.url, options=[("grpc.max_send_message_length", MAX_MESSAGE),
-                                                                    ("grpc.max_receive_message_length", MAX_MESSAGE)])
+        # one response message is bounded as an HTTP response is (harness.max_response_bytes)
+        self.channel = grpc.aio.insecure_channel(self.url, options=[
+            ("grpc.max_send_message_length", MAX_MESSAGE),
+            ("grpc.max_receive_message_length", min(MAX_MESSAGE, self.max_response))])
         # requests go as bytes: a sample's encoded request is made once, and the id appended (protobuf
         # merges concatenated messages, the last id wins)
         self.wake = asyncio.Event()
@@ -157,7 +160,7 @@ class TritonGrpcCore(Core):
             resp = await self.unary(request)  # no deadline, as on a stream: the driver watches for stalls
         except grpc.aio.AioRpcError as exc:
             if not self.closing:
-                self.fail(f"{exc.code().name}: {exc.details()}", None if isinstance(qid, str) else qid)
+                self.fail(self._rpc_error(exc), None if isinstance(qid, str) else qid)
             return
         self._on_response(resp, time.monotonic_ns())
 
@@ -171,7 +174,7 @@ class TritonGrpcCore(Core):
                 resp = await read()
             except grpc.aio.AioRpcError as exc:
                 if not self.closing:
-                    self.fail(f"{exc.code().name}: {exc.details()}")
+                    self.fail(self._rpc_error(exc))
                 return
             if resp is eof:
                 return
@@ -181,6 +184,12 @@ class TritonGrpcCore(Core):
                     self.fail(resp.error_message)
                 continue
             self._on_response(resp.infer_response, now)
+
+    def _rpc_error(self, exc) -> str:
+        msg = f"{exc.code().name}: {exc.details()}"
+        if exc.code().name == "RESOURCE_EXHAUSTED":  # a message over the channel's receive bound
+            msg += f" (one response passed harness.max_response_bytes={self.max_response}; raise it for answers that long)"
+        return msg
 
     def _on_response(self, r, now: int) -> None:
         st = self.pending.get(r.id)
@@ -203,6 +212,10 @@ class TritonGrpcCore(Core):
                 data = data[:4 * _I32.unpack_from(raw[i_seq])[0]]
         if data:
             st[3] += len(data) >> 2
+            if st[3] > self.max_tokens:
+                del self.pending[r.id]
+                self.fail(str(too_many_tokens(st[3], self.asked)), None if isinstance(st[0], str) else st[0])
+                return
             self.on_chunk(st[0], now, len(data) >> 2)
             if self.keep_tokens:
                 st[2].append(data)

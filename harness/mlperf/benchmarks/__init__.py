@@ -23,10 +23,11 @@ from harness.mlperf.benchmarks.llama3_1_405b import BENCHMARK as LLAMA3_1_405B
 from harness.mlperf.benchmarks.mixtral_8x7b import BENCHMARK as MIXTRAL_8X7B
 from harness.mlperf.benchmarks.qwen3_6_27b import BENCHMARK as QWEN3_6_27B
 from harness.mlperf.benchmarks.qwen3_vl_235b_a22b import BENCHMARK as QWEN3_VL_235B_A22B
+from harness.mlperf.benchmarks.whisper import BENCHMARK as WHISPER
 
 REGISTRY: dict[str, Benchmark] = {b.name: b for b in (LLAMA2_70B, LLAMA3_1_8B, MIXTRAL_8X7B, LLAMA3_1_405B,
                                                    DEEPSEEK_R1, GPT_OSS_120B, QWEN3_VL_235B_A22B,
-                                                   LLAMA3_1_8B_EDGE, QWEN3_6_27B)}
+                                                   LLAMA3_1_8B_EDGE, QWEN3_6_27B, WHISPER)}
 _ALIASES = {a: b.name for b in REGISTRY.values() for a in (b.loadgen_model, *b.aliases)}
 
 
@@ -43,13 +44,15 @@ def get(name: str) -> Benchmark:
 
 
 def reference_api(name: str) -> str:
-    """The OpenAI endpoint `name`'s reference sends to ("chat" or "completions"; unknown: completions)."""
+    """The OpenAI endpoint `name`'s reference sends to ("chat", "transcriptions" or "completions"; unknown:
+    completions)."""
     key = canonical_name(name)
     return REGISTRY[key].api if key else "completions"
 
 
 def accuracy_log_of(name: str) -> str:
-    """What `name`'s accuracy log holds: "text" (qwen3-vl) or "token_ids" (unknown: token ids)."""
+    """What `name`'s accuracy log holds: "text" (qwen3-vl), "labels" (whisper: characters as label indices)
+    or "token_ids" (unknown: token ids)."""
     key = canonical_name(name)
     return REGISTRY[key].accuracy_log if key else "token_ids"
 

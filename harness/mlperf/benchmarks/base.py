@@ -94,8 +94,9 @@ class Benchmark:
     aliases: tuple[str, ...] = ()
     #: Where the script's quirks and perfdag's deviations are written down.
     notes: str = ""
-    #: The OpenAI endpoint the reference sends to ("completions", or "chat" for /v1/chat/completions),
-    #: and what its accuracy log holds ("token_ids", or "text": the answer's UTF-8 content).
+    #: The OpenAI endpoint the reference sends to ("completions", "chat" for /v1/chat/completions,
+    #: "transcriptions" for /v1/audio/transcriptions), and what its accuracy log holds ("token_ids",
+    #: "text": the answer's UTF-8 content, "labels": its characters as indices of the scorer's alphabet).
     api: str = "completions"
     accuracy_log: str = "token_ids"
     #: The chat system prompt the reference sends before each sample's user message ("": none).

@@ -100,24 +100,33 @@ def stdin_mismatch(got: str, want: str) -> str | None:
     return None
 
 
-def reports(stdout: str, nonce: str) -> tuple[dict[int, dict], bool]:
-    """The runner's per-test reports (the first for each test) and whether it said it was done."""
+def reports(channel: str, nonce: str) -> tuple[dict[int, dict], bool, str | None]:
+    """The runner's per-test reports, whether it said it was done, and what is wrong with the channel
+    (None when nothing is). The runner writes one line per test in order (0, 1, ...), each carrying
+    the secret it took from its pipe, none after a failure's and only "done" after the last; a line
+    without the secret, out of order or after the end is a line the runner did not write. An
+    unfinished last line is the run cut off mid-report (the wall clock, a limit), not a forgery."""
     by_test: dict[int, dict] = {}
-    done = False
-    for line in stdout.splitlines():
+    done, ended = False, False
+    lines = channel.split("\n")[:-1]  # the text after the last newline is unfinished
+    for i, line in enumerate(lines):
         if not line.startswith(nonce + " "):
-            continue
+            return by_test, done, f"line {i + 1} lacks the runner's secret"
         try:
             rec = json.loads(line[len(nonce) + 1:])
         except (ValueError, RecursionError):
-            continue
-        if not isinstance(rec, dict):
-            continue
-        if rec.get("done") is True:
+            return by_test, done, f"line {i + 1} is not the runner's JSON"
+        if not isinstance(rec, dict) or done or ended:
+            return by_test, done, f"line {i + 1} follows the runner's last"
+        if rec == {"done": True}:
             done = True
-        elif isinstance(rec.get("n"), int) and not isinstance(rec.get("n"), bool):
-            by_test.setdefault(rec["n"], rec)
-    return by_test, done
+            continue
+        n = rec.get("n")
+        if not isinstance(n, int) or isinstance(n, bool) or n != len(by_test):
+            return by_test, done, f"line {i + 1} reports test {n!r} where the runner reports test {len(by_test)}"
+        by_test[n] = rec
+        ended = "code" in rec
+    return by_test, done, None
 
 
 def _compare(test, rec: dict, fn_name: str | None) -> tuple[int, dict] | None:
@@ -148,12 +157,18 @@ def _compare(test, rec: dict, fn_name: str | None) -> tuple[int, dict] | None:
     return -2, {"output": cut(got), "inputs": cut(test.input), "expected": cut(test.output), "error_message": why}
 
 
-def verdict(problem, stdout: str, nonce: str, ended: str, why: str) -> dict:
+def verdict(problem, channel: str, nonce: str, ended: str, why: str) -> dict:
     """The program's record: passed, error kind, LiveCodeBench's error code, per-test verdicts, detail.
-    `ended` is how the sandbox job ended (its RunResult.status), `why` its detail."""
+    `channel` is what the runner wrote (RunResult.verdict), `ended` how the sandbox job ended (its
+    RunResult.status), `why` its detail."""
     tests = problem.tests
     n = len(tests)
-    by_test, _ = reports(stdout, nonce)
+    by_test, done, wrong = reports(channel, nonce)
+    if wrong is None and done and len(by_test) != n:
+        wrong = f"the runner is said to be done after {len(by_test)} of {n} tests"
+    if wrong is not None:  # the program wrote to its runner's channel: its row fails, whatever else is there
+        return {"passed": False, "error": "tampered", "error_code": -1, "verdicts": ["tampered"] * n,
+                "detail": {"error_message": f"the verdict channel holds lines the runner did not write: {wrong}"}}
     verdicts: list[str] = []
     for i, test in enumerate(tests):
         rec = by_test.get(i)

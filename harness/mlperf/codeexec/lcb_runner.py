@@ -43,13 +43,17 @@ _STAR = "string re datetime collections heapq bisect copy math random statistics
 PRELUDE = "".join(f"from {m} import *\n" for m in _STAR) + \
     "".join(f"import {m}\n" for m in _STAR if m not in ("builtins", "typing")) + "sys.setrecursionlimit(50000)\n"
 
-# Runs in the sandbox. Reads "nonce\n" + JSON {code, fn_name, inputs, timeout, prelude} on stdin: the
-# tests' inputs, never their expected outputs. Runs the tests as lcb_runner's testing_util does and
-# writes, on the stdout it had (the program's own fd 1 is /dev/null), one line per test as it ends:
-# "nonce {"n", "output"}" (stdin: what the program printed), "nonce {"n", "value", "shown"}"
-# (call-based: the returned value, tuple made a list, as tagged data), or "nonce {"n", "code", ...}"
-# for a time limit (-3), a runtime error (-4) or the grading process ended (-1), after which it stops.
-# lcb_judge.py, in perfdag, compares the outputs with the expected ones.
+# Runs in the sandbox. Reads JSON {code, fn_name, inputs, timeout, prelude} on stdin: the tests' inputs,
+# never their expected outputs. Runs the tests as lcb_runner's testing_util does and writes, on its
+# verdict channel (fd 3, a file perfdag reads back; the program's own fd 1 is /dev/null), one line per
+# test as it ends: "<secret> {"n", "output"}" (stdin: what the program printed), "<secret> {"n",
+# "value", "shown"}" (call-based: the returned value, tuple made a list, as tagged data), or "<secret>
+# {"n", "code", ...}" for a time limit (-3), a runtime error (-4) or the grading process ended (-1),
+# after which it stops; "<secret> {"done": true}" after the last. The secret comes from fd 4, a pipe
+# that holds it once, read at the first line, after the program's code has loaded: a program that
+# takes it leaves the runner without it, and every line it writes without it is seen.
+# lcb_judge.py, in perfdag, compares the outputs with the expected ones and refuses a channel that
+# holds anything else.
 RUNNER = r"""
 import ast, builtins, io, json, os, signal, sys
 from decimal import Decimal
@@ -59,13 +63,14 @@ from types import ModuleType
 from unittest import mock
 
 sys.set_int_max_str_digits(50000)  # compute_code_generation_metrics.py sets it in the parent
-nonce = sys.stdin.readline().strip()
 job = json.loads(sys.stdin.read())
 # LiveCodeBench grades in a multiprocessing child: fd 0 and sys.stdin are /dev/null there
 fd = os.open(os.devnull, os.O_RDONLY); os.dup2(fd, 0); os.close(fd)
 sys.stdin = open(os.devnull)
-report_fd = os.dup(1)
+report_fd = 3
 fd = os.open(os.devnull, os.O_WRONLY); os.dup2(fd, 1); os.close(fd)
+read, write, leave = os.read, os.write, os._exit  # taken before the program can replace them
+secret = []
 T = float(job["timeout"])
 PRELUDE = job["prelude"]
 current = 0  # the test running now
@@ -89,12 +94,19 @@ def cut(s, n=300):
 
 
 def say(record):
-    os.write(report_fd, (nonce + " " + json.dumps(record) + "\n").encode())
+    line = json.dumps(record).encode() + b"\n"
+    if not secret:  # the first line: the program's code has loaded by now
+        try:
+            got = read(4, 64)
+        except OSError:
+            got = b""
+        secret.append(got[:-1] if len(got) == 33 and got[-1:] == b"\n" else b"-")
+    write(report_fd, secret[0] + b" " + line)
 
 
 def stop(n, code, **meta):
     say({"n": n, "code": code, **meta})
-    os._exit(0)
+    leave(0)
 
 
 def tagged(x):
@@ -272,6 +284,7 @@ def grade_call(code, fn_name, inputs):
 
 
 signal.signal(signal.SIGALRM, on_alarm)
+sys.modules["__main__"] = ModuleType("__main__")  # `import __main__` finds nothing of the runner's
 guard()
 try:
     if job["fn_name"]:
@@ -283,5 +296,5 @@ except Exception as e:  # run_test's own except: "Error during testing", result 
     stop(current, -4, error_message=f"Error during testing: {cut(repr(e))}")
 except BaseException as e:  # SystemExit and the like end LiveCodeBench's worker: no result, all -1
     stop(current, -1, error_message=f"the program ended the grading process: {cut(repr(e))}")
-os._exit(0)
+leave(0)
 """

@@ -308,18 +308,16 @@ def build_job(problem: Problem, code: str, timeout_s: float, nonce: str) -> sand
                "inputs": [t.input for t in problem.tests]}
     # check_correctness's global budget: (timeout + 1) x tests + 5 s
     budget = (timeout_s + 1) * len(problem.tests) + 5 + STARTUP_SLACK_S
-    step = sandbox.Step([py, "-I", "runner.py"], budget, stdin=nonce + "\n" + json.dumps(payload))
-    limits = sandbox.Limits()
-    return sandbox.Job([step], {"runner.py": RUNNER}, [py], "python", limits, stdout_chars=limits.file_bytes)
+    step = sandbox.Step([py, "-I", "runner.py"], budget, stdin=json.dumps(payload), channel=True)
+    return sandbox.Job([step], {"runner.py": RUNNER}, [py], "python", secret=nonce)
 
 
 def _outcome(problem: Problem, res: sandbox.RunResult, nonce: str) -> dict:
     if res.status == "not_scored":
         return {"passed": False, "error": "not_scored", "error_code": -1, "verdicts": ["not_scored"] * len(problem.tests),
                 "detail": {"error_message": res.detail}}
-    # stdout is the runner's report stream: what the program printed is in it, not why it ended
     why = f"{res.detail or res.status}: {res.stderr.strip()[-TRUNCATE:]}".strip(": ")
-    return judge.verdict(problem, res.stdout, nonce, res.status, res.detail if res.status == "timeout" else why)
+    return judge.verdict(problem, res.verdict, nonce, res.status, res.detail if res.status == "timeout" else why)
 
 
 def run_programs(question_ids: Sequence[str], codes: Sequence[str], *, problems: dict[str, Problem],

@@ -25,9 +25,23 @@ Deliberate deviations: programs run in the sandbox (address space 4 GiB, 64 proc
 64 MiB, a 256 MiB private /tmp, 4096 files, no network, a file system of its own: MLCommons has no
 such limits; sandbox.py); Python programs run on perfdag's base interpreter (never its venv), or
 the system's python3 where the sandbox's uid cannot run that one, so third-party modules such as
-numpy may be absent; and a row whose toolchain is missing here is "not_scored" and counted as not
-passed, so `mbxp` is then a lower bound and `complete` is False. The test code is part of the
-program, as mxeval runs it (solution + test + check(...)): MBXP has no hidden answers to keep out.
+numpy may be absent; a row whose toolchain is missing here is "not_scored" and counted as not
+passed, so `mbxp` is then a lower bound and `complete` is False; and a Python row passes only if a
+second judge agrees (below). The test code is part of the program, as mxeval runs it (solution +
+test + check(...)): MBXP has no hidden answers to keep out.
+
+Who decides a row's verdict. Other languages: the run's exit status, which the kernel reports to the
+sandbox's driver, out of the program's reach; the program decides it, as under mxeval (one that
+exits 0 before its tests ran passes there too). Python: mxeval's verdict is decided in the program's
+own process, so it is taken twice (mbxp_runner.py): in the program's process as mxeval takes it, with
+the runner's channel kept out of the program's way; then, for a row that passed there, by a judge in
+a process the program cannot write to, which runs the same test and sees only data from the
+program's process. The row passes when both say so, or when the second cannot run the test as
+written (the test uses a name the solution defines: MBPP's `Pair`, a tree `root`), which the row's
+`outside` says ("unknown: ..."). A row that passed in its process but fails outside is "failed" with
+both verdicts in its detail, and counted in `disputed`. Every row whose program names something that
+can decide a verdict from inside (reach.py: exit calls, fd and frame access, ...) lists it in
+`reaches`; `flagged` names the passing ones.
 
 Scored on this machine when its toolchains are present: python (always: perfdag's base or the
 system's python3), cpp (g++), javascript (node, plus the `lodash` module that MBXP's JavaScript
@@ -41,7 +55,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness.mlperf.codeexec import sandbox
+from harness.mlperf.codeexec import reach, sandbox
+from harness.mlperf.codeexec.mbxp_runner import IN_PROCESS, JUDGE, SERVER  # the sandbox side
 
 if TYPE_CHECKING:  # an annotation: the caller that reads the dataset imports pandas
     import pandas
@@ -50,6 +65,7 @@ MLCOMMONS_LANGUAGES = ("cpp", "python", "php", "javascript", "ruby", "typescript
 MLCOMMONS_TIMEOUT_S = 20.0  # evaluate_mbxp.py: checker(problem, solution, timeout=20.0)
 COMPILE_TIMEOUT_S = 100.0   # mxeval's compile_timeout
 STARTUP_SLACK_S = 1.0       # namespaces + interpreter start, on top of mxeval's timeout + 1
+OUTSIDE_SLACK_S = 10.0      # the outside judge's calls cross a pipe: more time than mxeval's, never less
 REQUIRED_COLUMNS = ("id", "gt_output")
 DETAIL = 500  # characters of the failure message kept per row
 # mxeval's commands: language -> (file, [(argv, is a compile step, accepted exit statuses)])
@@ -62,77 +78,6 @@ MXEVAL_STEPS = {
     "php": ("x.php", [(["php", "x.php"], False, (0,))]),
     "ruby": ("x.rb", [(["ruby", "x.rb"], False, (0,))]),
 }
-
-# Runs in the sandbox (a copy is written into its private dir).
-# It reproduces mxeval's check_correctness: the same guard, swallowed IO and SIGALRM timer.
-# Its verdict line carries a nonce read from stdin, so a program that merely exits 0 or prints
-# "passed" does not pass (a program written to hunt for the nonce could: pass@1 is not a defence).
-PYTHON_RUNNER = r'''
-import builtins, contextlib, faulthandler, io, os, signal, sys
-
-nonce = sys.stdin.readline().strip()
-timeout = float(sys.argv[1])
-report = os.fdopen(os.dup(1), "w")
-leave = os._exit
-program = open("program.py").read()
-
-
-class Timeout(Exception):
-    pass
-
-
-class WriteOnly(io.StringIO):
-    def read(self, *a, **k):
-        raise IOError
-    readline = readlines = read
-
-    def readable(self, *a, **k):
-        return False
-
-
-def on_alarm(signum, frame):
-    raise Timeout("Timed out!")
-
-
-def guard():
-    faulthandler.disable()
-    builtins.exit = builtins.quit = builtins.help = None
-    os.environ["OMP_NUM_THREADS"] = "1"
-    for name in ("kill system putenv remove removedirs rmdir fchdir setuid fork forkpty killpg "
-                 "rename renames truncate replace unlink fchmod fchown chmod chown chroot "
-                 "lchflags lchmod lchown getcwd chdir").split():
-        setattr(os, name, None)
-    import shutil, subprocess
-    shutil.rmtree = shutil.move = shutil.chown = None
-    subprocess.Popen = None
-    for name in ("ipdb", "joblib", "resource", "psutil", "tkinter"):
-        sys.modules[name] = None
-
-
-guard()
-stream = WriteOnly()
-try:
-    with contextlib.redirect_stdout(stream), contextlib.redirect_stderr(stream):
-        saved_stdin, sys.stdin = sys.stdin, stream
-        try:
-            signal.setitimer(signal.ITIMER_REAL, timeout)
-            signal.signal(signal.SIGALRM, on_alarm)
-            try:
-                exec(program, {})
-            finally:
-                signal.setitimer(signal.ITIMER_REAL, 0)
-        finally:
-            sys.stdin = saved_stdin
-    result = "passed"
-except Timeout:
-    result = "timed out"
-except BaseException as e:
-    result = f"failed: {e}"
-report.write(f"{nonce} {result}\n")
-report.flush()
-leave(0)
-'''
-
 
 def postprocess(response: str, language: str) -> str:
     """evaluate_mbxp.py's treatment of the decoded text, before execution."""
@@ -151,7 +96,8 @@ def _node_has(module: str) -> bool:
 
 def build_job(language: str, solution: str, test: str, entry_point: str, timeout_s: float,
               nonce: str) -> sandbox.Job | str:
-    """The sandbox job mxeval would run for this row, or why it cannot be scored here."""
+    """The sandbox job mxeval would run for this row, or why it cannot be scored here. Python: the
+    in-process judge, whose verdict line must carry `nonce`."""
     run_s = float(int(timeout_s))  # subprocess.run(timeout=int(timeout))
     if language == "python":
         py = sandbox.python_interpreter()
@@ -160,9 +106,9 @@ def build_job(language: str, solution: str, test: str, entry_point: str, timeout
                     "set PERFDAG_SANDBOX_PYTHON")
         program = solution + "\n" + test + "\n" + f"check({entry_point})"
         step = sandbox.Step([py, "-I", "runner.py", repr(timeout_s)],
-                            timeout_s + 1 + STARTUP_SLACK_S, stdin=nonce + "\n")
-        return sandbox.Job([step], {"runner.py": PYTHON_RUNNER, "program.py": program},
-                           [py], language)
+                            timeout_s + 1 + STARTUP_SLACK_S, channel=True)
+        return sandbox.Job([step], {"runner.py": IN_PROCESS, "program.py": program},
+                           [py], language, secret=nonce)
     if language not in MXEVAL_STEPS:
         raise ValueError(f"mbxp: no runner for language {language!r}")
     file, plan = MXEVAL_STEPS[language]
@@ -181,6 +127,18 @@ def build_job(language: str, solution: str, test: str, entry_point: str, timeout
                     f"install it and name its node_modules in PERFDAG_SANDBOX_NODE_PATH")
     job_steps = [sandbox.Step([sandbox.resolve_tool(a[0]), *a[1:]], t, ok) for a, t, ok in steps]
     return sandbox.Job(job_steps, {file: program}, tools, language, env=env)
+
+
+def outside_job(solution: str, test: str, entry_point: str, timeout_s: float) -> sandbox.Job:
+    """The second judge of a Python row: the test run in a process the program cannot write to
+    (mbxp_runner.JUDGE), the solution in a process of its own; everything on the judge's stdin, which
+    the program cannot reach."""
+    py = sandbox.python_interpreter()
+    payload = {"solution": solution, "test": test, "entry_point": entry_point,
+               "timeout": timeout_s + OUTSIDE_SLACK_S, "server": SERVER}
+    step = sandbox.Step([py, "-I", "-S", "-c", JUDGE], timeout_s + OUTSIDE_SLACK_S + 1 + STARTUP_SLACK_S,
+                        stdin=json.dumps(payload), channel=True)
+    return sandbox.Job([step], {}, [py], "python")
 
 
 def _check_rows(rows, generated_texts) -> None:
@@ -214,16 +172,25 @@ def score_mbxp(rows: "pandas.DataFrame", generated_texts: list[str], *, workers:
             # MLCommons fails such a row too: prompt + solution + test raises a TypeError
             record.update(status="failed", detail="gt_output or generated text is not text")
             continue
+        solution = postprocess(text, language)
+        if found := reach.reaches(language, solution, test):
+            record["reaches"] = found
         nonce = sandbox.new_nonce()
-        job = build_job(language, postprocess(text, language), test, entry_point, timeout_s, nonce)
+        job = build_job(language, solution, test, entry_point, timeout_s, nonce)
         if isinstance(job, str):
             record.update(status="not_scored", detail=job)
             continue
         jobs.append(job)
-        job_rows.append((record, nonce))
+        job_rows.append((record, nonce, (solution, test, entry_point)))
     results = sandbox.run_many(jobs, workers=workers, allow_network=allow_network) if jobs else []
-    for (record, nonce), res in zip(job_rows, results):
+    for (record, nonce, _), res in zip(job_rows, results):
         record.update(_row_outcome(record["language"], res, nonce))
+    # Python rows that passed in their own process: the same test again, judged outside it
+    second = [(record, how) for record, _, how in job_rows if record["language"] == "python" and record["status"] == "passed"]
+    outside = [outside_job(*how, timeout_s) for _, how in second]
+    for (record, _), res in zip(second, sandbox.run_many(outside, workers=workers, allow_network=allow_network)
+                                if outside else []):
+        record.update(_second_opinion(res))
     return _summary(per_row, results_dir)
 
 
@@ -231,18 +198,42 @@ def _row_outcome(language: str, res: sandbox.RunResult, nonce: str) -> dict:
     if res.status == "not_scored":
         return {"status": "not_scored", "detail": res.detail}
     if language == "python" and res.status == "passed":
-        said = [ln[len(nonce) + 1:] for ln in res.stdout.splitlines() if ln.startswith(nonce + " ")]
-        if not said:
-            return {"status": "failed", "detail": "the program ended before its tests finished"}
-        if said[-1] == "passed":
-            return {"status": "passed", "detail": ""}
-        status = "timeout" if said[-1] == "timed out" else "failed"
-        return {"status": status, "detail": said[-1][:DETAIL]}
+        return _in_process_verdict(res.verdict, nonce)
     if res.status == "passed":
         return {"status": "passed", "detail": ""}
-    stage = "compile" if len(MXEVAL_STEPS[language][1]) > 1 and res.step == 0 else "run"
+    stage = "compile" if len(MXEVAL_STEPS.get(language, ("", []))[1]) > 1 and res.step == 0 else "run"
     message = (res.stderr.strip() or res.stdout.strip())[-DETAIL:]
     return {"status": res.status, "detail": f"{stage}: {res.detail}: {message}".strip(": ")}
+
+
+def _in_process_verdict(channel: str, nonce: str) -> dict:
+    """The in-process runner's verdict: exactly one line `<nonce> <result>` on its channel, or the row fails."""
+    if channel == "":
+        return {"status": "failed", "detail": "the program ended before its tests finished"}
+    lines = channel.split("\n")
+    if not (len(lines) == 2 and lines[1] == "" and lines[0].startswith(nonce + " ")):
+        return {"status": "failed", "detail": "the verdict channel holds what the runner did not write "
+                                              f"({len(lines) - 1} line(s)): {channel[:DETAIL]!r}"}
+    said = lines[0][len(nonce) + 1:]
+    if said == "passed":
+        return {"status": "passed", "detail": ""}
+    return {"status": "timeout" if said == "timed out" else "failed", "detail": said[:DETAIL]}
+
+
+def _second_opinion(res: sandbox.RunResult) -> dict:
+    """A Python row that passed in its own process, after the judge outside it: still passed (the judge
+    agrees, or cannot run this test: `outside` says why), or failed with both verdicts."""
+    said = res.verdict[:-1] if res.status == "passed" and res.verdict.count("\n") == 1 and res.verdict.endswith("\n") \
+        else f"no verdict: the judge's job {res.status}: {res.detail}".strip(": ")
+    if said == "passed" or said.startswith("unknown: "):
+        return {"outside": said}
+    return {"status": "failed", "outside": said[:DETAIL],
+            "detail": f"passed in the program's own process, but not in a process it cannot write to: {said}"[:DETAIL]}
+
+
+def _disputed(record: dict) -> bool:
+    said = record.get("outside")
+    return said is not None and said != "passed" and not said.startswith("unknown: ")
 
 
 def _summary(per_row: list[dict], results_dir) -> dict:
@@ -260,6 +251,10 @@ def _summary(per_row: list[dict], results_dir) -> dict:
            "not_scored": len(not_scored),
            "not_scored_languages": sorted({r["language"] for r in not_scored}),
            "skipped": len(per_row) - len(evaluated), "complete": not not_scored,
+           "disputed": sum(_disputed(r) for r in evaluated),
+           "in_process_only": [r["id"] for r in evaluated
+                               if r["status"] == "passed" and r.get("outside", "").startswith("unknown")],
+           "flagged": [r["id"] for r in evaluated if r["status"] == "passed" and r.get("reaches")],
            "per_row": per_row}
     if results_dir is not None:
         path = Path(results_dir)

@@ -9,9 +9,14 @@ which namespaces: view.py) whose init is `_sandbox_init.py`, the driver that run
 - rlimits on CPU time, address space, file size, open files and processes (per job: counted in the
   job's own user namespace; as root the job runs under a uid leased to it alone, uids.py,
   since root is exempt from the process limit);
+- one memory cap for the job's whole process tree (Limits.job_memory_bytes), which the init counts;
 - a wall-clock timeout per step, after which the init kills every process in the namespace; the
   job ends with its init, which makes the kernel kill anything left. perfdag backs it up by
   SIGKILLing bwrap's session, then (as root) any process still owned by the leased uid.
+Only a sandbox that cannot start a program is an error (SandboxUnavailable, which stops the
+scoring); whatever a program does to its sandbox is its own result's. A step may get a verdict
+channel (Step.channel): fd 3, a file read back as RunResult.verdict, and fd 4, a pipe that holds
+Job.secret once, for a runner to prove its lines with (mbxp_runner.py, lcb_runner.py).
 
 bwrap is tried once per process with /bin/true. Where the kernel refuses (no unprivileged user
 namespaces, a seccomp filter, no network namespace...) `SandboxUnavailable` names the cause, unless
@@ -40,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.mlperf.codeexec import uids as sandbox_uids
+from harness.mlperf.codeexec.outcome import TAIL, RunResult, from_report
 from harness.mlperf.codeexec.view import (
     SANDBOX_PATH,
     WORKDIR,
@@ -53,7 +59,6 @@ from harness.mlperf.codeexec.view import (
 )
 
 INIT = Path(__file__).with_name("_sandbox_init.py")
-TAIL = 4000  # characters of stdout/stderr kept per result (unless a job asks for more)
 SETUP_SLACK_S = 10.0  # namespaces and mounts, before the steps' own timeouts count
 ALLOW_FIELD = "accuracy.allow_code_network"
 ALLOW_HINT = (f"or set {ALLOW_FIELD}: true (python -m pipeline score: --allow-code-network; in code: "
@@ -67,7 +72,8 @@ WEAKER = {"shared-net": "the sandbox, sharing the host's network",
 @dataclass(frozen=True)
 class Limits:
     cpu_s: float | None = None          # None: the step's timeout + 1 s
-    memory_bytes: int = 4 << 30         # address space
+    memory_bytes: int = 4 << 30         # address space, per process
+    job_memory_bytes: int = 4 << 30     # resident memory of all the job's processes together
     file_bytes: int = 64 << 20          # largest file the program may write
     nproc: int = 64                     # processes and threads of the job
     nofile: int = 256
@@ -81,6 +87,7 @@ class Step:
     timeout_s: float
     ok_returncodes: tuple[int, ...] = (0,)  # e.g. tsc's 2 ("emitted with diagnostics")
     stdin: str = ""
+    channel: bool = False  # fd 3: a file read back as RunResult.verdict; fd 4: a pipe holding Job.secret
 
 
 @dataclass
@@ -92,17 +99,7 @@ class Job:
     limits: Limits = field(default_factory=Limits)
     env: dict[str, str] = field(default_factory=dict)
     stdout_chars: int = TAIL                             # how much of the last step's stdout to keep
-
-
-@dataclass
-class RunResult:
-    status: str  # passed | failed | timeout | killed | not_scored (| error: sandbox setup)
-    returncode: int | None
-    stdout: str
-    stderr: str
-    wall_s: float
-    detail: str = ""
-    step: int = 0  # index of the last step run
+    secret: str = ""                                     # what a channel step reads from its fd 4, once
 
 
 # -- toolchains ------------------------------------------------------------------------------------
@@ -177,15 +174,6 @@ def isolation(allow_network: bool) -> str:
 
 # -- running ---------------------------------------------------------------------------------------
 
-def _tail(path: Path, chars: int = TAIL) -> str:
-    if not path.exists():
-        return ""
-    with open(path, "rb") as f:
-        f.seek(0, os.SEEK_END)
-        f.seek(max(0, f.tell() - chars))
-        return f.read().decode("utf-8", "replace")
-
-
 def _run_at(job: Job, level: str) -> RunResult:
     """Run the job at `level`: as root under a leased uid, else under perfdag's own."""
     if os.geteuid() != 0:
@@ -212,6 +200,9 @@ def _launch(job: Job, level: str, uid: int | None) -> RunResult:
         write = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
         stdio = [[fd(base / f"stdin.{i}", os.O_RDONLY), fd(base / f"stdout.{i}", write),
                   fd(base / f"stderr.{i}", write)] for i in range(len(job.steps))]
+        for i, step in enumerate(job.steps):
+            if step.channel:
+                stdio[i] += [fd(base / "verdict", write | os.O_APPEND), _secret_pipe(job.secret, opened)]
         if level == "none":
             work = base / "work"
             shutil.copytree(base / "in", work)
@@ -228,6 +219,18 @@ def _launch(job: Job, level: str, uid: int | None) -> RunResult:
         if uid is not None:
             sandbox_uids.kill_uid(uid)
         shutil.rmtree(base, ignore_errors=True)
+
+
+def _secret_pipe(secret: str, opened: list[int]) -> int:
+    """The read end of a pipe that holds `secret` and nothing else (its write end already closed): read
+    once, it is empty, so a program that takes it leaves its runner nothing to prove itself with."""
+    r, w = os.pipe2(os.O_CLOEXEC)
+    opened.append(r)
+    try:
+        os.write(w, (secret + "\n").encode())
+    finally:
+        os.close(w)
+    return r
 
 
 def _command(job: Job, level: str, cfg: dict, files: dict[str, int]) -> list[str]:
@@ -253,7 +256,8 @@ def _run_session(job: Job, level: str, uid: int | None, base: Path, work: str, s
     cfg = {"workdir": work, "steps": steps, "env": env, "stdio": stdio, "report_fd": report_w,
            "uid": uid if level == "none" else None, "inode_paths": [] if level == "none" else [WORKDIR, "/dev/shm"],
            "limits": {"memory_bytes": lim.memory_bytes, "file_bytes": lim.file_bytes,
-                      "nproc": lim.nproc, "nofile": lim.nofile, "inodes": lim.inodes}}
+                      "nproc": lim.nproc, "nofile": lim.nofile, "inodes": lim.inodes,
+                      "job_memory_bytes": lim.job_memory_bytes}}
     as_uid = {"user": uid, "group": uid, "extra_groups": []} if uid is not None and level != "none" else {}
     started = time.monotonic()
     try:
@@ -271,10 +275,11 @@ def _run_session(job: Job, level: str, uid: int | None, base: Path, work: str, s
     finally:
         os.close(report_w)
     backstop = sum(s.timeout_s for s in job.steps) + SETUP_SLACK_S
+    cut_off = False
     try:
         proc.wait(timeout=backstop)
     except subprocess.TimeoutExpired:
-        pass
+        cut_off = True
     finally:
         if proc.returncode is None:  # not reaped yet, so the session is still ours to kill
             with contextlib.suppress(ProcessLookupError):
@@ -283,42 +288,11 @@ def _run_session(job: Job, level: str, uid: int | None, base: Path, work: str, s
     wall = time.monotonic() - started
     with os.fdopen(report_r, "rb") as f:
         lines = f.read().decode("utf-8", "replace").splitlines()
-    return _result(lines, job, base, wall, proc.returncode)
-
-
-def _result(lines: list[str], job: Job, base: Path, wall: float, rc: int) -> RunResult:
-    setup = [ln[len("setup-error "):] for ln in lines if ln.startswith("setup-error ")]
-    init_err = _tail(base / "init.err").strip()
-    if setup:
-        return RunResult("error", None, "", init_err, wall, f"sandbox setup: {setup[0]}")
-    steps = [ln.split() for ln in lines if ln.startswith(("exit ", "timeout ", "limit "))]
-    if not steps:
-        if rc > 0:  # bwrap (or the driver) failed before the first step: the sandbox's fault
-            first = next((ln for ln in init_err.splitlines() if ln.strip()), f"exit status {rc}")
-            return RunResult("error", None, "", init_err, wall, first.strip())
-        return RunResult("timeout", None, "", init_err, wall,
-                         "sandbox session killed before its first step ended")
-    kind, index = steps[-1][0], int(steps[-1][1])
-    step = job.steps[index]
-    last = index == len(job.steps) - 1
-    out = _tail(base / f"stdout.{index}", job.stdout_chars if last else TAIL)
-    err = _tail(base / f"stderr.{index}")
-    if kind == "timeout":
-        return RunResult("timeout", None, out, err, wall,
-                         f"wall-clock timeout after {step.timeout_s:g} s: killed", index)
-    if kind == "limit":
-        return RunResult("killed", None, out, err, wall,
-                         f"killed: more than {job.limits.inodes} files in /tmp and /dev/shm", index)
-    rc = int(steps[-1][2])
-    if rc in step.ok_returncodes:
-        if last:
-            return RunResult("passed", rc, out, err, wall, "", index)
-        return RunResult("timeout", rc, out, err, wall, "sandbox session killed between steps",
-                         index)
-    if rc < 0:
-        return RunResult("killed", rc, out, err, wall, f"killed by {signal.Signals(-rc).name}",
-                         index)
-    return RunResult("failed", rc, out, err, wall, f"exit status {rc}", index)
+    res = from_report(lines, job, base, wall, proc.returncode, backstop if cut_off else None)
+    if any(s.channel for s in job.steps) and (base / "verdict").exists():
+        with open(base / "verdict", "rb") as f:
+            res.verdict = f.read(lim.file_bytes + 1).decode("utf-8", "replace")
+    return res
 
 
 def missing_tools(job: Job) -> list[str]:

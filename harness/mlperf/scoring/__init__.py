@@ -49,6 +49,9 @@ def score_log(benchmark, log_entries: list[dict], dataset, tokenizer, *, code_ru
     if getattr(scorer, "LOG", "token_ids") == "text":  # answers logged as text, every entry scored (qwen3-vl)
         return scorer.score(text_entries(log_entries, len(dataset), log_name), dataset, tokenizer,
                             code_runner=code_runner, dataset_name=dataset_name)
+    if getattr(scorer, "LOG", "token_ids") == "labels":  # characters as label indices, every entry (whisper)
+        return scorer.score(scorer.entries_text(log_entries, len(dataset), log_name), dataset,
+                            dataset_name=dataset_name)
     samples = first_entries(log_entries, len(dataset), dtype, log_name)  # validates every entry
     if subsets is not None:
         log_entries = _only_subsets(log_entries, dataset, set(subsets), dataset_name)

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
 import uuid
 from typing import Iterable, Sequence
 
 from harness.serving.processes import Process, ServerError
+from harness.serving.readiness import wait_until_ready
 from harness.serving.triton.contract import is_final, request_inputs, requested_outputs, response_tokens
 
 
@@ -25,19 +25,12 @@ def probe_ready(url: str, models: Iterable[str] = (), timeout_s: float = 2.0) ->
 
 def wait_ready(proc: Process | None, url: str, models: Sequence[str], timeout_s: float = 120.0,
                poll_s: float = 0.2) -> None:
-    """Blocks until the server and `models` are ready. Raises ServerError with the log's error lines
-    when the process exits or `timeout_s` passes (the process is left running: stop it)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if proc is not None and proc.proc.poll() is not None:
-            raise ServerError(f"tritonserver (pid {proc.pid}) exited with code {proc.proc.returncode} before it "
-                              f"was ready; {proc.diagnostics(40)}")
-        if probe_ready(url, models, timeout_s=2.0):
-            return
-        if time.monotonic() > deadline:
-            where = f"; {proc.diagnostics(40)}" if proc is not None else ""
-            raise ServerError(f"tritonserver at {url} not ready for models {list(models)} after {timeout_s:.0f}s{where}")
-        time.sleep(poll_s)
+    """Blocks until the server and `models` are ready (saying how it goes: serving/readiness.py). Raises
+    ServerError with the log's error lines when the process exits, at once when the peer does not speak
+    gRPC, or when `timeout_s` passes (the process is left running: stop it)."""
+    wait_until_ready(lambda: probe_ready(url, models, timeout_s=2.0), what="tritonserver", url=url,
+                     check=f"gRPC, server and models {list(models)} ready", timeout_s=timeout_s,
+                     timeout_field="triton.ready_timeout_s", proc=proc, protocol="h2", poll_s=poll_s)
 
 
 def generate(url: str, model_name: str, input_ids: Sequence[int], max_new_tokens: int,

@@ -10,12 +10,13 @@ request goes to /generate_stream, streamed or not.
 """
 from __future__ import annotations
 
-import json
-import time
 from typing import Sequence
 
+from harness.serving.bounded import read_body
 from harness.serving.processes import Process, ServerError
+from harness.serving.readiness import wait_until_ready
 from harness.serving.triton.contract import generate_body
+from harness.untrusted import jsonio
 
 
 def base_url(url: str) -> str:
@@ -27,10 +28,13 @@ def probe_ready(url: str, models: Sequence[str] = (), timeout_s: float = 2.0) ->
     import httpx
 
     base = base_url(url)
+
+    def ok(c, path: str) -> bool:
+        with c.stream("GET", f"{base}{path}") as r:  # the status only: a body is never read
+            return r.status_code == 200
     try:
         with httpx.Client(timeout=timeout_s) as c:
-            return c.get(f"{base}/v2/health/ready").status_code == 200 and \
-                all(c.get(f"{base}/v2/models/{m}/ready").status_code == 200 for m in models)
+            return ok(c, "/v2/health/ready") and all(ok(c, f"/v2/models/{m}/ready") for m in models)
     except httpx.HTTPError:
         return False
 
@@ -57,15 +61,18 @@ def generate(url: str, model: str, input_ids: Sequence[int], max_new_tokens: int
     try:
         with httpx.stream("POST", f"{base_url(url)}/v2/models/{model}/generate_stream", json=body,
                           timeout=timeout_s) as r:
-            for line in r.iter_lines():
-                if line.startswith("data:"):
-                    tokens += event_tokens(json.loads(line[5:]))
-                elif line.strip() and r.status_code != 200:
-                    raise ServerError(f"{model} at {url} answered HTTP {r.status_code}: {line[:300]}")
-            if r.status_code != 200:
-                raise ServerError(f"{model} at {url} answered HTTP {r.status_code}")
+            data = read_body(r, f"generate_stream to {model} at {url}")  # a few tokens: read whole, bounded
     except httpx.HTTPError as exc:
         raise ServerError(f"generate_stream to {model} at {url} failed: {type(exc).__name__}: {exc}") from None
+    text = data.decode("utf-8", "replace")
+    if r.status_code != 200:
+        raise ServerError(f"{model} at {url} answered HTTP {r.status_code}: {text.strip()[:300]}")
+    for line in text.splitlines():
+        if line.startswith("data:"):
+            try:
+                tokens += event_tokens(jsonio.loads(line[5:]))
+            except jsonio.NotJson as e:
+                raise ServerError(f"generate_stream to {model} at {url}: an event that is not JSON ({e})") from None
     return tokens
 
 
@@ -75,16 +82,9 @@ class TritonGenerate:
     name = "triton-generate"
 
     def wait_ready(self, proc: Process | None, url: str, models: Sequence[str], timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not probe_ready(url, models):
-            if proc is not None and proc.proc.poll() is not None:
-                raise ServerError(f"tritonserver (pid {proc.pid}) exited with code {proc.proc.returncode} before "
-                                  f"it was ready; {proc.diagnostics(40)}")
-            if time.monotonic() > deadline:
-                where = f"; {proc.diagnostics(40)}" if proc is not None else ""
-                raise ServerError(f"tritonserver at {url} (HTTP) not ready for models {list(models)} after "
-                                  f"{timeout_s:.0f}s{where}")
-            time.sleep(0.2)
+        wait_until_ready(lambda: probe_ready(url, models), what="tritonserver", url=base_url(url),
+                         check=f"HTTP, GET /v2/health/ready and models {list(models)} ready", timeout_s=timeout_s,
+                         timeout_field="triton.ready_timeout_s", proc=proc, poll_s=0.2)
 
     def probe(self, url: str, models: Sequence[str], timeout_s: float = 2.0) -> bool:
         return probe_ready(url, models, timeout_s)

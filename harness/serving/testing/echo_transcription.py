@@ -1,0 +1,129 @@
+"""A zero-cost `/v1/audio/transcriptions` server: what the transcription core and the harness cost, alone.
+
+    python -m harness.serving.testing.echo_transcription --port 8000 [--words 16] [--style vllm|transformers]
+                                                  [--word-delay-ms 0]
+
+`GET /health` answers 200. `POST /v1/audio/transcriptions` takes a multipart form (the file part found
+by its `filename=`, nothing decoded) and answers with `--words` words: the first is the sha256 of the
+uploaded file's bytes, 16 hex digits (lower-case letters and digits: all labels, so a test reads back
+from LoadGen's log what the server received), then " w1 w2 ...". `--style vllm`: streamed (the form's
+`stream` true) as `transcription.chunk` events, one word each, then a usage event (completion_tokens:
+the words plus the end token, when `stream_include_usage` is asked) and `[DONE]`; not streamed,
+`{"text", "usage": {"type": "duration"}}`. `--style transformers`: each streamed event's data is the raw
+text, no usage, no `[DONE]`; not streamed, `{"text"}`. `--word-delay-ms D` paces a stream (word k at
+k x D ms). For benches and tests of the HTTP path only; no model behind it.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import time
+
+from harness.serving.testing.echo_openai import _head, _read_request
+
+
+def form(headers: dict, body: bytes) -> tuple[dict, bytes]:
+    """(text fields, the file's bytes) of a multipart form, found by bytes.find alone."""
+    ctype = headers.get("content-type", "")
+    bound = ctype.partition("boundary=")[2].strip('"').encode()
+    if not bound:
+        raise ValueError("not multipart/form-data")
+    sep = b"--" + bound
+    fields, audio = {}, b""
+    for part in body.split(sep)[1:]:
+        if part.startswith(b"--"):
+            break
+        head, _, value = part.partition(b"\r\n\r\n")
+        value = value[:-2] if value.endswith(b"\r\n") else value
+        name = head.partition(b'name="')[2].partition(b'"')[0].decode()
+        if b"filename=" in head:
+            audio = value
+        else:
+            fields[name] = value.decode()
+    return fields, audio
+
+
+def words(audio: bytes, n: int) -> list[str]:
+    return [" " + hashlib.sha256(audio).hexdigest()[:16]] + [f" w{k}" for k in range(1, n)]
+
+
+def _chunk(data: str) -> bytes:
+    raw = f"data: {data}\n\n".encode()
+    return b"%x\r\n%s\r\n" % (len(raw), raw)
+
+
+async def _transcribe(writer, headers: dict, body: bytes, args) -> None:
+    try:
+        fields, audio = form(headers, body)
+    except ValueError as exc:
+        text = json.dumps({"detail": str(exc)}).encode()
+        writer.write(_head("422 Unprocessable Entity", f"Content-Length: {len(text)}\r\n") + text)
+        return
+    said = words(audio, args.words)
+    if fields.get("stream") != "true":
+        doc = {"text": "".join(said)}
+        if args.style == "vllm":
+            doc["usage"] = {"type": "duration", "seconds": 1}
+        text = json.dumps(doc).encode()
+        writer.write(_head("200 OK", f"Content-Type: application/json\r\nContent-Length: {len(text)}\r\n") + text)
+        return
+    writer.write(_head("200 OK", "Content-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"))
+    t0 = time.monotonic()
+    for k, w in enumerate(said):
+        if args.word_delay_ms:
+            await asyncio.sleep(max(0.0, t0 + k * args.word_delay_ms / 1000 - time.monotonic()))
+        if args.style == "vllm":
+            writer.write(_chunk(json.dumps({"id": "trsc-echo", "object": "transcription.chunk", "model": "echo",
+                                            "choices": [{"delta": {"content": w}}]})))
+        else:
+            writer.write(_chunk(w))
+        if args.word_delay_ms:
+            await writer.drain()
+    if args.style == "vllm":
+        if fields.get("stream_include_usage") == "true":
+            writer.write(_chunk(json.dumps({"id": "trsc-echo", "object": "transcription.chunk", "model": "echo",
+                                            "choices": [], "usage": {"prompt_tokens": 4,
+                                                                     "completion_tokens": len(said) + 1,
+                                                                     "total_tokens": len(said) + 5}})))
+        writer.write(_chunk("[DONE]"))
+    writer.write(b"0\r\n\r\n")
+
+
+async def _serve(reader, writer, args) -> None:
+    try:
+        while (req := await _read_request(reader)) is not None:
+            method, path, headers, body = req
+            if method == "GET" and path.startswith("/health"):
+                writer.write(_head("200 OK", "Content-Length: 2\r\n") + b"ok")
+            elif method == "POST" and path.startswith("/v1/audio/transcriptions"):
+                await _transcribe(writer, headers, body, args)
+            else:
+                writer.write(_head("404 Not Found", "Content-Length: 0\r\n"))
+            await writer.drain()
+    except (ConnectionError, asyncio.IncompleteReadError):
+        pass
+    finally:
+        writer.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--words", type=int, default=16, help="words per transcription (the first: the file's hash)")
+    ap.add_argument("--style", choices=["vllm", "transformers"], default="vllm")
+    ap.add_argument("--word-delay-ms", type=float, default=0.0)
+    args = ap.parse_args()
+
+    async def run():
+        server = await asyncio.start_server(lambda r, w: _serve(r, w, args), args.host, args.port, backlog=1024)
+        async with server:
+            await server.serve_forever()
+
+    asyncio.run(run())
+
+
+if __name__ == "__main__":
+    main()
