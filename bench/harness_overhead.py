@@ -30,6 +30,8 @@ Method (the same for every client):
     python bench/harness_overhead.py [--rounds 5] [--protocols grpc,http,generate] [--modes stream,nostream]
                                      [--servers burst,paced] [--pace-ms 1] [--tokens-per-chunk 1]
     python bench/harness_overhead.py --scaling 1,2 [--protocols grpc,http]   # throughput by frontends
+    python bench/harness_overhead.py --tcp [--protocols grpc,http]   # also client perfdag-tcp: its frontend on
+                                     # "another node" (a client host on this one), fed over a TCP link
     python bench/harness_overhead.py --table bench/results/<file>.json       # a results file's table
 
 Raw results: bench/results/harness_overhead-<UTC time>.json (every run, every round).
@@ -74,7 +76,7 @@ def worker(spec: dict) -> dict:
     if spec.get("tree"):
         sys.path.insert(0, spec["tree"])  # that checkout's harness/, ahead of this one's
     prompts = prompts_for(spec["n"])
-    if spec["client"] in ("perfdag", "perfdag-before"):
+    if spec["client"] in ("perfdag", "perfdag-before", "perfdag-tcp"):
         return perfdag_run(spec, prompts)
     from bench.bare_clients import LOOPS
 
@@ -96,6 +98,10 @@ def perfdag_run(spec: dict, prompts) -> dict:
     if "max_in_flight" in inspect.signature(run_loadgen).parameters:  # not in a --before tree
         extra["max_in_flight"] = spec["in_flight"]
     api = {"kind": "vllm", "prompt": "token_ids", "output_tokens": "server"}
+    if spec["client"] == "perfdag-tcp":  # harness.client_nodes' path: the frontend behind a TCP link
+        extra["remote"] = [{"node": "bench-link", "frontends": list(range(spec.get("frontends", 1))),
+                            "argv": [sys.executable, "-m", "harness.loadgen.client_host"]}]
+        extra["listen"] = "127.0.0.1"
     if spec["protocol"] == "chat":  # the bare chat loop's user messages, encoded once as the core sends them
         from bench.bare_clients import chat_text
         from harness.serving.openai.chat import sample_part
@@ -267,7 +273,7 @@ def scaling(args, urls) -> list[dict]:
 def cost_rounds(args, urls, doc: dict, out: Path) -> None:
     """Every (protocol, mode, server, client, size) once per round, in a shuffled order."""
     only = set(args.clients.split(",")) - {""}
-    mine = ("perfdag", "perfdag-before") if args.before else ("perfdag",)
+    mine = ("perfdag", *(("perfdag-before",) if args.before else ()), *(("perfdag-tcp",) if args.tcp else ()))
     for rnd in range(args.rounds):
         doc["load_before_round"].append(os.getloadavg()[0])
         cells = [(p, m, srv, c, n) for p in args.protocols for m in args.modes for srv in args.servers
@@ -308,6 +314,8 @@ def main() -> int:
     ap.add_argument("--allow-load", action="store_true",
                     help=f"run even at a load average of {MAX_LOAD:g} or more (a smoke run, not a result)")
     ap.add_argument("--out", default="", help="results file (default bench/results/harness_overhead-<time>.json)")
+    ap.add_argument("--tcp", action="store_true",
+                    help="also client perfdag-tcp: perfdag with its frontend behind a TCP link (harness.client_nodes)")
     ap.add_argument("--before", default="", metavar="DIR",
                     help="also run perfdag from this checkout (e.g. `git archive <commit> | tar -x -C DIR`) "
                          "as client perfdag-before")

@@ -105,6 +105,16 @@ def table(doc: dict) -> str:
                 lines.append(f"| {r['protocol']} | {r['mode']} | {r.get('server', 'burst')} | "
                              f"{_us(r['us'].get('perfdag-before'))} | {_us(r['us'].get('perfdag'))} | "
                              f"{r['before_over_now_median']:.2f} |")
+    if any(r["us"].get("perfdag-tcp") for r in rows):
+        lines += ["", "perfdag with its frontend behind a TCP link (harness.client_nodes' path, both ends on this "
+                  "host: the client host and link included)", "",
+                  "| protocol | mode | server | perfdag µs/resp | perfdag-tcp | tcp / pipes (median) |",
+                  "|---|---|---|---|---|---|"]
+        for r in rows:
+            tcp, now = r["us"].get("perfdag-tcp"), r["us"].get("perfdag")
+            if tcp and now:
+                lines.append(f"| {r['protocol']} | {r['mode']} | {r.get('server', 'burst')} | {_us(now)} | "
+                             f"{_us(tcp)} | {tcp['median'] / now['median']:.2f} |")
     if doc.get("scaling"):
         lines += ["", f"{a['large']} samples per run, {a['in_flight']} in flight per frontend; client CPU of the "
                   "whole run (start-up included) per response", "",

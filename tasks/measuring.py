@@ -35,6 +35,11 @@ SUT_CODE = ("harness.loadgen.measure", "harness.loadgen", "harness.loadgen.runne
             "harness.loadgen.early_stopping",  # result.json's early-stopping estimates at every percentile
             "harness.serving.layout",  # which servers the clients go to (a layout's front door), its summary
             "harness.host.state",  # result.json's host section: load, CPU of client, servers and others
+            # frontends on other nodes (harness.client_nodes): placement, links, their host; result.json's clients
+            "harness.loadgen.client_nodes", "harness.loadgen.remote", "harness.loadgen.links",
+            "harness.loadgen.client_host", "harness.loadgen.clients",
+            "harness.serving.spec",  # the node a frontend names (this_node)
+            "harness.serving.gpu_telemetry",  # result.json's gpu_telemetry: each role's GPUs (NVML)
             ) + package_modules(("harness.mlperf.benchmarks",))  # latency limits, LoadGen names: user.conf
 
 

@@ -14,6 +14,7 @@ from harness.config.sessions import SessionsSection
 from harness.errors import InputError
 from harness.reports.sessions import write_report
 from harness.serving.endpoints import endpoints_and_models, protocol_of
+from harness.serving.layout import front_door
 from harness.sessions.context import overflows
 from harness.sessions.scheduler import Plan
 from harness.sessions.trajectories import read_trajectories
@@ -27,7 +28,8 @@ SESSION_CODE = ("harness.sessions", "harness.sessions.trajectories", "harness.se
                 "harness.sessions.salts", "harness.sessions.chat",
                 "harness.sessions.scheduler", "harness.sessions.metrics", "harness.sessions.inline",
                 "harness.sessions.workload", "harness.serving.openai.sse", "harness.serving.openai.toolcalls",
-                "harness.serving.openai.client", "harness.serving.openai.chat",  # the chat core's encoding, Answer
+                "harness.serving.openai.client", "harness.serving.layout",  # a layout's router only
+                "harness.serving.openai.chat",  # the chat core's encoding, Answer
                 "harness.loadgen.cores.http_core", "harness.loadgen.cores.http_pool",  # its stream scan and pool
                 "harness.loadgen.cores.base", "harness.loadgen.cores.aioloop", "harness.loadgen.chunks",
                 "harness.loadgen.messages",
@@ -85,7 +87,7 @@ class RunSessions(MeasuringStage):
         servers = self.upstream()["servers"].measured_servers()
         if protocol_of(servers) != "openai-http":
             raise InputError("sessions send chat completions: set build.backend: openai (an OpenAI-compatible server)")
-        urls, models = endpoints_and_models(servers)
+        urls, models = endpoints_and_models(front_door(servers))  # a layout's router, or every server
         trajectories = read_trajectories(trajectories_path(self.params))
         too_long = self.context_warnings(trajectories)
         plan = Plan(users=s.users, trajectories=s.trajectories, salt=s.salt, tool_delays=s.tool_delays, drain=s.drain)

@@ -295,9 +295,48 @@ def test_a_disaggregated_layout_is_launched_over_two_nodes_and_measured_through_
             assert stats["context"] >= 16 and stats["generation"] >= 16, stats
 
 
+def test_clients_on_both_nodes_feed_one_loadgen_that_counts_every_response_once(cluster2, built_fast, tmp_path):
+    """harness.client_nodes=[0, 1]: LoadGen's one driver, in the measuring step on the first node, feeds a
+    frontend there (pipes) and one on the second node (its own srun step of the allocation, over TCP), each
+    with clients on both data-parallel servers. LoadGen counts every response once: the samples it issued are the
+    responses the two nodes' frontends received, requests.csv's rows and the servers' completions; result.json's
+    `clients` holds each node's client CPU and the second node's clock offset (here one clock: within the
+    offset's own uncertainty of 0); nothing is left."""
+    env = _stack_stand_ins(tmp_path / "bin")
+    dp = ("quantize.format=none,build.backend=openai,build.device=cuda,layout.nodes=2,"
+          "layout.roles.server.count=2,layout.roles.server.gpus_per_instance=0")
+    with copied_root(built_fast, tmp_path / "artifacts") as root:
+        overrides = (f"{FAST}{SHORT},{SLURM},slurm.stages=[],{dp},openai.server=vllm,"
+                     f"openai.binary={tmp_path / 'bin' / 'vllm'},loadgen.offline_expected_qps=4000,"
+                     "harness.frontends=2,harness.client_nodes=[0,1]")
+        proc = run_luigi("RunLoadgen", "--overrides", overrides, artifacts=root, env=env, check=False, timeout=900)
+        assert proc.returncode == 0, f"RunLoadgen failed ({proc.returncode}):\n{proc.stderr[-6000:]}"
+        (result,) = root.glob("RunLoadgen/*/result.json")
+        res = json.loads(result.read_text())
+        assert res["valid"] == "VALID", res
+        n0, n1 = node_names()
+        nodes = {n["node"]: n for n in res["clients"]["nodes"]}
+        assert res["clients"]["driver_node"] == n0 and set(nodes) == {n0, n1}
+        assert (nodes[n0]["frontends"], nodes[n0]["link"]) == ([0], "pipes")
+        assert (nodes[n1]["frontends"], nodes[n1]["link"]) == ([1], "tcp")
+        from harness.loadgen.results import read_mllog  # LoadGen's own count of the samples it issued
+
+        queries = read_mllog(result.parent / "mlperf_log_detail.txt")["generated_samples_per_query"]
+        assert queries >= 16 and sum(n["responses"] for n in nodes.values()) == queries
+        assert min(n["responses"] for n in nodes.values()) > 0
+        assert sum(s["completed"] for s in res["harness"]["per_server"]) == queries
+        rows = (result.parent / "requests.csv").read_text().splitlines()
+        assert len(rows) - 1 == queries
+        assert all(n["cpu_s"] > 0 and n["frontends_cpu_s"] > 0 for n in nodes.values())
+        clock = nodes[n1]["clock"]
+        assert abs(clock["offset_ms"]) <= clock["uncertainty_ms"] + 0.001, clock
+        assert_nothing_left(root)
+
+
 def test_each_instance_runs_on_its_own_gpus_on_either_node(cluster2, built_fast, tmp_path):
     """Four 1-GPU vLLM servers over two nodes of 2 GPUs: each runs with CUDA_VISIBLE_DEVICES of its placed
-    GPU, on the second node too (where Slurm sets a step's to all of the job's GPUs); measured VALID."""
+    GPU, on the second node too (where Slurm sets a step's to all of the job's GPUs); measured VALID; a GPU
+    sampler ran on each node (the second's as a step there) and says why it read nothing (no NVML here)."""
     env = _stack_stand_ins(tmp_path / "bin")
     dp = ("quantize.format=none,build.backend=openai,build.device=cuda,layout.nodes=2,layout.gpus_per_node=2,"
           "layout.roles.server.count=4,layout.roles.server.gpus_per_instance=1")
@@ -317,6 +356,10 @@ def test_each_instance_runs_on_its_own_gpus_on_either_node(cluster2, built_fast,
         assert sorted(seen) == sorted(f"{n} with CUDA_VISIBLE_DEVICES={g}" for n in (n0, n1) for g in (0, 1)), seen
         res = json.loads(next(root.glob("RunLoadgen/*/result.json")).read_text())
         assert res["valid"] == "VALID", res
+        # each node's GPUs had their sampler (the second node's through its own srun step); no NVML here
+        telemetry = res["gpu_telemetry"]
+        assert set(telemetry["not_sampled"]) == {n0, n1}, telemetry
+        assert all(why.startswith(f"NVML is not available on {n}: ") for n, why in telemetry["not_sampled"].items())
         assert_nothing_left(root)
 
 

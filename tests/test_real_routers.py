@@ -6,6 +6,7 @@ NIXL and Mooncake workers at once on one node, each port its own, and the clash 
 hand-made layout that gives two instances one port."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -207,3 +208,52 @@ def test_fixed_ports_on_different_nodes_do_not_clash(tmp_path):
                 f"{BASE},openai.server=vllm,slurm.serve=true,layout.nodes=2,{PD},"
                 "layout.roles.context.count=2,layout.roles.context.env={VLLM_NIXL_SIDE_CHANNEL_PORT: '5600'}")
     assert {i.nodes for i in place(p.layout) if i.role == "context"} == {(0,), (1,)}
+
+
+# router -> (stack, SGLang router module, its session policy: the one that keys on a request's session)
+SESSION_POLICIES = {"vllm-router": ("vllm", None, "consistent_hash"), "sglang-router": ("sglang", "sglang_router", "manual"),
+                    "smg": ("sglang", "smg", "manual")}
+
+
+@pytest.mark.parametrize("router", list(SESSION_POLICIES))
+def test_a_session_replay_through_a_real_routers_session_policy_keeps_each_conversation_on_one_worker(
+        router, tmp_path, monkeypatch):
+    """The sessions workload through the real router of a data-parallel layout of two echo workers, its
+    policy the one keyed on sessions (vllm-router consistent_hash: X-Session-ID; SGLang's manual:
+    X-SMG-Routing-Key): every turn of a conversation reaches the same worker, and the conversations
+    spread over both; under round_robin the same replay splits conversations over the workers."""
+    from test_sessions import conversation, write
+
+    from harness.sessions.scheduler import Plan
+    from harness.sessions.trajectories import read_trajectories
+    from harness.sessions.workload import Request, run_sessions
+
+    stack, module, policy = SESSION_POLICIES[router]
+    if module:
+        monkeypatch.setattr(disagg, "SGLANG_ROUTER_MODULES", (module,))
+    trajs = read_trajectories(write(tmp_path / "t.jsonl", [r for i in range(8) for r in conversation(f"c{i}", 3)]))
+    seen = {}
+    for pol in (policy, "round_robin"):
+        record = tmp_path / f"record-{pol}"
+        record.mkdir()
+        monkeypatch.setenv("ECHO_STACK_RECORD_DIR", str(record))
+        p = params(stack, DP, stand_ins(tmp_path / "bin"), f"layout.roles.router.policy={pol}")
+        records = launch(p, tmp_path / f"layout-{pol}")
+        try:
+            (rtr,) = [r for r in records if r["role"] == "router"]
+            assert f"--policy {pol}" in " ".join(rtr["cmd"])
+            run_sessions(f"{rtr['host']}:{rtr['port']}", trajs, Plan(users=4), Request(model="m", max_tokens=2),
+                         tmp_path / f"out-{pol}")
+        finally:
+            stop_recorded(records, timeout=10)
+        workers = {}  # conversation -> the workers that answered its turns
+        for f in record.glob("*.jsonl"):
+            for line in f.read_text().splitlines():
+                msgs = json.loads(line)["body"]["messages"]  # (a router need not pass the headers on)
+                sid = next(m["content"] for m in msgs if m["role"] == "user").removeprefix("task of ")
+                workers.setdefault(sid, set()).add(f.stem)
+        assert set(workers) == {f"c{i}" for i in range(8)}, workers
+        seen[pol] = workers
+    assert all(len(w) == 1 for w in seen[policy].values()), seen[policy]  # each conversation on one worker
+    assert len(set().union(*seen[policy].values())) == 2  # and both workers used
+    assert any(len(w) == 2 for w in seen["round_robin"].values())  # the check can fail: round robin splits them

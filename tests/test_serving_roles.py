@@ -39,6 +39,19 @@ DP = ("layout.nodes=2,layout.gpus_per_node=8,layout.roles.server.count=2,layout.
 SPAN = ("layout.nodes=2,layout.gpus_per_node=4,layout.roles.server.count=1,layout.roles.server.gpus_per_instance=8,"
         "layout.roles.server.tp_size=8")
 LAYOUTS = {"disagg": DISAGG, "dp": DP, "span": SPAN}
+# Wide expert parallelism with data-parallel attention, disaggregated over two nodes of 8 GPUs: each worker
+# one whole node, as each stack spells it (SGLang and trtllm-serve split tp 8 ranks; vLLM runs 8 engines of tp 1).
+_WIDE = "layout.nodes=2,layout.gpus_per_node=8,layout.roles.router.gpus_per_instance=0," + ",".join(
+    f"layout.roles.{r}.count=1,layout.roles.{r}.gpus_per_instance=8,{{{r}}}" for r in ("context", "generation"))
+WIDE = {
+    "sglang": _WIDE.format(**{r: f"layout.roles.{r}.tp_size=8,layout.roles.{r}.ep_size=8,layout.roles.{r}.dp_size=8,"
+                                 f"layout.roles.{r}.dp_attention=true,layout.roles.{r}.moe_a2a_backend=deepep"
+                              for r in ("context", "generation")}),
+    "vllm": _WIDE.format(**{r: f"layout.roles.{r}.tp_size=1,layout.roles.{r}.dp_size=8,layout.roles.{r}.ep_size=8"
+                            for r in ("context", "generation")}),
+    "trtllm-serve": _WIDE.format(**{r: f"layout.roles.{r}.tp_size=8,layout.roles.{r}.ep_size=8,"
+                                    f"layout.roles.{r}.dp_attention=true" for r in ("context", "generation")}),
+}
 
 
 def params(stack: str, layout: str = DISAGG, extra: str = ""):
@@ -91,12 +104,14 @@ def program(stack: str, inst: dict) -> str:
 
 @pytest.mark.parametrize("stack,layout", [("trtllm-serve", "disagg"), ("sglang", "disagg"), ("vllm", "disagg"),
                                           ("sglang", "dp"), ("vllm", "dp"), ("trtllm-serve", "dp"),
-                                          ("trtllm-serve", "span"), ("sglang", "span"), ("vllm", "span")])
+                                          ("trtllm-serve", "span"), ("sglang", "span"), ("vllm", "span"),
+                                          ("trtllm-serve", "wide"), ("sglang", "wide"), ("vllm", "wide")])
 def test_layout_renders_as_golden_and_each_option_is_its_parsers(stack, layout):
     """Each stack's layout renders to the golden command lines and configs, and every option in them is one
-    the stack's own parser defines (tests/golden/serving_roles/upstream_flags.json names the source)."""
-    lay = LAYOUTS[layout] + (",layout.roles.router.gpus_per_instance=0" if layout == "dp" and stack != "trtllm-serve"
-                             else "")
+    the stack's own parser defines (tests/golden/serving_roles/upstream_flags.json names the source); a
+    trtllm-serve worker's options file holds only keys TensorRT-LLM's LLM API arguments define."""
+    lay = WIDE[stack] if layout == "wide" else LAYOUTS[layout] + (
+        ",layout.roles.router.gpus_per_instance=0" if layout == "dp" and stack != "trtllm-serve" else "")
     got = rendered(params(stack, lay))
     for inst in got:
         inst["argv"] = portable(inst["argv"])
@@ -104,6 +119,9 @@ def test_layout_renders_as_golden_and_each_option_is_its_parsers(stack, layout):
         rank_flags = re.findall(r"--[a-z-]+", inst["argv"][2]) if inst["argv"][:2] == ["/bin/sh", "-c"] else []
         unknown = [o for o in options(server_part(inst["argv"])) + rank_flags if o not in allowed]
         assert not unknown, f"{inst['name']}: options its parser lacks: {unknown}"
+        if stack == "trtllm-serve" and inst["role"] != "router":
+            keys = set(inst["files"]["config.yaml"]) - set(UPSTREAM["trtllm llm api options"]["keys"])
+            assert not keys, f"{inst['name']}: LLM API options TensorRT-LLM lacks: {keys}"
     f = GOLDEN / f"{stack}-{layout}.json"
     if UPDATE:
         f.write_text(json.dumps(got, indent=1) + "\n")
@@ -411,3 +429,28 @@ def test_every_layout_step_on_another_node_runs_in_the_jobs_container(monkeypatc
         for argv in remote:
             assert f"--container-image={image}" in argv and "--container-mounts=/root:/root,/data:/data" in argv
             assert "--container-workdir=/root" in argv
+
+
+@pytest.mark.parametrize("stack,change,needle", [
+    ("sglang", "layout.roles.generation.ep_size=3", r"generation\.ep_size: 3 must divide tp_size \(4\)"),
+    ("trtllm-serve", "layout.roles.generation.ep_size=8", r"generation\.ep_size: 8 must divide tp_size \(4\)"),
+    ("sglang", "layout.roles.generation.dp_size=2", r"generation\.dp_size: SGLang's data-parallel ranks .*dp_attention: true"),
+    ("sglang", "layout.roles.generation.dp_attention=true,layout.roles.generation.dp_size=3",
+     r"generation\.dp_size: SGLang's DP attention splits the tp_size \(4\)"),
+    ("trtllm-serve", "layout.roles.generation.dp_attention=true,layout.roles.generation.dp_size=2",
+     r"generation\.dp_size: trtllm-serve's attention data parallelism spans"),
+    ("vllm", "layout.roles.generation.dp_attention=true", r"generation\.dp_attention: vLLM runs attention"),
+    ("vllm", "layout.roles.generation.ep_size=2", r"generation\.ep_size: vLLM spreads the experts over .* set ep_size=4"),
+    ("vllm", "layout.roles.generation.dp_size=2", r"generation\.gpus_per_instance: 4 GPUs for tp_size\*pp_size\*dp_size=8"),
+    ("vllm", "layout.roles.generation.moe_a2a_backend=deepep", r"generation\.moe_a2a_backend: SGLang's"),
+    ("sglang", "layout.roles.router.ep_size=2", r"layout\.roles\.router: a router has no experts"),
+])
+def test_wide_ep_and_dp_attention_that_a_stack_cannot_run_are_refused_naming_the_field(stack, change, needle):
+    with pytest.raises(ParamsError, match=needle):
+        params(stack, DISAGG, change)
+
+
+def test_wide_ep_fields_are_refused_on_a_stack_without_them():
+    with pytest.raises(ParamsError, match=r"layout\.roles\.server: tritonserver has no expert parallelism"):
+        resolve(REPO / "params" / "default.yaml", "layout.nodes=1,layout.roles.server.count=1,"
+                "layout.roles.server.gpus_per_instance=0,layout.roles.server.ep_size=2")

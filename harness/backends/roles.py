@@ -31,6 +31,7 @@ ROUTER_POLICIES = {
 # stacks whose router fronts data-parallel servers too (trtllm-serve's needs context and generation)
 DP_ROUTERS = ("sglang", "vllm")
 DISAGG_STACKS = tuple(s for s, roles in STACK_ROLES.items() if "context" in roles)
+WIDE_EP_STACKS = ("trtllm-serve", "sglang", "vllm")  # role fields ep_size, dp_size, dp_attention
 
 
 def layout_problems(p, stack: str) -> list[str]:
@@ -67,8 +68,59 @@ def layout_problems(p, stack: str) -> list[str]:
     if p.slurm is not None and "LaunchServers" in p.slurm.gpus_per_stage:
         out.append("slurm.gpus_per_stage.LaunchServers: the layout asks layout.nodes x layout.gpus_per_node for "
                    "serving; remove it")
+    out += parallel_problems(lay, stack)
     try:
         place(lay)
     except PlacementError as e:
         out.append(str(e))
+    return out
+
+
+def parallel_problems(lay, stack: str) -> list[str]:
+    """Expert parallelism and data-parallel attention as each stack has them: SGLang and trtllm-serve split
+    an instance's tp_size ranks (DP attention groups, expert-parallel groups), vLLM runs dp_size engines of
+    tp_size x pp_size GPUs and spreads the experts over all tp_size x dp_size ranks."""
+    out = []
+    for name, role in lay.roles.items():
+        if name == "router" or not role.wide:
+            continue
+        f, tp, dp, ep = f"layout.roles.{name}", role.tp_size, role.dp_size, role.ep_size
+        if stack not in WIDE_EP_STACKS:
+            out.append(f"{f}: {stack} has no expert parallelism or data-parallel attention; remove ep_size, dp_size, "
+                       "dp_attention and moe_a2a_backend")
+            continue
+        if role.moe_a2a_backend and stack != "sglang":
+            out.append(f"{f}.moe_a2a_backend: SGLang's --moe-a2a-backend; {stack} chooses its all-to-all otherwise "
+                       "(extra_args, env); remove it")
+        if stack == "vllm":
+            if role.dp_attention:
+                out.append(f"{f}.dp_attention: vLLM runs attention data-parallel through dp_size "
+                           "(--data-parallel-size); remove dp_attention")
+            if ep > 1 and ep != tp * dp:
+                out.append(f"{f}.ep_size: vLLM spreads the experts over tp_size x dp_size = {tp * dp} ranks "
+                           f"(--enable-expert-parallel); set ep_size={tp * dp}")
+            ws = tp * role.pp_size * dp
+            if role.gpus_per_instance and role.gpus_per_instance != ws:
+                out.append(f"{f}.gpus_per_instance: {role.gpus_per_instance} GPUs for tp_size*pp_size*dp_size={ws}; "
+                           "make them equal")
+            if dp > 1 and lay.gpus_per_node and role.gpus_per_instance > lay.gpus_per_node:
+                out.append(f"{f}.dp_size: vLLM data parallelism over several nodes is not rendered; keep an "
+                           f"instance within a node ({lay.gpus_per_node} GPUs) or use more instances (count)")
+            continue
+        if tp % ep:
+            out.append(f"{f}.ep_size: {ep} must divide tp_size ({tp}): {stack}'s expert-parallel groups split the "
+                       "instance's tp_size ranks")
+        if stack == "sglang":
+            if dp > 1 and not role.dp_attention:
+                out.append(f"{f}.dp_size: SGLang's data-parallel ranks inside an instance are its DP attention; set "
+                           "dp_attention: true, or raise count for data-parallel instances")
+            if role.dp_attention and (dp < 2 or tp % dp):
+                out.append(f"{f}.dp_size: SGLang's DP attention splits the tp_size ({tp}) ranks; give a dp_size "
+                           "above 1 that divides it")
+        elif dp > 1:  # trtllm-serve
+            out.append(f"{f}.dp_size: trtllm-serve's attention data parallelism spans the instance's tp_size ranks "
+                       "(enable_attention_dp); set dp_attention: true and leave dp_size at 1")
+        if dp > 1 and role.gpus_per_instance and role.gpus_per_instance != tp * role.pp_size:
+            out.append(f"{f}.gpus_per_instance: {role.gpus_per_instance} GPUs for tp_size*pp_size="
+                       f"{tp * role.pp_size}; make them equal")
     return out

@@ -35,6 +35,17 @@ class Role(Section):
     # The router's routing policy (empty: round_robin, which every stack's router has); the stacks'
     # names, e.g. cache_aware (SGLang's and vLLM's routers), kv_cache_aware (trtllm-serve's).
     policy: str = Field("", pattern=r"^[a-z_]*$")
+    # Wide expert parallelism and data-parallel attention (MoE models), rendered per stack
+    # (harness/backends/openai/disagg.py; each stack's rules in harness/backends/roles.py):
+    ep_size: int = Field(1, ge=1, le=512)  # ranks an instance's MoE experts are split over
+    dp_size: int = Field(1, ge=1, le=512)  # attention data-parallel ranks (vLLM: its data-parallel engines)
+    dp_attention: bool = False  # attention data-parallel, the experts expert- or tensor-parallel
+    moe_a2a_backend: str = Field("", pattern=r"^[a-z_]*$")  # SGLang's --moe-a2a-backend (e.g. deepep)
+
+    @property
+    def wide(self) -> bool:
+        """Any expert or attention-data parallelism set."""
+        return self.ep_size > 1 or self.dp_size > 1 or self.dp_attention or bool(self.moe_a2a_backend)
 
     @field_validator("extra_args")
     @classmethod
@@ -83,14 +94,17 @@ class LayoutSection(Section):
         for name, role in r.items():
             if role.policy and name != "router":
                 raise ValueError(f"layout.roles.{name}.policy: only the router routes; set layout.roles.router.policy")
+        if "router" in r and r["router"].wide:
+            raise ValueError("layout.roles.router: a router has no experts or attention; remove ep_size, dp_size, "
+                             "dp_attention and moe_a2a_backend from it")
         if "router" in r:
             if r["router"].count != 1:
                 raise ValueError("layout.roles.router.count: one router is the layout's front door; use 1")
             if r["router"].gpus_per_instance:
                 raise ValueError("layout.roles.router.gpus_per_instance: a router uses no GPUs; use 0")
         for name, role in r.items():
-            ws = role.tp_size * role.pp_size
-            if name != "router" and role.gpus_per_instance and role.gpus_per_instance != ws:
+            ws = role.tp_size * role.pp_size  # (with dp_size the stack decides: harness/backends/roles.py)
+            if name != "router" and role.dp_size == 1 and role.gpus_per_instance and role.gpus_per_instance != ws:
                 raise ValueError(f"layout.roles.{name}.gpus_per_instance: {role.gpus_per_instance} GPUs for "
                                  f"tp_size*pp_size={ws}; make them equal")
         return self

@@ -59,6 +59,7 @@ def cross_field_problems(p: Params) -> list[str]:
             out.append(f"quantize.format: int4_awq packs weights in groups of 128 input columns; model.tiny.hidden_size ({t.hidden_size}) and intermediate_size ({t.intermediate_size}) must be multiples of 128")
 
     out += benchmark_problems(p)
+    out += client_node_problems(p)
 
 
     out += checkpoint_problems(p.model.checkpoint)
@@ -69,6 +70,26 @@ def cross_field_problems(p: Params) -> list[str]:
     if not any(x.startswith("loadgen.") for x in out):
         out += bfcl_problems(p)
 
+    return out
+
+
+def client_node_problems(p: Params) -> list[str]:
+    """harness.client_nodes names nodes of a layout's Slurm allocation, each once, each with a frontend."""
+    nodes = p.harness.client_nodes
+    if not nodes:
+        return []
+    if p.layout is None or p.slurm is None or not p.slurm.serve:
+        return ["harness.client_nodes: frontends on other nodes run in a serving layout's Slurm allocation; set "
+                "layout (layout.nodes) and slurm (slurm.serve: true), or remove harness.client_nodes"]
+    out = []
+    if len(set(nodes)) != len(nodes):
+        out.append(f"harness.client_nodes: {nodes} lists a node twice; list each node once")
+    if max(nodes) >= p.layout.nodes:
+        out.append(f"harness.client_nodes: node {max(nodes)} is not a node of the layout (layout.nodes is "
+                   f"{p.layout.nodes}: 0..{p.layout.nodes - 1})")
+    if p.harness.frontends < len(set(nodes)):
+        out.append(f"harness.frontends: {p.harness.frontends} frontend(s) for {len(set(nodes))} client nodes "
+                   f"(harness.client_nodes); each node runs at least one: set harness.frontends={len(set(nodes))}")
     return out
 
 

@@ -231,6 +231,10 @@ class HarnessSection(Section):
     # A server that crashes mid-measurement is relaunched and the measurement started over, this many
     # times per stage (0: fail at once). Recorded in run.json and the result; in no cache key.
     server_relaunches: int = Field(2, ge=0, le=5)
+    # Nodes of the serving layout's allocation (indexes) that run the frontends, round-robin; the
+    # LoadGen driver stays one process on the measuring node and feeds them over TCP. Empty: every
+    # frontend on the measuring node.
+    client_nodes: list[Annotated[int, Field(ge=0, le=1023)]] = []
     # What the client holds of one answer at most (harness/untrusted/limits.py: the defaults fit 32,768
     # streamed tokens twice over); more fails that request, naming the field. In no cache key.
     max_response_bytes: int = Field(limits.MAX_RESPONSE_BYTES, ge=1 << 20, le=(1 << 31) - 1)  # one response

@@ -35,14 +35,17 @@ from typing import Callable
 import numpy as np
 
 from harness.loadgen.chunks import CHUNKS_FILE, write_chunks
+from harness.loadgen.clients import clients_by_node
 from harness.loadgen.frontend import frontend_main
 from harness.loadgen.messages import ISSUE, Alive, Done, Failed, First, Quit, Ready, Stopped
 from harness.loadgen.progress import Progress
+from harness.loadgen.remote import NodeProcess, RemoteError, RemoteFrontends
 from harness.loadgen.results import answers, client_usage, json_default, measured_stats, write_requests_csv
 from harness.loadgen.semaphores import name_semaphores_as_perfdag
 from harness.loadgen.settings import SettingsError, build_test_settings
 from harness.loadgen.usage import Usage
 from harness.serving.processes import pdeathsig_setter
+from harness.serving.spec import this_node
 
 
 def _methods(clients: dict) -> dict:
@@ -100,9 +103,10 @@ class _Driver(Progress):
         self.stopped_ev = threading.Event()
         self.stopping = False
         self.request_errors = 0
-        self.procs = []
-        self.to_frontends = []      # the write end of each frontend's issue pipe
+        self.procs: dict = {}       # frontend -> its process (on another node: its node's host command)
+        self.to_frontends = []      # the write end of each frontend's issue pipe (or its link)
         self.send_locks = []        # one writer at a time per pipe (a long message is several writes)
+        self.remote: RemoteFrontends | None = None
         self.t_setup = time.monotonic()
         self.frontend_usage: dict[int, dict] = {}
         self.rate_history: collections.deque = collections.deque()
@@ -116,9 +120,11 @@ class _Driver(Progress):
             sys.stderr.write(f"FATAL: {message}\n")
             sys.stderr.flush()
         finally:
-            for p in self.procs:
+            for p in self.procs.values():
                 with contextlib.suppress(Exception):
                     p.kill()
+            if self.remote is not None:  # hosts whose frontends had not joined yet
+                self.remote.kill()
             os._exit(3)
 
     def _stats_brief(self) -> dict:
@@ -202,12 +208,12 @@ class _Driver(Progress):
                     elif isinstance(m, Ready):
                         self.ready.add(m.frontend)
                         self.ready_info[m.frontend] = m.info
-                        if len(self.ready) == len(self.procs):
+                        if len(self.ready) == self.cfg["frontends"]:
                             self.ready_ev.set()
                     elif isinstance(m, Stopped):
                         self.stopped.add(m.frontend)
                         self.frontend_usage[m.frontend] = m.counts
-                        if len(self.stopped) == len(self.procs):
+                        if len(self.stopped) == self.cfg["frontends"]:
                             self.stopped_ev.set()
                     elif isinstance(m, Failed):
                         if self.stopping and "CANCELLED" in m.message:
@@ -277,9 +283,11 @@ class _Driver(Progress):
         last_emit = 0.0
         while not self.stopped_ev.is_set():
             time.sleep(0.25)
-            for i, p in enumerate(self.procs):
+            for i, p in list(self.procs.items()):
                 if p.exitcode is not None and i not in self.stopped and not self.stopping:
-                    self.fatal(f"frontend process {i} (pid {p.pid}) exited with code {p.exitcode} mid-run")
+                    where = f"on node {p.node} (its host command, pid {p.pid})" if isinstance(p, NodeProcess) \
+                        else f"(pid {p.pid})"
+                    self.fatal(f"frontend process {i} {where} exited with code {p.exitcode} mid-run")
             now = time.monotonic_ns()
             with self.lock:
                 for s in range(self.n_servers):
@@ -314,29 +322,45 @@ class _Driver(Progress):
         # One pipe per frontend, written in the frontend's loop thread: no feeder thread to wake
         # (and contend for its GIL) per message batch, and no lock shared between processes that a
         # frontend exiting mid-write could leave held.
-        pipes = [ctx.Pipe(duplex=False) for _ in range(cfg["frontends"])]
-        quit_r, self.quit_w = ctx.Pipe(duplex=False)
-        issue_pipes = [ctx.Pipe(duplex=False) for _ in range(cfg["frontends"])]
-        self.to_frontends = [w for _, w in issue_pipes]
-        self.send_locks = [threading.Lock() for _ in issue_pipes]
+        n_fe = cfg["frontends"]
         fe_cfg = {k: v for k, v in cfg.items() if k != "prompts"}
-        for fe in range(cfg["frontends"]):
+        remote = {fe for n in cfg.get("remote") or () for fe in n["frontends"]}
+        if remote:  # their hosts start first: a step on another node takes longest
+            self.remote = RemoteFrontends(cfg["remote"], cfg["listen"], {"cfg": fe_cfg, "prompts": cfg["prompts"]})
+            self.remote.start()
+        local = [fe for fe in range(n_fe) if fe not in remote]
+        pipes = {fe: ctx.Pipe(duplex=False) for fe in local}
+        quit_r, self.quit_w = ctx.Pipe(duplex=False)
+        issue_pipes = {fe: ctx.Pipe(duplex=False) for fe in local}
+        self.to_frontends = [issue_pipes[fe][1] if fe in issue_pipes else None for fe in range(n_fe)]
+        self.send_locks = [threading.Lock() for _ in range(n_fe)]
+        for fe in local:
             specs = [c for c in self.clients if c["frontend"] == fe]
             p = ctx.Process(target=frontend_main, name=f"perfdag-frontend-{fe}", daemon=True,
                             args=(fe, specs, fe_cfg, cfg["prompts"], issue_pipes[fe][0], pipes[fe][1], os.getpid()))
             p.start()
-            self.procs.append(p)
-        for (_, w), (r, _) in zip(pipes, issue_pipes):
-            w.close()  # the frontends hold the write ends: a reader sees EOF when its frontend exits
-            r.close()  # and the read ends of their issue pipes
-        self.emit({"event": "started", "pid": os.getpid(), "frontend_pids": [p.pid for p in self.procs]})
-        comp = threading.Thread(target=self.completer, args=(lg, [r for r, _ in pipes] + [quit_r]),
+            self.procs[fe] = p
+        for fe in local:
+            pipes[fe][1].close()  # the frontends hold the write ends: a reader sees EOF when its frontend exits
+            issue_pipes[fe][0].close()  # and the read ends of their issue pipes
+        readers = [pipes[fe][0] for fe in local]
+        if self.remote is not None:
+            try:
+                joined = self.remote.wait_connected(cfg["startup_timeout_s"])
+            except RemoteError as exc:
+                raise _Fatal(str(exc)) from None
+            for fe, link in joined.items():  # a link is both of a frontend's pipes
+                self.to_frontends[fe] = link
+                self.procs[fe] = self.remote.process_of(fe)
+                readers.append(link)
+        self.emit({"event": "started", "pid": os.getpid(), "frontend_pids": [p.pid for p in self.procs.values()]})
+        comp = threading.Thread(target=self.completer, args=(lg, readers + [quit_r]),
                                 name="loadgen-completer", daemon=True)
         comp.start()
         wd = threading.Thread(target=self.watchdog, name="loadgen-watchdog", daemon=True)
         wd.start()
         if not self.ready_ev.wait(cfg["startup_timeout_s"]):
-            missing = sorted(set(range(len(self.procs))) - self.ready)
+            missing = sorted(set(range(n_fe)) - self.ready)
             self.fatal(f"frontend(s) {missing} not ready (connect + warm-up) within {cfg['startup_timeout_s']:.0f}s; "
                        f"servers {cfg['endpoints']}")
         warm_s = max((i.get("warmup_s", 0.0) for i in self.ready_info.values()), default=0.0)
@@ -370,7 +394,9 @@ class _Driver(Progress):
                 w.send_bytes(b"")  # the end
         if not self.stopped_ev.wait(60.0):
             sys.stderr.write("frontends did not stop within 60s; killing them\n")
-        for p in self.procs:
+        if self.remote is not None:  # their hosts measure the clock offset again, then leave
+            self.remote.finish()
+        for p in self.procs.values():
             p.join(10.0)
             if p.is_alive():
                 p.kill()
@@ -397,6 +423,8 @@ class _Driver(Progress):
                  "per_server": per_server, "measured": measured,
                  "methods": _methods(clients), "max_in_flight": cfg.get("max_in_flight"),
                  **client_usage(driver_usage, self.frontend_usage)}
+        stats["clients"] = clients_by_node(this_node(), stats["client_cpu"], self.ready_info, self.frontend_usage,
+                                           self.remote.clocks if self.remote is not None else {})
         self.emit({"event": "done", "stats": stats, "final_progress": final})
         return 0
 

@@ -14,9 +14,11 @@ import traceback
 from harness.loadgen.cores import core_class
 from harness.loadgen.cores.aioloop import BatchSink, FrontendLoop, PipeOut
 from harness.loadgen.cores.base import Prompts
+from harness.loadgen.links import ShiftedOut
 from harness.loadgen.messages import ISSUE, Failed, Ready, Stopped
 from harness.loadgen.usage import Usage
 from harness.serving.processes import pdeathsig_setter
+from harness.serving.spec import this_node
 
 
 def _watch_parent(parent_pid: int) -> None:
@@ -27,8 +29,11 @@ def _watch_parent(parent_pid: int) -> None:
             os._exit(3)
 
 
-def frontend_main(fe_idx: int, specs: list[dict], cfg: dict, prompts: Prompts, in_conn, out_q, parent_pid: int) -> None:
-    """`in_conn`: the read end of the driver's issue pipe (messages.ISSUE records; empty: stop)."""
+def frontend_main(fe_idx: int, specs: list[dict], cfg: dict, prompts: Prompts, in_conn, out_q, parent_pid: int,
+                  clock_offset_ns: int = 0) -> None:
+    """`in_conn`: the read end of the driver's issue pipe (messages.ISSUE records; empty: stop), or on
+    another node a link to the driver (links.py) that is both `in_conn` and `out_q`, whose clock is
+    `clock_offset_ns` ahead of this node's (what is sent is moved onto it)."""
     setter = pdeathsig_setter(signal.SIGKILL)
     if setter is not None:
         setter()
@@ -37,7 +42,8 @@ def frontend_main(fe_idx: int, specs: list[dict], cfg: dict, prompts: Prompts, i
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True, name="parent-watch").start()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the caller handles Ctrl-C by killing the group
     Core = core_class(cfg["protocol"])
-    sink = BatchSink(PipeOut(out_q), FrontendLoop.get().loop)
+    out = PipeOut(out_q)
+    sink = BatchSink(ShiftedOut(out, clock_offset_ns) if clock_offset_ns else out, FrontendLoop.get().loop)
     in_flight = [0, 0]
     cores = {}
     timed = None  # Usage from the first timed query to the stop
@@ -70,7 +76,7 @@ def frontend_main(fe_idx: int, specs: list[dict], cfg: dict, prompts: Prompts, i
         in_flight[1] = 0  # the peak of the timed run only
         sink.put(Ready(fe_idx, {"warmup_s": time.monotonic() - t0,
                                 "warmup_requests": sum(c.completed for c in cores.values()),
-                                "clients": {c.g: c.info for c in cores.values()}}))
+                                "clients": {c.g: c.info for c in cores.values()}, "node": this_node()}))
         while True:
             if not in_conn.poll(1.0):
                 continue

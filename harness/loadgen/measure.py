@@ -7,8 +7,10 @@ from pathlib import Path
 from harness.errors import MeasurementError
 
 from harness.loadgen import run_loadgen
+from harness.loadgen.client_nodes import on_node, placement
 from harness.loadgen.settings import from_params
 from harness.serving.endpoints import endpoints_and_models, protocol_of
+from harness.serving.gpu_telemetry import GpuTelemetry
 from harness.serving.layout import front_door, layout_summary
 from harness.serving.protocols import protocol
 
@@ -39,6 +41,8 @@ def _run(servers, samples, params, out_dir: Path, *, mode: str, settings: dict, 
     # one client, one request at a time), never the limit raised to the client count.
     frontends = min(h.frontends, in_flight)
     per_frontend = max(1, min(h.clients_per_frontend, in_flight // frontends))
+    # frontends on other nodes (harness.client_nodes); they read the tokenizer, if any
+    extra.update(placement(params, frontends, (str(tokenizer_dir),) if tokenizer_dir else ()))
     return run_loadgen(eps, names, samples, settings, out_dir, scenario=params.loadgen.scenario, mode=mode,
                        frontends=frontends, clients_per_frontend=per_frontend, warmup_queries=warmup,
                        end_id=end_id, pad_id=pad_id, max_new_tokens=params.dataset.max_new_tokens,
@@ -81,13 +85,21 @@ def run_performance(servers: list[dict], samples, params, out_dir: Path, *, end_
         key = "single_stream_expected_latency_ms"
     if sized:
         settings[key] = sized[key]
-    result = _run(servers, samples, params, out_dir, mode="PerformanceOnly", settings=settings,
-                  warmup=params.harness.warmup_queries, end_id=end_id, pad_id=pad_id, **extra)
-    if sized:
-        result[f"{key}_auto"] = sized
+    # each role's GPUs over the timed run, a sampler on each node with some (None: no GPUs)
+    telemetry = GpuTelemetry.for_servers(servers, on_node=on_node(params, "gpu-telemetry"))
+    if telemetry is not None:
+        telemetry.start()
+    try:
+        result = _run(servers, samples, params, out_dir, mode="PerformanceOnly", settings=settings,
+                      warmup=params.harness.warmup_queries, end_id=end_id, pad_id=pad_id, **extra)
+    finally:
+        gpus = telemetry.stop() if telemetry is not None else None
+    added = {**({f"{key}_auto": sized} if sized else {}), **({"gpu_telemetry": gpus} if gpus else {})}
+    if added:
+        result.update(added)
         path = Path(out_dir) / "result.json"
         doc = json.loads(path.read_text())
-        doc[f"{key}_auto"] = sized
+        doc.update(added)
         path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
     return result
 

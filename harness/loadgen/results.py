@@ -289,6 +289,7 @@ def merge_measured(result: dict, stats: dict, cfg: dict) -> dict:
         },
         "client_bound": stats.get("client_bound"),
         "client_bound_reason": stats.get("client_bound_reason"),
+        "clients": stats.get("clients"),  # per node: frontends, CPU, responses, clock offset (clients.py)
         "measured": measured,
         "ttft_source": "loadgen" if result.get("ttft_ms") else None,
         "tpot_source": "loadgen" if result.get("tpot_ms") else None,

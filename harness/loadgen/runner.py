@@ -86,6 +86,8 @@ def run_loadgen(
     max_in_flight: int | None = None,
     notes: Mapping[str, Any] | None = None,
     limits: Mapping[str, int] | None = None,
+    remote: Sequence[Mapping[str, Any]] | None = None,
+    listen: str | None = None,
 ) -> dict:
     """Run one LoadGen test against ``endpoints`` speaking ``protocol`` (a client core: Triton gRPC
     or OpenAI HTTP) and return ``result.json``'s content plus ``requests`` (per-request latencies).
@@ -99,6 +101,9 @@ def run_loadgen(
     True for Server/Interactive, False for Offline (a non-decoupled model never streams).
     ``progress``: True for a live ``\\r`` line on stderr, False for none, a callable to get
     the progress dicts, None for auto (live line on a terminal, a line per 10 s otherwise).
+    ``remote``: frontends that run on other nodes, ``[{"node": name, "frontends": [indexes], "argv":
+    [a command that starts a process there]}]`` (client_nodes.py builds them under Slurm); they
+    connect back to the driver at ``listen``, this node's address as they reach it (remote.py).
 
     Writes into ``out_dir``: LoadGen's files under their own names, ``user.conf``,
     ``harness.log``, ``requests.csv`` and ``result.json`` (with ``notes`` added).  Raises :class:`LoadgenError`
@@ -109,7 +114,8 @@ def run_loadgen(
                        warmup_queries=warmup_queries, end_id=end_id, pad_id=pad_id,
                        max_new_tokens=max_new_tokens, request_timeout_s=request_timeout_s,
                        streaming=streaming, startup_timeout_s=startup_timeout_s, protocol=protocol,
-                       prompt_texts=prompt_texts, api=api, max_in_flight=max_in_flight)
+                       prompt_texts=prompt_texts, api=api, max_in_flight=max_in_flight, remote=remote,
+                       listen=listen)
     cfg["limits"] = dict(limits or {})  # how much of one answer a core holds (harness.max_response_bytes...)
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -189,7 +195,8 @@ def _normalise_endpoint(url: str) -> str:
 
 def _make_config(endpoints, model_names, samples, settings, *, scenario, mode, frontends, clients_per_frontend,
                  warmup_queries, end_id, pad_id, max_new_tokens, request_timeout_s, streaming,
-                 startup_timeout_s, protocol="triton-grpc", prompt_texts=None, api=None, max_in_flight=None) -> dict:
+                 startup_timeout_s, protocol="triton-grpc", prompt_texts=None, api=None, max_in_flight=None,
+                 remote=None, listen=None) -> dict:
     if scenario not in SCENARIOS:
         raise ValueError(f"scenario must be one of {SCENARIOS}, got {scenario!r}")
     if mode not in MODES:
@@ -238,6 +245,7 @@ def _make_config(endpoints, model_names, samples, settings, *, scenario, mode, f
                for g in range(n_clients)]
     if streaming is None:
         streaming = scenario != "Offline"
+    remote = _remote_nodes(remote, frontends, listen)
     return {
         "endpoints": eps, "models": models, "scenario": scenario, "mode": mode, "settings": settings,
         "frontends": frontends, "clients_per_frontend": clients_per_frontend, "clients": clients,
@@ -248,7 +256,27 @@ def _make_config(endpoints, model_names, samples, settings, *, scenario, mode, f
         "prompts": Prompts(flat, offsets, list(prompt_texts) if prompt_texts is not None else None,
                            output_lengths(samples, int(max_new_tokens))),
         "n_samples": len(offsets) - 1, "protocol": protocol,
+        **({"remote": remote, "listen": listen} if remote else {}),
     }
+
+
+def _remote_nodes(remote, frontends: int, listen: str | None) -> list[dict]:
+    """The frontends on other nodes, checked: each on one node, each node with at least one, a
+    command to start it, and an address to call back to."""
+    out, seen = [], set()
+    for n in remote or ():
+        fes = [int(f) for f in n["frontends"]]
+        if not fes or not n.get("argv"):
+            raise ValueError(f"remote node {n.get('node')!r}: no frontends, or no command to start them")
+        bad = [f for f in fes if not 0 <= f < frontends or f in seen]
+        if bad:
+            raise ValueError(f"remote node {n.get('node')!r}: frontends {bad} are out of range (0..{frontends - 1}) "
+                             "or placed twice")
+        seen.update(fes)
+        out.append({"node": str(n["node"]), "frontends": fes, "argv": [str(a) for a in n["argv"]]})
+    if out and not listen:
+        raise ValueError("frontends on other nodes need `listen`: this node's address as they reach it")
+    return out
 
 
 class _Progress:

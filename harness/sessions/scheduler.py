@@ -7,7 +7,8 @@ here, following MLCommons' agentic client (mlcommons/endpoints at ea33275, the a
   until `trajectories` have been started (unset: one pass over the dataset).
 - one turn in flight per conversation: a turn is sent when its predecessor's reply has ended and
   its own `delay_seconds` (the tool's run time) has passed, with the conversation so far as
-  recorded, salted (salts.py) unless salting is off, and `X-Session-ID: <conversation id>`.
+  recorded, salted (salts.py) unless salting is off, and `X-Session-ID: <conversation id>` (and
+  `X-SMG-Routing-Key`, the same id: session_headers).
 - the performance window ends when the first user finishes its last trajectory (no trajectory
   left to start): turns sent before stay measured even if they end later, turns sent after are
   not. With `drain` the started trajectories are finished (for accuracy); without it no turn is
@@ -28,7 +29,14 @@ from harness.sessions.chat import ChatReply
 from harness.sessions.salts import salted
 from harness.sessions.trajectories import ClientTurn, Trajectory
 
-SESSION_HEADER = "X-Session-ID"
+SESSION_HEADER = "X-Session-ID"  # vllm-router's consistent_hash policy keys on it (its first choice)
+ROUTING_KEY_HEADER = "X-SMG-Routing-Key"  # SGLang's routers (sglang-router, smg): the manual policy's key
+
+
+def session_headers(conversation_id: str) -> dict:
+    """What every turn of a conversation carries so that a router's session policy keeps it on one worker
+    (the salts, in the system prompt, serve the cache-aware policies, which route on the text)."""
+    return {SESSION_HEADER: conversation_id, ROUTING_KEY_HEADER: conversation_id}
 Send = Callable[[ClientTurn, list, dict], Awaitable[ChatReply]]
 
 
@@ -107,7 +115,7 @@ async def replay(trajectories: Sequence[Trajectory], plan: Plan, send: Send) -> 
                 if stop.is_set():
                     return
                 msgs = salted(turn.messages, source.conversation_id, repeat) if plan.salt else list(turn.messages)
-                reply = await send(turn, msgs, {SESSION_HEADER: cid})
+                reply = await send(turn, msgs, session_headers(cid))
                 rec = TurnRecord(u, cid, source.conversation_id, repeat, turn, reply)
                 out.records.append(rec)
                 if reply.error is not None:  # the conversation fails; its user goes on with the next one

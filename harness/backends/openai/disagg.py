@@ -57,6 +57,11 @@ def kv_transfer(layout, stack: str) -> str:
 def worker_options(p, role_name: str) -> dict:
     """trtllm-serve: a worker's --extra_llm_api_options (the server's, plus its role's KV transfer)."""
     doc = llm_api_options(p)
+    role = p.layout.roles[role_name]
+    if role.dp_attention:  # TensorRT-LLM llmapi/llm_args.py: attention data-parallel over the tp_size ranks
+        doc["enable_attention_dp"] = True
+    if role.ep_size > 1:  # the experts over ep_size of the tp_size ranks
+        doc["moe_expert_parallel_size"] = role.ep_size
     if role_name in SGLANG_MODE:  # context or generation
         doc["cache_transceiver_config"] = {"backend": kv_transfer(p.layout, "trtllm-serve")}
         if role_name == "context":  # TensorRT-LLM's disaggregated examples: no overlap scheduler on context
@@ -80,7 +85,27 @@ def worker_argv(p, role_name: str, model_dir: str, port: int, *, config_path: st
         kv_role = "kv_both" if connector == "NixlConnector" else VLLM_KV_ROLE[role_name]
         argv += ["--kv-transfer-config", json.dumps({"kv_connector": connector, "kv_role": kv_role},
                                                     separators=(",", ":"))]
+    argv += wide_ep_flags(stack, role)
     return argv + [str(a) for a in p.openai.extra_args] + [str(a) for a in role.extra_args]
+
+
+def wide_ep_flags(stack: str, role) -> list[str]:
+    """A role's expert parallelism and data-parallel attention as its stack's server flags (SGLang
+    server_args.py, vLLM engine/arg_utils.py; trtllm-serve's go in its options: worker_options)."""
+    out: list[str] = []
+    if stack == "sglang":
+        if role.dp_attention:
+            out += ["--enable-dp-attention", "--dp-size", str(role.dp_size)]
+        if role.ep_size > 1:
+            out += ["--ep-size", str(role.ep_size)]
+        if role.moe_a2a_backend:
+            out += ["--moe-a2a-backend", role.moe_a2a_backend]
+    elif stack == "vllm":
+        if role.dp_size > 1:
+            out += ["--data-parallel-size", str(role.dp_size)]
+        if role.ep_size > 1:
+            out += ["--enable-expert-parallel"]
+    return out
 
 
 def trtllm_disagg_config(p, workers: dict[str, list[tuple[str, int]]], host: str, port: int) -> dict:

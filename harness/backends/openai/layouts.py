@@ -44,7 +44,7 @@ def port_needs(p, instances) -> dict[str, int]:
         if server in ("sglang", "vllm") and len(inst.nodes) > 1:  # its nodes meet at the first one
             out[f"{inst.name}_dist"] = 1
         if server == "vllm" and inst.role in ("context", "generation"):  # base + rank, per rank
-            out[f"{inst.name}_kv"] = role.tp_size * role.pp_size
+            out[f"{inst.name}_kv"] = role.tp_size * role.pp_size * role.dp_size  # every engine's ranks
         if server in ("sglang", "vllm") and inst.role == "router":
             out[f"{inst.name}_metrics"] = 1
     return out
@@ -74,7 +74,7 @@ def ports_used(p, inst, r: dict, ports: dict) -> list[tuple[int, str]]:
     out = [(v, f"its {name[len(inst.name) + 1:] or 'HTTP'} port") for name, v in ports.items()
            if (name == inst.name or name.startswith(inst.name + "_")) and not name.endswith("_kv")
            and isinstance(v, int)]
-    ranks = role.tp_size * role.pp_size
+    ranks = role.tp_size * role.pp_size * role.dp_size  # (vLLM: dp_size engines of tp x pp ranks)
     for name, value in r["env"].items():
         if name.endswith("_PORT") and str(value).isdigit():
             where = f"layout.roles.{inst.role}.env.{name}" if name in role.env else f"its {name}"

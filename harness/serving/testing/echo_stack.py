@@ -37,9 +37,12 @@ def _address(url: str) -> str:
 
 
 def _server(host: str, port: int, *extra: str) -> list[str]:
-    """The echo server on host:port (a worker of the stack)."""
+    """The echo server on host:port (a worker of the stack); with ECHO_STACK_RECORD_DIR, each chat request
+    it answers recorded in <dir>/<port>.jsonl (which worker a router sent what to)."""
+    record = os.environ.get("ECHO_STACK_RECORD_DIR")
     return [sys.executable, "-m", "harness.serving.testing.echo_openai", "--host", host, "--port", str(port),
-            "--token-delay-ms", os.environ.get("ECHO_STACK_TOKEN_DELAY_MS", "1"), *extra]
+            "--token-delay-ms", os.environ.get("ECHO_STACK_TOKEN_DELAY_MS", "1"), *extra,
+            *(["--record", os.path.join(record, f"{port}.jsonl")] if record else [])]
 
 
 def _router(host: str, port: int, context: list[str], generation: list[str]) -> list[str]:
