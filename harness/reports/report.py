@@ -8,7 +8,6 @@ from pathlib import Path
 
 from harness.loadgen.goodput import goodput_line
 from harness.loadgen.verdict import invalid_reason, is_valid, relaunch_lines
-from harness.reports.plots import plot_all, stats_markdown
 
 PCTS = ("p50", "p90", "p99")
 
@@ -133,6 +132,8 @@ def layout_markdown(layout: dict | None) -> list[str]:
 
 
 def render_markdown(report: dict, plots: list[str]) -> str:
+    from harness.reports.plots import stats_markdown  # numpy: a cached run's summary never renders
+
     p, a = report["performance"], report["accuracy"]
     n_err, first = _errors(p)
     lines = [f"# perfdag report: {report['model']}", "",
@@ -212,6 +213,8 @@ def _accuracy_table(a: dict) -> list[str]:
 def plot(requests: list[dict], out_dir: Path, title: str, performance: dict | None = None, chunks=None) -> list[str]:
     """The report's PNGs (harness/reports/plots.py): throughput by token arrival; for streamed runs latency
     over time, the per-request distributions and inter-token latency (`chunks`: chunks.npz); request lengths."""
+
+    from harness.reports.plots import plot_all  # numpy: a cached run's summary never plots
 
     return plot_all(requests, out_dir, title, performance or {}, chunks)
 
