@@ -14,6 +14,7 @@ from harness.config.schema import BUILTIN_CHECKPOINTS
 from harness.errors import InputError, PerfdagError, shorten
 from harness.mlperf import benchmarks
 from harness.mlperf.bfcl import env as bfcl_env
+from harness.model.datasets import jsonl_lines, jsonl_record
 from harness.model.speech import MAX_DURATION_S, check_clip, read_manifest
 from harness.untrusted import jsonio
 from harness.untrusted.files import not_regular, open_regular
@@ -142,8 +143,6 @@ def dataset_problems(fmt: str, path: str | None, max_line_bytes: int | None = No
         return speech_problems(Path(path).expanduser(), num_samples, audio_dir)
     if fmt != "jsonl" or not path:
         return []
-    # datasets imports the synthetic generator and numpy: only a dataset on disk pays for it
-    from harness.model.datasets import jsonl_lines, jsonl_record
 
     p = Path(path).expanduser()
     out: list[str] = []
@@ -209,7 +208,6 @@ def _scorer_rows(fmt: str, path: str, size: int, mtime_ns: int, num_samples: int
     problem); memoised by the file's (path, size, mtime_ns): params are resolved once per stage."""
     keys = ("dataset", "gt_output", "ground_truth")
     if fmt == "jsonl":
-        from harness.model.datasets import jsonl_lines  # numpy, via the synthetic generator
 
         rows = []
         with open_regular(path, "dataset file") as f:
