@@ -11,11 +11,8 @@ from pathlib import Path
 import luigi
 
 from harness.config import ParamsError
-from harness.loadgen.chunks import CHUNKS_FILE, read_chunks
-from harness.loadgen.results import read_requests_csv
 from harness.loadgen.verdict import is_valid
 from harness.mlperf.readiness import submission_warnings
-from harness.reports.plots import offsets, request_stats
 from harness.reports.repeats import converged, repeats_text
 from harness.reports.report import accuracy_passed, build_report, color_wanted, source, summary_text, write_report
 from harness.reports.sweep import fmt
@@ -99,6 +96,11 @@ class FullRun(StageTask):
         return dict(sorted(keys.items(), key=lambda kv: STAGE_ORDER.index(kv[0])))
 
     def build(self, out_dir: Path) -> dict:
+        # numpy, through these: only a report being built needs them, never a cached rerun
+        from harness.loadgen.chunks import CHUNKS_FILE, read_chunks
+        from harness.loadgen.results import read_requests_csv
+        from harness.reports.plots import offsets, request_stats
+
         up = self.upstream()
         perf_dir = observation_dir(up["performance"])
         perf = json.loads((perf_dir / "result.json").read_text())

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.loadgen.measure import run_accuracy
 from tasks.base import log
 from tasks.measuring import MeasuringStage
 from tasks.prepare_dataset import tokenizer_dir
@@ -19,6 +18,9 @@ class RunAccuracy(MeasuringStage):
 
 
     def build(self, out_dir: Path) -> dict:
+        # numpy and the client cores, through the LoadGen runner: imported when the stage builds, never on the cached no-op
+        from harness.loadgen.measure import run_accuracy
+
         servers, samples, ds = self.inputs()
         n = self.params.accuracy.num_samples
         samples = samples[:n] if n else samples

@@ -5,7 +5,6 @@ import json
 from pathlib import Path
 
 import harness.serving.role_timings as role_timings
-from harness.loadgen.measure import run_performance
 from harness.loadgen.verdict import answer_warnings
 from tasks.base import log
 from tasks.measuring import MeasuringStage
@@ -23,6 +22,9 @@ class RunLoadgen(MeasuringStage):
         return super().code() + (("harness.serving.role_timings",) if self.params.layout is not None else ())
 
     def build(self, out_dir: Path) -> dict:
+        # numpy and the client cores, through the LoadGen runner: imported when the stage builds, never on the cached no-op
+        from harness.loadgen.measure import run_performance
+
         servers, samples, ds = self.inputs()
         stack = role_timings.stack_of(self.params)
         before = role_timings.scrape(servers, stack)  # the layout's workers' /metrics, where the stack has them

@@ -12,13 +12,11 @@ from pathlib import Path
 from harness.cache.hashing import file_sha256
 from harness.config.sessions import SessionsSection
 from harness.errors import InputError
-from harness.reports.sessions import write_report
 from harness.serving.endpoints import endpoints_and_models, protocol_of
 from harness.serving.layout import front_door
 from harness.sessions.context import overflows
 from harness.sessions.scheduler import Plan
 from harness.sessions.trajectories import read_trajectories
-from harness.sessions.workload import Request, run_sessions
 from tasks.base import log
 from tasks.launch_servers import LaunchServers
 from tasks.measuring import MeasuringStage
@@ -83,6 +81,10 @@ class RunSessions(MeasuringStage):
         return out
 
     def build(self, out_dir: Path) -> dict:
+        # numpy, through the sessions' metrics: imported when the stage builds, never on the cached no-op
+        from harness.reports.sessions import write_report
+        from harness.sessions.workload import Request, run_sessions
+
         s = self.params.sessions
         servers = self.upstream()["servers"].measured_servers()
         if protocol_of(servers) != "openai-http":

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.mlperf.compliance import TEST09_TOLERANCE, own_test09_bounds, verification_settings, verify_test09
 from tasks.audited_run import AuditedRun
 from tasks.registry import register
 
@@ -17,6 +16,9 @@ class RunTest09(AuditedRun):
     test = "TEST09"
 
     def check_log(self, out_dir: Path, entries: list[dict], samples, ds) -> dict:
+        # numpy, through the log readers and scorers: imported when a stage builds, never on the cached no-op
+        from harness.mlperf.compliance import TEST09_TOLERANCE, own_test09_bounds, verification_settings, verify_test09
+
         if not self.own_references():
             return verify_test09(entries)
         bounds, mean = own_test09_bounds(self.reference_log(entries, samples, self.tokenizer(ds)))

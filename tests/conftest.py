@@ -50,7 +50,23 @@ def group_of(nodeid: str) -> str:
     return nodeid if stem in PER_TEST else stem
 
 
+# The fast lane (`pytest -m "not slow"`, README's Tests): every test here is marked `slow`, the one
+# place that says which. Whole modules whose tests start luigi runs, tritonserver, `transformers serve`,
+# Slurm or training (most take 15 s to minutes on 2 cores), and any test anywhere that uses a root
+# built by luigi (its first user pays minutes for the build). CI runs everything (.ci/run).
+SLOW_MODULES = set(LONGEST_FIRST) | {
+    "test_adv_results", "test_adv_verify", "test_bench_url", "test_code_keys", "test_compare", "test_dag_run",
+    "test_failed_runs", "test_frontier", "test_gc", "test_interrupt", "test_invalidation", "test_loadgen_sut",
+    "test_multinode_slurm", "test_observations", "test_qwen3_vl_standin", "test_search", "test_serve_stages",
+    "test_serving", "test_sessions", "test_shared_across_nodes", "test_status_diff", "test_status_why",
+    "test_triton_generate", "test_trtllm_golden", "test_trust_inputs", "test_whisper_fullrun"}
+SLOW_FIXTURES = {"built_fast", "built_default"}
+
+
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if Path(item.nodeid.split("::", 1)[0]).stem in SLOW_MODULES or SLOW_FIXTURES & set(item.fixturenames):
+            item.add_marker(pytest.mark.slow)
     rank = {g: i for i, g in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(Path(item.nodeid.split("::", 1)[0]).stem, len(rank)))  # stable: modules stay whole
 

@@ -47,13 +47,14 @@ def test_fullrun_reports_performance_and_accuracy_and_stops_its_servers(root):
     assert (only(root, "CheckAccuracy/*") / "accuracy.json").is_file()
     assert tritonservers_under(root) == []  # FullRun stopped what it started
 
-    # A fully cached rerun: the same summary, and nothing heavy imported (no torch).
+    # A fully cached rerun: the same summary, and nothing heavy imported (no torch, numpy or httpx).
     again = subprocess.run([sys.executable, "-X", "importtime", "-m", "luigi", "--module", "pipeline", "FullRun",
                             "--local-scheduler", "--overrides", SHORT], cwd=REPO, capture_output=True, text=True,
                            env={**os.environ, "PERFDAG_ARTIFACTS": str(root)}, timeout=120)
     assert again.returncode == 0 and "perfdag FullRun" in again.stdout
     imported = {line.rsplit("|", 1)[-1].strip() for line in again.stderr.splitlines() if "import time:" in line}
-    assert not {m for m in imported if m.split(".")[0] in ("torch", "transformers", "modelopt", "matplotlib")}
+    assert not {m for m in imported if m.split(".")[0] in ("torch", "transformers", "modelopt", "matplotlib", "numpy",
+                                                           "httpx")}
 
 
 def test_loadgen_change_reruns_only_runloadgen_and_target_only_checkaccuracy(root):

@@ -14,7 +14,6 @@ from harness.config.schema import BUILTIN_CHECKPOINTS
 from harness.errors import InputError, PerfdagError, shorten
 from harness.mlperf import benchmarks
 from harness.mlperf.bfcl import env as bfcl_env
-from harness.mlperf.codeexec import livecodebench
 from harness.model.datasets import jsonl_lines, jsonl_record
 from harness.model.speech import MAX_DURATION_S, check_clip, read_manifest
 from harness.untrusted import jsonio
@@ -182,7 +181,12 @@ def livecodebench_problems(p) -> list[str]:
     except KeyError:
         return []  # benchmark_problems names it
     d = p.dataset
-    if bench not in livecodebench.RELEASES or d.format == "builtin" or not d.path:
+    if d.format == "builtin" or not d.path:
+        return []
+    # livecodebench imports the scorers and numpy: only a dataset on disk pays for it, never a builtin one
+    from harness.mlperf.codeexec import livecodebench
+
+    if bench not in livecodebench.RELEASES:
         return []
     try:
         path = Path(d.path).expanduser()

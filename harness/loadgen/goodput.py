@@ -8,7 +8,6 @@ every completed request counts). Read from requests.csv, the client's own per-re
 from __future__ import annotations
 
 from harness.config.slo import Limit
-from harness.loadgen.results import latency_start_ms
 
 #: requests.csv's column for each SLO metric.
 COLUMNS = {"ttft": "ttft_ms", "tpot": "tpot_ms", "e2e": "latency_ms"}
@@ -26,6 +25,8 @@ def meets(request: dict, limits: tuple[Limit, ...]) -> bool:
 def goodput(requests: list[dict], limits: tuple[Limit, ...]) -> dict | None:
     """{slo, requests, good, share, samples_per_s, tokens_per_s}: the throughputs over the run's span
     (first issue to last completion), counting the requests that met the SLO. None without requests."""
+    from harness.loadgen.results import latency_start_ms  # numpy: the summary's goodput_line needs none
+
     if not requests:
         return None
     good = [r for r in requests if meets(r, limits)]

@@ -41,7 +41,6 @@ from harness.cache.hashing import file_sha256
 from harness.errors import InputError
 from harness.model.corpus import corpus_lines
 from harness.model.messages import messages_text
-from harness.model.synthetic import synthetic_samples
 from harness.untrusted import jsonio
 from harness.untrusted.files import not_regular, open_regular
 
@@ -151,6 +150,8 @@ def _make_synthetic(tokenizer_dir, num_samples: int, settings, max_new_tokens: i
     if settings is None or max_new_tokens is None or tokenizer_dir is None:
         raise DatasetError("the synthetic dataset needs its settings (dataset.synthetic), max_new_tokens and a tokenizer")
     from transformers import AutoTokenizer
+
+    from harness.model.synthetic import synthetic_samples  # numpy: kept off the path that only checks params
 
     tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
     return [Sample(index=i, input_ids=ids, reference_text="", max_new_tokens=osl)

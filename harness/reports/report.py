@@ -8,9 +8,7 @@ from pathlib import Path
 
 import harness.host.state as host_state
 from harness.loadgen.goodput import goodput_line
-from harness.loadgen.results import sources
 from harness.loadgen.verdict import answer_warnings, invalid_reason, is_valid, relaunch_lines
-from harness.reports.plots import plot_all, stats_markdown
 
 PCTS = ("p50", "p90", "p99")
 
@@ -23,6 +21,8 @@ def _pcts(d: dict | None) -> dict:
 def build_report(stage_keys: dict[str, str], perf: dict, accuracy: dict | None, model_name: str) -> dict:
     """The report of a measurement and, unless `accuracy` is None (`pipeline bench`: a performance run
     only), its accuracy check."""
+    from harness.loadgen.results import sources  # numpy: a cached run's summary builds no report
+
     return {
         "model": model_name,
         "stages": stage_keys,
@@ -149,6 +149,8 @@ def layout_markdown(layout: dict | None) -> list[str]:
 
 
 def render_markdown(report: dict, plots: list[str]) -> str:
+    from harness.reports.plots import stats_markdown  # numpy: a cached run's summary never renders
+
     p, a = report["performance"], report["accuracy"]
     n_err, first = _errors(p)
     lines = [f"# perfdag report: {report['model']}", "",
@@ -239,6 +241,8 @@ def _accuracy_table(a: dict) -> list[str]:
 def plot(requests: list[dict], out_dir: Path, title: str, performance: dict | None = None, chunks=None) -> list[str]:
     """The report's PNGs (harness/reports/plots.py): throughput by token arrival; for streamed runs latency
     over time, the per-request distributions and inter-token latency (`chunks`: chunks.npz); request lengths."""
+
+    from harness.reports.plots import plot_all  # numpy: a cached run's summary never plots
 
     return plot_all(requests, out_dir, title, performance or {}, chunks)
 

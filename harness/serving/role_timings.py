@@ -14,8 +14,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import httpx
-
 from harness.serving.bounded import read_body
 from harness.serving.processes import ServerError
 from harness.serving.spec import url_of
@@ -67,6 +65,8 @@ def scrape(servers: list[dict], stack: str | None, timeout_s: float = 5.0) -> di
     """Each worker instance's metrics by address (None: no stack to read; {} for an instance that did not answer)."""
     if stack is None:
         return None
+    import httpx  # heavy (~0.1 s): only a run that scrapes servers pays for it, never the cached no-op
+
     out = {}
     for rec in servers:
         if rec.get("role") in (None, "router"):
