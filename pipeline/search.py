@@ -18,7 +18,6 @@ from harness.config import ParamsError
 from harness.config.slo import parse_slo
 from harness.search import evidence
 from harness.loadgen.goodput import goodput
-from harness.loadgen.results import read_requests_csv, sources
 from harness.search.judge import judge, limits_in_force, progress_line
 from harness.search.plan import Outcome, Plan, Probe, plan
 from pipeline.full_run import FullRun
@@ -174,9 +173,13 @@ class FindMaxLoad(StageTask):  # not in STAGES: a flow over RunLoadgen probes, a
 
     def goodput(self, result: dict, run_dir: Path) -> dict | None:
         """A run's goodput under the SLO the search is judged by (result.json's is under MLPerf's limits)."""
+        from harness.loadgen.results import read_requests_csv  # numpy: only once a probe has run
+
         return goodput(read_requests_csv(run_dir / "requests.csv"), limits_in_force(result, self.slo))
 
     def _row(self, p: Probe, task, result: dict, out: Outcome) -> dict:
+        from harness.loadgen.results import sources  # numpy: only once a probe has run
+
         return {"value": p.value, "repeat": p.repeat, "key": task.key, "passed": out.passed, "reason": out.reason,
                 "margin": out.margin, "stats": out.stats, "valid": result.get("valid"), "loadgen": out.loadgen,
                 "samples_per_s": result.get("samples_per_s"), "tokens_per_s": result.get("tokens_per_s"),

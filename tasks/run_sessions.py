@@ -15,7 +15,6 @@ from harness.errors import InputError
 from harness.serving.endpoints import endpoints_and_models, protocol_of
 from harness.serving.layout import front_door
 from harness.sessions.context import overflows
-from harness.sessions.scheduler import Plan
 from harness.sessions.trajectories import read_trajectories
 from tasks.base import log
 from tasks.launch_servers import LaunchServers
@@ -82,7 +81,7 @@ class RunSessions(MeasuringStage):
 
     def build(self, out_dir: Path) -> dict:
         # numpy, through the sessions' metrics: imported when the stage builds, never on the cached no-op
-        from harness.reports.sessions import write_report
+        from harness.sessions.scheduler import Plan  # the chat core, numpy with it
         from harness.sessions.workload import Request, run_sessions
 
         s = self.params.sessions
@@ -114,5 +113,6 @@ class RunSessions(MeasuringStage):
 
     def after_measurement(self, out_dir: Path) -> None:
         """report.md once result.json holds the host's state too."""
+        from harness.reports.sessions import write_report  # numpy, as in build
         rows = [json.loads(line) for line in (out_dir / "turns.jsonl").read_text().splitlines()]
         write_report(out_dir, json.loads((out_dir / "result.json").read_text()), rows)
