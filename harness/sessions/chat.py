@@ -67,7 +67,8 @@ class _TurnStream(EventScan):
     """The chat core's scan of a stream (openai_chat._ChatStream), keeping each output read's time."""
 
     def __init__(self, reply: ChatReply, max_event: int):
-        super().__init__(SimpleNamespace(max_event=max_event), None)  # the bound is all it takes of a core
+        # the bound is all it takes of a core; a replay counts no finish reasons (the LoadGen cores' empty-answer check)
+        super().__init__(SimpleNamespace(max_event=max_event, note_finish=lambda qid, reason: None), None)
         self.reply = reply
         self.kept: list[bytes] = []
 
