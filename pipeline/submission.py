@@ -13,6 +13,9 @@ YAML (`--system`) plus what perfdag reads from the machine, checked before anyth
 performance/result_summary.json, accuracy/accuracy_results.json per scenario, from perfdag's own
 measurement: a LoadGen run's client-side numbers, or a session replay for a benchmark measured by one,
 qwen3.6-27b), for the benchmarks the round's checker reads in it; the default is the benchmark's first.
+
+Over 400 lines: one luigi task that gathers every stage a tree needs, in both layouts; the tree's
+contents are written by harness/mlperf/ (submission, endpoints_layout), not here.
 """
 from __future__ import annotations
 

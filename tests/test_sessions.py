@@ -21,6 +21,7 @@ from harness.sessions.salts import salt, salted
 from harness.sessions.scheduler import Plan
 from harness.sessions.trajectories import read_trajectories
 from harness.sessions.workload import SCHEDULER, Request, run_sessions
+from harness.untrusted.limits import MAX_EVENT_BYTES
 
 SYSTEM = "You are an agent with a bash tool."
 TOOLS = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]
@@ -361,7 +362,7 @@ def test_streamed_tool_calls_are_joined():
               {"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": 'and": "git log"}'}}]}}]},
               {"choices": [{"delta": {"reasoning_content": "hm"}, "finish_reason": "tool_calls"}],
                "usage": {"completion_tokens": 9}}]
-    scan = _TurnStream(r)
+    scan = _TurnStream(r, MAX_EVENT_BYTES)
     for e in events:  # one read per event
         scan.feed(f"data: {json.dumps(e)}\n\n".encode())
     scan.feed(b"data: [DONE]\n\n")
@@ -373,7 +374,7 @@ def test_streamed_tool_calls_are_joined():
     assert r.usage == {"completion_tokens": 9}
     assert inline.bash_actions(r.message()) == ["git", "ls"] and r.finish_reason == "tool_calls"
     with pytest.raises(RuntimeError, match="server error"):
-        _TurnStream(ChatReply(t_sent=0.0)).feed(b'data: {"error": {"message": "boom"}}\n\n')
+        _TurnStream(ChatReply(t_sent=0.0), MAX_EVENT_BYTES).feed(b'data: {"error": {"message": "boom"}}\n\n')
 
 
 def test_inline_accuracy_end_to_end_over_http(echo_tools, tmp_path):
