@@ -366,7 +366,7 @@ def test_streamed_tool_calls_are_joined():
     for e in events:  # one read per event
         scan.feed(f"data: {json.dumps(e)}\n\n".encode())
     scan.feed(b"data: [DONE]\n\n")
-    _read(r, scan.end(), True)
+    _read(r, scan.end(), True, MAX_EVENT_BYTES)
     calls = r.message()["tool_calls"]
     assert [c["function"]["arguments"] for c in calls] == ['{"command": "git log"}', '{"command": "ls"}']
     assert [c["id"] for c in calls] == ["a", "b"] and r.reasoning_content == "hm"
