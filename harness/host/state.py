@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Sequence
 
 from harness.cpus import available_cpus
-from harness.serving.processes import is_own_process
+from harness.serving.processes import is_same_process
 from harness.serving.spec import on_this_host, url_of
 
 KEY = "host"  # result.json's and report.json's key
@@ -103,7 +103,7 @@ def _server_sources(servers: Sequence[dict]) -> list[dict]:
         url = url_of(rec)
         entry = {"server": url, "pid": None, "from": None, "why": None}
         if not rec.get("external") and on_this_host(rec) and \
-                is_own_process(rec.get("pid"), rec.get("create_time"), rec.get("token"), rec.get("_root_id")):
+                is_same_process(rec.get("pid"), rec.get("create_time")):  # its CPU is only read, never signalled
             entry.update(pid=rec["pid"], **{"from": "pid"})
         elif rec.get("external") and rec.get("host") in LOCAL + (socket.gethostname(),) \
                 and (pid := _listening_pid(int(rec.get("port") or rec.get("grpc_port") or 0))):
