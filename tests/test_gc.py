@@ -160,9 +160,11 @@ def test_in_use_survives_with_its_upstream(tmp_path, monkeypatch):
     dead = artifact(root, "LaunchServers", "dead", {"repo": artifact(root, "FillTritonRepo", "dead-repo")},
                     servers=[{"external": True, "host": "10.0.0.8", "grpc_port": 8001, "models": ["m"]}])
     # A server process perfdag started (spawn gives it its launch token) that runs but is not ready (yet): in use.
-    from harness.serving.processes import spawn
+    from harness.serving.processes import root_id, spawn
 
-    started_server = spawn([sys.executable, "-c", "import time; time.sleep(60)"], tmp_path / "server.log")
+    # launched for this root (its identity beside the token), as LaunchServers launches
+    started_server = spawn([sys.executable, "-c", "import time; time.sleep(60)"], tmp_path / "server.log",
+                           root=root_id(root))
     proc = started_server.proc
     try:
         import psutil
