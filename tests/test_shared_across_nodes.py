@@ -21,13 +21,13 @@ def slurm_says(monkeypatch):
     monkeypatch.setattr(elsewhere, "node_address", lambda name: {"a": "10.1.0.7", "b": "10.1.0.8"}[name])
 
 
-def _task() -> LaunchServers:
+def _task(overrides: str = "") -> LaunchServers:
     Register.clear_instance_cache()  # a task of this test's artifacts root
-    return LaunchServers()
+    return LaunchServers(overrides=overrides)
 
 
 def _published(task, host: str) -> dict:
-    rec = {"host": host, "port": 8001, "models": ["m"], "pid": 4242, "node": "a", "launch_job": "77"}
+    rec = {"host": host, "port": 8001, "models": ["tensorrt_llm"], "pid": 4242, "node": "a", "launch_job": "77"}
     task.artifact_dir.mkdir(parents=True)
     (task.artifact_dir / "servers.json").write_text(json.dumps({"servers": [rec]}))
     return rec
@@ -45,7 +45,7 @@ def test_servers_on_loopback_of_another_node_are_not_replaced_and_the_error_name
 
 
 def test_servers_of_a_running_job_elsewhere_are_left_and_once_it_ended_replaced(artifacts, slurm_says):
-    task = _task()
+    task = _task("triton.bind=0.0.0.0")  # shared across nodes: a record at the node's address agrees with it
     rec = _published(task, "10.1.0.7")
     assert elsewhere.reachable_from_here(rec)
     with pytest.raises(ServingError, match="they did not answer from b at 10.1.0.7:8001"):
