@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from harness.mlperf import benchmarks
+from harness.mlperf.submission import write_top
 from harness.untrusted import yamlio
 
 #: perfdag's distribution keys (harness/loadgen/chunks.py: p50, p99_9...) -> endpoints' percentile keys.
@@ -125,17 +126,7 @@ def assemble(root: Path, *, division: str, submitter: str, system: str, benchmar
              system_desc: dict, measurements: dict, runs: list[EndpointsRun], src_readme: str, params_yaml: str,
              version: str, git_sha: str | None) -> list[str]:
     """Writes the endpoints tree under `root` (which must not exist yet); returns its files, relative."""
-    if root.exists():
-        raise FileExistsError(root)
-    top = root / division / submitter
-    (top / "systems").mkdir(parents=True)
-    (top / "systems" / f"{system}.json").write_text(json.dumps(system_desc, indent=2) + "\n")
-    src = top / "src" / benchmark
-    src.mkdir(parents=True)
-    (src / "README.md").write_text(src_readme)
-    (src / "params.yaml").write_text(params_yaml)
-    if maps_to:
-        (top / "model_mapping.json").write_text(json.dumps({benchmark: maps_to}, indent=2) + "\n")
+    top = write_top(root, division, submitter, system, benchmark, maps_to, system_desc, src_readme, params_yaml)
     name = maps_to or benchmark
     for r in runs:
         d = top / "results" / system / benchmark / r.scenario

@@ -125,10 +125,10 @@ def scenario_dir(root: Path, division: str, submitter: str, system: str, benchma
     return root / division / submitter / "results" / system / benchmark / scenario
 
 
-def assemble(root: Path, *, division: str, submitter: str, system: str, benchmark: str, maps_to: str | None,
-             system_desc: dict, measurements: dict, runs: list[ScenarioRuns], src_readme: str,
-             params_yaml: str) -> list[str]:
-    """Writes the tree under `root` (which must not exist yet); returns its files, relative."""
+def write_top(root: Path, division: str, submitter: str, system: str, benchmark: str, maps_to: str | None,
+              system_desc: dict, src_readme: str, params_yaml: str) -> Path:
+    """A new tree's parts above its results, the same in both layouts: the system description, the
+    source README and params, the model mapping. `root` must not exist yet. Returns the submitter's folder."""
     if root.exists():
         raise FileExistsError(root)
     top = root / division / submitter
@@ -140,6 +140,14 @@ def assemble(root: Path, *, division: str, submitter: str, system: str, benchmar
     (src / "params.yaml").write_text(params_yaml)
     if maps_to:
         (top / "model_mapping.json").write_text(json.dumps({benchmark: maps_to}, indent=2) + "\n")
+    return top
+
+
+def assemble(root: Path, *, division: str, submitter: str, system: str, benchmark: str, maps_to: str | None,
+             system_desc: dict, measurements: dict, runs: list[ScenarioRuns], src_readme: str,
+             params_yaml: str) -> list[str]:
+    """Writes the tree under `root` (which must not exist yet); returns its files, relative."""
+    write_top(root, division, submitter, system, benchmark, maps_to, system_desc, src_readme, params_yaml)
     for r in runs:
         d = scenario_dir(root, division, submitter, system, benchmark, r.scenario)
         _copy_logs(r.performance, d / "performance" / "run_1")
