@@ -172,7 +172,8 @@ def test_bench_repeat_3_gives_intervals_and_the_host_and_says_when_answers_are_e
             assert len(host["load_before"]) == len(host["load_after"]) == 3 and host["client_cpu_s"] > 0
             (server,) = host["servers"]
             assert server["pid"] == proc.pid and server["from"] == "pid (found by its port)", server
-            assert server["cpu_s"] > 0 and isinstance(host["busy"], bool)
+            # A number, possibly 0.0: the echo server's few answers can take under one clock tick (10 ms).
+            assert isinstance(server["cpu_s"], float) and server["cpu_s"] >= 0 and isinstance(host["busy"], bool)
         report = json.loads((root / "Bench" / key16 / "report.json").read_text())
         assert report["host"]["servers"][0]["pid"] == proc.pid and report["performance"]["answer_warnings"] == []
         assert "not submittable" not in run.stdout or "accuracy is scored" not in run.stdout  # no accuracy advice
