@@ -29,3 +29,25 @@ def test_import_pipeline_loads_no_heavy_library():
     assert {"FullRun", "RunLoadgen", "CheckAccuracy", "Sweep"} <= set(out["tasks"])  # the DAG is all there
     heavy = sorted(set(FORBIDDEN) & set(out["loaded"]))
     assert not heavy, f"`import pipeline` loads {heavy}: import them where a stage builds, not at module level"
+
+
+STATUS_PROBE = """
+import contextlib, io, json, sys
+from pipeline.cli import main
+with contextlib.redirect_stdout(io.StringIO()) as out:
+    rc = main(["status"])
+print(json.dumps({"rc": rc, "loaded": sorted({m.split(".")[0] for m in sys.modules}), "out": out.getvalue()}))
+"""
+
+
+def test_status_loads_no_heavy_library(tmp_path):
+    """`python -m pipeline status` builds every command's parser; a command's heavy imports (the scorers'
+    numpy for `score`) wait for its run, so status pays for none of them."""
+    env = {"PATH": "/usr/bin:/bin", "PERFDAG_ARTIFACTS": str(tmp_path / "artifacts")}
+    proc = subprocess.run([sys.executable, "-c", STATUS_PROBE], cwd=REPO, capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["rc"] == 0 and "FullRun" in out["out"]
+    heavy = sorted(set(FORBIDDEN) & set(out["loaded"]))
+    assert not heavy, f"`python -m pipeline status` loads {heavy}: import them in the command's run()"

@@ -8,8 +8,6 @@ from types import SimpleNamespace
 
 from harness.errors import InputError
 from harness.mlperf import benchmarks
-from harness.mlperf.evaluate import evaluate, read_scoring_dataset, read_tokenizer
-from harness.model.speech import read_manifest
 
 EXIT_FAIL = 11
 
@@ -58,6 +56,10 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    # Here, not at the top: the scorers bring numpy, which `python -m pipeline status` and the other
+    # commands sharing this parser never use (issue 51).
+    from harness.mlperf.evaluate import evaluate, read_scoring_dataset, read_tokenizer
+
     try:
         bench = benchmarks.get(args.benchmark)
     except KeyError:
@@ -101,6 +103,8 @@ def run(args) -> int:
 
 def manifest_samples(path: Path) -> list:
     """A whisper manifest's kept rows (the reference's Manifest: over 30 s dropped) as samples to score."""
+    from harness.model.speech import read_manifest
+
     if not path.is_file():
         raise InputError(f"--dataset: {path} is not a file")
     return [SimpleNamespace(index=i, reference_text=c.transcript, reference_ids=None, meta={"columns": {}})
