@@ -86,7 +86,8 @@ def _compliance_passes(bench: str, params: str, root, tmp_path):
 
 
 def test_the_edge_standins_documented_commands_end_valid(tmp_path):
-    """llama3.1-8b-edge as docs/mlperf.md runs it: SingleStream (its params' scenario), then Offline. Its
+    """llama3.1-8b-edge as docs/mlperf.md runs it: SingleStream (its params' scenario), then Offline, each
+    VALID and scored with llama3.1-8b's ROUGE and gen_len (the stand-in taught its answers). Its
     shipped single_stream_expected_latency_ms of 100 ended INVALID wherever a query took under 46 ms (216
     queries run out before 10 s); auto measures the latency with a probe first, and the run lasts min_duration."""
     root = tmp_path / "artifacts"
@@ -94,10 +95,16 @@ def test_the_edge_standins_documented_commands_end_valid(tmp_path):
     for extra in ([], ["--overrides", "loadgen.scenario=Offline"]):
         proc = run_luigi("FullRun", "--params-file", params, *extra, artifacts=root, timeout=1400)
         assert "result     VALID" in proc.stdout and "accuracy   PASS" in proc.stdout, proc.stdout[-3000:]
+        # scored with llama3.1-8b's ROUGE and gen_len against the stand-in's own references
+        acc = json.loads(max(root.glob("CheckAccuracy/*/accuracy.json"), key=lambda f: f.stat().st_mtime).read_text())
+        assert acc["benchmark"] == "llama3.1-8b-edge"
+        assert set(acc["required"]) == {"rouge1", "rouge2", "rougeL", "rougeLsum", "gen_len"}
+        assert all(acc["scores"][m] > 0 for m in acc["required"]), acc["scores"]
     results = {r["scenario"]: r for r in (json.loads(f.read_text()) for f in root.glob("RunLoadgen/*/result.json"))}
     ss = results["SingleStream"]
     auto = ss["single_stream_expected_latency_ms_auto"]
     assert auto["single_stream_expected_latency_ms"] > 0 and auto["probe_queries"] >= 16
     assert ss["valid"] == "VALID" and ss["min_duration_met"], ss
     assert results["Offline"]["valid"] == "VALID" and results["Offline"]["offline_expected_qps_auto"]
+    assert results["Offline"]["single_stream"] is None
     assert tritonservers_under(root) == []
