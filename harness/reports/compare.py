@@ -2,9 +2,9 @@
 outside the noise (harness/stats/noise.py), and the parameters that differ.
 
 Each side is a set of observations of one report's key (a FullRun's, or a Bench's: a running server
-measured, pipeline/bench.py): the named one and, where its run measured
-the key several times (`--repeat`), those repeats; else every trusted observation of the key (the
-noise floor measured for it before). A metric's change is called worse or better only when the two
+measured, pipeline/bench.py): the named one and, where its run measured the key several times
+(`--repeat`), those repeats; else every trusted observation of the key (the noise floor measured for
+it before). A metric's change is called worse or better only when the two
 sets differ (Mann-Whitney, p <= 0.10) by more than its floor (Nightly's: 5% for throughput, 10% for
 latency); two observations of one key are one configuration measured twice, never worse or better.
 """
@@ -94,9 +94,9 @@ def _read(report_dir: Path) -> tuple[dict, dict]:
 
 
 def load(found: "Path | dict", store=None) -> dict:
-    """A FullRun or Bench observation (what `resolve` found, or a directory): its report, the resolved parameters
-    it ran with, and its repeats (`repeats`: the reports of the observations its noise is measured
-    from, `repeats_from`: which). An observation found in the store that is not what was published
+    """A FullRun or Bench observation (what `resolve` found, or a directory): its report, the resolved
+    parameters it ran with, and its repeats (`repeats`: the reports of the observations its noise is
+    measured from, `repeats_from`: which). An observation found in the store that is not what was published
     (its files, its signature, what it was made from, or another observation's place) is refused."""
     if not isinstance(found, dict):
         found = {"dir": Path(found), "name": str(found)}
@@ -111,8 +111,8 @@ def load(found: "Path | dict", store=None) -> dict:
         if len(peers) > 1:
             repeats, ids = [_read(Path(o["dir"]))[0] for o in peers], [o["id"] for o in peers]
     return {"name": found["name"], "report": report, "params": params, "dir": str(report_dir),
-            "stage": found.get("stage"), "key": found.get("key"), "id": found.get("id"), "repeats": repeats, "repeats_from": how,
-            "repeat_ids": ids}
+            "stage": found.get("stage"), "key": found.get("key"), "id": found.get("id"), "repeats": repeats,
+            "repeats_from": how, "repeat_ids": ids}
 
 
 def repeats_of(store, key: str, obs_id: str | None, stage: str = "FullRun") -> tuple[list[dict], str]:

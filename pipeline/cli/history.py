@@ -1,10 +1,10 @@
 """`python -m pipeline history KEY_OR_PARAMS`: the observations of one FullRun or Bench configuration.
 
-The configuration is a FullRun or Bench key (its first characters will do; `python -m pipeline bench`
-prints its Bench key) or a params file (with --overrides) whose FullRun key perfdag computes, or its
-Bench key where the file measures a running server (openai.endpoints) and that key has observations;
-nothing runs. Every execution of a measurement is an observation of its key, kept; each is listed
-with its headline numbers, newest first.
+The configuration is a FullRun or Bench key (its first characters will do; `python -m pipeline
+bench`'s summary names its report, Bench/<key16>/report.md) or a params file (with --overrides)
+whose FullRun key perfdag computes, or its Bench key where the file measures a running server
+(openai.endpoints) and that key has observations; nothing runs. Every execution of a measurement is
+an observation of its key, kept; each is listed with its headline numbers, newest first.
 """
 from __future__ import annotations
 
