@@ -56,7 +56,11 @@ def test_compare_by_key_prefix_json_and_a_clear_error(artifacts, capsys):
     doc = json.loads(capsys.readouterr().out)
     assert doc["params"] == [] and next(m for m in doc["metrics"] if m["metric"] == "tokens/s")["delta"] == pytest.approx(0.1)
     assert main(["compare", "aaaa", "nothing-like-it"]) == 2
-    assert "not a report.json or its directory, a FullRun or Bench key (prefix)" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "'nothing-like-it': no FullRun or Bench key under" in err and "nor is it a report.json, its directory" in err
+    assert main(["compare", "aaaa", "no/such/report.json"]) == 2
+    err = capsys.readouterr().err
+    assert "'no/such/report.json': not a report.json or its directory, a FullRun or Bench key" in err
     with pytest.raises(InputError):
         from pipeline.cli.compare import resolve
         resolve("", ArtifactStore(artifacts))
@@ -237,8 +241,8 @@ def test_a_prefix_of_a_fullrun_and_a_bench_key_or_a_run_of_neither_is_refused_na
     assert "run 20261103T000000000000Z-3 touched 0 FullRun or Bench reports (none; it ran PrepareDataset)" in err
     assert main(["history", "ffff"]) == 2
     err = capsys.readouterr().err
-    assert "'ffff': not a report.json or its directory, a FullRun or Bench key (prefix)" in err
-    assert "`python -m pipeline history KEY` lists" in err
+    assert f"'ffff': no FullRun or Bench key under {artifacts} starts with it, and it is no params file" in err
+    assert f"the keys are the directory names under {artifacts / 'FullRun'} and {artifacts / 'Bench'}" in err
 
 
 def test_a_bench_observation_named_by_its_directory_is_checked_as_one(artifacts, capsys):

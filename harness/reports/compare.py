@@ -281,9 +281,9 @@ def _observation(store, stage: str, key: str, obs_id: str | None, name: str) -> 
 
 
 def _not_named(arg: str, root: Path) -> InputError:
-    return InputError(f"{arg!r}: not a report.json or its directory, a FullRun or Bench key (prefix), KEY@OBSERVATION "
-                      f"or a run id under {root / 'runs'}; `python -m pipeline history KEY` lists a key's "
-                      "observations")
+    return InputError(f"{arg!r}: not a report.json or its directory, a FullRun or Bench key (prefix), "
+                      f"KEY@OBSERVATION or a run id under {root / 'runs'}; `python -m pipeline history KEY` lists a "
+                      "key's observations")
 
 
 def keys_of(stage: str, prefix: str, root: Path) -> set[str]:
@@ -301,15 +301,18 @@ def keys_of(stage: str, prefix: str, root: Path) -> set[str]:
     return keys
 
 
-def report_key(prefix: str, root: Path) -> tuple[str, str]:
+def report_key(prefix: str, root: Path, named: str = "") -> tuple[str, str]:
     """The one report stage (FullRun or Bench) and key of it starting with `prefix`: a prefix that
-    starts several keys, of one stage or of both, is refused naming each."""
+    starts several keys, of one stage or of both, is refused naming each (`named`: what else the
+    argument could have been, said when it is no key at all)."""
     found = [(stage, k) for stage in REPORT_STAGES for k in sorted(keys_of(stage, prefix, root))]
     if len(found) == 1:
         return found[0]
     if not found:
-        raise _not_named(prefix, root)
-    names = ", ".join(f"{stage} {k[:16]}" for stage, k in found)
+        raise InputError(f"{prefix!r}: no FullRun or Bench key under {root} starts with it{named}; the keys are "
+                         f"the directory names under {root / 'FullRun'} and {root / 'Bench'}")
+    names = ", ".join(f"{stage} {k[:16]}" for stage, k in found[:6]) + (
+        f" and {len(found) - 6} more" if len(found) > 6 else "")
     raise InputError(f"{prefix!r}: {len(found)} keys start with it ({names}); give more characters of the one "
                      "you mean")
 
@@ -331,7 +334,7 @@ def resolve(arg: str, store) -> dict:
     prefix, _, obs = arg.partition("@")
     if not prefix or any(c in prefix for c in "/*?[") or not observations.is_id(obs or "x"):
         raise _not_named(arg, root)
-    stage, key = report_key(prefix, root)
+    stage, key = report_key(prefix, root, f", nor is it a report.json, its directory or a run id under {root / 'runs'}")
     return _observation(store, stage, key, obs or None, arg)
 
 

@@ -33,7 +33,7 @@ def run(args) -> int:
     if args.config.endswith((".yaml", ".yml")) or Path(args.config).is_file():
         stage, key = of_params(store, args.config, args.overrides)
     else:
-        stage, key = report_key(args.config, store.root)
+        stage, key = report_key(args.config, store.root, ", and it is no params file")
     rows = history(store, key, stage)
     print(json.dumps({"stage": stage, "key": key, "observations": rows}, indent=2, default=str) if args.json
           else render(key, rows, stage))
