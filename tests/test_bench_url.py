@@ -191,3 +191,63 @@ def test_bench_repeat_3_gives_intervals_and_the_host_and_says_when_answers_are_e
     assert "  result     VALID" in empty.stdout
     said = next((x for x in empty.stdout.splitlines() if x.startswith("  WARNING    answers: ")), "")
     assert re.search(r"answers: 1[5-6] of 16 answers \(\d+%\) were empty \(no token", said), empty.stdout[-2000:]
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory) -> Path:
+    """A tokenizer trained in seconds: what the echo server's dataset is tokenized with (no model built)."""
+    from harness.model.tiny import train_tokenizer
+
+    d = tmp_path_factory.mktemp("tok")
+    train_tokenizer(512, d)
+    return d
+
+
+def test_two_benches_are_observations_that_history_lists_and_compare_takes(tokenizer_dir, tmp_path, monkeypatch,
+                                                                           capsys):
+    """`bench` run twice against one server (the second measures again): `history <Bench key>` lists both
+    observations, and `compare` takes them by run id, by KEY@OBSERVATION and by key, printing what it
+    prints for FullRuns (each side named, the one-key warning, each metric with its change and verdict)."""
+    root = tmp_path / "artifacts"
+    url, proc = _echo()
+    try:
+        args = ("--url", url, "--model", "echo", "--tokenizer", str(tokenizer_dir), "--server", "vllm",
+                "--scenario", "Offline", "--overrides", TINY)
+        for extra in ((), ("--rerun-from", "RunLoadgen")):
+            run = bench(root, *args, *extra)
+            assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-5000:]
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    first, second = (r["run_id"] for r in run_records(root)[-2:])
+    (key16,) = [d.name for d in (root / "Bench").iterdir() if not d.name.startswith(".")]
+    monkeypatch.setenv("PERFDAG_ARTIFACTS", str(root))
+    assert main(["history", key16[:8]]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(f"Bench {key16}: 2 observation(s), newest first"), out
+    assert out[2].split()[:2] == [second, "*"] and out[3].split()[0] == first
+    assert [row.replace(" *", "").split()[3:5] for row in out[2:]] == [["Offline", "VALID"]] * 2, out
+    # the same measurement as a params file (bench --params-file takes it): its Bench key, found as such
+    params = tmp_path / "bench.yaml"
+    params.write_text(f"extends: {REPO / 'params/default.yaml'}\nbuild: {{backend: openai}}\n"
+                      f"openai: {{endpoints: ['{url}'], model: echo, server: vllm}}\n"
+                      f"dataset: {{tokenizer: '{tokenizer_dir}'}}\nloadgen: {{scenario: Offline}}\n")
+    assert main(["history", str(params), "--overrides", TINY, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["stage"], doc["key"][:16], len(doc["observations"])) == ("Bench", key16, 2)
+    for a, b in ((first, second), (f"{key16[:8]}@{first}", key16[:8]), (f"{key16}@{first}", second)):
+        assert main(["compare", a, b]) == 0, (a, b)
+        out = capsys.readouterr().out
+        lines = out.splitlines()
+        assert lines[:2] == [f"A: Bench {key16}@{first} (the 2 observations of its key)",
+                             f"B: Bench {key16}@{second} (the 2 observations of its key)"], out
+        assert "warning: A and B are observations of one key, the same parameters measured again" in out
+        tokens = next(x for x in lines if x.startswith("tokens/s"))  # each side: median [interval] of the key's
+        assert "[" in tokens and "%" in tokens and tokens.endswith("within noise"), tokens  # never worse or better
+        assert next(x for x in lines if x.startswith("result")).split()[1:3] == ["VALID", "VALID"]
+        assert "parameters: the same (or not recorded)" in out
+    assert main(["compare", first, f"{key16[:8]}@{second}", "--json"]) == 0
+    row = next(m for m in json.loads(capsys.readouterr().out)["metrics"] if m["metric"] == "tokens/s")
+    reports = [json.loads((d / "report.json").read_text())["performance"]["tokens_per_second"] for d in
+               (root / "observations" / "Bench" / key16 / first, root / "Bench" / key16)]
+    assert [row["a"], row["b"]] == reports and row["a_spread"]["n"] == 2  # each named observation's own number

@@ -56,7 +56,11 @@ def test_compare_by_key_prefix_json_and_a_clear_error(artifacts, capsys):
     doc = json.loads(capsys.readouterr().out)
     assert doc["params"] == [] and next(m for m in doc["metrics"] if m["metric"] == "tokens/s")["delta"] == pytest.approx(0.1)
     assert main(["compare", "aaaa", "nothing-like-it"]) == 2
-    assert "not a report.json, a FullRun directory" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "'nothing-like-it': no FullRun or Bench key under" in err and "nor is it a report.json, its directory" in err
+    assert main(["compare", "aaaa", "no/such/report.json"]) == 2
+    err = capsys.readouterr().err
+    assert "'no/such/report.json': not a report.json or its directory, a FullRun or Bench key" in err
     with pytest.raises(InputError):
         from pipeline.cli.compare import resolve
         resolve("", ArtifactStore(artifacts))
@@ -83,10 +87,11 @@ def test_compare_across_scenarios_warns_and_judges_nothing(artifacts, capsys):
 
 
 def observe(store: ArtifactStore, key: str, run_id: str, tokens: float, tpot99: float, scenario: str = "Offline",
-            host: dict | None = None) -> str:
-    """Publishes one FullRun observation of `key` as a run (or a repeat of it) does; returns its id."""
-    latest = store.manifest("FullRun", key)
-    taken = set(observations.archived_ids(store.root, "FullRun", key))
+            host: dict | None = None, stage: str = "FullRun") -> str:
+    """Publishes one `stage` (FullRun or Bench) observation of `key` as a run (or a repeat of it) does, and
+    its run's record; returns its id."""
+    latest = store.manifest(stage, key)
+    taken = set(observations.archived_ids(store.root, stage, key))
     taken |= {observations.id_of(latest)} if latest else set()
     obs = observations.new_id(run_id, taken)
     report = {"model": "tiny", "stages": {"FullRun": key},
@@ -94,16 +99,21 @@ def observe(store: ArtifactStore, key: str, run_id: str, tokens: float, tpot99: 
                               "samples_per_second": tokens / 32, "ttft_ms": {"p50": 5.0, "p90": 8.0, "p99": 9.0},
                               "tpot_ms": {"p50": tpot99 / 2, "p90": tpot99 / 1.5, "p99": tpot99},
                               "latency_ms": {"p99": 40.0}},
-              "accuracy": {"passed": True, "rouge1": 50.0, "tokens_per_sample": 32.0}, "host": host,
-              "observations": {"FullRun": obs}}
+              "accuracy": None if stage == "Bench" else {"passed": True, "rouge1": 50.0, "tokens_per_sample": 32.0},
+              "host": host, "observations": {stage: obs}}
 
     def make(out):
         (out / "report.json").write_text(json.dumps(report))
         return {}
-    with store.lock("FullRun", key):
-        store.build("FullRun", key, make, {"run_id": run_id, observations.FIELD: obs,
-                                           "resolved_params": {"build": {"max_batch_size": int(key[0], 16)}}},
+    with store.lock(stage, key):
+        store.build(stage, key, make, {"run_id": run_id, observations.FIELD: obs,
+                                       "resolved_params": {"build": {"max_batch_size": int(key[0], 16)}}},
                     archive=True)
+    record = store.root / "runs" / run_id / "run.json"
+    doc = json.loads(record.read_text()) if record.is_file() else {"stages": {}}
+    doc["stages"][f"{stage}/{key[:16]}"] = {"stage": stage, "key": key, "status": "built", "observation": obs}
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_text(json.dumps(doc))
     return obs
 
 
@@ -164,3 +174,88 @@ def test_compare_warns_when_the_hosts_differed(artifacts, capsys):
     out = capsys.readouterr().out
     assert "warning: the hosts differed: B's host was busy (other processes used 3.20 of 8 CPUs" in out
     assert "warning: B: 1 of 1 observation(s) measured on a busy host" in out
+
+
+BENCH = "be" * 32
+
+
+def test_a_bench_key_is_listed_by_history_and_compared_by_run_id_key_and_observation(artifacts, capsys):
+    """`bench`'s reports are observations like FullRun's: history lists a Bench key's, and compare takes
+    the run ids that made them, KEY@OBSERVATION and the key (its latest), each named as a Bench."""
+    store = ArtifactStore(artifacts)
+    first = observe(store, BENCH, "20261101T000000000000Z-1", 600.0, 20.0, stage="Bench")
+    second = observe(store, BENCH, "20261102T000000000000Z-2", 500.0, 25.0, stage="Bench")
+    assert main(["history", BENCH[:6]]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(f"Bench {BENCH[:16]}: 2 observation(s), newest first")
+    assert f"compare names one as {BENCH[:8]}@OBSERVATION" in out[0]
+    assert out[2].split()[:2] == [second, "*"] and out[2].split()[4:7] == ["Offline", "VALID", "500"]
+    assert out[3].split()[0] == first and out[2].split()[-2] == "-"  # accuracy: a Bench makes no accuracy run
+    assert main(["history", BENCH, "--json"]) == 0  # the whole key, longer than a directory's name
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["stage"] == "Bench" and [o["observation"] for o in doc["observations"]] == [second, first]
+    for a, b in ((first, second), (f"{BENCH[:8]}@{first}", BENCH[:8])):
+        assert main(["compare", a, b]) == 0
+        out = capsys.readouterr().out
+        assert f"A: Bench {BENCH[:16]}@{first}" in out and f"B: Bench {BENCH[:16]}@{second}" in out
+        assert "observations of one key, the same parameters measured again" in out
+        tokens = next(x for x in out.splitlines() if x.startswith("tokens/s"))  # each side: the key's observations
+        assert tokens.split()[1:6] == ["550", "[500..600]", "550", "[500..600]", "+0.0%"]
+        assert tokens.endswith("within noise")
+        assert main(["compare", a, b, "--json"]) == 0
+        row = next(m for m in json.loads(capsys.readouterr().out)["metrics"] if m["metric"] == "tokens/s")
+        assert (row["a"], row["b"], row["verdict"]) == (600.0, 500.0, "within noise")  # the named observations
+
+
+def test_a_bench_and_a_fullrun_compare_on_the_metrics_both_hold(artifacts, capsys):
+    """A FullRun against a Bench (perfdag's server against one it did not build): judged on the LoadGen and
+    client metrics, said so, and the accuracy only the FullRun has shown as such."""
+    store = ArtifactStore(artifacts)
+    observe(store, "a" * 64, "20261101T000000000000Z-1", 600.0, 20.0)
+    observe(store, BENCH, "20261102T000000000000Z-2", 300.0, 45.0, stage="Bench")
+    assert main(["compare", "aaaa", "20261102T000000000000Z-2"]) == 0
+    out = capsys.readouterr().out
+    assert f"A: FullRun {'a' * 16}@20261101T000000000000Z-1" in out and f"B: Bench {BENCH[:16]}@" in out
+    assert "warning: A is a FullRun and B a Bench: the same LoadGen and client metrics" in out
+    assert "-50.0%" in next(x for x in out.splitlines() if x.startswith("tokens/s"))
+    assert next(x for x in out.splitlines() if x.startswith("accuracy")).split()[1:] == ["PASS", "-"]
+
+
+def test_a_prefix_of_a_fullrun_and_a_bench_key_or_a_run_of_neither_is_refused_naming_them(artifacts, capsys):
+    store = ArtifactStore(artifacts)
+    fullrun_key, bench_key = "ab" + "1" * 62, "ab" + "2" * 62
+    observe(store, fullrun_key, "20261101T000000000000Z-1", 600.0, 20.0)
+    observe(store, bench_key, "20261101T000000000000Z-1", 600.0, 20.0, stage="Bench")  # one run: both
+    for args in (["history", "ab"], ["compare", "ab", "ab1"], ["compare", "20261101T000000000000Z-1", "ab1"]):
+        assert main(args) == 2, args
+        err = capsys.readouterr().err
+        assert f"FullRun {fullrun_key[:16]}" in err and f"Bench {bench_key[:16]}" in err, (args, err)
+        assert ("give more characters" in err or "name one by its key" in err) and "Traceback" not in err
+    assert main(["history", "ab2"]) == 0 and "Bench ab22222222222222: 1 observation" in capsys.readouterr().out
+    r = artifacts / "runs" / "20261103T000000000000Z-3"
+    r.mkdir(parents=True)
+    (r / "run.json").write_text(json.dumps({"stages": {"PrepareDataset/x": {"stage": "PrepareDataset", "key": "x" * 64,
+                                                                            "status": "built"}}}))
+    assert main(["compare", "20261103T000000000000Z-3", "ab1"]) == 2
+    err = capsys.readouterr().err
+    assert "run 20261103T000000000000Z-3 touched 0 FullRun or Bench reports (none; it ran PrepareDataset)" in err
+    assert main(["history", "ffff"]) == 2
+    err = capsys.readouterr().err
+    assert f"'ffff': no FullRun or Bench key under {artifacts} starts with it, and it is no params file" in err
+    assert f"the keys are the directory names under {artifacts / 'FullRun'} and {artifacts / 'Bench'}" in err
+
+
+def test_a_bench_observation_named_by_its_directory_is_checked_as_one(artifacts, capsys):
+    """A kept Bench observation's directory, edited since it was published: found as the observation it
+    is, so refused, as a FullRun's is."""
+    store = ArtifactStore(artifacts)
+    first = observe(store, BENCH, "20261101T000000000000Z-1", 600.0, 20.0, stage="Bench")
+    observe(store, BENCH, "20261102T000000000000Z-2", 500.0, 25.0, stage="Bench")
+    kept = observations.archive_dir(artifacts, "Bench", BENCH) / first
+    assert main(["compare", str(kept), str(store.path("Bench", BENCH) / "report.json")]) == 0
+    assert f"A: Bench {BENCH[:16]}@{first}" in capsys.readouterr().out
+    (kept / "report.json").write_text((kept / "report.json").read_text().replace("600.0", "900.0"))
+    assert main(["compare", str(kept), BENCH[:8]]) == 2
+    assert f"Bench {BENCH[:16]}" in (err := capsys.readouterr().err) and "not trusted" in err
+    assert main(["history", BENCH[:8]]) == 0
+    assert "refused: report.json: content differs" in capsys.readouterr().out

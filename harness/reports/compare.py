@@ -1,9 +1,10 @@
 """Two runs side by side (no luigi): their metrics with the noise of each, the change, whether it is
 outside the noise (harness/stats/noise.py), and the parameters that differ.
 
-Each side is a set of observations of one FullRun key: the named one and, where its run measured
-the key several times (`--repeat`), those repeats; else every trusted observation of the key (the
-noise floor measured for it before). A metric's change is called worse or better only when the two
+Each side is a set of observations of one report's key (a FullRun's, or a Bench's: a running server
+measured, pipeline/bench.py): the named one and, where its run measured the key several times
+(`--repeat`), those repeats; else every trusted observation of the key (the noise floor measured for
+it before). A metric's change is called worse or better only when the two
 sets differ (Mann-Whitney, p <= 0.10) by more than its floor (Nightly's: 5% for throughput, 10% for
 latency); two observations of one key are one configuration measured twice, never worse or better.
 """
@@ -22,6 +23,10 @@ from harness.reports.nightly import DEFAULT_FLOORS, STREAMING
 from harness.reports.sweep import fmt
 from harness.stats import noise
 from harness.untrusted import jsonio
+
+#: the stages whose artifact is one performance observation's report.json, which history and compare
+#: read: FullRun (pipeline/full_run.py) and Bench (pipeline/bench.py, the same report without accuracy)
+REPORT_STAGES = ("FullRun", "Bench")
 
 
 def _perf(fn):
@@ -89,9 +94,9 @@ def _read(report_dir: Path) -> tuple[dict, dict]:
 
 
 def load(found: "Path | dict", store=None) -> dict:
-    """A FullRun observation (what `resolve` found, or a directory): its report, the resolved parameters
-    it ran with, and its repeats (`repeats`: the reports of the observations its noise is measured
-    from, `repeats_from`: which). An observation found in the store that is not what was published
+    """A FullRun or Bench observation (what `resolve` found, or a directory): its report, the resolved
+    parameters it ran with, and its repeats (`repeats`: the reports of the observations its noise is
+    measured from, `repeats_from`: which). An observation found in the store that is not what was published
     (its files, its signature, what it was made from, or another observation's place) is refused."""
     if not isinstance(found, dict):
         found = {"dir": Path(found), "name": str(found)}
@@ -102,12 +107,12 @@ def load(found: "Path | dict", store=None) -> dict:
     report, params = _read(report_dir)
     repeats, how, ids = [report], "one observation", [found.get("id")]
     if store is not None and found.get("key"):
-        peers, how = repeats_of(store, found["key"], found["id"])
+        peers, how = repeats_of(store, found["key"], found["id"], found.get("stage", "FullRun"))
         if len(peers) > 1:
             repeats, ids = [_read(Path(o["dir"]))[0] for o in peers], [o["id"] for o in peers]
     return {"name": found["name"], "report": report, "params": params, "dir": str(report_dir),
-            "key": found.get("key"), "id": found.get("id"), "repeats": repeats, "repeats_from": how,
-            "repeat_ids": ids}
+            "stage": found.get("stage"), "key": found.get("key"), "id": found.get("id"), "repeats": repeats,
+            "repeats_from": how, "repeat_ids": ids}
 
 
 def repeats_of(store, key: str, obs_id: str | None, stage: str = "FullRun") -> tuple[list[dict], str]:
@@ -145,6 +150,7 @@ def compare(a: dict, b: dict) -> dict:
     """Each metric of A and B (the named observations' values, and the median and interval of each
     side's repeats), B's change against A, and its verdict with the evidence."""
     scenarios = [_get(d["report"], ("performance", "scenario")) for d in (a, b)]
+    stages = [d.get("stage") for d in (a, b)]
     one_key = a.get("key") is not None and a.get("key") == b.get("key")
     warnings = []
     if a.get("dir") is not None and a.get("dir") == b.get("dir"):
@@ -152,6 +158,9 @@ def compare(a: dict, b: dict) -> dict:
     elif one_key:
         warnings.append("A and B are observations of one key, the same parameters measured again: what differs "
                         "between them is noise, never worse or better")
+    if None not in stages and stages[0] != stages[1]:
+        warnings.append(f"A is a {stages[0]} and B a {stages[1]}: the same LoadGen and client metrics, compared as "
+                        "such; a Bench measures a server perfdag did not build and makes no accuracy run")
     if scenarios[0] != scenarios[1]:
         warnings.append(f"A is {scenarios[0]} and B is {scenarios[1]}: different scenarios measure different things "
                         "(Offline's latency runs from one issue of every sample, Server's throughput follows its "
@@ -259,22 +268,29 @@ def _short(v: Any, n: int = 40) -> str:
     return s if len(s) <= n else s[: n - 1] + "…"
 
 
-def _observation(store, key: str, obs_id: str | None, name: str) -> dict:
-    """The FullRun observation `obs_id` of `key` (None: the latest), with why it is not trusted."""
-    found = store.observations("FullRun", key)
+def _observation(store, stage: str, key: str, obs_id: str | None, name: str) -> dict:
+    """The `stage` observation `obs_id` of `key` (None: the latest), with why it is not trusted."""
+    found = store.observations(stage, key)
     pick = next((o for o in found if (o["latest"] if obs_id is None else o["id"] == obs_id)), None)
     if pick is None:
         have = ", ".join(o["id"] or "?" for o in found) or "none"
-        raise InputError(f"{name}: FullRun {key[:16]} has no observation {obs_id or '(latest)'} (it has: {have}); "
+        raise InputError(f"{name}: {stage} {key[:16]} has no observation {obs_id or '(latest)'} (it has: {have}); "
                          f"`python -m pipeline history {key[:16]}` lists them")
-    return {"dir": pick["dir"], "name": f"FullRun {key[:16]}@{pick['id']}", "key": key, "id": pick["id"],
-            "problems": store.observation_problems("FullRun", key, pick)}
+    return {"dir": pick["dir"], "name": f"{stage} {key[:16]}@{pick['id']}", "stage": stage, "key": key,
+            "id": pick["id"], "problems": store.observation_problems(stage, key, pick)}
 
 
-def full_key(prefix: str, root: Path) -> str:
-    """The one FullRun key (published or archived) starting with `prefix`."""
+def _not_named(arg: str, root: Path) -> InputError:
+    return InputError(f"{arg!r}: not a report.json or its directory, a FullRun or Bench key (prefix), "
+                      f"KEY@OBSERVATION or a run id under {root / 'runs'}; `python -m pipeline history KEY` lists a "
+                      "key's observations")
+
+
+def keys_of(stage: str, prefix: str, root: Path) -> set[str]:
+    """The `stage` keys (published or archived) starting with `prefix`."""
     keys = set()
-    for d in [*(root / "FullRun").glob(f"{prefix}*"), *(root / OBSERVATIONS / "FullRun").glob(f"{prefix}*")]:
+    head = prefix[:16]  # directories are named by a key's first 16 characters
+    for d in [*(root / stage).glob(f"{head}*"), *(root / OBSERVATIONS / stage).glob(f"{head}*")]:
         for m in [d / "manifest.json", *d.glob("*/manifest.json")]:
             try:
                 k = jsonio.loads(m.read_bytes()).get("key")
@@ -282,16 +298,29 @@ def full_key(prefix: str, root: Path) -> str:
                 continue
             if isinstance(k, str) and k.startswith(prefix):
                 keys.add(k)
-    if len(keys) != 1:
-        raise InputError(f"{prefix!r}: not a report.json, a FullRun directory, a FullRun key or a run id under "
-                         f"{root / 'runs'}" + (f" ({len(keys)} FullRuns start with it)" if keys else ""))
-    return keys.pop()
+    return keys
+
+
+def report_key(prefix: str, root: Path, named: str = "") -> tuple[str, str]:
+    """The one report stage (FullRun or Bench) and key of it starting with `prefix`: a prefix that
+    starts several keys, of one stage or of both, is refused naming each (`named`: what else the
+    argument could have been, said when it is no key at all)."""
+    found = [(stage, k) for stage in REPORT_STAGES for k in sorted(keys_of(stage, prefix, root))]
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise InputError(f"{prefix!r}: no FullRun or Bench key under {root} starts with it{named}; the keys are "
+                         f"the directory names under {root / 'FullRun'} and {root / 'Bench'}")
+    names = ", ".join(f"{stage} {k[:16]}" for stage, k in found[:6]) + (
+        f" and {len(found) - 6} more" if len(found) > 6 else "")
+    raise InputError(f"{prefix!r}: {len(found)} keys start with it ({names}); give more characters of the one "
+                     "you mean")
 
 
 def resolve(arg: str, store) -> dict:
-    """The FullRun observation `arg` names: a report.json or a directory holding one; a run id under
-    runs/ (the observation that run made or read); `KEY@OBSERVATION`; or a FullRun key (prefix: its
-    latest observation)."""
+    """The FullRun or Bench observation `arg` names: a report.json or a directory holding one; a run id
+    under runs/ (the observation that run made or read); `KEY@OBSERVATION`; or a FullRun or Bench key
+    (prefix: its latest observation)."""
     root = store.root
     p = Path(arg)
     if arg and p.is_file() and p.name == "report.json":
@@ -301,37 +330,49 @@ def resolve(arg: str, store) -> dict:
         return inside if inside is not None else {"dir": p, "name": str(p)}
     run = root / "runs" / arg / "run.json"
     if arg and "/" not in arg and run.is_file():
-        try:
-            stages = jsonio.loads(run.read_bytes()).get("stages") or {}
-        except (OSError, jsonio.NotJson, AttributeError) as e:
-            raise InputError(f"run {arg}: {run} is not a run record ({e})") from None
-        entries = {e["key"]: e.get("observation") for e in stages.values() if e.get("stage") == "FullRun"}
-        if len(entries) != 1:
-            raise InputError(f"run {arg} touched {len(entries)} FullRuns ({', '.join(k[:16] for k in entries) or 'none'}); "
-                             "name one by its key or report")
-        (key, obs), = entries.items()
-        return _observation(store, key, obs, f"run {arg}")
+        return _of_run(arg, run, store)
     prefix, _, obs = arg.partition("@")
     if not prefix or any(c in prefix for c in "/*?[") or not observations.is_id(obs or "x"):
-        raise InputError(f"{arg!r}: not a report.json, a FullRun directory, a FullRun key or a run id under {root / 'runs'}")
-    return _observation(store, full_key(prefix, root), obs or None, arg)
+        raise _not_named(arg, root)
+    stage, key = report_key(prefix, root, f", nor is it a report.json, its directory or a run id under {root / 'runs'}")
+    return _observation(store, stage, key, obs or None, arg)
+
+
+def _of_run(arg: str, run: Path, store) -> dict:
+    """The report observation run `arg` made or read: refused, naming what it touched, unless it is one."""
+    try:
+        stages = jsonio.loads(run.read_bytes()).get("stages") or {}
+        entries = {(e["stage"], e["key"]): e.get("observation") for e in stages.values()
+                   if e.get("stage") in REPORT_STAGES}
+    except (OSError, jsonio.NotJson, AttributeError, KeyError, TypeError) as e:
+        raise InputError(f"run {arg}: {run} is not a run record ({e})") from None
+    if len(entries) != 1:
+        touched = ", ".join(f"{s} {k[:16]}" for s, k in entries) or "none; it ran " + (", ".join(
+            sorted({str(e.get("stage")) for e in stages.values() if isinstance(e, dict)})) or "no stage")
+        raise InputError(f"run {arg} touched {len(entries)} FullRun or Bench reports ({touched}); name one by its "
+                         "key (KEY@OBSERVATION) or its report.json")
+    ((stage, key), obs), = entries.items()
+    return _observation(store, stage, key, obs, f"run {arg}")
 
 
 def _store_observation(store, d: Path) -> dict | None:
-    """A directory that is a FullRun observation in the store, found as one (so it is checked)."""
+    """A directory that is a FullRun or Bench observation in the store, found as one (so it is checked)."""
     try:
         rel = d.resolve().relative_to(store.root)
     except ValueError:
         return None
     parts = rel.parts
-    if len(parts) == 2 and parts[0] == "FullRun":
+    if len(parts) == 2 and parts[0] in REPORT_STAGES:
         try:
             key = jsonio.loads((d / "manifest.json").read_bytes()).get("key")
         except (OSError, jsonio.NotJson, AttributeError):
             key = None
-        return _observation(store, key, None, str(d)) if isinstance(key, str) and key[:16] == parts[1] else None
-    if len(parts) == 4 and parts[:2] == (OBSERVATIONS, "FullRun"):
-        for o in store.observations("FullRun", full_key(parts[2], store.root)):
-            if o["id"] == parts[3] and not o["latest"]:
-                return _observation(store, full_key(parts[2], store.root), o["id"], str(d))
+        return (_observation(store, parts[0], key, None, str(d))
+                if isinstance(key, str) and key[:16] == parts[1] else None)
+    if len(parts) == 4 and parts[0] == OBSERVATIONS and parts[1] in REPORT_STAGES:
+        stage = parts[1]
+        for key in keys_of(stage, parts[2], store.root):
+            for o in store.observations(stage, key):
+                if o["id"] == parts[3] and not o["latest"]:
+                    return _observation(store, stage, key, o["id"], str(d))
     return None

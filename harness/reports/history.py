@@ -1,5 +1,5 @@
-"""`python -m pipeline history`: every observation of one FullRun configuration, newest first, with its
-headline numbers (no luigi). An observation that is not what was published is listed as refused."""
+"""`python -m pipeline history`: every observation of one FullRun or Bench configuration, newest first, with
+its headline numbers (no luigi). An observation that is not what was published is listed as refused."""
 from __future__ import annotations
 
 import json
@@ -12,12 +12,12 @@ COLUMNS = ("observation", "finished", "scenario", "result", "tokens/s", "samples
            "accuracy", "host")
 
 
-def history(store, key: str) -> list[dict]:
-    """One row per observation of FullRun `key`: its id, when, whether it is the latest (what reuse
+def history(store, key: str, stage: str = "FullRun") -> list[dict]:
+    """One row per observation of `stage` (FullRun or Bench) `key`: its id, when, whether it is the latest (what reuse
     takes), its headline numbers, and `refused` (why it is not trusted; None: it is)."""
     rows = []
-    for obs in store.observations("FullRun", key):
-        problems = store.observation_problems("FullRun", key, obs)
+    for obs in store.observations(stage, key):
+        problems = store.observation_problems(stage, key, obs)
         row = {"observation": obs["id"], "latest": obs["latest"], "dir": str(obs["dir"]),
                "finished_at": finished_at(obs["manifest"]) or None, "refused": problems[0] if problems else None}
         if not problems:
@@ -33,13 +33,13 @@ def history(store, key: str) -> list[dict]:
     return rows
 
 
-def render(key: str, rows: list[dict]) -> str:
+def render(key: str, rows: list[dict], stage: str = "FullRun") -> str:
     if not rows:
-        return f"FullRun {key[:16]}: no observations"
+        return f"{stage} {key[:16]}: no observations"
     table = [list(COLUMNS)]
     read = [r for r in rows if not r["refused"]]
-    for i, key in ((6, "ttft_ms"), (7, "tpot_ms")):  # whose TTFT and TPOT (LoadGen's, or the client's)
-        table[0][i] += f" ({whose(read, key)})" if read else ""
+    for i, metric in ((6, "ttft_ms"), (7, "tpot_ms")):  # whose TTFT and TPOT (LoadGen's, or the client's)
+        table[0][i] += f" ({whose(read, metric)})" if read else ""
     for r in rows:
         name = r["observation"] + (" *" if r["latest"] else "")
         when = (r["finished_at"] or "")[:19].replace("T", " ")
@@ -51,7 +51,7 @@ def render(key: str, rows: list[dict]) -> str:
                       "-" if r["accuracy"] is None else "PASS" if r["accuracy"] else "FAIL",
                       {True: "busy", False: "quiet"}.get(r.get("host_busy"), "-")])
     widths = [max(len(t[i]) for t in table if len(t) > i and len(t) == len(COLUMNS)) for i in range(len(COLUMNS))]
-    lines = [f"FullRun {key[:16]}: {len(rows)} observation(s), newest first (* the latest: what reuse takes; "
+    lines = [f"{stage} {key[:16]}: {len(rows)} observation(s), newest first (* the latest: what reuse takes; "
              f"compare names one as {key[:8]}@OBSERVATION)"]
     for t in table:
         lines.append("  ".join(c.ljust(w) for c, w in zip(t, widths)).rstrip() if len(t) == len(COLUMNS)
