@@ -43,7 +43,7 @@ import json
 import os
 import time
 
-from harness.serving.testing.http1 import LAST_CHUNK, STREAM_HEAD, head, serve, sse_chunk, write_json
+from harness.serving.testing.http1 import LAST_CHUNK, STREAM_HEAD, head, listen, sse_chunk, write_json
 
 
 def echo_tokens(prompt, n: int, eos_id: int | None = None) -> list[int]:
@@ -271,15 +271,12 @@ async def _close(reader, writer) -> None:
     writer.close()
 
 
-async def _bootstrap(reader, writer, args) -> None:
+async def _bootstrap(writer, method: str, path: str, headers: dict, body: bytes, args) -> bool:
     """vLLM's Mooncake bootstrap server, as a prefill worker runs it: GET /query answers its engines
     by data-parallel rank, each with its workers' addresses by tp and pp rank."""
-    async def answer(writer, method, path, headers, body) -> bool:
-        write_json(writer, {"0": {"engine_id": f"echo-{args.port}", "worker_addr": {"0": {"0": f"{args.host}:{args.port}"}}}}
-                   if path.startswith("/query") else {"status": "ok"})
-        return True
-
-    await serve(reader, writer, answer)
+    write_json(writer, {"0": {"engine_id": f"echo-{args.port}", "worker_addr": {"0": {"0": f"{args.host}:{args.port}"}}}}
+               if path.startswith("/query") else {"status": "ok"})
+    return True
 
 
 async def _answer(writer, method: str, path: str, headers: dict, body: bytes, args) -> bool:
@@ -335,10 +332,8 @@ def main() -> None:
         for port in args.hold:
             await asyncio.start_server(_close, args.host, port)
         if args.mooncake_bootstrap:
-            await asyncio.start_server(lambda r, w: _bootstrap(r, w, args), args.host, args.mooncake_bootstrap)
-        server = await asyncio.start_server(lambda r, w: serve(r, w, lambda *req: _answer(*req, args)),
-                                            args.host, args.port, backlog=1024)
-        async with server:
+            await listen(args.host, args.mooncake_bootstrap, lambda *req: _bootstrap(*req, args))
+        async with await listen(args.host, args.port, lambda *req: _answer(*req, args)) as server:
             await server.serve_forever()
 
     asyncio.run(run())

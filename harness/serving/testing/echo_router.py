@@ -18,7 +18,7 @@ import itertools
 import json
 import signal
 
-from harness.serving.testing.http1 import head, serve, write_json
+from harness.serving.testing.http1 import head, listen, write_json
 
 
 async def _call(addr: str, method: str, path: str, body: bytes = b"") -> tuple[bytes, asyncio.StreamReader,
@@ -135,8 +135,7 @@ def main() -> None:
     router = Router(args.context, args.generation)
 
     async def run():
-        server = await asyncio.start_server(lambda r, w: serve(r, w, lambda *req: _answer(*req, router)),
-                                            args.host, args.port, backlog=1024)
+        server = await listen(args.host, args.port, lambda *req: _answer(*req, router))
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         loop.add_signal_handler(signal.SIGTERM, stop.set)  # stopped as servers are: its counts go to its log

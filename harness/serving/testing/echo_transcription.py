@@ -21,7 +21,7 @@ import hashlib
 import json
 import time
 
-from harness.serving.testing.http1 import LAST_CHUNK, STREAM_HEAD, head, serve, sse_chunk, write_json
+from harness.serving.testing.http1 import LAST_CHUNK, STREAM_HEAD, head, listen, sse_chunk, write_json
 
 
 def form(headers: dict, body: bytes) -> tuple[dict, bytes]:
@@ -104,9 +104,7 @@ def main() -> None:
     args = ap.parse_args()
 
     async def run():
-        server = await asyncio.start_server(lambda r, w: serve(r, w, lambda *req: _answer(*req, args)),
-                                            args.host, args.port, backlog=1024)
-        async with server:
+        async with await listen(args.host, args.port, lambda *req: _answer(*req, args)) as server:
             await server.serve_forever()
 
     asyncio.run(run())

@@ -61,3 +61,8 @@ async def serve(reader, writer, answer: Answer) -> None:
         pass
     finally:
         writer.close()
+
+
+async def listen(host: str, port: int, answer: Answer) -> asyncio.Server:
+    """A server on host:port whose connections are served with `answer` (serve)."""
+    return await asyncio.start_server(lambda r, w: serve(r, w, answer), host, port, backlog=1024)
