@@ -60,7 +60,8 @@ class PrepareModel(StageTask):
 
     def code(self):
         if self.speech:
-            return ("harness.model.tiny_whisper", "harness.model.training", "harness.model.speech", "harness.model.corpus")
+            return ("harness.model.tiny_whisper", "harness.model.training", "harness.model.speech",
+                    "harness.model.corpus")
         if self.vl:
             return ("harness.model.tiny_vl", "harness.model.tiny", "harness.model.training", "harness.model.corpus",
                     "harness.model.messages")

@@ -35,7 +35,6 @@ the host), the request's headers (lower-case names) and body. For the session te
 """
 from __future__ import annotations
 
-import argparse
 import asyncio
 import base64
 import hashlib
@@ -43,7 +42,7 @@ import json
 import os
 import time
 
-from harness.serving.testing.http1 import LAST_CHUNK, STREAM_HEAD, head, listen, sse_chunk, write_json
+from harness.serving.testing.http1 import LAST_CHUNK, STREAM_HEAD, arguments, head, listen, sse_chunk, write_json
 
 
 def echo_tokens(prompt, n: int, eos_id: int | None = None) -> list[int]:
@@ -274,8 +273,8 @@ async def _close(reader, writer) -> None:
 async def _bootstrap(writer, method: str, path: str, headers: dict, body: bytes, args) -> bool:
     """vLLM's Mooncake bootstrap server, as a prefill worker runs it: GET /query answers its engines
     by data-parallel rank, each with its workers' addresses by tp and pp rank."""
-    write_json(writer, {"0": {"engine_id": f"echo-{args.port}", "worker_addr": {"0": {"0": f"{args.host}:{args.port}"}}}}
-               if path.startswith("/query") else {"status": "ok"})
+    engines = {"0": {"engine_id": f"echo-{args.port}", "worker_addr": {"0": {"0": f"{args.host}:{args.port}"}}}}
+    write_json(writer, engines if path.startswith("/query") else {"status": "ok"})
     return True
 
 
@@ -300,9 +299,7 @@ async def _answer(writer, method: str, path: str, headers: dict, body: bytes, ar
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("--port", type=int, required=True)
+    ap = arguments(__doc__)
     ap.add_argument("--token-delay-ms", type=float, default=0.0)
     ap.add_argument("--model", default="", help="the served model's name (/v1/models, /server_info)")
     ap.add_argument("--owned-by", default="echo", help="/v1/models' owned_by (vllm, sglang: what a router detects)")

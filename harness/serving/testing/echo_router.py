@@ -12,13 +12,12 @@ worker. Counts per role are served at `GET /stats` (what the tests check: both r
 """
 from __future__ import annotations
 
-import argparse
 import asyncio
 import itertools
 import json
 import signal
 
-from harness.serving.testing.http1 import head, listen, write_json
+from harness.serving.testing.http1 import arguments, head, listen, write_json
 
 
 async def _call(addr: str, method: str, path: str, body: bytes = b"") -> tuple[bytes, asyncio.StreamReader,
@@ -126,9 +125,7 @@ async def _answer(writer, method: str, path: str, headers: dict, body: bytes, ro
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("--port", type=int, required=True)
+    ap = arguments(__doc__)
     ap.add_argument("--context", nargs="+", required=True, help="context (prefill) workers, host:port")
     ap.add_argument("--generation", nargs="+", required=True, help="generation (decode) workers, host:port")
     args = ap.parse_args()

@@ -15,13 +15,12 @@ k x D ms). For benches and tests of the HTTP path only; no model behind it.
 """
 from __future__ import annotations
 
-import argparse
 import asyncio
 import hashlib
 import json
 import time
 
-from harness.serving.testing.http1 import LAST_CHUNK, STREAM_HEAD, head, listen, sse_chunk, write_json
+from harness.serving.testing.http1 import LAST_CHUNK, STREAM_HEAD, arguments, head, listen, sse_chunk, write_json
 
 
 def form(headers: dict, body: bytes) -> tuple[dict, bytes]:
@@ -95,9 +94,7 @@ async def _answer(writer, method: str, path: str, headers: dict, body: bytes, ar
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("--port", type=int, required=True)
+    ap = arguments(__doc__)
     ap.add_argument("--words", type=int, default=16, help="words per transcription (the first: the file's hash)")
     ap.add_argument("--style", choices=["vllm", "transformers"], default="vllm")
     ap.add_argument("--word-delay-ms", type=float, default=0.0)

@@ -2,6 +2,7 @@
 a JSON answer or one server-sent event, and serve a connection's requests one after another (keep-alive)."""
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 from collections.abc import Awaitable, Callable
@@ -66,3 +67,11 @@ async def serve(reader, writer, answer: Answer) -> None:
 async def listen(host: str, port: int, answer: Answer) -> asyncio.Server:
     """A server on host:port whose connections are served with `answer` (serve)."""
     return await asyncio.start_server(lambda r, w: serve(r, w, answer), host, port, backlog=1024)
+
+
+def arguments(doc: str) -> argparse.ArgumentParser:
+    """An echo server's command line: its --host and --port (required), its module text as help."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, required=True)
+    return ap
