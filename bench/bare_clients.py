@@ -369,9 +369,9 @@ def _sse_output_events(buf: bytes):
             n += 1
 
 
-def aiohttp_chat_loop(url, prompts, in_flight, tokens, streaming, warm, loop="uvloop", **_) -> dict:
-    """aiohttp against /v1/chat/completions: a response is an event with output text; a request's token
-    count is its usage.completion_tokens (what perfdag's chat core reports)."""
+def _aiohttp_output_loop(url, path, prompts, in_flight, streaming, warm, loop, post_args, whole_tokens) -> dict:
+    """aiohttp against `path`, each request's keyword arguments `post_args(ids)`: streamed, a response is
+    an event with output; not streamed, one answer of `whole_tokens(its JSON)` tokens."""
     import aiohttp
 
     async def main():
@@ -379,12 +379,10 @@ def aiohttp_chat_loop(url, prompts, in_flight, tokens, streaming, warm, loop="uv
         async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=300)) as s:
             async def one(ids, sample, tally):
                 t = time.monotonic_ns()
-                async with s.post(f"http://{url}/v1/chat/completions", data=_chat_body(ids, tokens, streaming),
-                                  headers=HTTP_HEADERS) as r:
+                async with s.post(f"http://{url}{path}", **post_args(ids)) as r:
                     r.raise_for_status()
                     if not streaming:
-                        obj = json.loads(await r.read())
-                        tally.event(sample, t, obj["usage"]["completion_tokens"])
+                        tally.event(sample, t, whole_tokens(json.loads(await r.read())))
                         return
                     buf = b""
                     async for chunk in r.content.iter_any():
@@ -395,6 +393,14 @@ def aiohttp_chat_loop(url, prompts, in_flight, tokens, streaming, warm, loop="uv
 
     tally, secs = _run(main, loop)
     return tally.result(secs)
+
+
+def aiohttp_chat_loop(url, prompts, in_flight, tokens, streaming, warm, loop="uvloop", **_) -> dict:
+    """aiohttp against /v1/chat/completions: a response is an event with output text; a request's token
+    count is its usage.completion_tokens (what perfdag's chat core reports)."""
+    return _aiohttp_output_loop(url, "/v1/chat/completions", prompts, in_flight, streaming, warm, loop,
+                                lambda ids: {"data": _chat_body(ids, tokens, streaming), "headers": HTTP_HEADERS},
+                                lambda answer: answer["usage"]["completion_tokens"])
 
 
 def transcription_clip(ids) -> Path:
@@ -421,33 +427,16 @@ def _transcription_form(ids, streaming: bool):
 def aiohttp_transcription_loop(url, prompts, in_flight, tokens, streaming, warm, loop="uvloop", **_) -> dict:
     """aiohttp against /v1/audio/transcriptions, each clip a multipart form (read once, as perfdag's core
     builds its forms before the run): a response is an event with text (streamed), or an answer."""
-    import aiohttp
-
     clips = {}
 
-    async def main():
-        conn = aiohttp.TCPConnector(limit=in_flight, limit_per_host=in_flight)
-        async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=300)) as s:
-            async def one(ids, sample, tally):
-                t = time.monotonic_ns()
-                key = (ids[0], streaming)
-                if key not in clips:
-                    clips[key] = _transcription_form(ids, streaming)
-                async with s.post(f"http://{url}/v1/audio/transcriptions", data=clips[key]) as r:
-                    r.raise_for_status()
-                    if not streaming:
-                        json.loads(await r.read())
-                        tally.event(sample, t, 1)
-                        return
-                    buf = b""
-                    async for chunk in r.content.iter_any():
-                        n, buf = _sse_output_events(buf + chunk)
-                        for _ in range(n):
-                            tally.event(sample, t, 1)
-            return await _closed_loop(prompts, in_flight, one, warm)
+    def form(ids) -> dict:
+        key = (ids[0], streaming)
+        if key not in clips:
+            clips[key] = _transcription_form(ids, streaming)
+        return {"data": clips[key]}
 
-    tally, secs = _run(main, loop)
-    return tally.result(secs)
+    return _aiohttp_output_loop(url, "/v1/audio/transcriptions", prompts, in_flight, streaming, warm, loop, form,
+                                lambda answer: 1)
 
 
 def _on_loops(**fns) -> dict:

@@ -34,6 +34,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+from bench.harness_overhead import start_echo  # noqa: E402  (REPO on the path first)
+
 RESULTS = REPO / "bench" / "results"
 MAX_LOAD = 1.0
 TOKENS = 2  # the fewest a completion may report (harness.loadgen.cores.base.MIN_TOKENS)
@@ -113,23 +116,6 @@ def run_child(spec: dict) -> dict:
     return {**spec, **out}
 
 
-def start_echo() -> tuple[str, subprocess.Popen]:
-    from harness.serving import ports as P
-    from harness.serving.openai.client import probe
-
-    port = P.free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "harness.serving.testing.echo_openai", "--port", str(port),
-                             "--token-ids"], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    url = f"127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while not probe(url):
-        if time.monotonic() > deadline or proc.poll() is not None:
-            proc.kill()
-            raise RuntimeError("echo OpenAI server did not start")
-        time.sleep(0.1)
-    return url, proc
-
-
 def table(doc: dict) -> str:
     a = doc["args"]
     lines = [f"{a['queries']} queries of {TOKENS} tokens, not streamed; Server at {a['server_qps']:g} qps target; "
@@ -186,7 +172,8 @@ def main() -> int:
            "load_at_start": load, "load_before_round": [], "smoke": smoke, "runs": []}
     out = Path(args.out) if args.out else RESULTS / f"driver_qps-{'smoke-' if smoke else ''}{started}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    url, server = start_echo() if "perfdag" in args.clients else ("", None)
+    url, server = start_echo("harness.serving.testing.echo_openai", "--token-ids") if "perfdag" in args.clients \
+        else ("", None)
     try:
         for rnd in range(args.rounds):
             doc["load_before_round"].append(os.getloadavg()[0])

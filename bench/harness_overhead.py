@@ -179,60 +179,55 @@ def start_triton(root: Path, pace_ms: float, per_chunk: int = 1) -> tuple[dict, 
              "generate": {server: http for server in TRITON_MODELS}}, lambda: CS.stop_server(h, timeout=20))
 
 
-def start_echo_http(root: Path, pace_ms: float, per_chunk: int = 1) -> tuple[dict, callable]:
-    """Two echo OpenAI servers: burst, and paced at `pace_ms` per token; `per_chunk` tokens per event."""
+def start_echo(module: str, *flags: str) -> tuple[str, subprocess.Popen]:
+    """One echo server, `python -m <module> --port P <flags>`, once it answers: its URL and process."""
     from harness.serving import ports as P
     from harness.serving.openai.client import probe
 
+    port = P.free_port()
+    proc = subprocess.Popen([sys.executable, "-m", module, "--port", str(port), *flags], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    url = f"127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while not probe(url):
+        if time.monotonic() > deadline or proc.poll() is not None:
+            proc.kill()
+            proc.wait(10)
+            raise RuntimeError(f"{module} did not start")
+        time.sleep(0.1)
+    return url, proc
+
+
+def _start_echo_pair(module: str, delay_flag: str, pace_ms: float, *flags: str) -> tuple[dict, callable]:
+    """Two echo servers: burst, and paced (`delay_flag` `pace_ms`); their URLs by server, and what stops both."""
     procs, urls = [], {}
-    for server, delay in (("burst", 0.0), ("paced", pace_ms)):
-        port = P.free_port()
-        procs.append(subprocess.Popen([sys.executable, "-m", "harness.serving.testing.echo_openai", "--port", str(port),
-                                       "--token-ids", "--token-delay-ms", str(delay),
-                                       "--tokens-per-chunk", str(per_chunk)],
-                                      cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))
-        urls[server] = f"127.0.0.1:{port}"
 
     def stop():
         for proc in procs:
             proc.terminate()
         for proc in procs:
             proc.wait(10)
-    deadline = time.monotonic() + 30
-    for proc, url in zip(procs, urls.values()):
-        while not probe(url):
-            if time.monotonic() > deadline or proc.poll() is not None:
-                stop()
-                raise RuntimeError("echo OpenAI server did not start")
-            time.sleep(0.1)
+    try:
+        for server, delay in (("burst", 0.0), ("paced", pace_ms)):
+            urls[server], proc = start_echo(module, delay_flag, str(delay), *flags)
+            procs.append(proc)
+    except RuntimeError:
+        stop()
+        raise
+    return urls, stop
+
+
+def start_echo_http(root: Path, pace_ms: float, per_chunk: int = 1) -> tuple[dict, callable]:
+    """Two echo OpenAI servers: burst, and paced at `pace_ms` per token; `per_chunk` tokens per event."""
+    urls, stop = _start_echo_pair("harness.serving.testing.echo_openai", "--token-delay-ms", pace_ms, "--token-ids",
+                                  "--tokens-per-chunk", str(per_chunk))
     return {"http": urls, "chat": urls}, stop  # chat completions: the same echo server
 
 
 def start_echo_transcription(pace_ms: float) -> tuple[dict, callable]:
     """Two echo transcription servers (vLLM's events): burst, and paced at `pace_ms` per word."""
-    from harness.serving import ports as P
-    from harness.serving.openai.client import probe
-
-    procs, urls = [], {}
-    for server, delay in (("burst", 0.0), ("paced", pace_ms)):
-        port = P.free_port()
-        procs.append(subprocess.Popen([sys.executable, "-m", "harness.serving.testing.echo_transcription", "--port",
-                                       str(port), "--words", "16", "--word-delay-ms", str(delay)],
-                                      cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))
-        urls[server] = f"127.0.0.1:{port}"
-
-    def stop():
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            proc.wait(10)
-    deadline = time.monotonic() + 30
-    for proc, url in zip(procs, urls.values()):
-        while not probe(url):
-            if time.monotonic() > deadline or proc.poll() is not None:
-                stop()
-                raise RuntimeError("echo transcription server did not start")
-            time.sleep(0.1)
+    urls, stop = _start_echo_pair("harness.serving.testing.echo_transcription", "--word-delay-ms", pace_ms,
+                                  "--words", "16")
     return {"transcription": urls}, stop
 
 

@@ -41,28 +41,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.harness_overhead import MAX_LOAD, RESULTS  # noqa: E402
+from bench.harness_overhead import MAX_LOAD, RESULTS, start_echo  # noqa: E402
 
 EP_RUN = "import sys; from inference_endpoint.main import run; sys.argv[0] = 'inference-endpoint'; sys.exit(run())"
 STANDIN = REPO / "harness" / "data" / "standins" / "agentic-trajectories.jsonl"
-
-
-def start_echo(record: Path, pace_ms: float):
-    from harness.serving.openai.client import probe
-    from harness.serving.ports import free_port
-
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "harness.serving.testing.echo_openai", "--port", str(port),
-                             "--token-delay-ms", str(pace_ms), "--record", str(record)], cwd=REPO,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    url = f"127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while not probe(url):
-        if time.monotonic() > deadline or proc.poll() is not None:
-            proc.kill()
-            raise RuntimeError("echo OpenAI server did not start")
-        time.sleep(0.1)
-    return proc, url
 
 
 def run_perfdag(url: str, args, out: Path) -> dict:
@@ -232,7 +214,8 @@ def main() -> int:
         runs = {}
         for client in ("perfdag", "endpoints"):
             record = tmp / f"{client}.requests.jsonl"
-            proc, url = start_echo(record, args.pace_ms)
+            url, proc = start_echo("harness.serving.testing.echo_openai", "--token-delay-ms", str(args.pace_ms),
+                                   "--record", str(record))
             try:
                 runs[client] = (run_perfdag if client == "perfdag" else run_endpoints)(url, args, tmp / client)
             finally:

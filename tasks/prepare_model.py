@@ -60,11 +60,14 @@ class PrepareModel(StageTask):
 
     def code(self):
         if self.speech:
-            return ("harness.model.tiny_whisper", "harness.model.speech", "harness.model.corpus")
+            return ("harness.model.tiny_whisper", "harness.model.training", "harness.model.speech",
+                    "harness.model.corpus")
         if self.vl:
-            return ("harness.model.tiny_vl", "harness.model.tiny", "harness.model.corpus", "harness.model.messages")
+            return ("harness.model.tiny_vl", "harness.model.tiny", "harness.model.training", "harness.model.corpus",
+                    "harness.model.messages")
         sessions = ("harness.sessions.lessons", "harness.sessions.trajectories") if TRAJECTORIES in self.teach else ()
-        return ("harness.model.tiny", "harness.model.corpus", "harness.model.messages", *sessions) if self.builtin else ()
+        return ("harness.model.tiny", "harness.model.training", "harness.model.corpus", "harness.model.messages",
+                *sessions) if self.builtin else ()
 
     @property
     def teach(self) -> list[str]:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -251,6 +252,30 @@ def republish(artifact_dir: Path) -> None:
     m["files"], m["links"] = integrity.describe(artifact_dir, skip=m.get("volatile", ()))
     m["content_digest"] = integrity.content_digest(m["files"], m["links"])
     (artifact_dir / "manifest.json").write_text(json.dumps(m, indent=2, sort_keys=True))
+
+
+def signing_key_env(folder: Path) -> dict:
+    """The environment of a holder of a fresh signing key, kept in `folder` (mode 0600)."""
+    key = folder / "signing.key"
+    key.write_text(hashlib.sha256(os.urandom(32)).hexdigest())
+    key.chmod(0o600)
+    return {"PERFDAG_SIGNING_KEY_FILE": str(key)}
+
+
+@pytest.fixture
+def key_env(tmp_path) -> dict:
+    return signing_key_env(tmp_path)
+
+
+def sign_all(root: Path, env: dict) -> None:
+    """Signs a root's manifests as a key holder would have published them."""
+    from harness.cache import signing
+
+    key = signing.load_key(env["PERFDAG_SIGNING_KEY_FILE"])
+    for f in root.glob("*/*/manifest.json"):
+        m = json.loads(f.read_text())
+        m["signature"] = signing.signature(m, key)
+        f.write_text(json.dumps(m, indent=2, sort_keys=True))
 
 
 @contextlib.contextmanager

@@ -15,8 +15,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -24,7 +22,8 @@ import mlperf_scoring_fixtures as MF
 import numpy as np
 import pytest
 import reasoning_scoring_fixtures as RF
-from conftest import REPO, run_records, statuses, tritonservers_under
+from conftest import run_records, statuses, tritonservers_under
+from echo_servers import OPENAI, echo_server
 from test_faults import FAULT, VERDICT, Run, assert_no_orphans, root  # noqa: F401 (root: a fixture)
 from test_loadgen_sut import _start_server
 
@@ -35,8 +34,6 @@ from harness.mlperf.accuracy import parse_accuracy_log
 from harness.mlperf.compliance import verify
 from harness.reports import compare, nightly, sweep
 from harness.reports.report import build_report, render_markdown, summary_text
-from harness.serving.openai.client import probe
-from harness.serving.ports import free_port
 from harness.serving.testing.echo_model import echo_tokens
 from harness.serving.triton import cpu_server as CS
 from harness.serving.triton import server as TS
@@ -202,17 +199,8 @@ def test_a_model_that_stops_at_once_logs_no_loadgen_error_over_grpc(echo, tmp_pa
 
 @pytest.fixture(scope="module")
 def openai_echo():
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "harness.serving.testing.echo_openai", "--port", str(port),
-                             "--eos-id", str(END)], cwd=REPO)
-    url = f"127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while not probe(url):
-        assert time.monotonic() < deadline and proc.poll() is None
-        time.sleep(0.1)
-    yield url
-    proc.terminate()
-    proc.wait(10)
+    with echo_server(OPENAI, "--eos-id", str(END)) as url:
+        yield url
 
 
 @pytest.mark.parametrize("scenario", ["Server", "Offline"])

@@ -29,13 +29,13 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
-from conftest import FAST, REPO, copied_root, luigi_cmd, run_luigi, run_records, statuses, tritonservers_under
+from conftest import (FAST, REPO, copied_root, luigi_cmd, run_luigi, run_records, sign_all, statuses,
+                      tritonservers_under)
 
 import harness.backends.openai as openai_pkg
 import harness.backends.trtllm as trtllm_pkg
 from harness.backends.base import Work
 from harness.backends.trtllm.repo import fill_trtllm_repos
-from harness.cache import signing
 from harness.cache.store import ArtifactStore
 from harness.cache.versions import versions
 from harness.config.schema import Params
@@ -92,23 +92,6 @@ def root(built_fast, tmp_path):
 
 def stop(root: Path) -> None:
     cli(root, "servers", "stop", "--all")
-
-
-@pytest.fixture
-def key_env(tmp_path) -> dict:
-    key = tmp_path / "signing.key"
-    key.write_text(hashlib.sha256(os.urandom(32)).hexdigest())
-    key.chmod(0o600)
-    return {"PERFDAG_SIGNING_KEY_FILE": str(key)}
-
-
-def sign_all(root: Path, env: dict) -> None:
-    """Signs a root's manifests as a key holder would have published them."""
-    key = signing.load_key(env["PERFDAG_SIGNING_KEY_FILE"])
-    for f in root.glob("*/*/manifest.json"):
-        m = json.loads(f.read_text())
-        m["signature"] = signing.signature(m, key)
-        f.write_text(json.dumps(m, indent=2, sort_keys=True))
 
 
 @pytest.fixture

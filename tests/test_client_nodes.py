@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import csv
 import json
-import subprocess
 import sys
 import threading
 import time
@@ -17,14 +16,13 @@ from multiprocessing import AuthenticationError
 
 import pytest
 from conftest import REPO
+from echo_servers import OPENAI, echo_server
 
 from harness.config import ParamsError, resolve
 from harness.loadgen import LoadgenError, links, run_loadgen
 from harness.loadgen.client_nodes import frontends_by_node
 from harness.loadgen.messages import Alive, Done, First, Ready
 from harness.loadgen.remote import RemoteFrontends
-from harness.serving.openai.client import probe
-from harness.serving.ports import free_port
 from harness.serving.testing.echo_openai import echo_tokens
 
 API = {"kind": "vllm", "prompt": "token_ids", "output_tokens": "server"}
@@ -34,17 +32,8 @@ HOUR_NS = 3600 * 10**9
 
 @pytest.fixture(scope="module")
 def echo():
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "harness.serving.testing.echo_openai", "--port", str(port),
-                             "--token-delay-ms", "1"], cwd=REPO)
-    url = f"127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while not probe(url):
-        assert time.monotonic() < deadline and proc.poll() is None
-        time.sleep(0.1)
-    yield url
-    proc.terminate()
-    proc.wait(10)
+    with echo_server(OPENAI, "--token-delay-ms", "1") as url:
+        yield url
 
 
 def other_node(tmp_path, name: str, skew_ns: int = 0) -> list[str]:

@@ -2,16 +2,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 
 import pytest
-from conftest import REPO
+from echo_servers import OPENAI, echo_server, start_echo
 
 from harness.loadgen import LoadgenError, run_loadgen
 from harness.loadgen.results import CLIENT_BOUND_BUSY
-from harness.serving.openai.client import probe
 from harness.serving.ports import free_port
 from harness.serving.testing.echo_openai import echo_tokens
 
@@ -21,17 +18,8 @@ PROMPTS = [[10 + i, 20 + i % 7, 30] for i in range(40)]
 
 @pytest.fixture(scope="module")
 def echo():
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "harness.serving.testing.echo_openai", "--port", str(port),
-                             "--token-delay-ms", "1"], cwd=REPO)
-    url = f"127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while not probe(url):
-        assert time.monotonic() < deadline and proc.poll() is None
-        time.sleep(0.1)
-    yield url
-    proc.terminate()
-    proc.wait(10)
+    with echo_server(OPENAI, "--token-delay-ms", "1") as url:
+        yield url
 
 
 def _accuracy_log(out) -> dict[int, list[int]]:
@@ -67,7 +55,7 @@ def test_a_stalled_stream_ends_the_run_naming_its_server(tmp_path):
     """One streamed request stops after its first event while the server answers every other one: the
     run ends with an error naming the server (the driver's watchdog, harness.request_timeout_s), not a
     hang, though the client sets no per-read timeout."""
-    url, proc = _echo_server("--token-delay-ms", "1", "--stall-request", "3")
+    url, proc = start_echo(OPENAI, "--token-delay-ms", "1", "--stall-request", "3")
     try:
         t0 = time.monotonic()
         with pytest.raises(LoadgenError, match=rf"server {url}.*sent no response for 3s with 1 request"):
@@ -80,25 +68,11 @@ def test_a_stalled_stream_ends_the_run_naming_its_server(tmp_path):
         proc.wait(10)
 
 
-def _echo_server(*flags: str):
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "harness.serving.testing.echo_openai", "--port", str(port), *flags],
-                            cwd=REPO)
-    url = f"127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while not probe(url):
-        assert time.monotonic() < deadline and proc.poll() is None
-        time.sleep(0.1)
-    return url, proc
-
-
 @pytest.fixture(scope="module")
 def chunky():
     """4 tokens per SSE event, 2 ms per token: a server with a stream interval."""
-    url, proc = _echo_server("--token-delay-ms", "2", "--tokens-per-chunk", "4")
-    yield url
-    proc.terminate()
-    proc.wait(10)
+    with echo_server(OPENAI, "--token-delay-ms", "2", "--tokens-per-chunk", "4") as url:
+        yield url
 
 
 def test_several_tokens_per_chunk_first_token_and_counts_match_a_bare_loop(chunky, tmp_path):
@@ -132,7 +106,7 @@ def test_one_frontend_against_a_free_server_is_client_bound(tmp_path):
     The echo server shares the host's CPUs: on a loaded host it can be starved enough that the
     frontend waits on it (0.798 busy was seen on 2 cores under three test workers), and the result
     then rightly says not client-bound. So up to three tries, until one finds the frontend busy."""
-    url, proc = _echo_server("--cache", "--token-ids")
+    url, proc = start_echo(OPENAI, "--cache", "--token-ids")
     try:
         prompts = PROMPTS[:8] * 160  # about a second of scanning: a shorter window makes `busy` noisy
         for attempt in range(3):
@@ -191,7 +165,7 @@ def test_mostly_empty_answers_and_contradicting_finish_reasons_are_said(tmp_path
     for name, streaming, flags in (("empty", False, ("--empty-share", "0.96")), ("empty, streamed", True,
                                    ("--empty-share", "0.96")), ("lies", True, ("--finish-reason", "stop")),
                                    ("honest", True, ())):
-        url, proc = _echo_server("--token-ids", *flags)
+        url, proc = start_echo(OPENAI, "--token-ids", *flags)
         try:
             runs[name] = run_loadgen([url], "", PROMPTS[:25], settings, tmp_path / name.replace(", ", "-"),
                                      scenario="Offline", frontends=1, clients_per_frontend=2, warmup_queries=2,

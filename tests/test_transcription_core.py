@@ -7,14 +7,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REPO
+from echo_servers import TRANSCRIPTION, start_echo
 
 from harness.errors import InputError
 from harness.loadgen import run_loadgen
@@ -24,8 +21,6 @@ from harness.model.corpus import SPEECH_STANDIN
 from harness.model.datasets import Sample
 from harness.model.tiny_whisper import train_tokenizer
 from harness.serving.openai import transcription as tr
-from harness.serving.openai.client import probe
-from harness.serving.ports import free_port
 
 CLIPS = sorted((SPEECH_STANDIN.parent / "audio").glob("*.flac"))[:6]
 WORDS = 5
@@ -40,15 +35,7 @@ def tokenizer(tmp_path_factory) -> Path:
 
 
 def _echo(style: str):
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "harness.serving.testing.echo_transcription", "--port", str(port),
-                             "--words", str(WORDS), "--style", style], cwd=REPO)
-    url = f"127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while not probe(url):
-        assert proc.poll() is None and time.monotonic() < deadline, "echo server not ready"
-        time.sleep(0.1)
-    return url, proc
+    return start_echo(TRANSCRIPTION, "--words", str(WORDS), "--style", style)
 
 
 def _samples() -> list[Sample]:

@@ -7,7 +7,6 @@ forge files and rewrite their digests in the manifest, and delete upstream artif
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -18,7 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import FAST, REPO, copied_root, run_luigi, run_records, statuses, tritonservers_under
+from conftest import (FAST, REPO, copied_root, run_luigi, run_records, sign_all, signing_key_env, statuses,
+                      tritonservers_under)
 
 from harness.cache import integrity
 from harness.cache.store import ArtifactStore
@@ -202,25 +202,6 @@ def test_gc_never_follows_links(tmp_path, built_fast):
 
 # --- signed manifests ------------------------------------------------------------------------------
 
-@pytest.fixture
-def key_env(tmp_path) -> dict:
-    key = tmp_path / "signing.key"
-    key.write_text(hashlib.sha256(os.urandom(32)).hexdigest())
-    key.chmod(0o600)
-    return {"PERFDAG_SIGNING_KEY_FILE": str(key)}
-
-
-def sign_all(root: Path, env: dict) -> None:
-    """Signs a root's manifests as a key holder would have published them."""
-    from harness.cache import signing
-
-    key = signing.load_key(env["PERFDAG_SIGNING_KEY_FILE"])
-    for f in root.glob("*/*/manifest.json"):
-        m = json.loads(f.read_text())
-        m["signature"] = signing.signature(m, key)
-        f.write_text(json.dumps(m, indent=2, sort_keys=True))
-
-
 def forge(artifact: Path, rel: str, edit) -> None:
     """What someone who can write to the root does: edit a file, then rewrite its digest (and the
     artifact's content digest) in the manifest so the checksums agree."""
@@ -301,9 +282,7 @@ def test_an_edited_upstream_manifest_is_not_called_rebuilt(root):
 def measured(built_fast, tmp_path_factory) -> tuple[Path, dict, int]:
     """(root, signing env, exit code): a FullRun on the FAST model under a signing key, done once."""
     d = tmp_path_factory.mktemp("measured")
-    (d / "signing.key").write_text(hashlib.sha256(os.urandom(32)).hexdigest())
-    (d / "signing.key").chmod(0o600)
-    env = {"PERFDAG_SIGNING_KEY_FILE": str(d / "signing.key")}
+    env = signing_key_env(d)
     root = d / "root"
     shutil.copytree(built_fast, root, ignore=shutil.ignore_patterns("runs"))
     sign_all(root, env)

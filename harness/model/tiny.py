@@ -14,6 +14,7 @@ from typing import Callable
 from harness.cpus import apply_torch_threads
 from harness.model.corpus import corpus_lines, standin_rows
 from harness.model.messages import messages_text
+from harness.model.training import trainer
 
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<pad>"]
 # A plain chat template, so an OpenAI server answers chat completions with the tiny model: each
@@ -126,26 +127,17 @@ def _train(model, data, cfg, log) -> list[float]:
     if cfg.train_steps == 0:
         return []
     gen = torch.Generator().manual_seed(cfg.seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.learning_rate, total_steps=cfg.train_steps,
-                                                pct_start=0.1)
-    model.train()
+    train_step = trainer(model, cfg.learning_rate, cfg.train_steps)
     losses = []
     span = cfg.train_seq_len
     with Progress(TextColumn("training tiny llama"), BarColumn(), TextColumn("{task.completed}/{task.total} loss {task.fields[loss]}"),
                   TimeRemainingColumn(), transient=False) as bar:
         task = bar.add_task("train", total=cfg.train_steps, loss="-")
-        for step in range(cfg.train_steps):
+        for _ in range(cfg.train_steps):
             starts = torch.randint(0, len(data) - span, (cfg.train_batch_size,), generator=gen)
             batch = torch.stack([data[s:s + span] for s in starts])
             # HF shifts the labels by one itself: labels == inputs is the causal LM loss.
-            loss = model(input_ids=batch, labels=batch).loss
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            sched.step()
-            losses.append(round(loss.item(), 4))
+            losses.append(train_step(model(input_ids=batch, labels=batch).loss))
             bar.update(task, advance=1, loss=f"{losses[-1]:.3f}")
     log(f"trained {cfg.train_steps} steps: loss {losses[0]:.3f} -> {losses[-1]:.3f}")
     return losses

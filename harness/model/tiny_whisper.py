@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from harness.model.training import trainer
 
 EOT, SOT, EN, TRANSCRIBE, TRANSLATE, NO_TIMESTAMPS = ("<|endoftext|>", "<|startoftranscript|>", "<|en|>",
                                                       "<|transcribe|>", "<|translate|>", "<|notimestamps|>")
@@ -118,21 +119,14 @@ def _train(model, mels, decoder_in, labels, steps: int, lr: float, seed: int, lo
     import torch
 
     gen = torch.Generator().manual_seed(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=max(1, steps), pct_start=0.1)
-    model.train()
+    train_step = trainer(model, lr, steps)
     losses: list[float] = []
     batch = min(8, len(mels))
     for _ in range(steps):
         pick = torch.randperm(len(mels), generator=gen)[:batch]
         out = model(input_features=mels[pick], decoder_input_ids=decoder_in[pick])
-        loss = torch.nn.functional.cross_entropy(out.logits.transpose(1, 2), labels[pick], ignore_index=-100)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        losses.append(round(loss.item(), 4))
+        losses.append(train_step(torch.nn.functional.cross_entropy(out.logits.transpose(1, 2), labels[pick],
+                                                                   ignore_index=-100)))
     if losses:
         log(f"tiny whisper: trained {steps} steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}")
     return losses

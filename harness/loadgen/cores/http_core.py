@@ -7,7 +7,9 @@ from __future__ import annotations
 import re
 import time
 
+from harness.loadgen.cores.aioloop import FrontendLoop
 from harness.loadgen.cores.base import Core
+from harness.loadgen.cores.http_pool import HttpPool, Target
 from harness.untrusted.limits import event_too_large
 
 _FINISH = re.compile(rb'"finish_reason"\s*:\s*"([A-Za-z_]{1,32})"')
@@ -73,8 +75,17 @@ class EventScan:
 
 
 class HttpCore(Core):
-    """A core whose subclass sets `self.pool` (an HttpPool), `self.target` (an http_pool.Target) and
-    `self.tasks` (a set) and defines `async _request(qid, sample)`."""
+    """A core whose subclass calls `open_pool` in its connect and defines `async _exchange(qid, sample)`:
+    one request sent and its answer read, as (t_first, what LoadGen logs, the token count)."""
+
+    def open_pool(self, base: str, path: str, content_type: str = "application/json") -> None:
+        """This client lane's share of its frontend's connection pool (one connection for every request its
+        frontend's clients may have in flight), and the target its requests go to."""
+        size = sum(c.get("cap") or 1 for c in self.cfg["clients"] if c["frontend"] == self.frontend)
+        self.fl = FrontendLoop.get()
+        self.pool = HttpPool.get(self.fl, size, self.max_response)
+        self.target = Target(base, path, content_type=content_type)
+        self.tasks: set = set()
 
     # --- requests ----------------------------------------------------------------------------
     async def post(self, body: bytes, on_data) -> None:
@@ -88,6 +99,21 @@ class HttpCore(Core):
         pieces: list[bytes] = []
         await self.post(body, pieces.append)
         return b"".join(pieces)
+
+    async def _request(self, qid, sample: int) -> None:
+        try:
+            t_first, data, n = await self._exchange(qid, sample)
+            self.sent += 1
+        except Exception as exc:  # a request that fails ends the run, naming the server
+            if not self.closing:
+                self.fail(f"{type(exc).__name__}: {exc}", qid)
+            return
+        finally:
+            self._pump_later()
+        self.on_done(qid, t_first, data, time.monotonic_ns(), n)
+
+    async def _exchange(self, qid, sample: int) -> tuple[int, bytes, int]:
+        raise NotImplementedError
 
     # --- sending (on the frontend's loop) ------------------------------------------------------
     def enqueue(self, qid, sample: int) -> None:

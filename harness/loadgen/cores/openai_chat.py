@@ -21,13 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.loadgen.cores.aioloop import FrontendLoop
 from harness.loadgen.cores.base import MIN_TOKENS
 from harness.loadgen.cores.http_core import EventScan, HttpCore, finish_reason
-from harness.loadgen.cores.http_pool import Target
-from harness.loadgen.cores.openai_http import _Pool  # one pool per frontend, shared by both OpenAI cores
+from harness.loadgen.cores.openai_http import open_when_healthy
 from harness.serving.openai import chat
-from harness.serving.openai.client import base_url, health_status
+from harness.serving.openai.client import base_url
 
 
 class OpenAIChatCore(HttpCore):
@@ -47,14 +45,7 @@ class OpenAIChatCore(HttpCore):
             raise RuntimeError("logging token ids needs a tokenizer (api['tokenizer'])")
         self.eos = b"" if self.log_as == "text" else self.eos  # no end-token padding inside text
         self.base = base_url(self.url)
-        status = health_status(self.base, min(30.0, self.cfg["request_timeout_s"]))
-        if status != 200:
-            raise RuntimeError(f"GET /health answered {status}" if status else "GET /health got no HTTP answer")
-        size = sum(c.get("cap") or 1 for c in self.cfg["clients"] if c["frontend"] == self.frontend)
-        self.fl = FrontendLoop.get()
-        self.pool = _Pool.get(self.fl, size, self.max_response)
-        self.target = Target(self.base, "/v1/chat/completions")
-        self.tasks: set = set()
+        open_when_healthy(self, "/v1/chat/completions")
         self.run_part = chat.run_part(self.kind, self.model, self.cfg["max_new_tokens"], self.streaming)
         self.bodies: dict[int, bytes] = {}
         self.answers = None
@@ -72,25 +63,16 @@ class OpenAIChatCore(HttpCore):
             b = self.bodies[sample] = chat.body(self.run_part, self.prompts.texts[sample])
         return b
 
-    async def _request(self, qid, sample: int) -> None:
-        try:
-            if self.streaming:
-                scan = _ChatStream(self, qid)
-                await self.post(self._body(sample), scan.feed)
-                t_first, raw, usage = scan.end()
-            else:
-                t_first, raw = 0, await self.post_read(self._body(sample))
-                usage = chat.usage_tokens(raw)
-                self.note_finish(qid, finish_reason(raw))
-            self.sent += 1
-            data, n = self._finish(qid, sample, raw, usage)
-        except Exception as exc:  # a request that fails ends the run, naming the server
-            if not self.closing:
-                self.fail(f"{type(exc).__name__}: {exc}", qid)
-            return
-        finally:
-            self._pump_later()
-        self.on_done(qid, t_first, data, time.monotonic_ns(), n)
+    async def _exchange(self, qid, sample: int) -> tuple[int, bytes, int]:
+        if self.streaming:
+            scan = _ChatStream(self, qid)
+            await self.post(self._body(sample), scan.feed)
+            t_first, raw, usage = scan.end()
+        else:
+            t_first, raw = 0, await self.post_read(self._body(sample))
+            usage = chat.usage_tokens(raw)
+            self.note_finish(qid, finish_reason(raw))
+        return (t_first, *self._finish(qid, sample, raw, usage))
 
     def _finish(self, qid, sample: int, raw: bytes, usage: int | None) -> tuple[bytes, int]:
         """(what LoadGen logs, the token count) for a complete answer."""

@@ -25,10 +25,7 @@ import time
 
 import numpy as np
 
-from harness.loadgen.cores.aioloop import FrontendLoop
 from harness.loadgen.cores.http_core import EventScan, HttpCore, finish_reason
-from harness.loadgen.cores.http_pool import HttpPool as _Pool
-from harness.loadgen.cores.http_pool import Target
 from harness.loadgen.openai_api import TOKEN_ID_SERVERS, methods
 from harness.serving.openai.client import base_url, health_status
 from harness.serving.openai.sse import DONE, SSEParser
@@ -57,6 +54,15 @@ def request_body(kind: str, model: str, prompt, max_tokens: int, stream: bool, o
     return body
 
 
+def open_when_healthy(core: HttpCore, path: str, content_type: str = "application/json") -> None:
+    """The core's share of its frontend's pool (HttpCore.open_pool), once its server's GET /health answers 200:
+    one pool per frontend, shared by the OpenAI cores."""
+    status = health_status(core.base, min(30.0, core.cfg["request_timeout_s"]))
+    if status != 200:
+        raise RuntimeError(f"GET /health answered {status}" if status else "GET /health got no HTTP answer")
+    core.open_pool(core.base, path, content_type)
+
+
 class OpenAIHttpCore(HttpCore):
     protocol = "openai-http"
 
@@ -73,14 +79,7 @@ class OpenAIHttpCore(HttpCore):
             self.tokenizer = AutoTokenizer.from_pretrained(api["tokenizer"])
         self.base = base_url(self.url)
         self.endpoint = f"{self.base}/v1/completions"
-        status = health_status(self.base, min(30.0, self.cfg["request_timeout_s"]))
-        if status != 200:
-            raise RuntimeError(f"GET /health answered {status}" if status else "GET /health got no HTTP answer")
-        size = sum(c.get("cap") or 1 for c in self.cfg["clients"] if c["frontend"] == self.frontend)
-        self.fl = FrontendLoop.get()
-        self.pool = _Pool.get(self.fl, size, self.max_response)
-        self.target = Target(self.base, "/v1/completions")
-        self.tasks: set = set()
+        open_when_healthy(self, "/v1/completions")
         self.bodies: dict[int, bytes] = {}
         self.info = {"streaming": self.streaming, "prompt": self.prompt_method, "output_tokens": self.output_method,
                      "server": self.kind, "pool": self.pool.size}
@@ -103,27 +102,17 @@ class OpenAIHttpCore(HttpCore):
                 self.streaming, self.output_method, bool(self.cfg["openai"].get("ignore_eos")))).encode()
         return body
 
-    async def _request(self, qid, sample: int) -> None:
+    async def _exchange(self, qid, sample: int) -> tuple[int, bytes, int]:
         body = self._body(sample)
-        try:
-            if self.output_method == "server" and self.streaming:
-                scan = _IdStream(self, qid)
-                await self.post(body, scan.feed)
-                t_first, data, n = scan.end()
-            elif self.output_method == "server" and not self.keep_tokens:
-                whole = await self.post_read(body)
-                self.note_finish(qid, finish_reason(whole))
-                t_first, data, n = 0, b"", _count_ids(whole)
-            else:
-                t_first, data, n = await self._decoded(qid, body)
-            self.sent += 1
-        except Exception as exc:  # a request that fails ends the run, naming the server
-            if not self.closing:
-                self.fail(f"{type(exc).__name__}: {exc}", qid)
-            return
-        finally:
-            self._pump_later()
-        self.on_done(qid, t_first, data, time.monotonic_ns(), n)
+        if self.output_method == "server" and self.streaming:
+            scan = _IdStream(self, qid)
+            await self.post(body, scan.feed)
+            return scan.end()
+        if self.output_method == "server" and not self.keep_tokens:
+            whole = await self.post_read(body)
+            self.note_finish(qid, finish_reason(whole))
+            return 0, b"", _count_ids(whole)
+        return await self._decoded(qid, body)
 
     async def _decoded(self, qid, body: bytes) -> tuple[int, bytes, int]:
         """Every event decoded as JSON: re-tokenized text, and non-streamed responses."""

@@ -17,14 +17,12 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.loadgen.cores.aioloop import FrontendLoop
 from harness.loadgen.cores.base import MIN_TOKENS
 from harness.loadgen.cores.http_core import EventScan, HttpCore
-from harness.loadgen.cores.http_pool import Target
-from harness.loadgen.cores.openai_http import _Pool  # one pool per frontend, shared by the OpenAI cores
+from harness.loadgen.cores.openai_http import open_when_healthy
 from harness.mlperf.benchmarks.whisper import text_to_labels
 from harness.serving.openai import transcription as tr
-from harness.serving.openai.client import base_url, health_status
+from harness.serving.openai.client import base_url
 from harness.serving.openai.sse import DONE, SSEParser
 
 PATH = "/v1/audio/transcriptions"
@@ -42,38 +40,22 @@ class OpenAITranscriptionCore(HttpCore):
         self.tokenizer_dir = api.get("tokenizer")
         self.tokenizer = None  # loaded on the first answer that comes without a count
         self.base = base_url(self.url)
-        status = health_status(self.base, min(30.0, self.cfg["request_timeout_s"]))
-        if status != 200:
-            raise RuntimeError(f"GET /health answered {status}" if status else "GET /health got no HTTP answer")
-        size = sum(c.get("cap") or 1 for c in self.cfg["clients"] if c["frontend"] == self.frontend)
-        self.fl = FrontendLoop.get()
-        self.pool = _Pool.get(self.fl, size, self.max_response)
         bound = tr.boundary(str(self.g))
-        self.target = Target(self.base, PATH, content_type=tr.content_type(bound))
-        self.tasks: set = set()
+        open_when_healthy(self, PATH, tr.content_type(bound))
         fields = tr.form_fields(self.kind, self.model, self.cfg["max_new_tokens"], self.streaming)
         self.bodies = [tr.multipart(fields, Path(p).name, Path(p).read_bytes(), bound) for p in self.prompts.texts]
         self.info = {"streaming": self.streaming, "prompt": "audio", "output_tokens": "usage", "server": self.kind,
                      "pool": self.pool.size, "log": "labels"}
 
-    async def _request(self, qid, sample: int) -> None:
-        try:
-            if self.streaming:
-                scan = _TranscriptStream(self, qid)
-                await self.post(self.bodies[sample], scan.feed)
-                t_first, text, usage = scan.end()
-            else:
-                t_first, answer = 0, tr.whole_answer(await self.post_read(self.bodies[sample]))
-                text, usage = answer.text, answer.usage
-            self.sent += 1
-            data, n = self._finish(qid, text, usage)
-        except Exception as exc:  # a request that fails ends the run, naming the server
-            if not self.closing:
-                self.fail(f"{type(exc).__name__}: {exc}", qid)
-            return
-        finally:
-            self._pump_later()
-        self.on_done(qid, t_first, data, time.monotonic_ns(), n)
+    async def _exchange(self, qid, sample: int) -> tuple[int, bytes, int]:
+        if self.streaming:
+            scan = _TranscriptStream(self, qid)
+            await self.post(self.bodies[sample], scan.feed)
+            t_first, text, usage = scan.end()
+        else:
+            t_first, answer = 0, tr.whole_answer(await self.post_read(self.bodies[sample]))
+            text, usage = answer.text, answer.usage
+        return (t_first, *self._finish(qid, text, usage))
 
     def _finish(self, qid, text: str, usage: int | None) -> tuple[bytes, int]:
         """(what LoadGen logs, the token count) of a whole transcription."""

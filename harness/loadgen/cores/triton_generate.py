@@ -14,9 +14,7 @@ import re
 import struct
 import time
 
-from harness.loadgen.cores.aioloop import FrontendLoop
 from harness.loadgen.cores.http_core import EventScan, HttpCore
-from harness.loadgen.cores.http_pool import HttpPool, Target
 from harness.serving.triton.contract import generate_body
 from harness.serving.triton.generate import base_url, event_tokens, probe_ready
 from harness.serving.bounded import read_body
@@ -55,11 +53,7 @@ class TritonGenerateCore(HttpCore):
             mc = jsonio.loads(read_body(r, f"model {self.model!r}'s configuration"))
         self.decoupled = bool((mc.get("model_transaction_policy") or {}).get("decoupled", False))
         self.streaming = bool(self.cfg["streaming"] and self.decoupled)  # a non-decoupled model never streams
-        size = sum(c.get("cap") or 1 for c in self.cfg["clients"] if c["frontend"] == self.frontend)
-        self.fl = FrontendLoop.get()
-        self.pool = HttpPool.get(self.fl, size, self.max_response)
-        self.target = Target(self.base, f"/v2/models/{self.model}/generate_stream")
-        self.tasks: set = set()
+        self.open_pool(self.base, f"/v2/models/{self.model}/generate_stream")
         self.bodies: dict[int, bytes] = {}
         self.info = {"streaming": self.streaming, "decoupled": self.decoupled, "prompt": "token_ids",
                      "output_tokens": "server", "rpc": "generate_stream", "pool": self.pool.size}
@@ -74,19 +68,10 @@ class TritonGenerateCore(HttpCore):
                 pad_id=self.cfg["pad_id"], exclude_input_in_output=True)).encode()
         return body
 
-    async def _request(self, qid, sample: int) -> None:
-        try:
-            scan = _Events(self, qid)
-            await self.post(self._body(sample), scan.feed)
-            t_first, data, n = scan.end()
-            self.sent += 1
-        except Exception as exc:  # a request that fails ends the run, naming the server
-            if not self.closing:
-                self.fail(f"{type(exc).__name__}: {exc}", qid)
-            return
-        finally:
-            self._pump_later()
-        self.on_done(qid, t_first, data, time.monotonic_ns(), n)
+    async def _exchange(self, qid, sample: int) -> tuple[int, bytes, int]:
+        scan = _Events(self, qid)
+        await self.post(self._body(sample), scan.feed)
+        return scan.end()
 
 
 class _Events(EventScan):

@@ -37,6 +37,8 @@ question_id not in the release scores False. lcb_runner (`evaluation/testing_uti
 """
 from __future__ import annotations
 
+from harness.mlperf.codeexec.guard import TAKE_AWAY
+
 _STAR = "string re datetime collections heapq bisect copy math random statistics itertools functools " \
         "operator io sys json builtins typing".split()
 #: lcb_runner's import_string: the names every program sees.
@@ -54,7 +56,7 @@ PRELUDE = "".join(f"from {m} import *\n" for m in _STAR) + \
 # takes it leaves the runner without it, and every line it writes without it is seen.
 # lcb_judge.py, in perfdag, compares the outputs with the expected ones and refuses a channel that
 # holds anything else.
-RUNNER = r"""
+RUNNER = TAKE_AWAY + r"""
 import ast, builtins, io, json, os, signal, sys
 from decimal import Decimal
 from fractions import Fraction
@@ -143,16 +145,7 @@ def tagged(x):
 def guard():  # testing_util.reliability_guard(None): what it takes away, the program lacks here too
     builtins.quit = None
     builtins.help = None
-    os.environ["OMP_NUM_THREADS"] = "1"
-    for name in ("kill system putenv remove removedirs rmdir fchdir setuid fork forkpty killpg rename "
-                 "renames truncate replace unlink fchmod fchown chmod chown chroot lchflags lchmod "
-                 "lchown getcwd chdir").split():
-        setattr(os, name, None)
-    import shutil, subprocess
-    shutil.rmtree = shutil.move = shutil.chown = None
-    subprocess.Popen = None
-    for name in ("ipdb", "joblib", "resource", "psutil", "tkinter"):
-        sys.modules[name] = None
+    take_away()
 
 
 def inline_main(code):

@@ -28,9 +28,11 @@ solution defines, such as MBPP's `Pair`, or passes a value that cannot cross) to
 """
 from __future__ import annotations
 
+from harness.mlperf.codeexec.guard import TAKE_AWAY
+
 # mxeval's reliability_guard and swallow_io's stream, as both the in-process runner and the candidate's
 # process use them.
-GUARD = r'''
+GUARD = TAKE_AWAY + r'''
 import builtins, faulthandler, io, os, sys
 
 
@@ -46,16 +48,7 @@ class WriteOnly(io.StringIO):
 def guard():
     faulthandler.disable()
     builtins.exit = builtins.quit = builtins.help = None
-    os.environ["OMP_NUM_THREADS"] = "1"
-    for name in ("kill system putenv remove removedirs rmdir fchdir setuid fork forkpty killpg "
-                 "rename renames truncate replace unlink fchmod fchown chmod chown chroot "
-                 "lchflags lchmod lchown getcwd chdir").split():
-        setattr(os, name, None)
-    import shutil, subprocess
-    shutil.rmtree = shutil.move = shutil.chown = None
-    subprocess.Popen = None
-    for name in ("ipdb", "joblib", "resource", "psutil", "tkinter"):
-        sys.modules[name] = None
+    take_away()
 '''
 
 # Runs in the sandbox as `python -I runner.py <timeout>`, in the private dir beside program.py.

@@ -35,13 +35,14 @@ the host), the request's headers (lower-case names) and body. For the session te
 """
 from __future__ import annotations
 
-import argparse
 import asyncio
 import base64
 import hashlib
 import json
 import os
 import time
+
+from harness.serving.testing.http1 import LAST_CHUNK, STREAM_HEAD, arguments, head, listen, sse_chunk, write_json
 
 
 def echo_tokens(prompt, n: int, eos_id: int | None = None) -> list[int]:
@@ -56,29 +57,6 @@ def echo_tokens(prompt, n: int, eos_id: int | None = None) -> list[int]:
 
 def _text(toks: list[int], eos_id: int | None) -> str:
     return "".join(f" t{t}" for t in toks if t != eos_id)
-
-
-async def _read_request(reader) -> tuple[str, str, dict, bytes] | None:
-    line = await reader.readline()
-    if not line:
-        return None
-    parts = line.decode("latin-1").split(" ", 2)
-    if len(parts) != 3:  # not HTTP/1.x (a router probing for HTTP/2 or gRPC): the connection is closed
-        return None
-    method, path, _ = parts
-    headers = {}
-    while True:
-        h = await reader.readline()
-        if h in (b"\r\n", b"\n", b""):
-            break
-        name, _, value = h.decode("latin-1").partition(":")
-        headers[name.strip().lower()] = value.strip()
-    length = int(headers.get("content-length", 0))
-    return method, path, headers, await reader.readexactly(length) if length else b""
-
-
-def _head(status: str, extra: str) -> bytes:
-    return f"HTTP/1.1 {status}\r\n{extra}Connection: keep-alive\r\n\r\n".encode()
 
 
 # --metrics vllm: the request phases vLLM's /metrics reports (its names), timed here: no queue, the
@@ -135,15 +113,13 @@ async def _complete_timed(writer, body: dict, args, first: dict) -> None:
                "choices": [{"index": 0, "text": _text(toks, args.eos_id), "finish_reason": finish,
                             **({"token_ids": toks} if ids else {})}],
                "usage": {"prompt_tokens": n_in, "completion_tokens": len(toks), "total_tokens": n_in + len(toks)}}
-        payload = json.dumps(doc).encode()
-        writer.write(_head("200 OK", f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n") + payload)
+        write_json(writer, doc)
         return
-    head = _head("200 OK", "Content-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n")
     key = (json.dumps(body.get("prompt")), len(toks), bool(ids)) if args.cache else None
     if key is not None and key in _CACHE:
-        writer.write(head + _CACHE[key])
+        writer.write(STREAM_HEAD + _CACHE[key])
         return
-    writer.write(head)
+    writer.write(STREAM_HEAD)
     k = max(1, int(args.tokens_per_chunk))
     parts = []
     loop = asyncio.get_running_loop()
@@ -158,13 +134,13 @@ async def _complete_timed(writer, body: dict, args, first: dict) -> None:
             await asyncio.sleep(max(0.0, start + args.token_delay_ms * (i + len(toks[i:i + k])) / 1000 - loop.time()))
         part = toks[i:i + k]
         choice = {"index": 0, "text": _text(part, args.eos_id), **({"token_ids": part} if ids else {})}
-        parts.append(_chunk(json.dumps({"choices": [choice]})))
+        parts.append(sse_chunk(json.dumps({"choices": [choice]})))
         writer.write(parts[-1])
         first.setdefault("t", time.monotonic())
         if args.token_delay_ms or i // k % 8 == 7:  # paced: each event flushed alone, one per read
             await writer.drain()
     end = {"choices": [{"index": 0, "text": "", "finish_reason": finish}], "usage": {"completion_tokens": len(toks)}}
-    tail = _chunk(json.dumps(end)) + _chunk("[DONE]") + b"0\r\n\r\n"
+    tail = sse_chunk(json.dumps(end)) + sse_chunk("[DONE]") + LAST_CHUNK
     writer.write(tail)
     if key is not None:
         _CACHE[key] = b"".join(parts) + tail
@@ -256,27 +232,26 @@ async def _chat(writer, body: dict, headers: dict, t_arrive: float, args) -> Non
         msg = {"role": "assistant", "content": "".join(t for f, t in deltas if f == "content") or None,
                "reasoning_content": "".join(t for f, t in deltas if f == "reasoning_content") or None,
                **({"tool_calls": call} if call else {})}
-        payload = json.dumps({"id": "chatcmpl-echo", "object": "chat.completion", "choices": [
-            {"index": 0, "message": msg, "finish_reason": finish}], **usage}).encode()
-        writer.write(_head("200 OK", f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n") + payload)
+        write_json(writer, {"id": "chatcmpl-echo", "object": "chat.completion", "choices": [
+            {"index": 0, "message": msg, "finish_reason": finish}], **usage})
         return
-    writer.write(_head("200 OK", "Content-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"))
-    writer.write(_chunk(json.dumps({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})))
+    writer.write(STREAM_HEAD)
+    writer.write(sse_chunk(json.dumps({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})))
     for i, (f, text) in enumerate(deltas):
         if args.token_delay_ms:
             await asyncio.sleep(args.token_delay_ms / 1000)
-        writer.write(_chunk(json.dumps({"object": "chat.completion.chunk",
+        writer.write(sse_chunk(json.dumps({"object": "chat.completion.chunk",
                                         "choices": [{"index": 0, "delta": {f: text}, "finish_reason": None}]})))
         if i % 8 == 7:
             await writer.drain()
     for delta in call_deltas:
-        writer.write(_chunk(json.dumps({"choices": [{"index": 0, "delta": delta}]})))
+        writer.write(sse_chunk(json.dumps({"choices": [{"index": 0, "delta": delta}]})))
     if args.record:  # before the reply ends: a client that has its reply finds its request recorded
         await writer.drain()
         with open(args.record, "a") as f:
             f.write(json.dumps({"t_arrive": t_arrive, "t_end": time.monotonic(), "headers": headers, "body": body}) + "\n")
     end = {"choices": [{"index": 0, "delta": {}, "finish_reason": finish}], **usage}
-    writer.write(_chunk(json.dumps(end)) + _chunk("[DONE]") + b"0\r\n\r\n")
+    writer.write(sse_chunk(json.dumps(end)) + sse_chunk("[DONE]") + LAST_CHUNK)
 
 
 # What the real routers ask a worker before they route to it (smg detects its backend from these; SGLang's
@@ -295,61 +270,36 @@ async def _close(reader, writer) -> None:
     writer.close()
 
 
-async def _bootstrap(reader, writer, args) -> None:
+async def _bootstrap(writer, method: str, path: str, headers: dict, body: bytes, args) -> bool:
     """vLLM's Mooncake bootstrap server, as a prefill worker runs it: GET /query answers its engines
     by data-parallel rank, each with its workers' addresses by tp and pp rank."""
-    try:
-        while (req := await _read_request(reader)) is not None:
-            _, path, _, _ = req
-            doc = {"0": {"engine_id": f"echo-{args.port}", "worker_addr": {"0": {"0": f"{args.host}:{args.port}"}}}} \
-                if path.startswith("/query") else {"status": "ok"}
-            text = json.dumps(doc).encode()
-            writer.write(_head("200 OK", f"Content-Type: application/json\r\nContent-Length: {len(text)}\r\n") + text)
-            await writer.drain()
-    except (ConnectionError, asyncio.IncompleteReadError):
-        pass
-    finally:
-        writer.close()
+    engines = {"0": {"engine_id": f"echo-{args.port}", "worker_addr": {"0": {"0": f"{args.host}:{args.port}"}}}}
+    write_json(writer, engines if path.startswith("/query") else {"status": "ok"})
+    return True
 
 
-def _chunk(data: str) -> bytes:
-    raw = f"data: {data}\n\n".encode()
-    return f"{len(raw):x}\r\n".encode() + raw + b"\r\n"
-
-
-async def _serve(reader, writer, args) -> None:
-    try:
-        while (req := await _read_request(reader)) is not None:
-            method, path, headers, body = req
-            if method == "GET" and path.startswith("/health"):
-                writer.write(_head("200 OK", "Content-Length: 2\r\n") + b"ok")
-            elif method == "GET" and path.split("?")[0] in _INFO:
-                text = json.dumps(_INFO[path.split("?")[0]](args)).encode()
-                writer.write(_head("200 OK", f"Content-Type: application/json\r\nContent-Length: {len(text)}\r\n") + text)
-            elif method == "GET" and path.startswith("/perf_metrics") and args.metrics == "trtllm":
-                text = json.dumps(_PERF).encode()
-                _PERF.clear()
-                writer.write(_head("200 OK", f"Content-Type: application/json\r\nContent-Length: {len(text)}\r\n") + text)
-            elif method == "GET" and path.startswith("/metrics") and args.metrics == "vllm":
-                text = _metrics_text()
-                writer.write(_head("200 OK", f"Content-Type: text/plain\r\nContent-Length: {len(text)}\r\n") + text)
-            elif method == "POST" and path.startswith("/v1/chat/completions"):
-                await _chat(writer, json.loads(body or b"{}"), headers, time.monotonic(), args)
-            elif method == "POST" and path.startswith("/v1/completions"):
-                await _complete(writer, json.loads(body or b"{}"), args)
-            else:
-                writer.write(_head("404 Not Found", "Content-Length: 0\r\n"))
-            await writer.drain()
-    except (ConnectionError, asyncio.IncompleteReadError):
-        pass
-    finally:
-        writer.close()
+async def _answer(writer, method: str, path: str, headers: dict, body: bytes, args) -> bool:
+    if method == "GET" and path.startswith("/health"):
+        writer.write(head("200 OK", "Content-Length: 2\r\n") + b"ok")
+    elif method == "GET" and path.split("?")[0] in _INFO:
+        write_json(writer, _INFO[path.split("?")[0]](args))
+    elif method == "GET" and path.startswith("/perf_metrics") and args.metrics == "trtllm":
+        write_json(writer, _PERF)
+        _PERF.clear()
+    elif method == "GET" and path.startswith("/metrics") and args.metrics == "vllm":
+        text = _metrics_text()
+        writer.write(head("200 OK", f"Content-Type: text/plain\r\nContent-Length: {len(text)}\r\n") + text)
+    elif method == "POST" and path.startswith("/v1/chat/completions"):
+        await _chat(writer, json.loads(body or b"{}"), headers, time.monotonic(), args)
+    elif method == "POST" and path.startswith("/v1/completions"):
+        await _complete(writer, json.loads(body or b"{}"), args)
+    else:
+        return False
+    return True
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("--port", type=int, required=True)
+    ap = arguments(__doc__)
     ap.add_argument("--token-delay-ms", type=float, default=0.0)
     ap.add_argument("--model", default="", help="the served model's name (/v1/models, /server_info)")
     ap.add_argument("--owned-by", default="echo", help="/v1/models' owned_by (vllm, sglang: what a router detects)")
@@ -379,9 +329,8 @@ def main() -> None:
         for port in args.hold:
             await asyncio.start_server(_close, args.host, port)
         if args.mooncake_bootstrap:
-            await asyncio.start_server(lambda r, w: _bootstrap(r, w, args), args.host, args.mooncake_bootstrap)
-        server = await asyncio.start_server(lambda r, w: _serve(r, w, args), args.host, args.port, backlog=1024)
-        async with server:
+            await listen(args.host, args.mooncake_bootstrap, lambda *req: _bootstrap(*req, args))
+        async with await listen(args.host, args.port, lambda *req: _answer(*req, args)) as server:
             await server.serve_forever()
 
     asyncio.run(run())

@@ -12,13 +12,12 @@ worker. Counts per role are served at `GET /stats` (what the tests check: both r
 """
 from __future__ import annotations
 
-import argparse
 import asyncio
 import itertools
 import json
 import signal
 
-from harness.serving.testing.echo_openai import _head, _read_request
+from harness.serving.testing.http1 import arguments, head, listen, write_json
 
 
 async def _call(addr: str, method: str, path: str, body: bytes = b"") -> tuple[bytes, asyncio.StreamReader,
@@ -108,42 +107,32 @@ class Router:
 
     def _fail(self, writer, role: str, addr: str, e: Exception) -> None:
         msg = f"{role} worker {addr} failed: {e}".encode()
-        writer.write(_head("502 Bad Gateway", f"Content-Length: {len(msg)}\r\n") + msg)
+        writer.write(head("502 Bad Gateway", f"Content-Length: {len(msg)}\r\n") + msg)
 
 
-async def _serve(reader, writer, router: Router) -> None:
-    try:
-        while (req := await _read_request(reader)) is not None:
-            method, path, _headers, body = req
-            if method == "GET" and path.startswith("/health"):
-                every = [a for addrs in router.workers.values() for a in addrs]
-                ok = all(await asyncio.gather(*map(_healthy, every)))
-                writer.write(_head("200 OK" if ok else "503 Service Unavailable", "Content-Length: 0\r\n"))
-            elif method == "GET" and path.startswith("/stats"):
-                payload = json.dumps(router.stats).encode()
-                writer.write(_head("200 OK", f"Content-Length: {len(payload)}\r\n") + payload)
-            elif method == "POST" and path.startswith("/v1/completions"):
-                await router.complete(writer, body)
-            else:
-                writer.write(_head("404 Not Found", "Content-Length: 0\r\n"))
-            await writer.drain()
-    except (ConnectionError, asyncio.IncompleteReadError):
-        pass
-    finally:
-        writer.close()
+async def _answer(writer, method: str, path: str, headers: dict, body: bytes, router: Router) -> bool:
+    if method == "GET" and path.startswith("/health"):
+        every = [a for addrs in router.workers.values() for a in addrs]
+        ok = all(await asyncio.gather(*map(_healthy, every)))
+        writer.write(head("200 OK" if ok else "503 Service Unavailable", "Content-Length: 0\r\n"))
+    elif method == "GET" and path.startswith("/stats"):
+        write_json(writer, router.stats)
+    elif method == "POST" and path.startswith("/v1/completions"):
+        await router.complete(writer, body)
+    else:
+        return False
+    return True
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("--port", type=int, required=True)
+    ap = arguments(__doc__)
     ap.add_argument("--context", nargs="+", required=True, help="context (prefill) workers, host:port")
     ap.add_argument("--generation", nargs="+", required=True, help="generation (decode) workers, host:port")
     args = ap.parse_args()
     router = Router(args.context, args.generation)
 
     async def run():
-        server = await asyncio.start_server(lambda r, w: _serve(r, w, router), args.host, args.port, backlog=1024)
+        server = await listen(args.host, args.port, lambda *req: _answer(*req, router))
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         loop.add_signal_handler(signal.SIGTERM, stop.set)  # stopped as servers are: its counts go to its log

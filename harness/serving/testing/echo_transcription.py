@@ -15,13 +15,12 @@ k x D ms). For benches and tests of the HTTP path only; no model behind it.
 """
 from __future__ import annotations
 
-import argparse
 import asyncio
 import hashlib
 import json
 import time
 
-from harness.serving.testing.echo_openai import _head, _read_request
+from harness.serving.testing.http1 import LAST_CHUNK, STREAM_HEAD, arguments, head, listen, sse_chunk, write_json
 
 
 def form(headers: dict, body: bytes) -> tuple[dict, bytes]:
@@ -49,77 +48,60 @@ def words(audio: bytes, n: int) -> list[str]:
     return [" " + hashlib.sha256(audio).hexdigest()[:16]] + [f" w{k}" for k in range(1, n)]
 
 
-def _chunk(data: str) -> bytes:
-    raw = f"data: {data}\n\n".encode()
-    return b"%x\r\n%s\r\n" % (len(raw), raw)
-
-
 async def _transcribe(writer, headers: dict, body: bytes, args) -> None:
     try:
         fields, audio = form(headers, body)
     except ValueError as exc:
-        text = json.dumps({"detail": str(exc)}).encode()
-        writer.write(_head("422 Unprocessable Entity", f"Content-Length: {len(text)}\r\n") + text)
+        write_json(writer, {"detail": str(exc)}, "422 Unprocessable Entity")
         return
     said = words(audio, args.words)
     if fields.get("stream") != "true":
         doc = {"text": "".join(said)}
         if args.style == "vllm":
             doc["usage"] = {"type": "duration", "seconds": 1}
-        text = json.dumps(doc).encode()
-        writer.write(_head("200 OK", f"Content-Type: application/json\r\nContent-Length: {len(text)}\r\n") + text)
+        write_json(writer, doc)
         return
-    writer.write(_head("200 OK", "Content-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"))
+    writer.write(STREAM_HEAD)
     t0 = time.monotonic()
     for k, w in enumerate(said):
         if args.word_delay_ms:
             await asyncio.sleep(max(0.0, t0 + k * args.word_delay_ms / 1000 - time.monotonic()))
         if args.style == "vllm":
-            writer.write(_chunk(json.dumps({"id": "trsc-echo", "object": "transcription.chunk", "model": "echo",
+            writer.write(sse_chunk(json.dumps({"id": "trsc-echo", "object": "transcription.chunk", "model": "echo",
                                             "choices": [{"delta": {"content": w}}]})))
         else:
-            writer.write(_chunk(w))
+            writer.write(sse_chunk(w))
         if args.word_delay_ms:
             await writer.drain()
     if args.style == "vllm":
         if fields.get("stream_include_usage") == "true":
-            writer.write(_chunk(json.dumps({"id": "trsc-echo", "object": "transcription.chunk", "model": "echo",
+            writer.write(sse_chunk(json.dumps({"id": "trsc-echo", "object": "transcription.chunk", "model": "echo",
                                             "choices": [], "usage": {"prompt_tokens": 4,
                                                                      "completion_tokens": len(said) + 1,
                                                                      "total_tokens": len(said) + 5}})))
-        writer.write(_chunk("[DONE]"))
-    writer.write(b"0\r\n\r\n")
+        writer.write(sse_chunk("[DONE]"))
+    writer.write(LAST_CHUNK)
 
 
-async def _serve(reader, writer, args) -> None:
-    try:
-        while (req := await _read_request(reader)) is not None:
-            method, path, headers, body = req
-            if method == "GET" and path.startswith("/health"):
-                writer.write(_head("200 OK", "Content-Length: 2\r\n") + b"ok")
-            elif method == "POST" and path.startswith("/v1/audio/transcriptions"):
-                await _transcribe(writer, headers, body, args)
-            else:
-                writer.write(_head("404 Not Found", "Content-Length: 0\r\n"))
-            await writer.drain()
-    except (ConnectionError, asyncio.IncompleteReadError):
-        pass
-    finally:
-        writer.close()
+async def _answer(writer, method: str, path: str, headers: dict, body: bytes, args) -> bool:
+    if method == "GET" and path.startswith("/health"):
+        writer.write(head("200 OK", "Content-Length: 2\r\n") + b"ok")
+    elif method == "POST" and path.startswith("/v1/audio/transcriptions"):
+        await _transcribe(writer, headers, body, args)
+    else:
+        return False
+    return True
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("--port", type=int, required=True)
+    ap = arguments(__doc__)
     ap.add_argument("--words", type=int, default=16, help="words per transcription (the first: the file's hash)")
     ap.add_argument("--style", choices=["vllm", "transformers"], default="vllm")
     ap.add_argument("--word-delay-ms", type=float, default=0.0)
     args = ap.parse_args()
 
     async def run():
-        server = await asyncio.start_server(lambda r, w: _serve(r, w, args), args.host, args.port, backlog=1024)
-        async with server:
+        async with await listen(args.host, args.port, lambda *req: _answer(*req, args)) as server:
             await server.serve_forever()
 
     asyncio.run(run())
