@@ -67,6 +67,7 @@ NOT_SHAPING = {
     "harness.untrusted.limits": "how much of a server's answer is read; past it the request fails, nothing else "
                                 "changes (and its values are parameters in no key)",
     "harness.serving.readiness": "waiting for a server to be ready: nothing it decides enters a result",
+    "harness.model.progress": "how often a training loop says how far it got: nothing it decides enters a model",
     "harness.serving.bounded": "reads a control-plane answer or refuses it (too long); what is read is the caller's",
     "harness.config.layout": "parameters enter keys as values", "harness.config.section": "",
     "harness.backends.roles": "validation: which layouts a stack has (problems only, no output)",

@@ -14,6 +14,7 @@ from typing import Callable
 from harness.cpus import apply_torch_threads
 from harness.model.corpus import corpus_lines, standin_rows
 from harness.model.messages import messages_text
+from harness.model.progress import Steps
 from harness.model.training import trainer
 
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<pad>"]
@@ -122,7 +123,6 @@ def build_tiny_llama(cfg, out_dir: str | Path, log: Callable[[str], None] = prin
 
 def _train(model, data, cfg, log) -> list[float]:
     import torch
-    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
     if cfg.train_steps == 0:
         return []
@@ -130,14 +130,12 @@ def _train(model, data, cfg, log) -> list[float]:
     train_step = trainer(model, cfg.learning_rate, cfg.train_steps)
     losses = []
     span = cfg.train_seq_len
-    with Progress(TextColumn("training tiny llama"), BarColumn(), TextColumn("{task.completed}/{task.total} loss {task.fields[loss]}"),
-                  TimeRemainingColumn(), transient=False) as bar:
-        task = bar.add_task("train", total=cfg.train_steps, loss="-")
+    with Steps("training tiny llama", cfg.train_steps, log) as steps:
         for _ in range(cfg.train_steps):
             starts = torch.randint(0, len(data) - span, (cfg.train_batch_size,), generator=gen)
             batch = torch.stack([data[s:s + span] for s in starts])
             # HF shifts the labels by one itself: labels == inputs is the causal LM loss.
             losses.append(train_step(model(input_ids=batch, labels=batch).loss))
-            bar.update(task, advance=1, loss=f"{losses[-1]:.3f}")
+            steps.advance(losses[-1])
     log(f"trained {cfg.train_steps} steps: loss {losses[0]:.3f} -> {losses[-1]:.3f}")
     return losses

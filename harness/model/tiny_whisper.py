@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from harness.model.progress import Steps
 from harness.model.training import trainer
 
 EOT, SOT, EN, TRANSCRIBE, TRANSLATE, NO_TIMESTAMPS = ("<|endoftext|>", "<|startoftranscript|>", "<|en|>",
@@ -122,11 +123,13 @@ def _train(model, mels, decoder_in, labels, steps: int, lr: float, seed: int, lo
     train_step = trainer(model, lr, steps)
     losses: list[float] = []
     batch = min(8, len(mels))
-    for _ in range(steps):
-        pick = torch.randperm(len(mels), generator=gen)[:batch]
-        out = model(input_features=mels[pick], decoder_input_ids=decoder_in[pick])
-        losses.append(train_step(torch.nn.functional.cross_entropy(out.logits.transpose(1, 2), labels[pick],
-                                                                   ignore_index=-100)))
+    with Steps("training tiny whisper", steps, log) as progress:
+        for _ in range(steps):
+            pick = torch.randperm(len(mels), generator=gen)[:batch]
+            out = model(input_features=mels[pick], decoder_input_ids=decoder_in[pick])
+            losses.append(train_step(torch.nn.functional.cross_entropy(out.logits.transpose(1, 2), labels[pick],
+                                                                       ignore_index=-100)))
+            progress.advance(losses[-1])
     if losses:
         log(f"tiny whisper: trained {steps} steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}")
     return losses
