@@ -259,3 +259,39 @@ def test_a_bench_observation_named_by_its_directory_is_checked_as_one(artifacts,
     assert f"Bench {BENCH[:16]}" in (err := capsys.readouterr().err) and "not trusted" in err
     assert main(["history", BENCH[:8]]) == 0
     assert "refused: report.json: content differs" in capsys.readouterr().out
+
+
+def test_history_all_as_csv_gives_one_row_per_observation_of_every_key_with_its_metrics_and_host(artifacts, capsys):
+    """`history --all --csv`: every FullRun and Bench observation in the root (a Nightly's nights are FullRun
+    observations), one row each, newest first, with every summary metric and the host's state; an
+    observation that is not what was published keeps its row, saying why."""
+    import csv
+    import io
+
+    store = ArtifactStore(artifacts)
+    full = "a1" * 32
+    host = {"busy": False, "load_before": [0.4, 0.5, 0.6], "others_cpus": 0.02, "client_cpu_s": 1.5}
+    o1 = observe(store, full, "20261101T000000000000Z-1", 600.0, 20.0, host=host)
+    o2 = observe(store, full, "20261102T000000000000Z-2", 610.0, 21.0, host={**host, "busy": True})
+    o3 = observe(store, BENCH, "20261103T000000000000Z-3", 500.0, 25.0, stage="Bench")
+    assert main(["history", "--all", "--csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [(r["stage"], r["key"], r["observation"]) for r in rows] == [
+        ("Bench", BENCH, o3), ("FullRun", full, o2), ("FullRun", full, o1)]
+    by = {r["observation"]: r for r in rows}
+    assert by[o1]["tokens_per_second"] == "600.0" and by[o1]["tpot_ms.p99"] == "20.0" and by[o1]["ttft_ms.p50"] == "5.0"
+    assert by[o1]["accuracy.rouge1"] == "50.0" and by[o1]["accuracy.passed"] == "True" and by[o3]["accuracy.passed"] == ""
+    assert (by[o1]["host.busy"], by[o2]["host.busy"], by[o1]["host.load_before"]) == ("False", "True", "0.4")
+    assert by[o2]["run_id"] == "20261102T000000000000Z-2" and by[o2]["latest"] == "True" and by[o1]["latest"] == "False"
+    # one key's rows alone; an edited archived report is refused but listed
+    (store.root / "observations" / "FullRun" / full[:16] / o1 / "report.json").write_text("{}")
+    assert main(["history", full[:6], "--csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [r["observation"] for r in rows] == [o2, o1] and rows[1]["refused"] and not rows[0]["refused"]
+    assert rows[1]["tokens_per_second"] == ""
+    assert main(["history", "--all"]) == 0  # a table per key
+    out = capsys.readouterr().out
+    assert f"Bench {BENCH[:16]}: 1 observation(s)" in out and f"FullRun {full[:16]}: 2 observation(s)" in out
+    with pytest.raises(SystemExit):
+        main(["history", "--all", "--csv", "--json"])
+    assert main(["history"]) == 2 and "or give --all" in capsys.readouterr().err

@@ -2,6 +2,8 @@
 its headline numbers (no luigi). An observation that is not what was published is listed as refused."""
 from __future__ import annotations
 
+import csv
+import io
 import json
 
 from harness.cache.store import finished_at
@@ -57,3 +59,46 @@ def render(key: str, rows: list[dict], stage: str = "FullRun") -> str:
         lines.append("  ".join(c.ljust(w) for c, w in zip(t, widths)).rstrip() if len(t) == len(COLUMNS)
                      else "  ".join([t[0].ljust(widths[0]), t[1].ljust(widths[1]), t[2]]))
     return "\n".join(lines)
+
+
+def flat(report: dict) -> dict:
+    """Every summary metric of a report, one column each: performance's numbers and strings (a percentile
+    table as `ttft_ms.p99`), accuracy's scores, and the host's state (`host.busy`, `host.load_before`, ...)."""
+    out = {}
+    for section in ("performance", "accuracy", "host"):
+        for name, value in (report.get(section) or {}).items():
+            col = name if section == "performance" else f"{section}.{name}"
+            if isinstance(value, (int, float, str, bool)) or value is None:
+                out[col] = value
+            elif isinstance(value, dict):
+                out.update({f"{col}.{k}": v for k, v in value.items() if isinstance(v, (int, float, str, bool))})
+            elif isinstance(value, list) and value and all(isinstance(v, (int, float)) for v in value):
+                out[col] = value[0]  # a load average: the 1-minute figure
+    return out
+
+
+def rows_of_root(store, keys: list[tuple[str, str]]) -> list[dict]:
+    """One row per observation of each (stage, key), its identity first, then `flat` of its report;
+    a refused observation keeps only its identity and why."""
+    rows = []
+    for stage, key in keys:
+        for obs in store.observations(stage, key):
+            problems = store.observation_problems(stage, key, obs)
+            row = {"stage": stage, "key": key, "observation": obs["id"], "latest": obs["latest"],
+                   "finished_at": finished_at(obs["manifest"]) or None, "run_id": (obs["manifest"] or {}).get("run_id"),
+                   "refused": problems[0] if problems else None}
+            if not problems:
+                row.update(flat(json.loads((obs["dir"] / "report.json").read_text())))
+            rows.append(row)
+    rows.sort(key=lambda r: r["finished_at"] or "", reverse=True)
+    return rows
+
+
+def to_csv(rows: list[dict]) -> str:
+    """The rows as CSV, columns in first-seen order (identity first); a cell a row lacks is empty."""
+    columns = list(dict.fromkeys(c for r in rows for c in r))
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, columns, lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    return buf.getvalue()

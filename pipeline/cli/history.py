@@ -5,6 +5,10 @@ bench`'s summary names its report, Bench/<key16>/report.md) or a params file (wi
 whose FullRun key perfdag computes, or its Bench key where the file measures a running server
 (openai.endpoints) and that key has observations; nothing runs. Every execution of a measurement is
 an observation of its key, kept; each is listed with its headline numbers, newest first.
+
+`--all` lists every observation of every FullRun and Bench key in the root (those a Nightly or a
+Sweep made are FullRun observations); `--csv` writes one row per observation with every summary
+metric and the host's state, for a spreadsheet or a dashboard.
 """
 from __future__ import annotations
 
@@ -13,8 +17,8 @@ from pathlib import Path
 
 from harness.cache.store import ArtifactStore
 from harness.errors import InputError, PerfdagError
-from harness.reports.compare import report_key
-from harness.reports.history import history, render
+from harness.reports.compare import REPORT_STAGES, keys_of, report_key
+from harness.reports.history import history, render, rows_of_root, to_csv
 from pipeline.bench import Bench
 from pipeline.full_run import FullRun
 from tasks.settings import artifacts_root, signing_key
@@ -23,17 +27,38 @@ from tasks.settings import artifacts_root, signing_key
 def add_parser(sub) -> None:
     h = sub.add_parser("history", help="every observation (measurement) of one FullRun or Bench configuration, with "
                                        "its headline numbers; runs nothing", description=__doc__)
-    h.add_argument("config", metavar="KEY_OR_PARAMS", help="a FullRun or Bench key (prefix) or a params file")
+    h.add_argument("config", metavar="KEY_OR_PARAMS", nargs="?",
+                   help="a FullRun or Bench key (prefix) or a params file (or --all)")
+    h.add_argument("--all", action="store_true", help="every observation of every FullRun and Bench key in the root")
     h.add_argument("--overrides", default="", help='with a params file: "section.key=value,..." applied last')
-    h.add_argument("--json", action="store_true", help="machine-readable output")
+    out = h.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="machine-readable output")
+    out.add_argument("--csv", action="store_true",
+                     help="one row per observation: every summary metric and the host's state")
 
 
 def run(args) -> int:
     store = ArtifactStore(artifacts_root(), signing_key=signing_key())
+    if (args.config is None) == (not args.all):
+        raise InputError("history: name one configuration (a key or a params file) or give --all, not both")
+    if args.all:
+        rows = rows_of_root(store, [(stage, k) for stage in REPORT_STAGES for k in sorted(keys_of(stage, "", store.root))])
+        if args.csv:
+            print(to_csv(rows), end="")
+        elif args.json:
+            print(json.dumps({"observations": rows}, indent=2, default=str))
+        else:
+            print("\n\n".join(render(k, history(store, k, stage), stage)
+                              for stage in REPORT_STAGES for k in sorted(keys_of(stage, "", store.root))) or
+                  f"no FullRun or Bench observations under {store.root}")
+        return 0
     if args.config.endswith((".yaml", ".yml")) or Path(args.config).is_file():
         stage, key = of_params(store, args.config, args.overrides)
     else:
         stage, key = report_key(args.config, store.root, ", and it is no params file")
+    if args.csv:
+        print(to_csv(rows_of_root(store, [(stage, key)])), end="")
+        return 0
     rows = history(store, key, stage)
     print(json.dumps({"stage": stage, "key": key, "observations": rows}, indent=2, default=str) if args.json
           else render(key, rows, stage))
