@@ -251,3 +251,67 @@ def test_two_benches_are_observations_that_history_lists_and_compare_takes(token
     reports = [json.loads((d / "report.json").read_text())["performance"]["tokens_per_second"] for d in
                (root / "observations" / "Bench" / key16 / first, root / "Bench" / key16)]
     assert [row["a"], row["b"]] == reports and row["a_spread"]["n"] == 2  # each named observation's own number
+
+
+def test_plain_load_flags_measure_one_point_each_and_print_one_table(tokenizer_dir, tmp_path):
+    """`bench --concurrency 1,4 --request-count 24`: the mapping onto LoadGen is printed, each point is a
+    Bench of its own that issued exactly 24 requests and held at most its concurrency in flight, and one
+    table ends the run, after each point's summary (issue 48, item 3)."""
+    root = tmp_path / "artifacts"
+    url, proc = _echo("--token-delay-ms", "5")
+    try:
+        run = bench(root, "--url", url, "--model", "echo", "--tokenizer", str(tokenizer_dir), "--server", "vllm",
+                    "--concurrency", "1,4", "--request-count", "24", "--overrides",
+                    "dataset.num_samples=32,harness.warmup_queries=2")
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-5000:]
+    for n in (1, 4):
+        assert (f"bench: --concurrency {n} -> loadgen.scenario=Offline, harness.max_in_flight={n}, "
+                "loadgen.min_query_count=24, loadgen.min_duration_ms=0, loadgen.performance_sample_count=24") in run.stdout
+    results = sorted((json.loads(p.read_text()) for p in root.glob("RunLoadgen/*/result.json")),
+                     key=lambda r: r["harness"]["max_in_flight"])
+    assert [(r["scenario"], r["measured"]["requests"], r["harness"]["max_in_flight"]) for r in results] == [
+        ("Offline", 24, 1), ("Offline", 24, 4)]
+    assert [r["harness"]["peak_in_flight"] for r in results] == [1, 4]
+    table = run.stdout[run.stdout.index("point "):].splitlines()
+    assert table[0].split()[:4] == ["point", "scenario", "result", "tokens/s"]
+    assert [x.split()[:4] for x in table[1:3]] == [["--concurrency", "1", "Offline", "VALID"],
+                                                   ["--concurrency", "4", "Offline", "VALID"]]
+    assert run.stdout.index("point ") > run.stdout.rindex("perfdag bench: echo, Offline")  # after both points' summaries
+
+
+@pytest.mark.parametrize("flags,words", [
+    (("--concurrency", "2", "--request-rate", "3"), "one loop or the other"),
+    (("--concurrency", "0,4"), "--concurrency: '0,4' is not a positive number"),
+    (("--request-rate", "fast"), "--request-rate: 'fast'"),
+    (("--concurrency", "2", "--scenario", "Server"), "--scenario Server: --concurrency and --request-rate choose"),
+    (("--request-count", "-3"), "--request-count and --duration"),
+])
+def test_bad_load_flags_are_refused_before_anything_runs(flags, words, tmp_path):
+    root = tmp_path / "artifacts"
+    run = bench(root, "--url", "http://127.0.0.1:9", "--model", "m", "--tokenizer", str(tmp_path), *flags)
+    assert run.returncode == 2 and words in run.stdout, run.stdout + run.stderr[-2000:]
+    assert not root.exists()
+
+
+def test_load_flags_map_onto_loadgen_settings():
+    from argparse import Namespace
+
+    from pipeline.cli.bench import load_points
+
+    def args(**kw):
+        return Namespace(**{"concurrency": "", "request_rate": "", "request_count": 0, "duration": 0.0,
+                            "scenario": "", **kw})
+    assert load_points(args()) == [("", [])]
+    assert load_points(args(request_rate="2.5,10", duration=30)) == [
+        ("--request-rate 2.5", ["loadgen.scenario=Server", "loadgen.server_target_qps=2.5", "loadgen.min_query_count=1",
+                                "loadgen.min_duration_ms=30000"]),
+        ("--request-rate 10", ["loadgen.scenario=Server", "loadgen.server_target_qps=10", "loadgen.min_query_count=1",
+                               "loadgen.min_duration_ms=30000"])]
+    assert load_points(args(concurrency="8", duration=60))[0][1] == [
+        "loadgen.scenario=Offline", "harness.max_in_flight=8", "loadgen.min_query_count=1",
+        "loadgen.min_duration_ms=60000", "loadgen.offline_expected_qps=auto"]
+    assert load_points(args(request_count=512, duration=5)) == [
+        ("", ["loadgen.min_query_count=512", "loadgen.min_duration_ms=5000", "loadgen.performance_sample_count=512"])]

@@ -2,7 +2,9 @@
 
 The flags are parameters (`--url` is openai.endpoints, `--model` openai.model, `--tokenizer`
 dataset.tokenizer, `--dataset` dataset.format/path), applied after --params-file and before
---overrides, so the same measurement is a params file with those keys.
+--overrides, so the same measurement is a params file with those keys. The load flags
+(`--concurrency`, `--request-rate`, `--request-count`, `--duration`) are LoadGen settings too, and
+the mapping is printed; a list of concurrencies or rates measures one point each, then one table.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import luigi
 
 from harness.errors import InputError, PerfdagError
 from pipeline.bench import Bench
+from tasks import lifecycle
 from tasks.settings import DEFAULT_PARAMS
 
 SERVER_KINDS = ("transformers", "trtllm-serve", "vllm", "sglang")
@@ -49,10 +52,25 @@ def add_parser(sub) -> None:
     b.add_argument("--converge", type=float, default=0.0, metavar="W",
                    help="with --repeat: stop once that median is known within +-W (a share, e.g. 0.02) at 95%%")
     b.add_argument("--verbose", action="store_true", help="show third-party warnings and chatter")
+    load = b.add_argument_group("load", "plain load flags, mapped onto LoadGen's scenarios (the mapping is printed)")
+    load.add_argument("--concurrency", default="", metavar="N[,N...]",
+                      help="a closed loop of N requests in flight: LoadGen Offline (every query issued at once) with "
+                           "harness.max_in_flight=N; a list measures one point each")
+    load.add_argument("--request-rate", default="", metavar="R[,R...]",
+                      help="an open loop at R requests/s: LoadGen Server at server_target_qps=R, Poisson arrivals "
+                           "(LoadGen has no constant-rate arrivals); a list measures one point each")
+    load.add_argument("--request-count", type=int, default=0, metavar="N",
+                      help="issue N requests: loadgen.min_query_count and performance_sample_count N, with no minimum "
+                           "duration unless --duration (exactly N where the dataset has N samples or more; past that "
+                           "LoadGen's equal issue rounds up to whole passes over the dataset)")
+    load.add_argument("--duration", type=float, default=0.0, metavar="S",
+                      help="run at least S seconds: loadgen.min_duration_ms; without --request-count the duration "
+                           "alone decides (min_query_count 1, Offline's expected rate measured first: auto)")
 
 
-def overrides(args) -> str:
-    """The flags as parameter overrides, the user's --overrides after them (they win)."""
+def overrides(args, load: list[str] = ()) -> str:
+    """The flags (and a point's `load` settings) as parameter overrides, the user's --overrides after them
+    (they win)."""
     items = ["build.backend=openai"]
     if args.url:
         urls = [u.strip() for arg in args.url for u in arg.split(",") if u.strip()]
@@ -76,7 +94,7 @@ def overrides(args) -> str:
             items += [f"dataset.synthetic.{name}_mean={mean:g}", f"dataset.synthetic.{name}_sd={sd:g}"]
             if name == "osl":
                 items.append(f"dataset.max_new_tokens={math.ceil(mean + 4 * sd)}")
-    return ",".join(items + ([args.overrides] if args.overrides.strip() else []))
+    return ",".join(items + list(load) + ([args.overrides] if args.overrides.strip() else []))
 
 
 def length_spec(text: str, flag: str) -> tuple[float, float]:
@@ -98,15 +116,70 @@ def dataset_overrides(dataset: str) -> list[str]:
     return [f"dataset.format={fmt}", f"dataset.path={json.dumps(str(Path(dataset).expanduser().resolve()))}"]
 
 
+def _values(text: str, flag: str, kind) -> list:
+    try:
+        out = [kind(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        out = []
+    if not out or not all(v > 0 and math.isfinite(v) for v in out):
+        raise InputError(f"{flag}: {text!r} is not a positive number or a comma-separated list of them (e.g. 1,4,16)")
+    return out
+
+
+def load_points(args) -> list[tuple[str, list[str]]]:
+    """One (label, overrides) per point of the load flags; [("", [])] where none is given."""
+    if args.concurrency and args.request_rate:
+        raise InputError("--concurrency and --request-rate: one loop or the other (closed: Offline; open: Server)")
+    if (args.concurrency or args.request_rate) and args.scenario:
+        raise InputError(f"--scenario {args.scenario}: --concurrency and --request-rate choose the scenario; drop it")
+    if args.request_count < 0 or args.duration < 0 or not math.isfinite(args.duration):
+        raise InputError("--request-count and --duration: a positive number (or leave them out)")
+    common = []
+    if args.request_count:  # LoadGen loads that many samples: equal issue rounds to whole passes over them
+        common += [f"loadgen.min_query_count={args.request_count}", f"loadgen.min_duration_ms={round(args.duration * 1000)}",
+                   f"loadgen.performance_sample_count={args.request_count}"]
+    elif args.duration:  # Offline issues expected rate x duration: measured first (auto)
+        common += ["loadgen.min_query_count=1", f"loadgen.min_duration_ms={round(args.duration * 1000)}",
+                   *([] if args.request_rate else ["loadgen.offline_expected_qps=auto"])]
+    if args.concurrency:
+        return [(f"--concurrency {n}", ["loadgen.scenario=Offline", f"harness.max_in_flight={n}", *common])
+                for n in _values(args.concurrency, "--concurrency", int)]
+    if args.request_rate:
+        return [(f"--request-rate {r:g}", ["loadgen.scenario=Server", f"loadgen.server_target_qps={r:g}", *common])
+                for r in _values(args.request_rate, "--request-rate", float)]
+    return [("", common)]
+
+
 def run(args) -> int:
     try:  # bad flags and parameters: one line each, nothing run
-        task = Bench(params_file=args.params_file, overrides=overrides(args), rerun_from=args.rerun_from,
-                     repeat=args.repeat, converge=args.converge, verbose=args.verbose)
+        points = load_points(args)
+        tasks = [Bench(params_file=args.params_file, overrides=overrides(args, items), rerun_from=args.rerun_from,
+                       repeat=args.repeat, converge=args.converge, verbose=args.verbose) for _, items in points]
+        for label, items in points:
+            if label:
+                print(f"bench: {label} -> {', '.join(items)}")
     except PerfdagError as e:
         print(e)
         return 2
-    result = luigi.build([task], local_scheduler=True, detailed_summary=True, workers=1)
-    if not task.is_done():
+    result = luigi.build(tasks, local_scheduler=True, detailed_summary=True, workers=1)
+    if not all(t.is_done() for t in tasks):
         print(f"perfdag: the bench was not completed ({result.status.name}); see the log above")
         return 1
+    if len(tasks) > 1:  # after each point's own summary, which are printed at exit
+        lifecycle.note_result("bench points", summary=points_table([label for label, _ in points], tasks),
+                              persist=False)
     return 0  # an INVALID run exits 10 (tasks/lifecycle.py)
+
+
+def points_table(labels: list[str], tasks: list) -> str:
+    """One row per point: its load, LoadGen's verdict and the headline numbers of its report (LoadGen's)."""
+    rows = [("point", "scenario", "result", "tokens/s", "samples/s", "TTFT p99 ms", "TPOT p99 ms", "report")]
+    for label, task in zip(labels, tasks):
+        report = task.artifact_dir / "report.json"
+        p = json.loads(report.read_text()).get("performance") or {}
+        fmt = lambda v: "-" if v is None else f"{v:,.1f}"  # noqa: E731
+        rows.append((label, p.get("scenario") or "-", "VALID" if p.get("valid") else "INVALID",
+                     fmt(p.get("tokens_per_second")), fmt(p.get("samples_per_second")),
+                     fmt((p.get("ttft_ms") or {}).get("p99")), fmt((p.get("tpot_ms") or {}).get("p99")), str(report)))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
