@@ -95,9 +95,13 @@ def main() -> int:
     load = os.getloadavg()[0] if args.no_wait else wait_quiet()
     print(f"load average {load:.2f} when it began")
     factors = {r["repeats"]: r["half_width_in_sd"] for r in interval_table(np.random.default_rng(47), 1000)}
+    out = REPO / args.out
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"noise_example-{time.strftime('%Y-%m-%dT%H%M%SZ', time.gmtime())}.json"
     with tempfile.TemporaryDirectory(prefix="perfdag-noise-") as tmp:
         root = Path(args.root) if args.root else Path(tmp) / "artifacts"
         doc = {"load_before": load, "a": describe("A", measure(root, args.overrides, args.repeat), factors)}
+        path.write_text(json.dumps(doc, indent=2))  # the first half kept, should the second be stopped
         if args.against:
             both = ",".join(x for x in (args.overrides, args.against) if x)
             doc["b"] = describe("B", measure(root, both, args.repeat), factors)
@@ -106,9 +110,6 @@ def main() -> int:
                                   doc["b"]["key"][:16]], cwd=REPO, env=env, capture_output=True, text=True)
             print("\n" + cmp.stdout)
             doc["compare"] = cmp.stdout
-    out = REPO / args.out
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"noise_example-{time.strftime('%Y-%m-%dT%H%M%SZ', time.gmtime())}.json"
     path.write_text(json.dumps(doc, indent=2))
     print(f"raw: {path}")
     return 0
