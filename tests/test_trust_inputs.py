@@ -180,12 +180,13 @@ def test_a_bad_byte_deep_in_a_jsonl_dataset_fails_preparedataset_with_one_messag
     f.write_bytes(good * 99 + b'{"input": "caf\xe9", "output": "b"}\n' + good * 10)
     root = tmp_path / "a"
     shutil.copytree(built_fast, root, ignore=shutil.ignore_patterns("runs"))
+    before = set(root.glob("PrepareDataset/*/manifest.json"))  # the session's prepared datasets
     proc = run_luigi("PrepareDataset", "--overrides", f"{FAST},dataset.format=jsonl,dataset.path={f},"
                      "dataset.num_samples=105,accuracy.reference_scores=self", artifacts=root, check=False)
     assert proc.returncode != 0
     assert "line 100: not UTF-8" in proc.stderr, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr and "UnicodeDecodeError" not in proc.stderr, proc.stderr[-3000:]
-    assert not list(root.glob("PrepareDataset/*/manifest.json"))
+    assert set(root.glob("PrepareDataset/*/manifest.json")) == before  # nothing published
 
 
 # --- sweep files -----------------------------------------------------------------------------------------
