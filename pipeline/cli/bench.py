@@ -15,6 +15,8 @@ from pathlib import Path
 import luigi
 
 from harness.errors import InputError, PerfdagError
+from harness.loadgen.verdict import is_valid
+from harness.reports.sweep import fmt, whose
 from pipeline.bench import Bench
 from tasks import lifecycle
 from tasks.settings import DEFAULT_PARAMS
@@ -172,14 +174,17 @@ def run(args) -> int:
 
 
 def points_table(labels: list[str], tasks: list) -> str:
-    """One row per point: its load, LoadGen's verdict and the headline numbers of its report (LoadGen's)."""
-    rows = [("point", "scenario", "result", "tokens/s", "samples/s", "TTFT p99 ms", "TPOT p99 ms", "report")]
-    for label, task in zip(labels, tasks):
-        report = task.artifact_dir / "report.json"
-        p = json.loads(report.read_text()).get("performance") or {}
-        fmt = lambda v: "-" if v is None else f"{v:,.1f}"  # noqa: E731
-        rows.append((label, p.get("scenario") or "-", "VALID" if p.get("valid") else "INVALID",
+    """One row per point: its load, its verdict (is_valid: LoadGen's, errors counted) and the headline
+    numbers of its report, TTFT and TPOT labelled whose they are."""
+    perf = [json.loads((t.artifact_dir / "report.json").read_text()).get("performance") or {} for t in tasks]
+    sources = [{"sources": {k: (p.get("sources") or {}).get(k) or "LoadGen" for k in ("ttft_ms", "tpot_ms")}}
+               for p in perf]
+    rows = [("point", "scenario", "result", "tokens/s", "samples/s", f"TTFT p99 ms ({whose(sources, 'ttft_ms')})",
+             f"TPOT p99 ms ({whose(sources, 'tpot_ms')})", "report")]
+    for label, task, p in zip(labels, tasks, perf):
+        rows.append((label, p.get("scenario") or "-", "VALID" if is_valid(p) else "INVALID",
                      fmt(p.get("tokens_per_second")), fmt(p.get("samples_per_second")),
-                     fmt((p.get("ttft_ms") or {}).get("p99")), fmt((p.get("tpot_ms") or {}).get("p99")), str(report)))
+                     fmt((p.get("ttft_ms") or {}).get("p99")), fmt((p.get("tpot_ms") or {}).get("p99")),
+                     str(task.artifact_dir / "report.json")))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
