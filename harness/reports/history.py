@@ -14,16 +14,22 @@ COLUMNS = ("observation", "finished", "scenario", "result", "tokens/s", "samples
            "accuracy", "host")
 
 
+def observed(store, stage: str, key: str):
+    """Each observation of `stage` `key`, newest first, as (obs, why it is refused or None, its report or None)."""
+    for obs in store.observations(stage, key):
+        problems = store.observation_problems(stage, key, obs)
+        report = None if problems else json.loads((obs["dir"] / "report.json").read_text())
+        yield obs, (problems[0] if problems else None), report
+
+
 def history(store, key: str, stage: str = "FullRun") -> list[dict]:
     """One row per observation of `stage` (FullRun or Bench) `key`: its id, when, whether it is the latest (what reuse
     takes), its headline numbers, and `refused` (why it is not trusted; None: it is)."""
     rows = []
-    for obs in store.observations(stage, key):
-        problems = store.observation_problems(stage, key, obs)
+    for obs, refused, report in observed(store, stage, key):
         row = {"observation": obs["id"], "latest": obs["latest"], "dir": str(obs["dir"]),
-               "finished_at": finished_at(obs["manifest"]) or None, "refused": problems[0] if problems else None}
-        if not problems:
-            report = json.loads((obs["dir"] / "report.json").read_text())
+               "finished_at": finished_at(obs["manifest"]) or None, "refused": refused}
+        if report is not None:
             p, a = report.get("performance") or {}, report.get("accuracy") or {}
             row.update(scenario=p.get("scenario"), valid=is_valid(p), tokens_per_s=p.get("tokens_per_second"),
                        samples_per_s=p.get("samples_per_second"), ttft_p99_ms=(p.get("ttft_ms") or {}).get("p99"),
@@ -82,14 +88,11 @@ def rows_of_root(store, keys: list[tuple[str, str]]) -> list[dict]:
     a refused observation keeps only its identity and why."""
     rows = []
     for stage, key in keys:
-        for obs in store.observations(stage, key):
-            problems = store.observation_problems(stage, key, obs)
+        for obs, refused, report in observed(store, stage, key):
             row = {"stage": stage, "key": key, "observation": obs["id"], "latest": obs["latest"],
                    "finished_at": finished_at(obs["manifest"]) or None, "run_id": (obs["manifest"] or {}).get("run_id"),
-                   "refused": problems[0] if problems else None}
-            if not problems:
-                row.update(flat(json.loads((obs["dir"] / "report.json").read_text())))
-            rows.append(row)
+                   "refused": refused}
+            rows.append({**row, **flat(report or {})})
     rows.sort(key=lambda r: r["finished_at"] or "", reverse=True)
     return rows
 

@@ -42,14 +42,13 @@ def run(args) -> int:
     if (args.config is None) == (not args.all):
         raise InputError("history: name one configuration (a key or a params file) or give --all, not both")
     if args.all:
-        rows = rows_of_root(store, [(stage, k) for stage in REPORT_STAGES for k in sorted(keys_of(stage, "", store.root))])
+        keys = [(stage, k) for stage in REPORT_STAGES for k in sorted(keys_of(stage, "", store.root))]
         if args.csv:
-            print(to_csv(rows), end="")
+            print(to_csv(rows_of_root(store, keys)), end="")
         elif args.json:
-            print(json.dumps({"observations": rows}, indent=2, default=str))
+            print(json.dumps({"observations": rows_of_root(store, keys)}, indent=2, default=str))
         else:
-            print("\n\n".join(render(k, history(store, k, stage), stage)
-                              for stage in REPORT_STAGES for k in sorted(keys_of(stage, "", store.root))) or
+            print("\n\n".join(render(k, history(store, k, stage), stage) for stage, k in keys) or
                   f"no FullRun or Bench observations under {store.root}")
         return 0
     if args.config.endswith((".yaml", ".yml")) or Path(args.config).is_file():
