@@ -27,6 +27,7 @@ SUT_CODE = ("harness.loadgen.measure", "harness.loadgen", "harness.loadgen.runne
             "harness.loadgen.frontend", "harness.loadgen.settings", "harness.loadgen.results",
             "harness.loadgen.messages", "harness.loadgen.cores", "harness.loadgen.cores.base",
             "harness.loadgen.openai_api", "harness.loadgen.usage", "harness.loadgen.progress",
+            "harness.model.tokenizer",  # which tokenizer class counts and decodes tokens (the cores, openai_api)
             "harness.config.openai",  # the prompt form through a layout's router (openai_api.methods)
             "harness.loadgen.cores.aioloop", "harness.loadgen.chunks",
             "harness.loadgen.verdict",  # result.json's verdict (LoadGen errors) and its relaunch record

@@ -18,6 +18,7 @@ from harness.model.corpus import corpus_sha256
 from harness.mlperf.benchmarks.whisper import PROMPT as TRANSCRIBE_PROMPT
 from harness.model.datasets import Sample, load_dataset, write_jsonl
 from harness.model.speech import read_manifest
+from harness.model.tokenizer import load_tokenizer
 from harness.model.references import greedy_references
 from tasks.base import StageTask, log
 from tasks.prepare_model import PrepareModel, checkpoint_dir
@@ -59,7 +60,8 @@ class PrepareDataset(StageTask):
         return versions("transformers", "torch")
 
     def code(self):
-        return ("harness.model.datasets", "harness.model.corpus", "harness.model.synthetic", "harness.model.messages",
+        return ("harness.model.datasets", "harness.model.tokenizer", "harness.model.corpus", "harness.model.synthetic",
+                "harness.model.messages",
                 "harness.model.speech", "harness.mlperf.benchmarks.whisper",  # audio: the clips' checks, the prompt
                 "harness.backends.checkpoint") + (  # which tokenizer files a dataset.tokenizer copies
             ("harness.model.references",) if self.greedy_references else ())
@@ -83,9 +85,6 @@ class PrepareDataset(StageTask):
         return out
 
     def build(self, out_dir: Path) -> dict:
-        from transformers import AutoTokenizer
-
-
         p, d = self.params, self.params.dataset
         if d.tokenizer:
             model_dir = out_dir / TOKENIZER_DIR
@@ -102,7 +101,7 @@ class PrepareDataset(StageTask):
                                max_new_tokens=d.max_new_tokens, audio_dir=d.audio_dir, prompt=TRANSCRIBE_PROMPT)
         if d.format == "librispeech":
             copy_clips(samples, out_dir)
-        tok = AutoTokenizer.from_pretrained(str(model_dir))
+        tok = load_tokenizer(model_dir)
         source = "the dataset's reference outputs"
         if self.greedy_references:
             refs = greedy_references(model_dir, [s.input_ids for s in samples], d.max_new_tokens, log=log.info)

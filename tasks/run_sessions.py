@@ -12,6 +12,7 @@ from pathlib import Path
 from harness.cache.hashing import file_sha256
 from harness.config.sessions import SessionsSection
 from harness.errors import InputError
+from harness.model.tokenizer import load_tokenizer
 from harness.serving.endpoints import endpoints_and_models, protocol_of
 from harness.serving.layout import front_door
 from harness.sessions.context import overflows
@@ -21,7 +22,8 @@ from tasks.launch_servers import LaunchServers
 from tasks.measuring import MeasuringStage
 from tasks.registry import register
 
-SESSION_CODE = ("harness.sessions", "harness.sessions.trajectories", "harness.sessions.context",
+SESSION_CODE = ("harness.sessions", "harness.model.tokenizer", "harness.sessions.trajectories",
+                "harness.sessions.context",
                 "harness.sessions.salts", "harness.sessions.chat",
                 "harness.sessions.scheduler", "harness.sessions.metrics", "harness.sessions.inline",
                 "harness.sessions.workload", "harness.serving.openai.sse", "harness.serving.openai.toolcalls",
@@ -70,9 +72,7 @@ class RunSessions(MeasuringStage):
             return []
         count = None
         if p.dataset.tokenizer:
-            from transformers import AutoTokenizer  # heavy: only where a tokenizer is named
-
-            tok = AutoTokenizer.from_pretrained(p.dataset.tokenizer)
+            tok = load_tokenizer(p.dataset.tokenizer)
             count = (lambda text: len(tok.encode(text, add_special_tokens=False)))
         out = overflows(trajectories, context, s.max_tokens, count)
         for line in out:

@@ -282,7 +282,34 @@ def test_plain_load_flags_measure_one_point_each_and_print_one_table(tokenizer_d
     assert run.stdout.index("point ") > run.stdout.rindex("perfdag bench: echo, Offline")  # after both points' summaries
 
 
+def test_no_report_measures_only_and_a_later_report_reuses_the_measurement(tokenizer_dir, tmp_path):
+    """`bench --no-report`: LoadGen's run and its result.json, summarized with whose numbers they are, no
+    Bench built; the same command without it builds the report from that measurement, not a new one."""
+    root = tmp_path / "artifacts"
+    url, proc = _echo("--token-delay-ms", "2")
+    args = ("--url", url, "--model", "echo", "--tokenizer", str(tokenizer_dir), "--server", "vllm",
+            "--concurrency", "2", "--request-count", "16", "--overrides", "dataset.num_samples=16,harness.warmup_queries=2")
+    try:
+        only = bench(root, *args, "--no-report")
+        assert only.returncode == 0, only.stdout[-3000:] + only.stderr[-5000:]
+        assert not (root / "Bench").exists()
+        (result,) = root.glob("RunLoadgen/*/result.json")
+        r = json.loads(result.read_text())
+        summary = only.stdout[only.stdout.index("perfdag bench (--no-report): --concurrency 2, Offline"):]
+        assert "result     VALID" in summary and f"file       {result}" in summary
+        assert f"{r['samples_per_s']:.1f} samples/s" in summary and "(LoadGen)" in summary
+        assert "report     not built (--no-report)" in summary
+        full = bench(root, *args)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert full.returncode == 0, full.stdout[-3000:] + full.stderr[-5000:]
+    assert statuses(run_records(root)[-1])["RunLoadgen"] == "reused" and statuses(run_records(root)[-1])["Bench"] == "built"
+    assert list(root.glob("RunLoadgen/*/result.json")) == [result]
+
+
 @pytest.mark.parametrize("flags,words", [
+    (("--no-report", "--repeat", "2"), "--no-report measures once"),
     (("--concurrency", "2", "--request-rate", "3"), "one loop or the other"),
     (("--concurrency", "0,4"), "--concurrency: '0,4' is not a positive number"),
     (("--request-rate", "fast"), "--request-rate: 'fast'"),

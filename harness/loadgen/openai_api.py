@@ -27,9 +27,9 @@ def openai_api(params, samples, tokenizer_dir) -> tuple[dict, list[str] | None]:
            "ignore_eos": ignore_eos(params), "router": through_router(params)}
     texts = None
     if prompt == "text":
-        from transformers import AutoTokenizer
+        from harness.model.tokenizer import load_tokenizer
 
-        tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+        tok = load_tokenizer(tokenizer_dir)
         texts = tok.batch_decode([s.input_ids for s in samples], skip_special_tokens=True)
     return api, texts
 

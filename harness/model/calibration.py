@@ -7,13 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.model.corpus import corpus_lines
+from harness.model.tokenizer import load_tokenizer
 
 
 def calibration_prompts(tokenizer_dir: str | Path, n: int, max_len: int) -> list[list[int]]:
     """The first `n` shipped corpus lines, tokenised with the model's tokenizer, cut to max_len."""
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    tok = load_tokenizer(tokenizer_dir)
     lines = corpus_lines()
     if n > len(lines):
         raise ValueError(f"quantize.calib_size: {n} exceeds the {len(lines)} calibration samples shipped; "

@@ -41,6 +41,7 @@ from harness.cache.hashing import file_sha256
 from harness.errors import InputError
 from harness.model.corpus import corpus_lines
 from harness.model.messages import messages_text
+from harness.model.tokenizer import load_tokenizer
 from harness.untrusted import jsonio
 from harness.untrusted.files import not_regular, open_regular
 
@@ -149,11 +150,9 @@ def _load_librispeech(path: Path, tokenizer_dir, num_samples: int, audio_dir, pr
 def _make_synthetic(tokenizer_dir, num_samples: int, settings, max_new_tokens: int | None) -> list[Sample]:
     if settings is None or max_new_tokens is None or tokenizer_dir is None:
         raise DatasetError("the synthetic dataset needs its settings (dataset.synthetic), max_new_tokens and a tokenizer")
-    from transformers import AutoTokenizer
-
     from harness.model.synthetic import synthetic_samples  # numpy: kept off the path that only checks params
 
-    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    tok = load_tokenizer(tokenizer_dir)
     return [Sample(index=i, input_ids=ids, reference_text="", max_new_tokens=osl)
             for i, (ids, osl) in enumerate(synthetic_samples(tok, num_samples, settings, int(max_new_tokens)))]
 
@@ -168,9 +167,7 @@ class _LazyTokenizer:
         if self._tok is None:
             if self.dir is None:
                 raise DatasetError(f"{self.why} needs a tokenizer (tokenizer_dir is None)")
-            from transformers import AutoTokenizer
-
-            self._tok = AutoTokenizer.from_pretrained(str(self.dir))
+            self._tok = load_tokenizer(self.dir)
         return list(self._tok.encode(text, add_special_tokens=False))
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import luigi
 
 from harness.errors import InputError, PerfdagError
-from harness.loadgen.verdict import is_valid
+from harness.loadgen.verdict import invalid_reason, is_valid
 from harness.reports.sweep import fmt, whose
 from pipeline.bench import Bench
 from tasks import lifecycle
@@ -53,6 +53,9 @@ def add_parser(sub) -> None:
                         "median [interval of the median] (3 at least for compare to judge a change)")
     b.add_argument("--converge", type=float, default=0.0, metavar="W",
                    help="with --repeat: stop once that median is known within +-W (a share, e.g. 0.02) at 95%%")
+    b.add_argument("--no-report", action="store_true",
+                   help="measure only: LoadGen's run and its result.json, no Bench report (plots, report.md); history "
+                        "and compare read reports: the same command without it builds one from this measurement")
     b.add_argument("--verbose", action="store_true", help="show third-party warnings and chatter")
     load = b.add_argument_group("load", "plain load flags, mapped onto LoadGen's scenarios (the mapping is printed)")
     load.add_argument("--concurrency", default="", metavar="N[,N...]",
@@ -154,9 +157,13 @@ def load_points(args) -> list[tuple[str, list[str]]]:
 
 def run(args) -> int:
     try:  # bad flags and parameters: one line each, nothing run
+        if args.no_report and (args.repeat > 1 or args.converge):
+            raise InputError("--no-report measures once: --repeat and --converge are summarized by the report")
         points = load_points(args)
         tasks = [Bench(params_file=args.params_file, overrides=overrides(args, items), rerun_from=args.rerun_from,
                        repeat=args.repeat, converge=args.converge, verbose=args.verbose) for _, items in points]
+        if args.no_report:
+            tasks = [t.upstream()["performance"] for t in tasks]  # the measurements alone
         for label, items in points:
             if label:
                 print(f"bench: {label} -> {', '.join(items)}")
@@ -167,10 +174,33 @@ def run(args) -> int:
     if not all(t.is_done() for t in tasks):
         print(f"perfdag: the bench was not completed ({result.status.name}); see the log above")
         return 1
+    if args.no_report:
+        for (label, _), task in zip(points, tasks):
+            result = json.loads((task.artifact_dir / "result.json").read_text())
+            lifecycle.note_result(task.task_id, valid=is_valid(result), summary=measurement_summary(label, result, task),
+                                  persist=False)
+        return 0
     if len(tasks) > 1:  # after each point's own summary, which are printed at exit
         lifecycle.note_result("bench points", summary=points_table([label for label, _ in points], tasks),
                               persist=False)
     return 0  # an INVALID run exits 10 (tasks/lifecycle.py)
+
+
+def measurement_summary(label: str, result: dict, task) -> str:
+    """A measurement without its report: LoadGen's verdict and numbers from result.json, each labelled
+    whose it is."""
+    lines = [f"perfdag bench (--no-report){': ' + label if label else ''}, {result.get('scenario')}",
+             f"  result     {'VALID' if is_valid(result) else 'INVALID: ' + (invalid_reason(result) or '')}",
+             f"  throughput {fmt(result.get('samples_per_s'))} samples/s, {fmt(result.get('tokens_per_s'))} tokens/s "
+             "(LoadGen)"]
+    for key, name in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT")):
+        q = result.get(key) or {}
+        if q:
+            lines.append(f"  {name} ms    ({'LoadGen' if result.get(key.split('_')[0] + '_source') == 'loadgen' else 'client'}) "
+                         f"p50 {fmt(q.get('p50'))}  p90 {fmt(q.get('p90'))}  p99 {fmt(q.get('p99'))}")
+    lines += [f"  file       {task.artifact_dir / 'result.json'}",
+              "  report     not built (--no-report): the same command without it builds it from this measurement"]
+    return "\n".join(lines)
 
 
 def points_table(labels: list[str], tasks: list) -> str:

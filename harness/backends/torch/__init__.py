@@ -87,7 +87,8 @@ class Quantize(Step):
         # calibration, the agreement measurement and the export call are perfdag's own code; prompts
         # come from the shipped corpus; backends that export alike share the checkpoint
         return Key(reads=("quantize", "build.device"), tools=versions("nvidia-modelopt", "torch", "transformers"),
-                   code=("harness.model.calibration", "harness.model.corpus", "harness.backends.torch.quantize",
+                   code=("harness.model.calibration", "harness.model.tokenizer",
+                         "harness.model.corpus", "harness.backends.torch.quantize",
                          "harness.backends.checkpoint", "harness.backends.mtq_config", "harness.backends.moe",
                          "harness.backends.export_checks"),
                    inputs={"calibration_corpus_sha256": corpus_sha256(), "export": "hf"})

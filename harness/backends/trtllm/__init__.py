@@ -72,7 +72,8 @@ class Quantize(Step):
         p = w.params
         return Key(reads=("quantize", "build.device", "build.tp_size", "build.pp_size", "build.dtype"),
                    tools={**versions("nvidia-modelopt", "torch", "transformers"), "tensorrt_llm": trtllm_build.trtllm_version()},
-                   code=("harness.model.calibration", "harness.model.corpus", "harness.backends.mtq_config",
+                   code=("harness.model.calibration", "harness.model.tokenizer",
+                         "harness.model.corpus", "harness.backends.mtq_config",
                          "harness.backends.moe", "harness.backends.export_checks", "harness.backends.checkpoint"),
                    executed={"export": export_plan(p)},
                    inputs={"calibration_corpus_sha256": corpus_sha256(), "export": "trtllm-checkpoint"})

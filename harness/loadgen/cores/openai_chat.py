@@ -39,8 +39,8 @@ class OpenAIChatCore(HttpCore):
             raise RuntimeError("the chat core was given no chat requests")
         self.tokenizer = None
         if api.get("tokenizer"):
-            from transformers import AutoTokenizer  # heavy: loaded only where a run needs it
-            self.tokenizer = AutoTokenizer.from_pretrained(api["tokenizer"])
+            from harness.model.tokenizer import load_tokenizer  # heavy: only where a run needs it
+            self.tokenizer = load_tokenizer(api["tokenizer"])
         if self.log_as == "token_ids" and self.tokenizer is None:
             raise RuntimeError("logging token ids needs a tokenizer (api['tokenizer'])")
         self.eos = b"" if self.log_as == "text" else self.eos  # no end-token padding inside text

@@ -75,8 +75,8 @@ class OpenAIHttpCore(HttpCore):
             raise RuntimeError("this server takes text prompts, but no prompt texts were given")
         self.tokenizer = None
         if self.output_method == "retokenize":
-            from transformers import AutoTokenizer
-            self.tokenizer = AutoTokenizer.from_pretrained(api["tokenizer"])
+            from harness.model.tokenizer import load_tokenizer  # heavy: only where a run needs it
+            self.tokenizer = load_tokenizer(api["tokenizer"])
         self.base = base_url(self.url)
         self.endpoint = f"{self.base}/v1/completions"
         open_when_healthy(self, "/v1/completions")

@@ -64,8 +64,8 @@ class OpenAITranscriptionCore(HttpCore):
             if self.tokenizer is None:
                 if not self.tokenizer_dir:
                     raise RuntimeError("the server sent no token count and no tokenizer was given to count tokens")
-                from transformers import AutoTokenizer  # heavy: loaded only where a run needs it
-                self.tokenizer = AutoTokenizer.from_pretrained(self.tokenizer_dir)
+                from harness.model.tokenizer import load_tokenizer  # heavy: only where a run needs it
+                self.tokenizer = load_tokenizer(self.tokenizer_dir)
             n = len(self.tokenizer.encode(text, add_special_tokens=False)) + 1  # and the end token
             self.info["output_tokens"] = "tokenizer+end"
         n = max(n, MIN_TOKENS)  # LoadGen refuses fewer (cores/base.py); the labels stay as they came
