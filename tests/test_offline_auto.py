@@ -6,7 +6,7 @@ import pytest
 from conftest import echo_tritonserver
 
 from harness.config import ParamsError, resolve
-from harness.loadgen.measure import AUTO_MARGIN, run_performance
+from harness.loadgen.measure import AUTO_MARGIN, RETRY_MARGIN, run_performance
 from harness.loadgen.settings import from_params
 
 
@@ -36,10 +36,34 @@ def test_auto_sizes_an_offline_run_that_a_fixed_rate_leaves_too_short(tmp_path):
                                tmp_path / "auto", end_id=2, pad_id=None)
     sized = auto["offline_expected_qps_auto"]
     assert auto["valid"] == "VALID", auto["invalid_reason"]
-    last = sized["sizing_runs"][-1]
-    assert sized["offline_expected_qps"] == pytest.approx(last["samples_per_s"] * AUTO_MARGIN, rel=1e-3)
-    assert last["samples_per_s"] < last["asked_qps"]  # the last sizing run was slower than asked: sustained
+    last = sized["sizing_runs"][-1]  # the timed run that ended short, where a loaded host sped up
+    margin = RETRY_MARGIN if last.get("timed_run_short") else AUTO_MARGIN
+    assert sized["offline_expected_qps"] == pytest.approx(last["samples_per_s"] * margin, rel=1e-3)
+    sizing = [r for r in sized["sizing_runs"] if not r.get("timed_run_short")][-1]
+    assert sizing["samples_per_s"] < sizing["asked_qps"]  # the last sizing run was slower than asked: sustained
     assert all((tmp_path / "auto" / r["dir"] / "mlperf_log_summary.txt").is_file() for r in sized["sizing_runs"])
     assert "offline_expected_qps_auto" in (tmp_path / "auto" / "result.json").read_text()
     conf = dict(line.split(" = ") for line in (tmp_path / "auto" / "user.conf").read_text().splitlines() if " = " in line)
     assert float(conf["llama2-70b.Offline.target_qps"]) == pytest.approx(sized["offline_expected_qps"])
+
+
+def test_a_timed_run_that_ends_short_is_run_once_more_and_kept_as_a_sizing_run(tmp_path, monkeypatch):
+    """A host that speeds up past AUTO_MARGIN after the sizing runs (here: a margin below 1) ends the timed
+    run before min_duration; it is kept under sizing/short/ with the sizing runs, and the timed run is
+    measured once more at RETRY_MARGIN x its rate: VALID, only the second run's files at the top."""
+    from harness.loadgen import measure
+
+    monkeypatch.setattr(measure, "AUTO_MARGIN", 0.3)
+    prompts = [[10 + i % 50, 40 + i % 7, 30] for i in range(64)]
+    with echo_tritonserver(tmp_path / "server", token_delay_ms="1") as endpoint:
+        servers = [{"host": endpoint.split(":")[0], "port": int(endpoint.split(":")[1]), "models": ["echo"]}]
+        base = ("loadgen.min_duration_ms=1500,loadgen.min_query_count=32,harness.warmup_queries=0,"
+                "dataset.max_new_tokens=8,loadgen.offline_expected_qps=auto")
+        auto = run_performance(servers, prompts, resolve(None, base), tmp_path / "auto", end_id=2, pad_id=None)
+    assert auto["valid"] == "VALID", auto["invalid_reason"]
+    sized = auto["offline_expected_qps_auto"]
+    short = sized["sizing_runs"][-1]
+    assert short["dir"] == "sizing/short" and short["timed_run_short"] is True
+    assert sized["offline_expected_qps"] == pytest.approx(short["samples_per_s"] * measure.RETRY_MARGIN, rel=1e-3)
+    assert "min duration not met" in (tmp_path / "auto" / "sizing" / "short" / "result.json").read_text()
+    assert "Min duration satisfied : Yes" in (tmp_path / "auto" / "mlperf_log_summary.txt").read_text()

@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from harness.errors import MeasurementError
 
 from harness.loadgen import run_loadgen
 from harness.loadgen.client_nodes import on_node, placement
+from harness.loadgen.runner import LOADGEN_FILES
 from harness.loadgen.settings import from_params
 from harness.serving.endpoints import endpoints_and_models, protocol_of
 from harness.serving.gpu_telemetry import GpuTelemetry
@@ -58,20 +60,26 @@ def in_flight_per_server(params) -> int:
     return params.harness.max_in_flight or params.build.max_batch_size
 
 
-#: loadgen.offline_expected_qps: auto sets the rate at this many times the sizing runs' samples/s, so
-#: the timed run lasts at least its min_duration wherever the host runs up to this much faster then.
-AUTO_MARGIN = 2.0
-#: The first sizing run's rate; each next one (at most SIZING_RUNS) at 4x what the last one measured,
-#: until a run is slower than asked (it lasted its duration: the rate is a sustained one, not a burst).
+#: loadgen.offline_expected_qps: auto sets the rate at this many times the sizing runs' samples/s: the
+#: timed run lasts about this many times its min_duration, and at least its min_duration wherever the
+#: host runs up to this much faster then (short sizing runs underestimate: their ramp and drain count).
+#: One that still ends short is run once more at RETRY_MARGIN x its own rate, its logs kept under sizing/short/.
+AUTO_MARGIN = 1.5
+RETRY_MARGIN = 1.5
+#: The first sizing run's rate; each next one (at most SIZING_RUNS) at SIZING_GROWTH x what the last one
+#: measured, until a run is slower than asked (it lasted its duration: the rate is a sustained one, not
+#: a burst). Each asks for an eighth of min_duration: the last lasts about SIZING_GROWTH / 8 of it.
 SIZING_START_QPS = 64.0
+SIZING_GROWTH = 2.0
+SIZING_SHARE = 8
 SIZING_RUNS = 4
 
 
 def run_performance(servers: list[dict], samples, params, out_dir: Path, *, end_id: int, pad_id: int | None,
                     **extra) -> dict:
     """The timed run in loadgen.scenario. Offline with offline_expected_qps: auto first measures the rate
-    with short sizing runs (a quarter of min_duration each, in `sizing/<i>/`) and records them in
-    result.json's `offline_expected_qps_auto`; SingleStream with single_stream_expected_latency_ms: auto
+    with short sizing runs (an eighth of min_duration each, in `sizing/<i>/`) and records them in
+    result.json's `offline_expected_qps_auto` (a timed run that ended short is run once more); SingleStream with single_stream_expected_latency_ms: auto
     measures the latency with one probe (`sizing/0/`), recorded in `single_stream_expected_latency_ms_auto`."""
     settings = from_params(params.loadgen, len(samples))
     sized, key = None, None
@@ -92,6 +100,10 @@ def run_performance(servers: list[dict], samples, params, out_dir: Path, *, end_
     try:
         result = _run(servers, samples, params, out_dir, mode="PerformanceOnly", settings=settings,
                       warmup=params.harness.warmup_queries, end_id=end_id, pad_id=pad_id, **extra)
+        if key == "offline_expected_qps" and result.get("min_duration_met") is False and result.get("samples_per_s"):
+            settings[key] = _short_run_kept(sized, result, Path(out_dir))
+            result = _run(servers, samples, params, out_dir, mode="PerformanceOnly", settings=settings,
+                          warmup=0, end_id=end_id, pad_id=pad_id, **extra)
     finally:
         gpus = telemetry.stop() if telemetry is not None else None
     added = {**({f"{key}_auto": sized} if sized else {}), **({"gpu_telemetry": gpus} if gpus else {})}
@@ -124,9 +136,24 @@ def size_single_stream(servers, samples, params, out_dir: Path, settings: dict, 
             "dir": "sizing/0"}
 
 
+def _short_run_kept(sized: dict, result: dict, out_dir: Path) -> float:
+    """A timed run that ended before its min_duration: its LoadGen logs moved to sizing/short/ and
+    recorded with the sizing runs; the rate the next one asks for (RETRY_MARGIN x its samples/s)."""
+    short = out_dir / "sizing" / "short"
+    short.mkdir(parents=True, exist_ok=True)
+    for name in (*LOADGEN_FILES, "result.json", "requests.csv", "user.conf"):
+        if (out_dir / name).is_file():
+            os.replace(out_dir / name, short / name)
+    rate = result["samples_per_s"]
+    sized["sizing_runs"].append({"asked_qps": sized["offline_expected_qps"], "samples_per_s": rate,
+                                 "dir": "sizing/short", "timed_run_short": True})
+    sized.update(offline_expected_qps=round(rate * RETRY_MARGIN, 3), margin=RETRY_MARGIN)
+    return sized["offline_expected_qps"]
+
+
 def size_offline(servers, samples, params, out_dir: Path, settings: dict, **kw) -> dict:
     """The Offline rate the timed run asks for: AUTO_MARGIN x the samples/s of the last sizing run."""
-    duration_ms = max(250, params.loadgen.min_duration_ms // 4)
+    duration_ms = max(250, params.loadgen.min_duration_ms // SIZING_SHARE)
     guess, runs = SIZING_START_QPS, []
     for i in range(SIZING_RUNS):
         probe = _run(servers, samples, params, out_dir / "sizing" / str(i), mode="PerformanceOnly",
@@ -140,7 +167,7 @@ def size_offline(servers, samples, params, out_dir: Path, settings: dict, **kw) 
                                    f"(see {out_dir / 'sizing' / str(i)}); set loadgen.offline_expected_qps to a number")
         if rate < guess:
             break
-        guess = rate * 4
+        guess = rate * SIZING_GROWTH
     return {"offline_expected_qps": round(rate * AUTO_MARGIN, 3), "margin": AUTO_MARGIN, "sizing_runs": runs}
 
 
