@@ -81,7 +81,8 @@ class FullRun(StageTask):
         return {"performance": self.clone(RunLoadgen), "accuracy": self.clone(CheckAccuracy)}
 
     def code(self):  # the report, its plots and stats, and the request log they read
-        return ("harness.reports.report", "harness.reports.plots", "harness.loadgen.results", "harness.loadgen.verdict",
+        return ("harness.reports.report", "harness.reports.plots", "harness.reports.windows", "harness.loadgen.results",
+                "harness.loadgen.verdict",
                 "harness.loadgen.chunks",
                 "harness.loadgen.goodput",  # the goodput line
                 "harness.host.state",  # the host's state: its line, its section, a busy host named

@@ -9,6 +9,7 @@ from pathlib import Path
 import harness.host.state as host_state
 from harness.loadgen.goodput import goodput_line
 from harness.loadgen.verdict import answer_warnings, invalid_reason, is_valid, relaunch_lines
+from harness.reports import windows
 
 PCTS = ("p50", "p90", "p99")
 
@@ -196,6 +197,7 @@ def render_markdown(report: dict, plots: list[str]) -> str:
 
     lines += layout_markdown(p.get("layout"))
     lines += host_state.markdown(report.get(host_state.KEY))
+    lines += windows.markdown(p.get("time_slices"))
     lines += stats_markdown(report.get("client_stats") or {}, report.get("client_vs_loadgen") or {}, p.get("sources"))
     lines += ["", "## Stages", "", "| stage | key |", "|---|---|"]
     lines += [f"| {k} | `{v[:16]}` |" for k, v in report["stages"].items()]
@@ -292,6 +294,7 @@ def summary_text(report: dict, report_dir: Path, color: bool = False) -> str:
 
 
 def write_report(out_dir: Path, report: dict, requests: list[dict], chunks=None) -> list[str]:
+    report["performance"]["time_slices"] = windows.time_slices(requests)
     plots = plot(requests, out_dir, f"{report['model']} {report['performance']['scenario']}", report["performance"],
                  chunks)
     (out_dir / "report.json").write_text(json.dumps(report, indent=2, default=str))
