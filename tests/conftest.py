@@ -65,7 +65,22 @@ SLOW_MODULES = set(LONGEST_FIRST) | {
 SLOW_FIXTURES = {"built_fast", "built_default"}
 
 
+# The whole suite's size never drops unnoticed: a module that fails to import, a test renamed into a
+# skip or a lost parametrization. Lower SUITE_FLOOR only in the commit that removes tests on purpose.
+SUITE_FLOOR = int((REPO / "tests" / "suite_floor.txt").read_text().split()[0])
+
+
+def whole_suite(config) -> bool:
+    """A run of every test: no paths but tests/, no -m, -k, --deselect or last-failed selection."""
+    paths = {Path(a.split("::")[0]).resolve() for a in config.args}
+    return (paths <= {REPO / "tests"} and not config.option.markexpr and not config.option.keyword
+            and not config.getoption("deselect", None) and not config.getoption("lf", False))
+
+
 def pytest_collection_modifyitems(config, items):
+    if whole_suite(config) and len(items) < SUITE_FLOOR:
+        pytest.exit(f"the whole suite collected {len(items)} tests, fewer than the {SUITE_FLOOR} of "
+                    "tests/suite_floor.txt: a module failed to import or tests were lost", returncode=1)
     for item in items:
         if Path(item.nodeid.split("::", 1)[0]).stem in SLOW_MODULES or SLOW_FIXTURES & set(item.fixturenames):
             item.add_marker(pytest.mark.slow)
