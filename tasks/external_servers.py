@@ -26,19 +26,20 @@ SERVERS_FILE = "servers.json"
 PROTOCOL = "openai-http"
 
 
-def endpoint_problems(p) -> list[str]:
-    """Why these parameters cannot measure a running server without the model stages."""
+def endpoint_problems(p, tokenizer: bool = True) -> list[str]:
+    """Why these parameters cannot measure a running server without the model stages (`tokenizer`: the
+    measurement tokenizes its dataset; a session replay sends the recorded text)."""
     out = []
     if not backend_for(p).launch.serves_elsewhere(p):
         out.append("openai.endpoints: measuring a running server needs build.backend=openai and openai.endpoints "
                    "naming it (e.g. http://127.0.0.1:8000)")
-    if not p.dataset.tokenizer:
+    if tokenizer and not p.dataset.tokenizer:
         out.append("dataset.tokenizer: name the served model's tokenizer directory (there is no model stage)")
     return out
 
 
-def check_endpoint_params(p) -> None:
-    if problems := endpoint_problems(p):
+def check_endpoint_params(p, tokenizer: bool = True) -> None:
+    if problems := endpoint_problems(p, tokenizer):
         raise ParamsError(problems)
 
 
@@ -88,7 +89,7 @@ class ExternalServers(StageTask):  # not in STAGES: only Bench builds it, on pip
 
     def build(self, out_dir: Path) -> dict:
         p = self.params
-        check_endpoint_params(p)
+        check_endpoint_params(p, tokenizer=False)  # the measurement that tokenizes checks its tokenizer
         servers = external_servers(parse_endpoints(p.openai.endpoints), [served_name(p)], p.openai.ready_timeout_s,
                                    protocol=PROTOCOL)
         (out_dir / SERVERS_FILE).write_text(json.dumps({"servers": servers}, indent=2))

@@ -51,10 +51,12 @@ class MeasuringStage(StageTask):
     endpoint = luigi.BoolParameter(default=False, description="measure the running servers at openai.endpoints "
                                    "as they are (ExternalServers): no model stages; needs dataset.tokenizer")
 
+    tokenizes = True  # its dataset is tokenized: a running server's needs dataset.tokenizer
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         if self.endpoint:
-            check_endpoint_params(self.params)
+            check_endpoint_params(self.params, tokenizer=self.tokenizes)
 
     # Not self-contained: a measurement is of the servers, their repository and engine; with those
     # gone from the root it is measured again rather than reported unreproducible.

@@ -18,6 +18,7 @@ from harness.serving.layout import front_door
 from harness.sessions.context import overflows
 from harness.sessions.trajectories import read_trajectories
 from tasks.base import log
+from tasks.external_servers import ExternalServers
 from tasks.launch_servers import LaunchServers
 from tasks.measuring import MeasuringStage
 from tasks.registry import register
@@ -49,8 +50,10 @@ class RunSessions(MeasuringStage):
     # Every sessions.* setting but the file's path: the file enters by its content (key_inputs).
     reads = tuple(f"sessions.{k}" for k in SessionsSection.model_fields if k != "trajectories_file")
 
-    def upstream(self):
-        return {"servers": self.clone(LaunchServers)}
+    tokenizes = False  # the recorded text is sent as it is; a tokenizer only checks the context
+
+    def upstream(self):  # a running server's (endpoint: no model stages), or the servers perfdag launches
+        return {"servers": self.clone(ExternalServers) if self.endpoint else self.clone(LaunchServers)}
 
     def key_inputs(self):  # unset: a key all the same (status lists every stage); building it says what is missing
         path = self.params.sessions.trajectories_file

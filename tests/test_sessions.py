@@ -469,6 +469,31 @@ def test_run_sessions_is_a_cached_stage_with_its_report(echo, built_fast, tmp_pa
         assert len(_requests(record, since)) == turns + 4
 
 
+def test_sessions_command_replays_against_a_running_server_without_model_stages(echo, tmp_path):
+    """`python -m pipeline sessions --url`: the replay against a server perfdag did not build, in a root
+    where no model stage, dataset or launch ever ran (no tokenizer needed: the recorded text is sent);
+    its summary names whose the numbers are; the same command again reuses it."""
+    url, record = echo
+    root = tmp_path / "artifacts"
+    standin = REPO / "harness/data/standins/agentic-trajectories.jsonl"
+    cmd = [sys.executable, "-m", "pipeline", "sessions", "--url", f"http://{url}", "--model", "echo", "--trajectories",
+           str(standin), "--users", "2", "--overrides", "sessions.trajectories=4,sessions.max_tokens=4"]
+    env = {**os.environ, "PERFDAG_ARTIFACTS": str(root)}
+    since = _lines(record)
+    first = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    assert sorted(d.name for d in root.iterdir() if d.name[0].isupper()) == ["ExternalServers", "RunSessions"]
+    (art,) = (d for d in (root / "RunSessions").iterdir() if (d / "manifest.json").is_file())
+    result = json.loads((art / "result.json").read_text())
+    sent = len(_requests(record, since))
+    assert sent == result["metrics"]["turns"] > 0
+    assert "perfdag sessions: VALID (perfdag's replay; LoadGen does not model sessions)" in first.stdout
+    assert f"turns      {sent} sent" in first.stdout and f"report     {art / 'report.md'}" in first.stdout
+    again = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and statuses(run_records(root)[-1])["RunSessions"] == "reused"
+    assert len(_requests(record, since)) == sent  # nothing sent again
+
+
 def test_a_deeply_nested_line_is_one_line_in_run_sessions(echo, built_fast, tmp_path):
     """Issue 46 item 10: a trajectory line of 100,000 nested '[' made RunSessions end in a RecursionError;
     now one line names the file, the line and the fix, and nothing is sent."""

@@ -29,21 +29,13 @@ def add_parser(sub) -> None:
                        description="Measures a server that is already up, through the same LoadGen scenarios, "
                                    "client cores, cache and report as FullRun, without PrepareModel, Quantize, "
                                    "BuildEngine or a launch, and without an accuracy run. Exit 0: VALID; 10: INVALID.")
-    b.add_argument("--url", action="append", default=[], metavar="URL",
-                   help="the server, http://host:port (repeat for several replicas of one model)")
-    b.add_argument("--model", default="", metavar="NAME", help="the model name requests carry (openai.model)")
-    b.add_argument("--tokenizer", default="", metavar="DIR",
-                   help="the served model's Hugging Face tokenizer directory (dataset.tokenizer)")
+    add_server_flags(b)
     b.add_argument("--dataset", default="", metavar="FILE|builtin|synthetic",
                    help="a jsonl dataset (input or input_ids per line), an MLPerf .pkl, builtin, or synthetic "
                         "(prompts of set lengths: --isl/--osl) (default: the params file's dataset)")
     b.add_argument("--isl", default="", metavar="MEAN[:SD]", help="synthetic input length, e.g. 128:32")
     b.add_argument("--osl", default="", metavar="MEAN[:SD]",
                    help="synthetic output length, e.g. 64:16 (dataset.max_new_tokens follows: mean + 4 sd)")
-    b.add_argument("--server", default="", choices=SERVER_KINDS,
-                   help="the server's kind: which request keys it takes (default transformers: text prompts and "
-                        "re-tokenized text, which every OpenAI-compatible server accepts; trtllm-serve, vllm and "
-                        "sglang exchange token ids)")
     b.add_argument("--scenario", default="", choices=("Offline", "Server", "Interactive"))
     b.add_argument("--params-file", default=DEFAULT_PARAMS)
     b.add_argument("--overrides", default="", help='"section.key=value,..." applied last')
@@ -73,9 +65,21 @@ def add_parser(sub) -> None:
                            "alone decides (min_query_count 1, Offline's expected rate measured first: auto)")
 
 
-def overrides(args, load: list[str] = ()) -> str:
-    """The flags (and a point's `load` settings) as parameter overrides, the user's --overrides after them
-    (they win)."""
+def add_server_flags(parser) -> None:
+    """--url, --model, --tokenizer and --server: the running server a command measures (bench, sessions)."""
+    parser.add_argument("--url", action="append", default=[], metavar="URL",
+                        help="the server, http://host:port (repeat for several replicas of one model)")
+    parser.add_argument("--model", default="", metavar="NAME", help="the model name requests carry (openai.model)")
+    parser.add_argument("--tokenizer", default="", metavar="DIR",
+                        help="the served model's Hugging Face tokenizer directory (dataset.tokenizer)")
+    parser.add_argument("--server", default="", choices=SERVER_KINDS,
+                        help="the server's kind: which request keys it takes (default transformers: text prompts and "
+                             "re-tokenized text, which every OpenAI-compatible server accepts; trtllm-serve, vllm and "
+                             "sglang exchange token ids)")
+
+
+def server_items(args) -> list[str]:
+    """The server flags as parameter overrides (build.backend=openai first)."""
     items = ["build.backend=openai"]
     if args.url:
         urls = [u.strip() for arg in args.url for u in arg.split(",") if u.strip()]
@@ -86,6 +90,13 @@ def overrides(args, load: list[str] = ()) -> str:
         items.append(f"dataset.tokenizer={json.dumps(str(Path(args.tokenizer).expanduser().resolve()))}")
     if args.server:
         items.append(f"openai.server={args.server}")
+    return items
+
+
+def overrides(args, load: list[str] = ()) -> str:
+    """The flags (and a point's `load` settings) as parameter overrides, the user's --overrides after them
+    (they win)."""
+    items = server_items(args)
     if args.scenario:
         items.append(f"loadgen.scenario={args.scenario}")
     if (args.isl or args.osl) and args.dataset not in ("", "synthetic"):
