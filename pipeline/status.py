@@ -16,7 +16,6 @@ import difflib
 import json
 from typing import Any
 
-from harness.cache import index
 from pipeline.full_run import FullRun
 from tasks.base import StageTask
 from tasks.registry import STAGES
@@ -57,7 +56,7 @@ def _why(task: StageTask) -> list[dict]:
     """What differs from the cached artifact of the same stage whose inputs are closest to these
     (fewest differing fields; the newest among equals): the change the user made, not every way
     the newest artifact happens to differ."""
-    closest = index.closest(task.store.root, task.stage, task.key_doc)  # one manifest read, not every one
+    closest = task.store.closest(task.stage, task.key_doc)  # from the stage's index: one manifest read
     if closest is False:  # the index's pick is not what is published: every manifest, as without an index
         cached = task.store.manifests(task.stage)  # newest first
         closest = min(cached, key=lambda m: len(_diff(task.key_doc, m))) if cached else None

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -118,9 +119,10 @@ def test_move_aside_and_gc_delete_update_the_index(root, monkeypatch):
 def test_gc_and_status_answer_the_same_with_and_without_the_index(root, monkeypatch):
     monkeypatch.setattr(harness.serving.launcher, "servers_live", lambda records, timeout_s=2.0: False)
     r = root.root
-    with_index = gc.to_json(gc.plan(r, keep_days=0), False)
+    now = datetime.now(timezone.utc)
+    with_index = gc.to_json(gc.plan(r, keep_days=0, now=now), False)
     monkeypatch.setattr(index, "entries", lambda *a, **k: {})  # every manifest read, every tree walked
-    without = gc.to_json(gc.plan(r, keep_days=0), False)
+    without = gc.to_json(gc.plan(r, keep_days=0, now=now), False)
     assert with_index == without and with_index["total"]["bytes"] > 0
     monkeypatch.undo()
     # status's closest cached artifact: fewest differing key inputs, the newest among equals

@@ -125,6 +125,12 @@ class ArtifactStore:
                 out.append(m)
         return sorted(out, key=lambda m: (finished_at(m), m["_dir"]), reverse=True)
 
+    def closest(self, stage: str, key_doc: dict) -> dict | None | bool:
+        """The published manifest of `stage` whose key inputs are closest to `key_doc`'s, found from the stage's
+        index (harness/cache/index.py); None: none published; False: the index's pick is not what is published
+        (read `manifests` instead)."""
+        return index.closest(self.root, stage, key_doc)
+
     def problems(self, stage: str, key: str, manifest: dict, *, full: bool = False,
                  where: Path | None = None) -> list[str]:
         """How the artifact on disk (at `where`, default its key's path) differs from what was
