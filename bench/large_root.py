@@ -6,7 +6,8 @@
 The night is a real artifacts root holding one FullRun (`--night`; default: one is built first with FAST's
 settings, `luigi --module pipeline FullRun --overrides <--overrides>`, minutes). Each size's root is a copy of the
 night (so the no-op FullRun and `status` are cached for real) plus clones of its artifacts in the store's own
-layout until it holds that many items: every clone is one of the night's artifacts under a varied key
+layout until it holds that many items (then each stage's index is written, as publishing would have, where the
+checkout has one): every clone is one of the night's artifacts under a varied key
 (a night number in its params, its upstream keys those of its own night's clones), dated back over the past
 year, its files hard links of the night's (so each manifest's sizes and digests hold and perfdag's integrity
 check passes; the stat each manifest records is the link's, taken after all links are made), with one run
@@ -37,6 +38,9 @@ REPO = Path(__file__).resolve().parent.parent
 FAST = "model.tiny.train_steps=20,quantize.calib_size=4,dataset.num_samples=16,loadgen.min_duration_ms=1000," \
        "loadgen.min_query_count=16"
 SKIP = {"runs", "observations", "Nightly", ".gc-trash"}
+# Writes every stage's index (harness/cache/index.py), as publishing into the root would have.
+INDEX_ALL = ("import sys; from pathlib import Path; from harness.cache import index; r = Path(sys.argv[1]); "
+             "[index.entries(r, d.name, write=True) for d in r.iterdir() if d.is_dir() and d.name[0].isupper()]")
 
 
 def night_artifacts(night: Path) -> list[tuple[str, Path, dict]]:
@@ -158,6 +162,11 @@ def main() -> int:
         held = make_root(night, root, size)
         made_s = time.perf_counter() - t0
         env = {**os.environ, "PERFDAG_ARTIFACTS": str(root)}
+        index_s = None
+        if (repo / "harness" / "cache" / "index.py").is_file():  # as a root perfdag published into has them
+            t0 = time.perf_counter()
+            subprocess.run([py, "-c", INDEX_ALL, str(root)], cwd=repo, env=env, check=True)
+            index_s = time.perf_counter() - t0
         key = held["full_key"]
         ids = sorted(p.name for p in (root / "observations" / "FullRun" / key[:16]).glob("*"))
         cmds = {
@@ -176,7 +185,7 @@ def main() -> int:
                 times[name].append(wall(argv, env, repo))
         missing = json.loads(subprocess.run(cmds["status, stages missing"] + ["--json"], cwd=repo, env=env,
                                             capture_output=True, text=True).stdout or "[]")
-        results.append({"size": size, **held, "make_s": made_s, "times_s": times,
+        results.append({"size": size, **held, "make_s": made_s, "index_s": index_s, "times_s": times,
                         "missing_stages": [r.get("stage") for r in (missing if isinstance(missing, list) else
                                                                     missing.get("stages", [])) if
                                            isinstance(r, dict) and r.get("status") == "missing"]})
