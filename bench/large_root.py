@@ -11,9 +11,9 @@ checkout has one): every clone is one of the night's artifacts under a varied ke
 (a night number in its params, its upstream keys those of its own night's clones), dated back over the past
 year, its files hard links of the night's (so each manifest's sizes and digests hold and perfdag's integrity
 check passes; the stat each manifest records is the link's, taken after all links are made), with one run
-record per cloned night; the night itself is only read (its files' ctime moves: they gain links); 1 in 100 items (365 at most) is a kept
-observation of the night's FullRun key (what `history` and `compare` read and re-hash). Then it times, as
-subprocesses (median of --repeat): the no-op FullRun, `status` (all cached, and with --missing's overrides,
+record per cloned night; the night itself is only read (its files' ctime moves: they gain links); 1 in 100
+items (365 at most) is a kept observation of the night's FullRun key (what `history` and `compare` read and
+re-hash). Then it times, as subprocesses (median of --repeat): the no-op FullRun, `status` (all cached, and with --missing's overrides,
 which leave the measuring stages missing so status looks for the closest cached ones), `history KEY`,
 `compare` of two observations, and `gc --dry-run`. Prints a table; raw times go to
 bench/results/large_root-<utc>.json. Asserts nothing. `--repo` runs another checkout's code on the same roots

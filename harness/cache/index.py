@@ -14,7 +14,8 @@ It is read as untrusted input: a bounded read, every line parsed and type-checke
 ctime included, is the one recorded). Anything else (missing, truncated, edited, a line naming another key or
 a manifest since replaced, a publish killed before its line) and the index is rebuilt from the manifests:
 in memory by a reader that may not write (`status`), and written by gc and the next publish of a stage
-without one. `entries(verify=True)` also compares every line with a fresh reading of its manifest (gc --delete plans from it).
+without one. `entries(verify=True)` also compares every line with a fresh reading of its manifest (gc --delete
+plans from it).
 """
 from __future__ import annotations
 
@@ -260,7 +261,8 @@ def consistent(root: Path, stage: str, entries: dict[str, dict]) -> bool:
 
 def entries(root: str | os.PathLike, stage: str, *, write: bool = False, verify: bool = False) -> dict[str, dict]:
     """The stage's index lines by directory, checked against the root (and, with `verify`, every manifest's
-    lines against a fresh reading of them); rebuilt from the manifests when they do not hold, and then written when `write`."""
+    lines against a fresh reading of them); rebuilt from the manifests when they do not hold, and then written when
+    `write`."""
     root = Path(root)
     got = read(root, stage)
     if got is not None and consistent(root, stage, got) and (not verify or _lines_hold(root, stage, got)):
