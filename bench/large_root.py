@@ -13,12 +13,12 @@ year, its files hard links of the night's (so each manifest's sizes and digests 
 check passes; the stat each manifest records is the link's, taken after all links are made), with one run
 record per cloned night; the night itself is only read (its files' ctime moves: they gain links); 1 in 100
 items (365 at most) is a kept observation of the night's FullRun key (what `history` and `compare` read and
-re-hash). Then it times, as subprocesses (median of --repeat): the no-op FullRun, `status` (all cached, and with --missing's overrides,
-which leave the measuring stages missing so status looks for the closest cached ones), `history KEY`,
-`compare` of two observations, and `gc --dry-run`. Prints a table; raw times go to
+re-hash). Then it times, as subprocesses (median of --repeat): the no-op FullRun, `status` (all cached, and with
+--missing's overrides, which leave the measuring stages missing so status looks for the closest cached ones),
+`history KEY`, `compare` of two observations, and `gc --dry-run`. Prints a table; raw times go to
 bench/results/large_root-<utc>.json. Asserts nothing. `--repo` runs another checkout's code on the same roots
-(before/after). Issue 51's goals at 100,000 items on a quiet 2-core host: status <= 1 s, history and compare
-<= 1 s, gc --dry-run <= 5 s.
+(before/after). Issue 51's goals at 100,000 items on a quiet 2-core host: status <= 1 s, history and compare <=
+1 s, gc --dry-run <= 5 s.
 """
 from __future__ import annotations
 
