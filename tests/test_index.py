@@ -166,3 +166,15 @@ def test_two_processes_publishing_and_one_collecting_leave_a_consistent_index(tm
     got = index.read(r, "Quantize")
     assert got is not None and index.consistent(r, "Quantize", got)
     assert got == index.rebuild(r, "Quantize")
+
+
+@pytest.mark.parametrize("harm", ["deleted", "torn"])
+def test_the_next_publish_writes_a_whole_index_where_it_found_none_or_a_torn_one(root, harm):
+    path = root.root / "Quantize" / index.INDEX
+    if harm == "deleted":
+        path.unlink()
+    else:
+        path.write_text(path.read_text()[:-40])
+    publish(root, "Quantize", "new", {"quant": {"format": "fp8"}})
+    got = index.read(root.root, "Quantize")
+    assert got == index.rebuild(root.root, "Quantize") and len(got) == 7
