@@ -144,14 +144,17 @@ from pathlib import Path
 KEY
 PUBLISH
 store, who = ArtifactStore(sys.argv[1]), sys.argv[2]
-if who == "gc":
+done = [store.root.parent / f"{p}.done" for p in ("a", "b")]
+if who == "gc":  # collects over and over until both publishers are done
     harness.serving.launcher.servers_live = lambda records, timeout_s=2.0: False
-    end = time.monotonic() + 4
-    while time.monotonic() < end:
-        gc.gc(store.root, keep_days=0, delete=True)
+    deleted, end = 0, time.monotonic() + 60
+    while not all(d.exists() for d in done) and time.monotonic() < end:
+        deleted += sum(e.status == "deleted" for e in gc.gc(store.root, keep_days=0, delete=True).goes)
+    print(deleted)
 else:
-    for i in range(25):
+    for i in range(40):
         publish(store, "Quantize", f"{who}-{i % 12}", {"i": i}, archive=True, run_id=f"{who}-{i}")
+    (store.root.parent / f"{who}.done").touch()
 """
 
 
@@ -161,8 +164,10 @@ def test_two_processes_publishing_and_one_collecting_leave_a_consistent_index(tm
     r = tmp_path / "artifacts"
     ArtifactStore(r)
     script = _WORKER.replace("KEY", inspect.getsource(key)).replace("PUBLISH", inspect.getsource(publish))
-    procs = [subprocess.Popen([sys.executable, "-c", script, str(r), who], cwd=REPO) for who in ("a", "b", "gc")]
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(r), who], cwd=REPO, stdout=subprocess.PIPE, text=True)
+             for who in ("gc", "a", "b")]
     assert [p.wait(timeout=120) for p in procs] == [0, 0, 0]
+    assert int(procs[0].stdout.read()) > 0  # gc deleted while they published
     got = index.read(r, "Quantize")
     assert got is not None and index.consistent(r, "Quantize", got)
     assert got == index.rebuild(r, "Quantize")
