@@ -58,7 +58,7 @@ def test_publish_keeps_the_index_that_a_rebuild_gives(root):
 
 
 @pytest.mark.parametrize("harm", ["deleted", "truncated", "torn", "other key", "manifest replaced", "gone dir",
-                                  "extra line", "not json"])
+                                  "extra line", "not json", "deep"])
 def test_a_harmed_index_is_rebuilt_from_the_manifests_never_trusted(root, harm):
     r, stage = root.root, "Quantize"
     path = r / stage / index.INDEX
@@ -83,6 +83,8 @@ def test_a_harmed_index_is_rebuilt_from_the_manifests_never_trusted(root, harm):
         os.rename(r / stage / k0, r / stage / ".aside")
     elif harm == "extra line":  # an entry for a key that has no artifact
         path.write_text("".join(lines) + json.dumps({**json.loads(lines[1]), "d": "0123456789abcdef"}) + "\n")
+    elif harm == "deep":  # nested past the interpreter's recursion limit
+        path.write_text("".join(lines) + "[" * 100_000 + "]" * 100_000 + "\n")
     elif harm == "not json":
         path.write_text("".join(lines[:2]) + "{nope\n" + "".join(lines[2:]))
     now = index.rebuild(r, stage) if harm in ("manifest replaced", "gone dir") else truth
