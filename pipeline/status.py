@@ -56,11 +56,13 @@ def _why(task: StageTask) -> list[dict]:
     """What differs from the cached artifact of the same stage whose inputs are closest to these
     (fewest differing fields; the newest among equals): the change the user made, not every way
     the newest artifact happens to differ."""
-    cached = task.store.manifests(task.stage)  # newest first
-    if not cached:
+    closest = task.store.closest(task.stage, task.key_doc)  # from the stage's index: one manifest read
+    if closest is False:  # the index's pick is not what is published: every manifest, as without an index
+        cached = task.store.manifests(task.stage)  # newest first
+        closest = min(cached, key=lambda m: len(_diff(task.key_doc, m))) if cached else None
+    if closest is None:
         return [{"field": "*", "reason": "no cached artifact of this stage"}]
-    candidates = [(len(d), i, d, m) for i, m in enumerate(cached) for d in [_diff(task.key_doc, m)]]
-    _, _, diffs, closest = min(candidates, key=lambda c: c[:2])
+    diffs = _diff(task.key_doc, closest)
     key16 = str(closest.get("key", "?"))[:16]
     if not diffs:
         return [{"field": "*", "reason": f"same inputs as {key16} but schema or key differ", "compared_with": key16}]

@@ -24,7 +24,7 @@ from typing import Callable, Iterable, Iterator
 
 from filelock import FileLock, Timeout
 
-from harness.cache import integrity, observations, signing
+from harness.cache import index, integrity, observations, signing
 from harness.errors import ArtifactError, PerfdagError
 from harness.untrusted import jsonio
 
@@ -123,7 +123,13 @@ class ArtifactStore:
             if isinstance(m, dict):
                 m["_dir"] = str(f.parent)
                 out.append(m)
-        return sorted(out, key=finished_at, reverse=True)
+        return sorted(out, key=lambda m: (finished_at(m), m["_dir"]), reverse=True)
+
+    def closest(self, stage: str, key_doc: dict) -> dict | None | bool:
+        """The published manifest of `stage` whose key inputs are closest to `key_doc`'s, found from the stage's
+        index (harness/cache/index.py); None: none published; False: the index's pick is not what is published
+        (read `manifests` instead)."""
+        return index.closest(self.root, stage, key_doc)
 
     def problems(self, stage: str, key: str, manifest: dict, *, full: bool = False,
                  where: Path | None = None) -> list[str]:
@@ -236,7 +242,16 @@ class ArtifactStore:
             n += 1
             where = dest.with_name(f"{dest.name}-{n}")
         os.replace(final, where)  # under the root: one rename
+        self._index(stage, [], gone=[final])
         return where
+
+    def _index(self, stage: str, dirs: list[Path], gone: list[Path] = ()) -> None:
+        """Tells the stage's index (harness/cache/index.py) what was just published or removed. Call under the
+        key's lock. An index that cannot be written is only slower: readers find it inconsistent and rebuild it."""
+        try:
+            index.record(self.root, stage, dirs, gone)
+        except OSError:
+            pass
 
     @contextmanager
     def lock(self, stage: str, key: str) -> Iterator[None]:
@@ -279,13 +294,14 @@ class ArtifactStore:
             if self.signing_key is not None:
                 doc[signing.FIELD] = signing.signature(doc, self.signing_key)
             (tmp / MANIFEST).write_text(json.dumps(doc, indent=2, sort_keys=True, default=str))
-            if archive and os.path.lexists(final):
-                observations.archive(self.root, stage, key, final)
+            kept = observations.archive(self.root, stage, key, final) \
+                if archive and os.path.lexists(final) else None
             if os.path.lexists(final):  # an old artifact, or whatever replaced it (a file, a link)
                 trash = final.parent / f".trash-{key[:16]}-{os.getpid()}"
                 os.replace(final, trash)
                 _remove(trash)
             os.replace(tmp, final)
+            self._index(stage, [final] + ([kept] if kept else []))
         except OSError as e:
             err = publish_error(stage, key, e, tmp, final, self.root) if e.errno in STORAGE_ERRNOS else None
             shutil.rmtree(tmp, ignore_errors=True)

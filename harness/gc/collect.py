@@ -46,6 +46,7 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
+from harness.cache import index
 from harness.cache.observations import OBSERVATIONS, archived_ids
 from harness.cache.runs import RUNS, confined, parse_time, read_runs, run_is_live
 from harness.cache.store import MANIFEST, lock_held, lock_path
@@ -179,7 +180,30 @@ def _read_manifest(d: Path) -> dict | None:
 
 
 # --- the plan ---------------------------------------------------------------------------------
-def _observation_entries(root: Path) -> list[Entry]:
+def _indexed(root: Path, stage: str, rel: str, indexes: dict, verify: bool) -> tuple[dict | None, tuple, bool]:
+    """(manifest fields gc reads: key, upstream, run_id, finished_at; None: no readable manifest) of directory
+    `rel` of `stage`, from the stage's index (harness/cache/index.py) where it lists it, else its manifest;
+    and whether the directory's manifest is readable."""
+    if stage not in indexes:
+        indexes[stage] = index.entries(root, stage, write=verify and (root / stage).is_dir(), verify=verify)
+    e = indexes[stage].get(rel)
+    if e is not None and not e.get("odd"):
+        if not e.get("manifest"):
+            return None, (), False
+        return ({"key": e.get("key"), "upstream": e["upstream"], "run_id": e.get("run_id"),
+                 "finished_at": e.get("finished_at"), "size": e.get("size")},
+                (e.get("key"), e.get("run_id"), e.get("finished_at")), True)
+    man = _read_manifest(index.directory(root, stage, rel))
+    if man is None:
+        return None, (), False
+    ups = [v for v in (man.get("upstream") or {}).values() if isinstance(v, str)] \
+        if isinstance(man.get("upstream"), dict) else []
+    return ({"key": man.get("key") if isinstance(man.get("key"), str) else None, "upstream": ups,
+             "run_id": man.get("run_id"), "finished_at": man.get("finished_at"), "size": None},
+            _manifest_stamp(man), True)
+
+
+def _observation_entries(root: Path, indexes: dict, verify: bool) -> list[Entry]:
     """The kept earlier observations of measuring stages' keys (observations/<Stage>/<key16>/<id>/)."""
     out: list[Entry] = []
     for sdir in _stage_dirs(root / OBSERVATIONS) if confined(root / OBSERVATIONS, root) else []:
@@ -188,13 +212,12 @@ def _observation_entries(root: Path) -> list[Entry]:
                 continue
             for obs in archived_ids(root, sdir.name, kdir.name):
                 d = kdir / obs
-                man = _read_manifest(d) or {}
-                key = man.get("key") if isinstance(man.get("key"), str) else None
-                ups = [v for v in (man.get("upstream") or {}).values() if isinstance(v, str)] \
-                    if isinstance(man.get("upstream"), dict) else []
+                man, _, _ = _indexed(root, sdir.name, f"obs/{kdir.name}/{obs}", indexes, verify)
+                man = man or {}
                 out.append(Entry(id=f"{sdir.name}/{kdir.name}/{obs}", stage=sdir.name, key16=kdir.name, path=str(d),
-                                 kind="observation", key=key, finished_at=man.get("finished_at"),
-                                 run_id=man.get("run_id"), upstream=ups))
+                                 kind="observation", key=man.get("key"), finished_at=man.get("finished_at"),
+                                 run_id=man.get("run_id"), upstream=man.get("upstream") or []))
+                out[-1].size_bytes = man.get("size") or 0
     return out
 
 
@@ -205,14 +228,17 @@ def _stage_dirs(root: Path) -> list[Path]:
                   if d.is_dir() and not d.is_symlink() and not d.name.startswith(".") and d.name not in (RUNS, NIGHTLY, OBSERVATIONS))
 
 
-def plan(root: Path, keep_days: float = 14, now: datetime | None = None) -> Plan:
+def plan(root: Path, keep_days: float = 14, now: datetime | None = None, verify: bool = False) -> Plan:
+    """What gc would do. The manifests' fields come from the stages' indexes (harness/cache/index.py), checked
+    against the root and rebuilt from the manifests when they do not hold. `verify` (a plan that deletes) also
+    checks every line against its manifest, and writes back an index it rebuilt; a dry run writes nothing."""
     with collected() as ignored:
-        p = _plan(Path(root).resolve(), keep_days, now)
+        p = _plan(Path(root).resolve(), keep_days, now, verify)
     p.warnings += ignored
     return p
 
 
-def _plan(root: Path, keep_days: float, now: datetime | None) -> Plan:
+def _plan(root: Path, keep_days: float, now: datetime | None, verify: bool = False) -> Plan:
     now = now or datetime.now(timezone.utc)
     cutoff = now - timedelta(days=keep_days)
     warnings: list[str] = []
@@ -220,6 +246,8 @@ def _plan(root: Path, keep_days: float, now: datetime | None) -> Plan:
 
     # What sits in the store.
     entries: list[Entry] = []
+    indexes: dict[str, dict] = {}  # stage -> its index's lines (harness/cache/index.py)
+    known_size: set[str] = set()   # entries whose size the index recorded (else the tree is walked)
     for sdir in _stage_dirs(root):
         for d in sorted(sdir.iterdir()):
             if not d.is_dir() or d.is_symlink() or d.name == ".locks":
@@ -231,18 +259,20 @@ def _plan(root: Path, keep_days: float, now: datetime | None) -> Plan:
                 continue
             if d.name.startswith("."):
                 continue
-            man = _read_manifest(d)
-            if man is None:
+            man, stamp, readable = _indexed(root, sdir.name, d.name, indexes, verify)
+            if not readable:
                 skipped.append({"id": f"{sdir.name}/{d.name}", "path": str(d),
                                 "why": "no readable manifest.json: not a published artifact, left alone"})
                 continue
-            key = man.get("key") if isinstance(man.get("key"), str) else None
-            ups = [v for v in (man.get("upstream") or {}).values() if isinstance(v, str)] \
-                if isinstance(man.get("upstream"), dict) else []
             entries.append(Entry(id=f"{sdir.name}/{d.name}", stage=sdir.name, key16=d.name, path=str(d),
-                                 kind="artifact", key=key, finished_at=man.get("finished_at"),
-                                 run_id=man.get("run_id"), upstream=ups, manifest_stamp=_manifest_stamp(man)))
-    entries += _observation_entries(root)
+                                 kind="artifact", key=man["key"], finished_at=man["finished_at"],
+                                 run_id=man["run_id"], upstream=man["upstream"], manifest_stamp=stamp,
+                                 size_bytes=man["size"] or 0))
+            if man["size"] is not None:
+                known_size.add(entries[-1].id)
+    obs_entries = _observation_entries(root, indexes, verify)
+    known_size.update(e.id for e in obs_entries if e.size_bytes)
+    entries += obs_entries
     by_id = {e.id: e for e in entries if e.kind in ("artifact", "observation")}
     by_key = {e.key: e for e in by_id.values() if e.key and e.kind == "artifact"}
 
@@ -307,7 +337,10 @@ def _plan(root: Path, keep_days: float, now: datetime | None) -> Plan:
         else:
             e.why = "no run references it" + (f" (built {_date(e.finished_at)})" if e.finished_at else "")
     for e in entries:
-        e.size_bytes = dir_size(Path(e.path)) if e.action == "delete" or e.kind == "artifact" else 0
+        if e.id not in known_size:
+            e.size_bytes = dir_size(Path(e.path)) if e.action == "delete" or e.kind == "artifact" else 0
+        elif e.kind == "observation" and e.action != "delete":
+            e.size_bytes = 0  # as without the index: a kept observation is not counted
 
     # Leftovers of an interrupted gc.
     trash = root / TRASH
@@ -426,6 +459,10 @@ def execute(p: Plan) -> None:
                 raise OSError(f"{trash} is a link or not a directory; remove it")
             dest = trash / f"{e.stage}-{path.name}-{os.getpid()}"
             os.replace(path, dest)  # one rename: the published artifact is gone at once
+            try:  # still under the key's lock: no publish of the key can come between the rename and this line
+                index.record(root, e.stage, [], gone=[path])
+            except OSError:
+                pass  # only slower: readers find the index inconsistent and rebuild it
         except OSError as err:
             e.status = f"failed: {err}"
             continue
@@ -504,7 +541,7 @@ def render(p: Plan, deleted: bool, verbose: bool = False) -> str:
 
 
 def gc(root: Path, keep_days: float = 14, delete: bool = False) -> Plan:
-    p = plan(root, keep_days)
+    p = plan(root, keep_days, verify=delete)  # deleting plans from manifests checked against the index
     if delete:
         execute(p)
     return p

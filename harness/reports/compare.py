@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import harness.host.state as host_state
-from harness.cache import observations
+from harness.cache import index, observations
 from harness.cache.observations import OBSERVATIONS
 from harness.errors import InputError
 from harness.loadgen.verdict import error_count, is_valid
@@ -287,9 +287,13 @@ def _not_named(arg: str, root: Path) -> InputError:
 
 
 def keys_of(stage: str, prefix: str, root: Path) -> set[str]:
-    """The `stage` keys (published or archived) starting with `prefix`."""
+    """The `stage` keys (published or archived) starting with `prefix`: from the stage's index (harness/cache/
+    index.py) for a prefix shorter than a directory's name, which many directories may start with."""
     keys = set()
     head = prefix[:16]  # directories are named by a key's first 16 characters
+    if len(head) < 16:
+        return {k for e in index.entries(root, stage).values()
+                if isinstance(k := e.get("key"), str) and k.startswith(prefix)}
     for d in [*(root / stage).glob(f"{head}*"), *(root / OBSERVATIONS / stage).glob(f"{head}*")]:
         for m in [d / "manifest.json", *d.glob("*/manifest.json")]:
             try:

@@ -1,0 +1,187 @@
+"""The store's per-stage index (harness/cache/index.py): kept at publish, archive, move-aside and gc, rebuilt from
+the manifests when missing, torn or edited, consistent when two processes publish and gc on one root, and
+giving status and gc the answers they give without it. Real ArtifactStore publishes, no luigi."""
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+import harness.serving.launcher
+from harness.cache import index
+from harness.cache.store import ArtifactStore
+from harness.gc import collect as gc
+from pipeline.status import _diff
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def key(i: int | str) -> str:
+    import hashlib
+    return hashlib.sha256(str(i).encode()).hexdigest()
+
+
+def publish(store: ArtifactStore, stage: str, name, params: dict, *, archive: bool = False, run_id: str = "r1",
+            upstream: dict | None = None) -> dict:
+    k = key(name)
+
+    def make(d: Path) -> dict:
+        (d / "out.txt").write_text(f"{name}\n" * 10)
+        return {}
+    with store.lock(stage, k):
+        return store.build(stage, k, make, {"params": params, "upstream": upstream or {}, "code": {"a.py": "x"},
+                                            "run_id": run_id, "observation": run_id}, archive=archive)
+
+
+@pytest.fixture
+def root(tmp_path):
+    store = ArtifactStore(tmp_path / "artifacts")
+    for i in range(6):
+        publish(store, "Quantize", i, {"quant": {"format": ["fp8", "int4"][i % 2], "calib": i}})
+    publish(store, "FullRun", "f", {"a": 1}, archive=True, run_id="run-1")
+    publish(store, "FullRun", "f", {"a": 1}, archive=True, run_id="run-2")  # run-1 is now an observation
+    return store
+
+
+def test_publish_keeps_the_index_that_a_rebuild_gives(root):
+    for stage in ("Quantize", "FullRun"):
+        got = index.read(root.root, stage)
+        assert got is not None and index.consistent(root.root, stage, got)
+        assert got == index.rebuild(root.root, stage)
+    assert sorted(index.read(root.root, "FullRun")) == [key("f")[:16], f"obs/{key('f')[:16]}/run-1"]
+
+
+@pytest.mark.parametrize("harm", ["deleted", "truncated", "torn", "other key", "manifest replaced", "gone dir",
+                                  "extra line", "not json", "deep"])
+def test_a_harmed_index_is_rebuilt_from_the_manifests_never_trusted(root, harm):
+    r, stage = root.root, "Quantize"
+    path = r / stage / index.INDEX
+    truth = index.rebuild(r, stage)
+    lines = path.read_text().splitlines(keepends=True)
+    k0 = key(0)[:16]
+    if harm == "deleted":
+        path.unlink()
+    elif harm == "truncated":
+        path.write_text("".join(lines[:3]))
+    elif harm == "torn":
+        path.write_text("".join(lines)[:-40])
+    elif harm == "other key":  # a line naming a key whose manifest says otherwise
+        path.write_text("".join(l.replace(key(0), key(1)) for l in lines))
+    elif harm == "manifest replaced":  # republished behind the index's back: another manifest there
+        m = r / stage / k0 / "manifest.json"
+        doc = json.loads(m.read_text())
+        doc["params"]["quant"]["calib"] = 99
+        m.unlink()
+        m.write_text(json.dumps(doc))
+    elif harm == "gone dir":
+        os.rename(r / stage / k0, r / stage / ".aside")
+    elif harm == "extra line":  # an entry for a key that has no artifact
+        path.write_text("".join(lines) + json.dumps({**json.loads(lines[1]), "d": "0123456789abcdef"}) + "\n")
+    elif harm == "deep":  # nested past the interpreter's recursion limit
+        path.write_text("".join(lines) + "[" * 100_000 + "]" * 100_000 + "\n")
+    elif harm == "not json":
+        path.write_text("".join(lines[:2]) + "{nope\n" + "".join(lines[2:]))
+    now = index.rebuild(r, stage) if harm in ("manifest replaced", "gone dir") else truth
+    assert index.entries(r, stage) == now
+    assert index.read(r, stage) != now  # a reader that may not write leaves it as it found it
+    assert index.entries(r, stage, write=True) == now
+    assert index.read(r, stage) == now  # written back whole
+
+
+def test_verify_catches_an_edited_line_whose_stat_still_matches(root):
+    r, stage = root.root, "Quantize"
+    path = r / stage / index.INDEX
+    path.write_text(path.read_text().replace(key(2), key(2)[:16] + "0" * 48))  # only the key's tail edited
+    assert index.entries(r, stage) != index.rebuild(r, stage)  # the cheap check cannot see it...
+    assert index.entries(r, stage, verify=True) == index.rebuild(r, stage)  # ...gc --delete's does
+
+
+def test_move_aside_and_gc_delete_update_the_index(root, monkeypatch):
+    monkeypatch.setattr(harness.serving.launcher, "servers_live", lambda records, timeout_s=2.0: False)
+    r = root.root
+    m = root.manifest("Quantize", key(3))
+    with root.lock("Quantize", key(3)):
+        assert root.move_aside("Quantize", key(3), r / "runs" / "x" / "corrupt" / "q", m["finished_at"])
+    assert key(3)[:16] not in index.read(r, "Quantize")
+    before = (r / "Quantize" / index.INDEX).stat().st_size
+    p = gc.gc(r, keep_days=0, delete=True)
+    assert {e.id.split("/")[0] for e in p.goes if e.status == "deleted"} >= {"Quantize", "FullRun"}
+    for stage in ("Quantize", "FullRun"):
+        got = index.read(r, stage)
+        assert got == {} and index.consistent(r, stage, got)
+    assert (r / "Quantize" / index.INDEX).stat().st_size > before  # appended, not rebuilt
+
+
+def test_gc_and_status_answer_the_same_with_and_without_the_index(root, monkeypatch):
+    monkeypatch.setattr(harness.serving.launcher, "servers_live", lambda records, timeout_s=2.0: False)
+    r = root.root
+    now = datetime.now(timezone.utc)
+    with_index = gc.to_json(gc.plan(r, keep_days=0, now=now), False)
+    monkeypatch.setattr(index, "entries", lambda *a, **k: {})  # every manifest read, every tree walked
+    without = gc.to_json(gc.plan(r, keep_days=0, now=now), False)
+    assert with_index == without and with_index["total"]["bytes"] > 0
+    monkeypatch.undo()
+    # status's closest cached artifact: fewest differing key inputs, the newest among equals
+    for want in ({"quant": {"format": "fp8", "calib": 4}}, {"quant": {"format": "int4", "calib": 0}},
+                 {"quant": {"format": "fp16"}}, {"other": 1}):
+        doc = {"params": want, "upstream": {}, "code": {"a.py": "x"}}
+        cached = root.manifests("Quantize")
+        scanned = min(cached, key=lambda m: len(_diff(doc, m)))
+        got = index.closest(r, "Quantize", doc)
+        assert got["key"] == scanned["key"] and _diff(doc, got) == _diff(doc, scanned)
+
+
+_WORKER = """
+import sys, time
+import harness.serving.launcher
+from harness.cache.store import ArtifactStore
+from harness.gc import collect as gc
+from pathlib import Path
+KEY
+PUBLISH
+store, who = ArtifactStore(sys.argv[1]), sys.argv[2]
+done = [store.root.parent / f"{p}.done" for p in ("a", "b")]
+if who == "gc":  # collects over and over until both publishers are done
+    harness.serving.launcher.servers_live = lambda records, timeout_s=2.0: False
+    deleted, end = 0, time.monotonic() + 60
+    while not all(d.exists() for d in done) and time.monotonic() < end:
+        deleted += sum(e.status == "deleted" for e in gc.gc(store.root, keep_days=0, delete=True).goes)
+    print(deleted)
+else:
+    for i in range(40):
+        publish(store, "Quantize", f"{who}-{i % 12}", {"i": i}, archive=True, run_id=f"{who}-{i}")
+    (store.root.parent / f"{who}.done").touch()
+"""
+
+
+def test_two_processes_publishing_and_one_collecting_leave_a_consistent_index(tmp_path):
+    """Two publishers (as two hosts on one root: separate processes, only the root's flocks between them) and a gc
+    --delete running meanwhile: every line the index ends with is a directory there, and every directory has one."""
+    r = tmp_path / "artifacts"
+    ArtifactStore(r)
+    script = _WORKER.replace("KEY", inspect.getsource(key)).replace("PUBLISH", inspect.getsource(publish))
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(r), who], cwd=REPO, stdout=subprocess.PIPE, text=True)
+             for who in ("gc", "a", "b")]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0, 0]
+    assert int(procs[0].stdout.read()) > 0  # gc deleted while they published
+    got = index.read(r, "Quantize")
+    assert got is not None and index.consistent(r, "Quantize", got)
+    assert got == index.rebuild(r, "Quantize")
+
+
+@pytest.mark.parametrize("harm", ["deleted", "torn"])
+def test_the_next_publish_writes_a_whole_index_where_it_found_none_or_a_torn_one(root, harm):
+    path = root.root / "Quantize" / index.INDEX
+    if harm == "deleted":
+        path.unlink()
+    else:
+        path.write_text(path.read_text()[:-40])
+    publish(root, "Quantize", "new", {"quant": {"format": "fp8"}})
+    got = index.read(root.root, "Quantize")
+    assert got == index.rebuild(root.root, "Quantize") and len(got) == 7
