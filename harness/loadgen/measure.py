@@ -13,6 +13,7 @@ from harness.serving.endpoints import endpoints_and_models, protocol_of
 from harness.serving.gpu_telemetry import GpuTelemetry
 from harness.serving.layout import front_door, layout_summary
 from harness.serving.protocols import protocol
+from harness.serving.server_metrics import targets as metrics_targets
 
 
 #: Output length that `harness.request_timeout_s` is meant for; longer requests get proportionally more.
@@ -27,6 +28,8 @@ def request_timeout(base_s: float, max_new_tokens: int) -> float:
 
 def _run(servers, samples, params, out_dir: Path, *, mode: str, settings: dict, warmup: int, end_id, pad_id,
          tokenizer_dir=None, **extra) -> dict:
+    if extra.pop("scrape_metrics", False):  # the timed run: each server's own metrics around it (not the router)
+        extra["server_metrics"] = metrics_targets(servers)
     layout = layout_summary(servers)
     if layout is not None:  # result.json names the layout: each role's instances and nodes
         extra["notes"] = {"layout": layout}
@@ -91,7 +94,8 @@ def run_performance(servers: list[dict], samples, params, out_dir: Path, *, end_
         telemetry.start()
     try:
         result = _run(servers, samples, params, out_dir, mode="PerformanceOnly", settings=settings,
-                      warmup=params.harness.warmup_queries, end_id=end_id, pad_id=pad_id, **extra)
+                      warmup=params.harness.warmup_queries, end_id=end_id, pad_id=pad_id, scrape_metrics=True,
+                      **extra)
     finally:
         gpus = telemetry.stop() if telemetry is not None else None
     added = {**({f"{key}_auto": sized} if sized else {}), **({"gpu_telemetry": gpus} if gpus else {})}

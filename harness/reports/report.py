@@ -9,6 +9,7 @@ from pathlib import Path
 import harness.host.state as host_state
 from harness.loadgen.goodput import goodput_line
 from harness.loadgen.verdict import answer_warnings, invalid_reason, is_valid, relaunch_lines
+import harness.serving.server_metrics as server_metrics
 
 PCTS = ("p50", "p90", "p99")
 
@@ -68,6 +69,8 @@ def build_report(stage_keys: dict[str, str], perf: dict, accuracy: dict | None, 
         "accuracy": None if accuracy is None else _accuracy(accuracy),
         # the host during the measurement: load, CPU of the client, the servers and other work (harness/host)
         host_state.KEY: perf.get(host_state.KEY),
+        # the servers' own metrics over the timed run, each figure theirs (harness/serving/server_metrics.py)
+        server_metrics.KEY: perf.get(server_metrics.KEY),
     }
 
 
@@ -196,6 +199,7 @@ def render_markdown(report: dict, plots: list[str]) -> str:
 
     lines += layout_markdown(p.get("layout"))
     lines += host_state.markdown(report.get(host_state.KEY))
+    lines += server_metrics.markdown(report.get(server_metrics.KEY), report.get(host_state.KEY))
     lines += stats_markdown(report.get("client_stats") or {}, report.get("client_vs_loadgen") or {}, p.get("sources"))
     lines += ["", "## Stages", "", "| stage | key |", "|---|---|"]
     lines += [f"| {k} | `{v[:16]}` |" for k, v in report["stages"].items()]
