@@ -7,13 +7,14 @@ from __future__ import annotations
 import http.server
 import json
 import threading
+from pathlib import Path
 
 import httpx
 import pytest
 from echo_servers import OPENAI, echo_server
 
 from harness.loadgen import run_loadgen
-from harness.reports.report import build_report, render_markdown
+from harness.reports.report import build_report, render_markdown, summary_text
 import harness.serving.server_metrics as sm
 from harness.serving.ports import free_port
 
@@ -41,6 +42,7 @@ def test_prometheus_text_sums_each_sample_over_its_labels_without_buckets():
     assert sm.stack_of(got) == "vllm"
     assert sm.stack_of(sm.parse("# TYPE nv_inference_count counter\nnv_inference_count{model=\"m\"} 4\n")) == "triton"
     assert sm.stack_of({"process_cpu_seconds_total": 1.0}) is None
+    assert sm.parse("vllm:kv_cache_usage_perc NaN\nvllm:num_requests_running +Inf\n") == {}  # no figure, no JSON NaN
 
 
 @pytest.mark.parametrize("body", ["this is not prometheus text at all {", '{"iter": 1, "gpuMemUsage": 5}'])
@@ -185,3 +187,4 @@ def test_a_server_run_records_the_echo_servers_own_counts_over_the_timed_window_
     md = render_markdown(report, [])
     assert "## Server-side (the servers' own metrics)" in md
     assert f"| {url} | vllm | requests | +24 | `vllm:request_success_total` |" in md
+    assert f"  server     {url}, vllm's own: requests +24, queue mean 0 ms over 24" in summary_text(report, Path("d"))

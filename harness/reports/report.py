@@ -280,6 +280,7 @@ def summary_text(report: dict, report_dir: Path, color: bool = False) -> str:
         *([f"  host       {host_state.line(report[host_state.KEY])}"] if report.get(host_state.KEY) else []),
         *([_red(f"  WARNING    busy host: {'; '.join(report[host_state.KEY]['busy_reasons'])}", color)]
           if (report.get(host_state.KEY) or {}).get("busy") else []),
+        *[f"  server     {line}" for line in server_metrics.lines(report.get(server_metrics.KEY))],
         *([f"  latency ms (LoadGen) p90 {_fmt(p['single_stream']['p90_latency_ms'], '.2f')} (SingleStream's metric); "
            f"early-stopping estimate {_fmt(p['single_stream']['early_stopping_latency_ms'], '.2f')} (of first tokens)"]
           if p.get("single_stream") else []),

@@ -18,6 +18,7 @@ so a server perfdag did not start (`bench --url`) is read the same way. A server
 """
 from __future__ import annotations
 
+import math
 from typing import NamedTuple, Sequence
 
 from harness.serving.bounded import read_body
@@ -119,14 +120,14 @@ def metric(stack: str, what: str) -> Metric:
 
 def parse(text: str) -> dict[str, float]:
     """Prometheus text as sample name -> value summed over its label sets (a histogram's `_sum` and
-    `_count`; its buckets are left out). ValueError where the text is not Prometheus' exposition format."""
+    `_count`; its buckets and non-finite values are left out). ValueError where the text is not Prometheus' exposition format."""
     from prometheus_client.parser import text_string_to_metric_families  # only a run that scrapes pays for it
 
     out: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
-            if s.name.endswith(("_bucket", "_created")):
-                continue
+            if s.name.endswith(("_bucket", "_created")) or not math.isfinite(s.value):
+                continue  # a NaN or infinite sample is no figure (and no JSON)
             out[s.name] = out.get(s.name, 0.0) + float(s.value)
     return out
 
@@ -170,7 +171,7 @@ def scrape(targets_: Sequence[dict], known: dict | None = None, timeout_s: float
                         errors.append(f"{url}: HTTP {r.status_code}")
                         continue
                     samples = parse(read_body(r, f"metrics of {t['server']}").decode("utf-8", "replace"))
-            except (httpx.HTTPError, ServerError) as exc:
+            except (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError, ServerError) as exc:
                 errors.append(f"{url}: {type(exc).__name__}: {str(exc)[:200]}")
                 continue
             except ValueError as exc:
@@ -259,6 +260,26 @@ def markdown(section: dict | None, host: dict | None = None) -> list[str]:
         for what, f in row["metrics"].items():
             lines.append(f"| {who} | {row['stack']} | {what} | {_value(f)} | `{f['name']}` |")
     return lines
+
+
+#: the figures the summary prints per server (report.md has them all), and for how many servers
+SUMMARY = ("requests", "queue", "batch_size", "batch_tokens", "kv_cache_usage", "prefix_cache_hit_rate", "preemptions")
+SUMMARY_SERVERS = 4
+
+
+def lines(section: dict | None) -> list[str]:
+    """The summary's lines: each server's main figures, labelled as its own."""
+    rows = (section or {}).get("servers") or []
+    out = []
+    for row in rows[:SUMMARY_SERVERS]:
+        if "metrics" not in row:
+            out.append(f"{row['server']}: no metrics of its own (its CPU-seconds: the host line)")
+            continue
+        figs = [f"{w} {_value(row['metrics'][w])}" for w in SUMMARY if w in row["metrics"]]
+        out.append(f"{row['server']}, {row['stack']}'s own: " + (", ".join(figs) or "none of its main figures"))
+    if len(rows) > SUMMARY_SERVERS:
+        out.append(f"... and {len(rows) - SUMMARY_SERVERS} more server(s): report.md")
+    return out
 
 
 def _value(f: dict) -> str:
