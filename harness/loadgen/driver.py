@@ -389,8 +389,6 @@ class _Driver(Progress):
         usage = Usage()
         lg.StartTestWithLogSettings(sut, qsl, settings, log_settings)
         driver_usage = usage.stop()
-        server_side = server_metrics.summary(scraped, metrics_before, server_metrics.scrape(scraped, metrics_before)) \
-            if scraped else None
         test_s = driver_usage["wall_s"]
         final = self.progress()
         # close the gRPC streams (frontends) before anyone stops tritonserver
@@ -406,6 +404,10 @@ class _Driver(Progress):
             p.join(10.0)
             if p.is_alive():
                 p.kill()
+        # once the frontends stopped: nothing was sent since the test, and a server that counts a request
+        # when it lets go of it (just after its last response) has counted each
+        server_side = server_metrics.summary(scraped, metrics_before, server_metrics.scrape(scraped, metrics_before)) \
+            if scraped else None
         self.quit_w.send([Quit()])
         comp.join(10.0)
         lg.DestroySUT(sut)

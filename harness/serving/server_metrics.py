@@ -2,8 +2,8 @@
 one table of each stack's metric names (serving/role_timings.py reads its per-role timings from it).
 
 The LoadGen driver scrapes every server's Prometheus endpoint right before LoadGen's test starts
-(after the warm-up) and right after it returns (`scrape`); `summary` turns the two into what explains a
-result: counters as differences, histograms as the mean of what they observed in between (differences
+(after the warm-up) and right after it ended and its clients stopped (`scrape`); `summary` turns the
+two into what explains a result: counters as differences, histograms as the mean of what they observed in between (differences
 of their `_sum` and `_count`), ratios of two counters' differences (Triton's batch size, vLLM's
 prefix-cache hit rate) and gauges as before and after. A counter that went back (the server restarted
 between the scrapes) is said so, never a negative difference. Every figure is the server's own.
@@ -26,7 +26,8 @@ from harness.serving.processes import ServerError
 from harness.serving.spec import url_of
 
 KEY = "server_metrics"  # result.json's and report.json's key
-WINDOW = "LoadGen's timed run: scraped after the warm-up, right before its test started, and right after it ended"
+WINDOW = ("LoadGen's timed run: scraped after the warm-up, right before its test started, and right after it "
+          "ended and its clients stopped")
 SCRAPE_TIMEOUT_S = 2.0
 
 
