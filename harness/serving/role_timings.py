@@ -22,7 +22,8 @@ from harness.untrusted import jsonio
 
 # stack -> the figures read per role: vLLM's and SGLang's from server_metrics.STACKS (their names, kinds
 # and units there); trtllm-serve's summed here from /perf_metrics' entries (each read empties it)
-ROLE_FIGURES = {"vllm": ("queue", "prefill", "decode", "kv_transfer"), "sglang": ("queue", "first_token", "kv_transfer"),
+ROLE_FIGURES = {"vllm": ("queue", "prefill", "decode", "kv_transfer"),
+                "sglang": ("queue", "first_token", "kv_transfer"),
                 "trtllm-serve": ("queue", "first_token", "kv_transfer")}
 # trtllm-serve's timing_metrics: what -> (from, to), seconds on one clock
 PERF_SPANS = {"queue": ("arrival_time", "first_scheduled_time"), "first_token": ("arrival_time", "first_token_time"),

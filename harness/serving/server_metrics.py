@@ -3,9 +3,9 @@ one table of each stack's metric names (serving/role_timings.py reads its per-ro
 
 The LoadGen driver scrapes every server's Prometheus endpoint right before LoadGen's test starts
 (after the warm-up) and right after it ended and its clients stopped (`scrape`); `summary` turns the
-two into what explains a result: counters as differences, histograms as the mean of what they observed in between (differences
-of their `_sum` and `_count`), ratios of two counters' differences (Triton's batch size, vLLM's
-prefix-cache hit rate) and gauges as before and after. A counter that went back (the server restarted
+two into what explains a result: counters as differences, histograms as the mean of what they
+observed in between (differences of their `_sum` and `_count`), ratios of two counters' differences
+(Triton's batch size, vLLM's prefix-cache hit rate) and gauges as before and after. A counter that went back (the server restarted
 between the scrapes) is said so, never a negative difference. Every figure is the server's own.
 
 The names are read from each stack's source: Triton's metrics port (docs/user_guide/metrics.md:
@@ -121,7 +121,8 @@ def metric(stack: str, what: str) -> Metric:
 
 def parse(text: str) -> dict[str, float]:
     """Prometheus text as sample name -> value summed over its label sets (a histogram's `_sum` and
-    `_count`; its buckets and non-finite values are left out). ValueError where the text is not Prometheus' exposition format."""
+    `_count`; its buckets and non-finite values are left out). ValueError where the text is not
+    Prometheus' exposition format."""
     from prometheus_client.parser import text_string_to_metric_families  # only a run that scrapes pays for it
 
     out: dict[str, float] = {}
@@ -215,8 +216,10 @@ def _figure(m: Metric, b: dict, a: dict) -> dict | None:
     if m.kind == "counter":
         return {**out, "delta": d[""]}
     if m.kind == "histogram":
-        return {**out, "count": d["count"], "mean": None if not d["count"] else round(d["sum"] / d["count"] * m.scale, 6)}
-    return {**out, "delta": [d["num"], d["den"]], "value": None if not d["den"] else round(d["num"] / d["den"] * m.scale, 6)}
+        mean = None if not d["count"] else round(d["sum"] / d["count"] * m.scale, 6)
+        return {**out, "count": d["count"], "mean": mean}
+    value = None if not d["den"] else round(d["num"] / d["den"] * m.scale, 6)
+    return {**out, "delta": [d["num"], d["den"]], "value": value}
 
 
 def summary(targets_: Sequence[dict], before: dict, after: dict) -> dict:
@@ -227,9 +230,8 @@ def summary(targets_: Sequence[dict], before: dict, after: dict) -> dict:
         row = {"server": t["server"], "role": t.get("role"), "endpoint": a.get("endpoint") or b.get("endpoint"),
                "stack": a.get("stack") or b.get("stack")}
         if "samples" not in b or "samples" not in a:
-            row["error"] = (f"before: {b['error']}" if "error" in b else "") + \
-                           ("; " if "error" in b and "error" in a else "") + (f"after: {a['error']}" if "error" in a else "")
-            row["error"] = row["error"] or "not scraped"
+            said = [f"{when}: {x['error']}" for when, x in (("before", b), ("after", a)) if "error" in x]
+            row["error"] = "; ".join(said) or "not scraped"
             rows.append(row)
             continue
         figures = {what: f for what, m in STACKS[row["stack"]][1].items()
