@@ -5,8 +5,9 @@ The LoadGen driver scrapes every server's Prometheus endpoint right before LoadG
 (after the warm-up) and right after it ended and its clients stopped (`scrape`); `summary` turns the
 two into what explains a result: counters as differences, histograms as the mean of what they
 observed in between (differences of their `_sum` and `_count`), ratios of two counters' differences
-(Triton's batch size, vLLM's prefix-cache hit rate) and gauges as before and after. A counter that went back (the server restarted
-between the scrapes) is said so, never a negative difference. Every figure is the server's own.
+(Triton's batch size, vLLM's prefix-cache hit rate) and gauges as before and after. A counter that
+went back (the server restarted between the scrapes) is said so, never a negative difference. Every
+figure is the server's own.
 
 The names are read from each stack's source: Triton's metrics port (docs/user_guide/metrics.md:
 nv_inference_*, cumulative microseconds per request), vLLM's `/metrics` (vllm/v1/metrics/loggers.py;
