@@ -45,6 +45,23 @@ def test_prometheus_text_sums_each_sample_over_its_labels_without_buckets():
     assert sm.parse("vllm:kv_cache_usage_perc NaN\nvllm:num_requests_running +Inf\n") == {}  # no figure, no JSON NaN
 
 
+def test_a_counter_is_found_under_the_servers_own_name_whatever_the_parser_calls_its_samples():
+    # Triton types its counters without `_total`; prometheus_client names their samples `<name>_total`
+    text = ("# TYPE nv_inference_request_success counter\nnv_inference_request_success{model=\"m\"} %d\n"
+            "# TYPE nv_inference_count counter\nnv_inference_count{model=\"m\"} %d\n"
+            "# TYPE nv_inference_exec_count counter\nnv_inference_exec_count{model=\"m\"} %d\n")
+    t = [{"server": "s:1", "role": None, "urls": []}]
+    b = {"s:1": {"stack": "triton", "samples": sm.parse(text % (4, 4, 4))}}
+    a = {"s:1": {"stack": "triton", "samples": sm.parse(text % (20, 20, 8))}}
+    m = sm.summary(t, b, a)["servers"][0]["metrics"]
+    assert m["requests"] == {"name": "nv_inference_request_success", "unit": "", "delta": 16}
+    assert m["batch_size"]["value"] == 4.0  # 16 inferences in 4 executions
+    untyped = sm.parse("nv_inference_request_success 3\n")  # no TYPE line: the sample as written
+    assert sm.summary(t, {"s:1": {"stack": "triton", "samples": untyped}},
+                      {"s:1": {"stack": "triton", "samples": {"nv_inference_request_success": 5.0}}}
+                      )["servers"][0]["metrics"]["requests"]["delta"] == 2
+
+
 @pytest.mark.parametrize("body", ["this is not prometheus text at all {", '{"iter": 1, "gpuMemUsage": 5}'])
 def test_garbage_is_not_prometheus_text(body):
     with pytest.raises(ValueError):

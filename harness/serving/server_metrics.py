@@ -194,6 +194,12 @@ def _first(samples: dict, names: Sequence[str]) -> str | None:
     return next((n for n in names if n in samples), None)
 
 
+def _sample(name: str, samples: dict) -> str:
+    """The key a counter's samples are under: prometheus_client's parser names them `<family>_total`
+    (Triton's `nv_inference_count` is read as `nv_inference_count_total`); an untyped one, as written."""
+    return name if name in samples or name.endswith("_total") else name + "_total"
+
+
 def _figure(m: Metric, b: dict, a: dict) -> dict | None:
     """One figure over the window from the samples before (`b`) and after (`a`); None where absent."""
     if m.kind == "gauge":
@@ -202,11 +208,11 @@ def _figure(m: Metric, b: dict, a: dict) -> dict | None:
             return None
         return {"name": name, "before": b.get(name), "after": a.get(name), "unit": m.unit}
     if m.kind == "counter":
-        pairs = [(m.names[0], "")]
+        pairs = [(_sample(m.names[0], a), "")]
     elif m.kind == "histogram":
         pairs = [(m.names[0] + "_sum", "sum"), (m.names[0] + "_count", "count")]
     else:
-        pairs = [(m.names[0], "num"), (m.names[1], "den")]
+        pairs = [(_sample(m.names[0], a), "num"), (_sample(m.names[1], a), "den")]
     if any(n not in a or n not in b for n, _ in pairs):
         return None
     d = {role: a[n] - b[n] for n, role in pairs}
