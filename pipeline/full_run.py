@@ -86,6 +86,7 @@ class FullRun(StageTask):
                 "harness.loadgen.chunks",
                 "harness.loadgen.goodput",  # the goodput line
                 "harness.host.state",  # the host's state: its line, its section, a busy host named
+                "harness.serving.server_metrics",  # the server-side section: the servers' own metrics
                 "harness.loadgen.early_stopping")  # imported by results (the report reads none of it)
 
     def stage_keys(self) -> dict[str, str]:

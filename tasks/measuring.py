@@ -41,6 +41,7 @@ SUT_CODE = ("harness.loadgen.measure", "harness.loadgen", "harness.loadgen.runne
             "harness.loadgen.client_host", "harness.loadgen.clients",
             "harness.serving.spec",  # the node a frontend names (this_node)
             "harness.serving.gpu_telemetry",  # result.json's gpu_telemetry: each role's GPUs (NVML)
+            "harness.serving.server_metrics",  # result.json's server_metrics: the servers' own, over the timed run
             ) + package_modules(("harness.mlperf.benchmarks",))  # latency limits, LoadGen names: user.conf
 
 

@@ -87,6 +87,11 @@ def test_bench_measures_a_running_server_without_the_model_stages(served, model_
     result = json.loads(next((root / "RunLoadgen").glob("*/result.json")).read_text())
     assert result["harness"]["endpoints"] == [url.removeprefix("http://")]
     assert result["harness"]["methods"] == {"prompt": "text", "output_tokens": "retokenize"}
+    # transformers serve exports no metrics: said, and its CPU-seconds (its pid, found by its port) stand in
+    (srv,) = result["server_metrics"]["servers"]
+    assert "metrics" not in srv and "HTTP 404" in srv["error"], srv
+    server_side = md.split("## Server-side (the servers' own metrics)")[1]
+    assert "its CPU-seconds instead: " in server_side and "(pid (found by its port))" in server_side, server_side
     assert proc.poll() is None and probe(url)  # never perfdag's to stop
 
     # the same measurement as a params file: same keys, nothing measured again

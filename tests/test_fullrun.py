@@ -38,11 +38,16 @@ def test_fullrun_reports_performance_and_accuracy_and_stops_its_servers(root):
     assert min(acc["rouge1"], acc["rouge2"], acc["rougeL"]) >= 99.0
     assert acc["tokens_per_sample"] > 0
     assert (report_dir / "report.md").read_text().startswith("# perfdag report")
+    assert "## Server-side (the servers' own metrics)" in (report_dir / "report.md").read_text()
     assert (report_dir / "lengths.png").stat().st_size > 1000 and (report_dir / "throughput.png").exists()
     assert report["client_stats"]["input_tokens"]["n"] == report["client_stats"]["latency_ms"]["n"] > 0
     perf_dir = only(root, "RunLoadgen/*")
     for name in ("mlperf_log_summary.txt", "mlperf_log_detail.txt", "result.json"):
         assert (perf_dir / name).is_file()
+    # Triton's own count of the samples LoadGen's Offline test sent it (the warm-up's left out), in the report
+    (triton,) = report["server_metrics"]["servers"]
+    sent = sum(s["completed"] for s in json.loads((perf_dir / "result.json").read_text())["harness"]["per_server"])
+    assert triton["stack"] == "triton" and triton["metrics"]["requests"]["delta"] == sent > 0
     assert (only(root, "RunAccuracy/*") / "mlperf_log_accuracy.json").is_file()
     assert (only(root, "CheckAccuracy/*") / "accuracy.json").is_file()
     assert tritonservers_under(root) == []  # FullRun stopped what it started
@@ -80,6 +85,15 @@ def test_server_scenario_measures_ttft_and_tpot(root):
     assert result["scenario"] == "Server"
     assert result["ttft_ms"]["p99"] > 0 and result["tpot_ms"]["p99"] > 0
     assert result["tokens_per_s"] > 0
+    # Triton's own metrics over LoadGen's test alone (after the warm-up): each query one request to it
+    (triton,) = result["server_metrics"]["servers"]
+    assert triton["stack"] == "triton" and triton["endpoint"].endswith("/metrics"), triton
+    m = triton["metrics"]
+    assert m["requests"]["name"] == "nv_inference_request_success"
+    assert m["requests"]["delta"] == result["query_count"] > 0
+    assert m["failed_requests"]["delta"] == 0
+    assert m["executions"]["delta"] > 0 and m["inferences"]["delta"] >= m["executions"]["delta"]
+    assert m["batch_size"]["value"] >= 1 and m["queue"]["value"] >= 0 and m["request"]["value"] > 0
     subprocess.run([sys.executable, "-m", "pipeline", "servers", "stop", "--all"],
                    env={**os.environ, "PERFDAG_ARTIFACTS": str(root)}, check=True, capture_output=True)
     assert tritonservers_under(root) == []

@@ -76,12 +76,6 @@ def test_a_worker_that_does_not_answer_and_a_stack_without_metrics_read_as_nothi
     assert role_timings.scrape([worker], None) is None  # trtllm-serve, tritonserver: not read
 
 
-def test_prometheus_text_sums_each_sample_over_its_labels():
-    text = ('# HELP x\nvllm:a_sum{model_name="m",engine="0"} 1.5\nvllm:a_sum{model_name="m",engine="1"} 2.5\n'
-            'vllm:a_count{engine="0"} 3\nsglang:kv_transfer_latency_ms 7.25\nbroken line here\n')
-    assert role_timings.parse(text) == {"vllm:a_sum": 4.0, "vllm:a_count": 3.0, "sglang:kv_transfer_latency_ms": 7.25}
-
-
 def test_trtllm_serves_its_per_request_timings_only_when_asked_and_each_read_empties_them(trtllm_worker):
     from harness.backends import resolve
 

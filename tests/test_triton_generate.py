@@ -18,6 +18,7 @@ from harness.loadgen import LoadgenError, run_loadgen
 from harness.loadgen.cores.triton_generate import scan_event
 from harness.mlperf.accuracy import parse_accuracy_log
 from harness.model.datasets import Sample
+import harness.serving.server_metrics as server_metrics
 from harness.serving import ports as P
 from harness.serving.processes import ServerError
 from harness.serving.testing.echo_model import echo_tokens
@@ -115,7 +116,7 @@ def server(tmp_path_factory):
     try:
         CS.wait_ready(h, timeout_s=120)  # over gRPC, which tritonserver opens before HTTP
         TritonGenerate().wait_ready(h.process, f"127.0.0.1:{http}", list(cfgs), timeout_s=60)
-        yield {"grpc": h.grpc_url, "http": f"127.0.0.1:{http}"}
+        yield {"grpc": h.grpc_url, "http": f"127.0.0.1:{http}", "metrics_port": metrics}
     finally:
         CS.stop_server(h, timeout=20)
 
@@ -168,11 +169,23 @@ def test_ttft_and_n_tokens_match_the_grpc_path_on_chunked_streams(server, tmp_pa
     """4 tokens per response, 2 ms per token: every request's n_tokens is the same on both paths, and
     TTFT is the first response's arrival on both (about 8 ms), not the stream's end (32 ms)."""
     samples = [[10 + i, 40 + i % 7, 30, 31 + i % 3] for i in range(24)]
-    got = {proto: _run(server, proto, "echo_chunks", samples, tmp_path / proto, scenario="Server", max_new_tokens=16)
+    host, port = server["grpc"].split(":")
+    triton = server_metrics.targets([{"host": host, "grpc_port": int(port), "metrics_port": server["metrics_port"],
+                                      "protocol": "triton-grpc", "models": [""]}])
+    got = {proto: _run(server, proto, "echo_chunks", samples, tmp_path / proto, scenario="Server", max_new_tokens=16,
+                       server_metrics=triton)
            for proto in ("triton-grpc", "triton-generate")}
     for r in got.values():
         assert sorted(q["n_tokens"] for q in r["requests"]) == [16] * 24
         assert r["ttft_source"] == "loadgen" and r["tokens_per_s"] > 0
+        # Triton's own count over each Server test alone (the 2 warm-up requests and the other run's outside)
+        (row,) = r["server_metrics"]["servers"]
+        assert row["stack"] == "triton" and row["endpoint"] == f"http://{host}:{server['metrics_port']}/metrics"
+        m = row["metrics"]
+        assert m["requests"] == {"name": "nv_inference_request_success", "unit": "", "delta": 24}, m
+        assert m["failed_requests"]["delta"] == 0 and m["executions"]["delta"] > 0
+        assert m["inferences"]["delta"] >= m["executions"]["delta"] and m["batch_size"]["value"] >= 1
+        assert m["queue"]["value"] >= 0 and m["request"]["value"] > 0, m
     ttft = {p: sorted(q["ttft_ms"] for q in r["requests"])[12] for p, r in got.items()}
     lat = {p: sorted(q["latency_ms"] for q in r["requests"])[12] for p, r in got.items()}
     for p in got:

@@ -44,6 +44,7 @@ from harness.loadgen.results import answers, client_usage, json_default, measure
 from harness.loadgen.semaphores import name_semaphores_as_perfdag
 from harness.loadgen.settings import SettingsError, build_test_settings
 from harness.loadgen.usage import Usage
+import harness.serving.server_metrics as server_metrics
 from harness.serving.processes import pdeathsig_setter
 from harness.serving.spec import this_node
 
@@ -382,6 +383,9 @@ class _Driver(Progress):
         log_settings.enable_trace = False
         sut = lg.ConstructSUT(self.issue_queries, lambda: None)  # nothing to flush
         qsl = lg.ConstructQSL(cfg["n_samples"], self.perf_count, lambda s: None, lambda s: None)
+        # the servers' own metrics around LoadGen's test alone: after the warm-up, before the frontends stop
+        scraped = cfg.get("server_metrics") or []
+        metrics_before = server_metrics.scrape(scraped) if scraped else None
         usage = Usage()
         lg.StartTestWithLogSettings(sut, qsl, settings, log_settings)
         driver_usage = usage.stop()
@@ -400,6 +404,10 @@ class _Driver(Progress):
             p.join(10.0)
             if p.is_alive():
                 p.kill()
+        # once the frontends stopped: nothing was sent since the test, and a server that counts a request
+        # when it lets go of it (just after its last response) has counted each
+        server_side = server_metrics.summary(scraped, metrics_before, server_metrics.scrape(scraped, metrics_before)) \
+            if scraped else None
         self.quit_w.send([Quit()])
         comp.join(10.0)
         lg.DestroySUT(sut)
@@ -422,7 +430,8 @@ class _Driver(Progress):
                  "warmup_requests": warm_n, "streaming": any(streaming.values()) if streaming else None,
                  "per_server": per_server, "measured": measured,
                  "methods": _methods(clients), "max_in_flight": cfg.get("max_in_flight"),
-                 **client_usage(driver_usage, self.frontend_usage)}
+                 **client_usage(driver_usage, self.frontend_usage),
+                 **({server_metrics.KEY: server_side} if server_side else {})}
         stats["clients"] = clients_by_node(this_node(), stats["client_cpu"], self.ready_info, self.frontend_usage,
                                            self.remote.clocks if self.remote is not None else {})
         self.emit({"event": "done", "stats": stats, "final_progress": final})

@@ -15,6 +15,7 @@ from harness.serving.endpoints import endpoints_and_models, protocol_of
 from harness.serving.gpu_telemetry import GpuTelemetry
 from harness.serving.layout import front_door, layout_summary
 from harness.serving.protocols import protocol
+from harness.serving.server_metrics import targets as metrics_targets
 
 
 #: Output length that `harness.request_timeout_s` is meant for; longer requests get proportionally more.
@@ -29,6 +30,8 @@ def request_timeout(base_s: float, max_new_tokens: int) -> float:
 
 def _run(servers, samples, params, out_dir: Path, *, mode: str, settings: dict, warmup: int, end_id, pad_id,
          tokenizer_dir=None, **extra) -> dict:
+    if extra.pop("scrape_metrics", False):  # the timed run: each server's own metrics around it (not the router)
+        extra["server_metrics"] = metrics_targets(servers)
     layout = layout_summary(servers)
     if layout is not None:  # result.json names the layout: each role's instances and nodes
         extra["notes"] = {"layout": layout}
@@ -99,11 +102,12 @@ def run_performance(servers: list[dict], samples, params, out_dir: Path, *, end_
         telemetry.start()
     try:
         result = _run(servers, samples, params, out_dir, mode="PerformanceOnly", settings=settings,
-                      warmup=params.harness.warmup_queries, end_id=end_id, pad_id=pad_id, **extra)
+                      warmup=params.harness.warmup_queries, end_id=end_id, pad_id=pad_id, scrape_metrics=True,
+                      **extra)
         if key == "offline_expected_qps" and result.get("min_duration_met") is False and result.get("samples_per_s"):
             settings[key] = _short_run_kept(sized, result, Path(out_dir))
             result = _run(servers, samples, params, out_dir, mode="PerformanceOnly", settings=settings,
-                          warmup=0, end_id=end_id, pad_id=pad_id, **extra)
+                          warmup=0, end_id=end_id, pad_id=pad_id, scrape_metrics=True, **extra)
     finally:
         gpus = telemetry.stop() if telemetry is not None else None
     added = {**({f"{key}_auto": sized} if sized else {}), **({"gpu_telemetry": gpus} if gpus else {})}

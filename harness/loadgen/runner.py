@@ -39,6 +39,7 @@ from harness.loadgen.cores.base import Prompts, output_lengths
 from harness.loadgen.goodput import goodput
 from harness.loadgen.results import json_default, merge_measured, parse_summary, read_requests_csv
 from harness.loadgen.settings import MODES, SCENARIOS, SETTINGS_KEYS
+import harness.serving.server_metrics as server_side
 
 REPO_ROOT = CHECKOUT
 LOADGEN_FILES = ("mlperf_log_summary.txt", "mlperf_log_detail.txt", "mlperf_log_accuracy.json",
@@ -88,6 +89,7 @@ def run_loadgen(
     limits: Mapping[str, int] | None = None,
     remote: Sequence[Mapping[str, Any]] | None = None,
     listen: str | None = None,
+    server_metrics: Sequence[Mapping[str, Any]] | None = None,
 ) -> dict:
     """Run one LoadGen test against ``endpoints`` speaking ``protocol`` (a client core: Triton gRPC
     or OpenAI HTTP) and return ``result.json``'s content plus ``requests`` (per-request latencies).
@@ -104,6 +106,8 @@ def run_loadgen(
     ``remote``: frontends that run on other nodes, ``[{"node": name, "frontends": [indexes], "argv":
     [a command that starts a process there]}]`` (client_nodes.py builds them under Slurm); they
     connect back to the driver at ``listen``, this node's address as they reach it (remote.py).
+    ``server_metrics``: the servers whose own metrics are scraped right before and after LoadGen's test
+    (serving/server_metrics.py `targets`); result.json's ``server_metrics`` has their differences.
 
     Writes into ``out_dir``: LoadGen's files under their own names, ``user.conf``,
     ``harness.log``, ``requests.csv`` and ``result.json`` (with ``notes`` added).  Raises :class:`LoadgenError`
@@ -116,6 +120,7 @@ def run_loadgen(
                        streaming=streaming, startup_timeout_s=startup_timeout_s, protocol=protocol,
                        prompt_texts=prompt_texts, api=api, max_in_flight=max_in_flight, remote=remote,
                        listen=listen)
+    cfg["server_metrics"] = [dict(t) for t in server_metrics or ()]
     cfg["limits"] = dict(limits or {})  # how much of one answer a core holds (harness.max_response_bytes...)
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -140,6 +145,8 @@ def run_loadgen(
     result["loadgen_scenario"] = result["scenario"]
     result["scenario"] = cfg["scenario"]  # Interactive runs as LoadGen's Server scenario
     result.update(merge_measured(result, stats, cfg))
+    if server_side.KEY in stats:  # the servers' own metrics over the test (server_metrics.summary)
+        result[server_side.KEY] = stats[server_side.KEY]
     requests = read_requests_csv(out / "requests.csv")
     result["goodput"] = goodput(requests, mlperf_limits(result.get("ttft_constraint_ms"), result.get("tpot_constraint_ms")))
     result.update(notes or {})  # what the caller knows of the run (the serving layout)

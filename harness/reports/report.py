@@ -9,6 +9,7 @@ from pathlib import Path
 import harness.host.state as host_state
 from harness.loadgen.goodput import goodput_line
 from harness.loadgen.verdict import answer_warnings, invalid_reason, is_valid, relaunch_lines
+import harness.serving.server_metrics as server_metrics
 from harness.reports import windows
 
 PCTS = ("p50", "p90", "p99")
@@ -69,6 +70,8 @@ def build_report(stage_keys: dict[str, str], perf: dict, accuracy: dict | None, 
         "accuracy": None if accuracy is None else _accuracy(accuracy),
         # the host during the measurement: load, CPU of the client, the servers and other work (harness/host)
         host_state.KEY: perf.get(host_state.KEY),
+        # the servers' own metrics over the timed run, each figure theirs (harness/serving/server_metrics.py)
+        server_metrics.KEY: perf.get(server_metrics.KEY),
     }
 
 
@@ -197,6 +200,7 @@ def render_markdown(report: dict, plots: list[str]) -> str:
 
     lines += layout_markdown(p.get("layout"))
     lines += host_state.markdown(report.get(host_state.KEY))
+    lines += server_metrics.markdown(report.get(server_metrics.KEY), report.get(host_state.KEY))
     lines += windows.markdown(p.get("time_slices"))
     lines += stats_markdown(report.get("client_stats") or {}, report.get("client_vs_loadgen") or {}, p.get("sources"))
     lines += ["", "## Stages", "", "| stage | key |", "|---|---|"]
@@ -278,6 +282,7 @@ def summary_text(report: dict, report_dir: Path, color: bool = False) -> str:
         *([f"  host       {host_state.line(report[host_state.KEY])}"] if report.get(host_state.KEY) else []),
         *([_red(f"  WARNING    busy host: {'; '.join(report[host_state.KEY]['busy_reasons'])}", color)]
           if (report.get(host_state.KEY) or {}).get("busy") else []),
+        *[f"  server     {line}" for line in server_metrics.lines(report.get(server_metrics.KEY))],
         *([f"  latency ms (LoadGen) p90 {_fmt(p['single_stream']['p90_latency_ms'], '.2f')} (SingleStream's metric); "
            f"early-stopping estimate {_fmt(p['single_stream']['early_stopping_latency_ms'], '.2f')} (of first tokens)"]
           if p.get("single_stream") else []),

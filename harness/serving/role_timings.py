@@ -15,23 +15,16 @@ import json
 from pathlib import Path
 
 from harness.serving.bounded import read_body
+import harness.serving.server_metrics as server_metrics
 from harness.serving.processes import ServerError
 from harness.serving.spec import url_of
 from harness.untrusted import jsonio
 
-# stack -> what the report calls it -> (metric, histogram or gauge, to milliseconds)
-METRICS = {
-    "vllm": {"queue": ("vllm:request_queue_time_seconds", "histogram", 1e3),
-             "prefill": ("vllm:request_prefill_time_seconds", "histogram", 1e3),
-             "decode": ("vllm:request_decode_time_seconds", "histogram", 1e3),
-             "kv_transfer": ("vllm:nixl_xfer_time_seconds", "histogram", 1e3)},
-    "sglang": {"queue": ("sglang:queue_time_seconds", "histogram", 1e3),
-               "first_token": ("sglang:time_to_first_token_seconds", "histogram", 1e3),
-               "kv_transfer": ("sglang:kv_transfer_latency_ms", "gauge", 1.0)},
-    # summed here from /perf_metrics' entries (`requests`: each read empties it, nothing to subtract)
-    "trtllm-serve": {"queue": ("queue", "requests", 1e3), "first_token": ("first_token", "requests", 1e3),
-                     "kv_transfer": ("kv_transfer", "requests", 1e3)},
-}
+# stack -> the figures read per role: vLLM's and SGLang's from server_metrics.STACKS (their names, kinds
+# and units there); trtllm-serve's summed here from /perf_metrics' entries (each read empties it)
+ROLE_FIGURES = {"vllm": ("queue", "prefill", "decode", "kv_transfer"),
+                "sglang": ("queue", "first_token", "kv_transfer"),
+                "trtllm-serve": ("queue", "first_token", "kv_transfer")}
 # trtllm-serve's timing_metrics: what -> (from, to), seconds on one clock
 PERF_SPANS = {"queue": ("arrival_time", "first_scheduled_time"), "first_token": ("arrival_time", "first_token_time"),
               "kv_transfer": ("kv_cache_transfer_start", "kv_cache_transfer_end")}
@@ -39,26 +32,11 @@ PERF_SPANS = {"queue": ("arrival_time", "first_scheduled_time"), "first_token": 
 
 def stack_of(params) -> str | None:
     """The stack whose metrics are read: a layout's openai server that exposes them; else None."""
-    if params.layout is None or params.build.backend != "openai" or params.openai.server not in METRICS:
+    if params.layout is None or params.build.backend != "openai" or params.openai.server not in ROLE_FIGURES:
         return None
     if params.openai.server == "trtllm-serve" and not params.openai.llm_api_options.get("return_perf_metrics"):
         return None  # its per-request timings are served only when asked for
     return params.openai.server
-
-
-def parse(text: str) -> dict[str, float]:
-    """Prometheus text: each sample's value summed over its label sets (`name_sum`, `name_count`, gauges)."""
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        name_labels, _, value = line.rpartition(" ")
-        name = name_labels.split("{", 1)[0].strip()
-        try:
-            out[name] = out.get(name, 0.0) + float(value)
-        except ValueError:
-            continue
-    return out
 
 
 def scrape(servers: list[dict], stack: str | None, timeout_s: float = 5.0) -> dict[str, dict[str, float]] | None:
@@ -77,10 +55,18 @@ def scrape(servers: list[dict], stack: str | None, timeout_s: float = 5.0) -> di
                               timeout=timeout_s) as r:
                 data = read_body(r, f"metrics of {url}") if r.status_code == 200 else None
             out[url] = {} if data is None else perf_sums(jsonio.loads(data)) if stack == "trtllm-serve" else \
-                parse(data.decode("utf-8", "replace"))
+                server_metrics.parse(data.decode("utf-8", "replace"))
         except (httpx.HTTPError, ValueError, ServerError):
             out[url] = {}
     return out
+
+
+def _figure(stack: str, what: str) -> tuple[str, str, float]:
+    """(its name, histogram, gauge or requests, scale to milliseconds)."""
+    if stack == "trtllm-serve":
+        return what, "requests", 1e3
+    m = server_metrics.metric(stack, what)
+    return m.names[0], m.kind, m.scale
 
 
 def perf_sums(entries: list) -> dict[str, float]:
@@ -102,7 +88,8 @@ def per_role(servers: list[dict], stack: str, before: dict, after: dict) -> dict
         url = url_of(rec)
         if url not in after:
             continue
-        for what, (name, kind, scale) in METRICS[stack].items():
+        for what in ROLE_FIGURES[stack]:
+            name, kind, scale = _figure(stack, what)
             b, a = before.get(url, {}), after[url]
             acc = sums.setdefault(rec["role"], {}).setdefault(what, [0.0, 0.0, 0.0])
             if kind == "requests":
@@ -118,7 +105,7 @@ def per_role(servers: list[dict], stack: str, before: dict, after: dict) -> dict
         for what, (total, count, last) in whats.items():
             if count <= 0:
                 continue
-            kind = METRICS[stack][what][1]
+            kind = _figure(stack, what)[1]
             out.setdefault(role, {})[what] = ({"last_ms": round(last, 3)} if kind == "gauge" else
                                               {"mean_ms": round(total / count, 3), "count": int(count)})
     return out

@@ -74,8 +74,18 @@ def _observe(phase: str, seconds: float) -> None:
     _PHASES[phase][1] += 1
 
 
+# --metrics vllm also counts completions as vLLM names them (its counters' samples end in _total):
+# answered, their prompt tokens, their max_tokens as the generated ones (an echo never stops early unless
+# told), and those in flight as its running-requests gauge.
+_COUNTS = {"vllm:request_success_total": 0, "vllm:prompt_tokens_total": 0, "vllm:generation_tokens_total": 0}
+_RUNNING = [0]
+
+
 def _metrics_text() -> bytes:
     lines = []
+    for name, value in _COUNTS.items():
+        lines += [f"# TYPE {name.removesuffix('_total')} counter", f'{name}{{model_name="echo"}} {value}']
+    lines += ["# TYPE vllm:num_requests_running gauge", f'vllm:num_requests_running{{model_name="echo"}} {_RUNNING[0]}']
     for phase, name in _VLLM.items():
         total, count = _PHASES[phase]
         lines += [f"# TYPE {name} histogram", f'{name}_bucket{{le="+Inf",model_name="echo"}} {count}',
@@ -85,11 +95,17 @@ def _metrics_text() -> bytes:
 
 async def _complete(writer, body: dict, args) -> None:
     t0, first = time.monotonic(), {}
+    _RUNNING[0] += 1
     try:
         await _complete_timed(writer, body, args, first)
     finally:
         end = time.monotonic()
+        _RUNNING[0] -= 1
         if args.metrics == "vllm":  # a whole (unstreamed) answer is all prefill
+            prompt = body.get("prompt", "")
+            _COUNTS["vllm:request_success_total"] += 1
+            _COUNTS["vllm:prompt_tokens_total"] += len(prompt) if isinstance(prompt, list) else len(str(prompt).split())
+            _COUNTS["vllm:generation_tokens_total"] += int(body.get("max_tokens", 16))
             _observe("queue", 0.0)
             _observe("prefill", first.get("t", end) - t0)
             _observe("decode", end - first.get("t", end))
@@ -311,7 +327,7 @@ def main() -> None:
     ap.add_argument("--no-usage", action="store_true", help="chat: send no usage (count with a tokenizer)")
     ap.add_argument("--chat-tool-calls", action="store_true", help="chat: call bash with the last message's text")
     ap.add_argument("--metrics", choices=["vllm", "trtllm"], default=None,
-                    help="vllm: /metrics with vLLM's request phases; trtllm: trtllm-serve's /perf_metrics")
+                    help="vllm: /metrics with vLLM's request phases and counts; trtllm: trtllm-serve's /perf_metrics")
     ap.add_argument("--stall-request", type=int, default=0,
                     help="the Nth streamed completion (1-based) sends its first event, then nothing, on an open connection")
     ap.add_argument("--empty-share", type=float, default=0.0,
