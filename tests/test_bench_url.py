@@ -15,6 +15,7 @@ import pytest
 from conftest import REPO, run_records, statuses
 
 from harness.backends.openai.servers import server_argv
+from harness.reports.sweep import fmt
 from harness.serving.openai.client import probe
 from harness.serving.ports import free_port
 from pipeline.cli import main
@@ -302,7 +303,7 @@ def test_no_report_measures_only_and_a_later_report_reuses_the_measurement(token
         r = json.loads(result.read_text())
         summary = only.stdout[only.stdout.index("perfdag bench (--no-report): --concurrency 2, Offline"):]
         assert "result     VALID" in summary and f"file       {result}" in summary
-        assert f"{r['samples_per_s']:.1f} samples/s" in summary and "(LoadGen)" in summary
+        assert f"{fmt(r['samples_per_s'])} samples/s, {fmt(r['tokens_per_s'])} tokens/s (LoadGen)" in summary
         assert "report     not built (--no-report)" in summary
         full = bench(root, *args)
     finally:
