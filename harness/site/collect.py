@@ -14,7 +14,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from harness.cache.runs import RUNS, RunRecord
+from harness.cache.runs import RUNS, RunOutcomeRecord, run_is_live
 from harness.reports import nightly
 from harness.reports.frontier import frontier_rows
 from harness.reports.sweep import applies, fmt, point_id, whose
@@ -165,7 +165,9 @@ def trends(root: Root, nights: dict[str, list[dict]]) -> dict:
                     v = _value(s["metrics"].get(key))
                     if v is None:
                         continue
-                    m = entry["metrics"].setdefault(key, {"label": label, "whose": _whose(mine, key), "points": []})
+                    m = entry["metrics"].setdefault(key, {"label": label, "whose": _whose(mine, key),
+                                                          "judged": key in judged(s["scenario"], s["search"]),
+                                                          "points": []})
                     m["points"].append({"date": doc["date"], **v, "report": next(
                         (o["report"] for o in obs if o["report"]), None)})
         series += list(by_point.values())
@@ -175,14 +177,37 @@ def trends(root: Root, nights: dict[str, list[dict]]) -> dict:
                    "perfdag code changed since the night before (as nightly.md says)."}
 
 
+def judged(scenario: str | None, search: bool) -> set[str]:
+    """The metrics a night judges a point by (harness/reports/nightly.py); the others are shown only."""
+    return {m.key for m in nightly.metrics() if scenario in m.scenarios and m.of_search == search}
+
+
 def _code_of(root: Root, rows: list[dict]) -> dict:
-    """The code digests the FullRun manifest of the night's first verified observation keyed (module -> digest)."""
+    """The perfdag code (module -> digest) the night's first verified observation was keyed by: its FullRun's
+    and every upstream stage's, down to the model (what `status` names as a code change)."""
     for r in rows:
-        m = root.observation(report_ref(r)).get("manifest") or {}
-        code = m.get("code") or (m.get("key_inputs") or {}).get("code")
-        if isinstance(code, dict):
-            return {str(k): str(v) for k, v in code.items()}
+        m = root.observation(report_ref(r)).get("manifest")
+        if m:
+            return _code_chain(root, m, set())
     return {}
+
+
+def _code_chain(root: Root, manifest: dict, seen: set[str]) -> dict:
+    code = {str(k): str(v) for k, v in (manifest.get("code") or {}).items()} if isinstance(manifest.get("code"), dict) \
+        else {}
+    for key in (manifest.get("upstream") or {}).values():
+        if not isinstance(key, str) or key[:16] in seen:
+            continue
+        seen.add(key[:16])
+        for f in root.root.glob(f"*/{key[:16]}/manifest.json"):  # the upstream's stage: whichever holds its key
+            try:
+                up = json.loads(f.read_text())
+            except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+                continue
+            if isinstance(up, dict) and up.get("key") == key:
+                code.update(_code_chain(root, up, seen))
+                break
+    return code
 
 
 def _gpus(root: Root, rows: list[dict]) -> int:
@@ -319,7 +344,7 @@ def runs(root: Root) -> dict:
     """Every run record (runs/<id>/run.json): what it built and reused, what failed, relaunches, verdicts."""
     out = []
     for f in sorted((root.root / RUNS).glob("*/run.json")):
-        doc = untrusted.read(RunRecord, f, inside=root.root)
+        doc = untrusted.read(RunOutcomeRecord, f, inside=root.root)
         if doc is None:
             continue
         stages = list((doc.get("stages") or {}).values())
@@ -328,11 +353,12 @@ def runs(root: Root) -> dict:
         verdicts = doc.get("verdicts") or {}
         relaunches = doc.get("server_relaunches") or []
         died = list((doc.get("building") or {}).keys())
-        outcome = ("failed" if failed else "died while building" if died else
+        run_id = doc.get("run_id") or f.parent.name
+        outcome = ("failed" if failed else "running" if run_is_live(run_id) else "died while building" if died else
                    "regression" if any(v.get("regression") for v in verdicts.values()) else
                    "INVALID" if any(not v.get("valid", True) for v in verdicts.values()) else
                    "accuracy FAIL" if any(not v.get("accuracy", True) for v in verdicts.values()) else "ok")
-        out.append({"run_id": doc.get("run_id") or f.parent.name, "started_at": doc.get("started_at"),
+        out.append({"run_id": run_id, "started_at": doc.get("started_at"),
                     "updated_at": doc.get("updated_at"), "outcome": outcome,
                     "built": sum(e.get("status") == "built" for e in stages),
                     "reused": sum(e.get("status") == "reused" for e in stages),

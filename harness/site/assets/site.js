@@ -103,8 +103,8 @@
              text: pts.map(p => spread(p) + (p.report ? "<br>click: its report" : "")), hoverinfo: "x+text"},
             {name: "each repeat", x: dots.x, y: dots.y, mode: "markers", type: "scatter", marker: {size: 5, color: "#999"},
              hoverinfo: "x+y"}],
-            {title: {text: `${m.label}, ${m.whose}'s`, font: {size: 14}}, shapes: shapes, annotations: notes,
-             xaxis: {type: "category", title: "night"}, yaxis: {title: m.label}});
+            {title: {text: `${m.label}, ${m.whose}'s` + (m.judged ? " (judged)" : ` (shown, not judged for ${s.scenario})`), font: {size: 14}}, shapes: shapes, annotations: notes,
+             xaxis: {type: "category", title: {text: "night"}}, yaxis: {title: {text: `${m.label} (${m.whose}'s)`}}});
         });
         addHTML(sec, table(["night", "repeats", "valid", "observations (reports)"],
           s.nights.map(n => ({cells: [esc(n.date), n.repeats, n.valid, obsLinks(n.observations)]}))));
@@ -145,8 +145,8 @@
           traces.push({name: "Pareto front (VALID points, by median)", x: front.map(r => r.tokens_per_s_per_user),
             y: front.map(r => r[yname]), mode: "lines", type: "scatter", line: {dash: "dash", color: "black"}, hoverinfo: "skip"});
           Plotly.react(div, traces, {title: {text: `${s.sweep}, night ${n.date}`, font: {size: 14}},
-            xaxis: {title: `tokens/s per user (1000 / TPOT p50, ${n.whose.tpot}'s)`, rangemode: "tozero"},
-            yaxis: {title: `tokens/s per ${per}` + (per === "system" ? " (no GPU serves)" : ` (${n.gpus} GPUs)`), rangemode: "tozero"},
+            xaxis: {title: {text: `tokens/s per user (1000 / TPOT p50, ${n.whose.tpot}'s)`}, rangemode: "tozero"},
+            yaxis: {title: {text: `tokens/s per ${per}, LoadGen's` + (per === "system" ? " (no GPU serves)" : ` (${n.gpus} GPUs)`)}, rangemode: "tozero"},
             margin: {t: 40, r: 20}, legend: {orientation: "h", y: -0.25}, hovermode: "closest"});
           tbl.innerHTML = table(["engine", "concurrency", `tokens/s per user (${esc(n.whose.tpot)}'s)`, `tokens/s per ${per} (LoadGen's)`,
               "result (LoadGen's)", "front", "repeats", "cost per million tokens", "observations"],
@@ -170,7 +170,7 @@
           text: s.nights.map(n => `bracket ${JSON.stringify(n.bracket)}; tried (load, passed, runs) ${JSON.stringify(n.tried)}`),
           hoverinfo: "x+y+text+name"})),
           {title: {text: `max VALID load (${series[0].axis || "load"}), LoadGen's verdict at each probe`, font: {size: 14}},
-           xaxis: {type: "category", title: "night"}, yaxis: {title: series[0].axis || "load", rangemode: "tozero"}});
+           xaxis: {type: "category", title: {text: "night"}}, yaxis: {title: {text: series[0].axis || "load"}, rangemode: "tozero"}});
         addHTML(sec, table(["point", "night", "max VALID load", "bracket", "probes: load, runs passed / runs", "observation"],
           series.flatMap(s => s.nights.map(n => ({cells: [esc(s.name), esc(n.date), n.max_load === null ? "none found" : fmt(n.max_load),
             esc(JSON.stringify(n.bracket)), (n.tried || []).map(t => `${fmt(t[0])}: ${t[1]}/${t[2]}`).join(", "), esc(n.observation || "-")]})))));
@@ -194,7 +194,7 @@
               type: "scatter", marker: {symbol: ps.map(p => p.valid ? "circle" : "x"), size: 10},
               text: ps.map(p => `concurrency ${fmt(p.concurrency)}; ${p.valid ? "VALID" : "INVALID"}`), hoverinfo: "x+y+text+name"};
           }), {title: {text: `cost per million tokens, night ${last.date}`, font: {size: 14}},
-            xaxis: {title: "tokens/s per user", rangemode: "tozero"}, yaxis: {title: "$ per million tokens", rangemode: "tozero"}});
+            xaxis: {title: {text: "tokens/s per user (1000 / TPOT p50)"}, rangemode: "tozero"}, yaxis: {title: {text: "$ per million tokens"}, rangemode: "tozero"}});
         }
         addHTML(sec, table(["night", "engine", "concurrency", "tokens/s (LoadGen's)", "tokens/s per user", "result", "front",
             `$ per million tokens`, "power (W, NVML)", "tokens/s per kW"],
@@ -214,10 +214,11 @@
         Object.entries(counts).map(([k, v]) => `${v} ${esc(k)}`).join(", ") + "</p>");
       addHTML(content, table(["run", "started", "outcome", "built", "reused", "failed stages", "relaunches", "corrupt", "verdicts"],
         D.runs.map(r => ({cls: r.outcome === "ok" ? "" : "regression", cells: [esc(r.run_id), esc(r.started_at || "-"), esc(r.outcome),
-          r.built, r.reused, r.failed.map(f => `${esc(f.stage)}/${esc(f.key)}: ${esc(f.error)}`).join("<br>") || "-",
+          r.built, r.reused, r.failed.map(f => `${esc(f.stage)}/${esc(f.key)}: ${esc(f.error)}`).concat(
+            r.died_building.map(b => `${esc(b)}: ${r.outcome === "running" ? "building now" : "its process died while building"}`)).join("<br>") || "-",
           r.relaunches.map(x => esc(x.why)).join("<br>") || "-", r.corrupt,
           r.verdicts.map(v => `${esc(v.task)}: ${v.valid ? "VALID" : "INVALID"}, accuracy ${v.accuracy ? "PASS" : "FAIL"}` +
-            (v.regression ? ", regression" : "")).join("<br>") || "-"]}))), "runs"));
+            (v.regression ? ", regression" : "")).join("<br>") || "-"]})), "runs"));
     },
   };
 
