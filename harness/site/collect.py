@@ -10,6 +10,7 @@ client's) and its evidence (repeats, interval of the median).
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from harness.reports.sweep import applies, fmt, point_id, whose
 from harness.untrusted import records as untrusted
 
 NIGHTLY = "Nightly"
+REF = re.compile(r"[0-9a-f]{16}@[A-Za-z0-9_.:-]{1,128}")
 #: What the trend and frontier pages draw of a row, besides the judged metrics: (field, label).
 SHOWN = (("tokens_per_s", "tokens/s"), ("ttft_p99_ms", "TTFT p99 (ms)"), ("tpot_p99_ms", "TPOT p99 (ms)"),
          ("latency_p90_ms", "latency p90 (ms)"), ("goodput_samples_per_s", "goodput (samples/s)"),
@@ -50,7 +52,8 @@ class Root:
                 doc = json.loads(f.read_text())
             except (OSError, json.JSONDecodeError, UnicodeDecodeError):
                 continue
-            if isinstance(doc, dict) and isinstance(doc.get("rows"), list) and doc.get("date"):
+            if isinstance(doc, dict) and isinstance(doc.get("rows"), list) and isinstance(doc.get("date"), str):
+                doc["rows"] = [r for r in doc["rows"] if isinstance(r, dict)]
                 out.setdefault(f.parent.parent.name, []).append(doc)
         for docs in out.values():
             docs.sort(key=lambda d: d["date"])
@@ -64,9 +67,12 @@ class Root:
         if ref in self.observations:
             return self.observations[ref]
         key16, _, obs_id = ref.partition("@")
-        obs = self.store.find_observation("FullRun", key16, obs_id)
         got = {"ref": ref, "verified": False, "refused": None, "report": None, "manifest": None}
-        if obs is None:
+        # a night's file names it: a path in disguise (../) is no observation, and never a directory name here
+        obs = self.store.find_observation("FullRun", key16, obs_id) if REF.fullmatch(ref) and ".." not in ref else None
+        if not REF.fullmatch(ref) or ".." in ref:
+            got["refused"] = "not an observation's name (KEY16@OBSERVATION)"
+        elif obs is None:
             got["refused"] = "no such observation in the root (collected, or moved)"
         else:
             key = str((obs["manifest"] or {}).get("key") or key16)
@@ -239,7 +245,7 @@ def _power_w(root: Root, rows: list[dict]) -> float | None:
     return statistics.median(watts) if watts else None
 
 
-def _night_points(doc: dict, level_key: str | None) -> list[dict]:
+def _night_points(doc: dict) -> list[dict]:
     """A night's rows (one per point and repeat) as one row per point: medians, and each repeat's values."""
     varied = doc.get("varied") or []
     groups: dict[str, list[dict]] = {}
@@ -273,7 +279,7 @@ def frontier_and_cost(root: Root, nights: dict[str, list[dict]], price_per_gpu_h
         engine_keys = [k for k in varied if k != level_key]
         nights_out = []
         for doc in docs:
-            pts = _night_points(doc, level_key)
+            pts = _night_points(doc)
             if not pts:
                 continue
             gpus = _gpus(root, [r for p in pts for r in p["_rows"]])

@@ -12,7 +12,7 @@
   function fmt(v) {
     if (v === null || v === undefined) return "-";
     if (typeof v === "boolean") return v ? "yes" : "no";
-    if (typeof v !== "number") return String(v);
+    if (typeof v !== "number") return esc(String(v));  // a string from a data file: never markup
     const a = Math.abs(v);
     if (Number.isInteger(v) || (a >= 100 && Number.isInteger(v))) return v.toLocaleString("en-US");
     if (a >= 1000) return Math.round(v).toLocaleString("en-US");
@@ -66,11 +66,11 @@
       const rows = D.configurations.map(c => ({cls: c.regression ? "regression" : "", cells: [
         esc(c.sweep), esc(c.name), esc(c.scenario || "-"),
         `${esc(c.date)}<br><small>vs ${esc(c.compared_with || "nothing (first night)")}</small>`,
-        `${c.valid} VALID <small>(LoadGen's verdict)</small>`, `${c.accuracy_passed} PASS`,
+        `${esc(c.valid)} VALID <small>(LoadGen's verdict)</small>`, `${esc(c.accuracy_passed)} PASS`,
         c.checks.filter(k => k.judged).map(k =>
-          `<div class="check ${k.verdict.replace(/ /g, "-")}"><strong>${esc(k.label)}</strong> <small>(${esc(k.whose)}'s)</small>: ` +
+          `<div class="check ${esc(String(k.verdict).replace(/ /g, "-"))}"><strong>${esc(k.label)}</strong> <small>(${esc(k.whose)}'s)</small>: ` +
           `${spread(k.now)}<br><small>previous ${spread(k.previous)}; change ${fmt(k.delta)}${pct(k.rel)}; ` +
-          `<b>${esc(k.verdict)}</b>${k.p !== null && k.p !== undefined ? `, p=${k.p.toFixed(3)}` : ""}` +
+          `<b>${esc(k.verdict)}</b>${typeof k.p === "number" ? `, p=${k.p.toFixed(3)}` : ""}` +
           `${k.why ? ": " + esc(k.why) : ""}</small></div>`).join("") || "-",
         c.reasons.length ? c.reasons.map(esc).join("<br>") : "none",
         obsLinks(c.observations)]}));
@@ -107,7 +107,7 @@
              xaxis: {type: "category", title: {text: "night"}}, yaxis: {title: {text: `${m.label} (${m.whose}'s)`}}});
         });
         addHTML(sec, table(["night", "repeats", "valid", "observations (reports)"],
-          s.nights.map(n => ({cells: [esc(n.date), n.repeats, n.valid, obsLinks(n.observations)]}))));
+          s.nights.map(n => ({cells: [esc(n.date), fmt(n.repeats), esc(n.valid), obsLinks(n.observations)]}))));
       });
     },
 
@@ -151,7 +151,7 @@
           tbl.innerHTML = table(["engine", "concurrency", `tokens/s per user (${esc(n.whose.tpot)}'s)`, `tokens/s per ${per} (LoadGen's)`,
               "result (LoadGen's)", "front", "repeats", "cost per million tokens", "observations"],
             n.rows.map(r => ({cells: [esc(r.engine), fmt(r.concurrency), fmt(r.tokens_per_s_per_user), fmt(r[yname]),
-              r.valid ? "VALID" : "INVALID", r.front || "-", r.repeats || "1 (noise not measured)",
+              r.valid ? "VALID" : "INVALID", esc(r.front || "-"), r.repeats ? fmt(r.repeats) : "1 (noise not measured)",
               r.cost_per_million_tokens === null ? "-" : "$" + r.cost_per_million_tokens.toFixed(2), obsLinks(r.observations)]})));
         }
         sel.addEventListener("change", draw);
@@ -199,7 +199,7 @@
         addHTML(sec, table(["night", "engine", "concurrency", "tokens/s (LoadGen's)", "tokens/s per user", "result", "front",
             `$ per million tokens`, "power (W, NVML)", "tokens/s per kW"],
           s.nights.flatMap(n => n.points.map(p => ({cells: [esc(n.date), esc(p.engine), fmt(p.concurrency), fmt(p.tokens_per_s),
-            fmt(p.tokens_per_s_per_user), p.valid ? "VALID" : "INVALID", p.front || "-",
+            fmt(p.tokens_per_s_per_user), p.valid ? "VALID" : "INVALID", esc(p.front || "-"),
             p.cost_per_million_tokens === null ? "-" : "$" + p.cost_per_million_tokens.toFixed(2),
             p.power_w === null ? "not measured" : fmt(p.power_w),
             p.tokens_per_s_per_kw === null ? "not measured" : fmt(p.tokens_per_s_per_kw)]})))));
@@ -214,9 +214,9 @@
         Object.entries(counts).map(([k, v]) => `${v} ${esc(k)}`).join(", ") + "</p>");
       addHTML(content, table(["run", "started", "outcome", "built", "reused", "failed stages", "relaunches", "corrupt", "verdicts"],
         D.runs.map(r => ({cls: r.outcome === "ok" ? "" : "regression", cells: [esc(r.run_id), esc(r.started_at || "-"), esc(r.outcome),
-          r.built, r.reused, r.failed.map(f => `${esc(f.stage)}/${esc(f.key)}: ${esc(f.error)}`).concat(
+          fmt(r.built), fmt(r.reused), r.failed.map(f => `${esc(f.stage)}/${esc(f.key)}: ${esc(f.error)}`).concat(
             r.died_building.map(b => `${esc(b)}: ${r.outcome === "running" ? "building now" : "its process died while building"}`)).join("<br>") || "-",
-          r.relaunches.map(x => esc(x.why)).join("<br>") || "-", r.corrupt,
+          r.relaunches.map(x => esc(x.why)).join("<br>") || "-", fmt(r.corrupt),
           r.verdicts.map(v => `${esc(v.task)}: ${v.valid ? "VALID" : "INVALID"}, accuracy ${v.accuracy ? "PASS" : "FAIL"}` +
             (v.regression ? ", regression" : "")).join("<br>") || "-"]})), "runs"));
     },
