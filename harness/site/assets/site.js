@@ -143,7 +143,8 @@
           });
           const front = n.rows.filter(r => r.on_front).sort((a, b) => a.tokens_per_s_per_user - b.tokens_per_s_per_user);
           traces.push({name: "Pareto front (VALID points, by median)", x: front.map(r => r.tokens_per_s_per_user),
-            y: front.map(r => r[yname]), mode: "lines", type: "scatter", line: {dash: "dash", color: "black"}, hoverinfo: "skip"});
+            y: front.map(r => r[yname]), mode: "lines+markers", type: "scatter", line: {dash: "dash", color: "black"},
+            marker: {symbol: "circle-open", size: 16, color: "black"}, hoverinfo: "skip"});
           Plotly.react(div, traces, {title: {text: `${s.sweep}, night ${n.date}`, font: {size: 14}},
             xaxis: {title: {text: `tokens/s per user (1000 / TPOT p50, ${n.whose.tpot}'s)`}, rangemode: "tozero"},
             yaxis: {title: {text: `tokens/s per ${per}, LoadGen's` + (per === "system" ? " (no GPU serves)" : ` (${n.gpus} GPUs)`)}, rangemode: "tozero"},
