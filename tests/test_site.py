@@ -230,7 +230,7 @@ def open_page(browser, site: Path, page: str, shots: Path | None = None) -> dict
     return out
 
 
-def test_every_page_renders_from_disk_without_network_with_its_points(site, chromium, tmp_path):
+def test_every_page_renders_from_disk_without_network_with_its_points(chromium, site, tmp_path):
     shots = Path(os.environ.get("PERFDAG_SITE_SCREENSHOTS") or tmp_path)
     shots.mkdir(parents=True, exist_ok=True)
     seen = {}
@@ -258,7 +258,7 @@ def test_every_page_renders_from_disk_without_network_with_its_points(site, chro
         got["ctx"].close()
 
 
-def test_a_page_whose_data_file_is_removed_fails_the_check(site, chromium, tmp_path):
+def test_a_page_whose_data_file_is_removed_fails_the_check(chromium, site, tmp_path):
     broken = tmp_path / "site"
     shutil.copytree(site, broken)
     (broken / "data" / "trends.js").unlink()
