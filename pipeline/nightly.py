@@ -12,18 +12,20 @@ from __future__ import annotations
 
 import json
 import logging
+from datetime import datetime, timezone
 from pathlib import Path
 
 import luigi
 
+from harness.cache.store import ArtifactStore
 from harness.config import ParamsError
-from harness.errors import shorten
+from harness.errors import PerfdagError, shorten
 from harness.reports import nightly
 from harness.reports.compare import flat
 from harness.reports.sweep import point_id
 from pipeline.sweep import Sweep
 from tasks.lifecycle import errors_as_messages, note_result, setup
-from tasks.settings import artifacts_root
+from tasks.settings import artifacts_root, signing_key
 
 log = logging.getLogger("perfdag")
 
@@ -53,6 +55,8 @@ class Nightly(luigi.Task):
                                                                          "rise that counts (SingleStream: p90 latency)")
     repeats = luigi.IntParameter(default=1, description="measure each point N times; a change counts only where "
                                                         "the nights' repeats differ beyond their noise (needs 3)")
+    site = luigi.Parameter(default="", description="a directory: the results site (python -m pipeline site) "
+                                                   "rebuilt from the root at the end of the night")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -111,6 +115,20 @@ class Nightly(luigi.Task):
         with self.output().open("w") as f:
             json.dump(doc, f, indent=2)
         self._note(doc)
+        if self.site:
+            self.refresh_site()
+
+    def refresh_site(self) -> None:
+        """The results site rebuilt with tonight in it; a site that cannot be written is logged, not the
+        night's failure (its nightly.json and verdict stand)."""
+        from harness.site.write import build  # plotly: only a night that builds the site imports it
+
+        try:
+            build(ArtifactStore(artifacts_root(), signing_key=signing_key()), Path(self.site),
+                  generated=f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC")
+            log.info("results site refreshed: %s", Path(self.site) / "index.html")
+        except (PerfdagError, OSError) as e:
+            log.error("results site not refreshed (%s): %s", self.site, e)
 
     @staticmethod
     def point_params(rows: list[dict], varied: list[str]) -> dict[str, dict]:

@@ -10,8 +10,8 @@ import sys
 from conftest import REPO
 
 # numpy: the scorers, log readers, plots and the synthetic generator; httpx: role timings' scraper;
-# torch and transformers: the model stages.
-FORBIDDEN = ("numpy", "httpx", "torch", "transformers")
+# torch and transformers: the model stages; plotly: the results site (`site`, `Nightly --site`).
+FORBIDDEN = ("numpy", "httpx", "torch", "transformers", "plotly")
 
 PROBE = """
 import json, sys

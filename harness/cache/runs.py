@@ -180,6 +180,39 @@ class RunRecord(StrictRecord):
     stages: dict[str, _StageRef] = Field(default_factory=dict)
 
 
+class _StageDone(_StageRef):
+    status: Text | None = None  # built, reused
+
+
+class _Failure(StrictRecord):
+    stage: Text
+    key: Text
+    error: str | None = None
+
+
+class _Relaunch(StrictRecord):
+    why: str | None = None
+    at: str | None = None
+
+
+class _Verdict(StrictRecord):
+    valid: bool = True
+    accuracy: bool = True
+    regression: bool = False
+
+
+class RunOutcomeRecord(RunRecord):
+    """A run record with what it ended in (the results site's Runs page): stages built or reused, those
+    that failed, builds whose process died, corrupt artifacts moved aside, relaunches, verdicts, jobs."""
+    stages: dict[str, _StageDone] = Field(default_factory=dict)
+    failed: dict[str, _Failure] = Field(default_factory=dict)
+    building: dict[str, _StageRef] = Field(default_factory=dict)
+    corrupt: dict[str, _StageRef] = Field(default_factory=dict)
+    server_relaunches: list[_Relaunch] = Field(default_factory=list)
+    verdicts: dict[str, _Verdict] = Field(default_factory=dict)
+    slurm_jobs: list[dict] = Field(default_factory=list)
+
+
 def confined(path: Path, root: Path) -> bool:
     """`path` (under the resolved `root`) reaches its target through no link."""
     try:

@@ -1,5 +1,5 @@
 """`python -m pipeline COMMAND`: commands around the DAG, one thin module each (its parser and a call
-into the logic). status, servers, gc, compare, history, score, bfcl and dataset run no stage; submission builds the
+into the logic). status, servers, gc, compare, history, site, score, bfcl and dataset run no stage; submission builds the
 stages a results tree needs; bench measures a running server, sessions replays sessions against one."""
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import sys
 import pipeline  # noqa: F401  registers the stages (status and submission read them)
 from harness.errors import PerfdagError
 from pipeline.cli import (bench, bfcl, compare, dataset, frontier, gc, history, score, search, servers, sessions,
-                          status, submission)
+                          site, status, submission)
 
-COMMANDS = (status, servers, gc, submission, search, frontier, score, bfcl, dataset, compare, history, bench, sessions)
+COMMANDS = (status, servers, gc, submission, search, frontier, score, bfcl, dataset, compare, history, bench, sessions,
+            site)
 
 
 def main(argv: list[str] | None = None) -> int:
