@@ -10,7 +10,7 @@ import harness.host.state as host_state
 from harness.loadgen.goodput import goodput_line
 from harness.loadgen.verdict import answer_warnings, invalid_reason, is_valid, relaunch_lines
 import harness.serving.server_metrics as server_metrics
-from harness.reports import windows
+import harness.reports.windows as windows
 
 PCTS = ("p50", "p90", "p99")
 
