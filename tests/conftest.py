@@ -42,6 +42,7 @@ if os.environ.get("PYTEST_XDIST_WORKER") and "PERFDAG_SANDBOX_UID_BASE" not in o
 PER_TEST = {"test_standins_fullrun"}
 # The groups that take minutes, started first so that no worker is left with one at the end.
 LONGEST_FIRST = ["test_multinode_slurm", "test_adv_serving", "test_search", "test_standins_fullrun", "test_whisper_fullrun",
+                 "test_site",
                  "test_frontier", "test_faults", "test_slurm", "test_singlestream", "test_concurrency_sweep", "test_fullrun",
                  "test_operate", "test_openai_fullrun", "test_submission", "test_trust_artifacts"]
 
