@@ -3,9 +3,8 @@
 Every night is a Nightly's nightly.json (Nightly/<sweep>/<date>/); each of its numbers comes from a
 FullRun observation, read here through the store as `history` and `compare` read it: verified (files
 re-hashed, signature where required), its report copied into the site, or listed as refused with why.
-The verdicts are the night's own (harness/reports/nightly.py, by harness/stats/noise.py over the
-nights' repeats): the site recomputes none of them. Every number carries whose it is (LoadGen's or the
-client's) and its evidence (repeats, interval of the median).
+The verdicts are the night's own (harness/reports/nightly.py, harness/stats/noise.py over the nights'
+repeats): the site recomputes none. Every number carries whose it is and its evidence (repeats, interval).
 """
 from __future__ import annotations
 
