@@ -307,7 +307,7 @@ def test_clients_on_both_nodes_feed_one_loadgen_that_counts_every_response_once(
           "layout.roles.server.count=2,layout.roles.server.gpus_per_instance=0")
     with copied_root(built_fast, tmp_path / "artifacts") as root:
         overrides = (f"{FAST}{SHORT},{SLURM},slurm.stages=[],{dp},openai.server=vllm,"
-                     f"openai.binary={tmp_path / 'bin' / 'vllm'},loadgen.offline_expected_qps=4000,"
+                     f"openai.binary={tmp_path / 'bin' / 'vllm'},loadgen.offline_expected_qps=20000,"
                      "harness.frontends=2,harness.client_nodes=[0,1]")
         proc = run_luigi("RunLoadgen", "--overrides", overrides, artifacts=root, env=env, check=False, timeout=900)
         assert proc.returncode == 0, f"RunLoadgen failed ({proc.returncode}):\n{proc.stderr[-6000:]}"
