@@ -12,12 +12,11 @@ import json
 import math
 from pathlib import Path
 
-import luigi
-
 from harness.errors import InputError, PerfdagError
 from harness.loadgen.verdict import invalid_reason, is_valid
 from harness.reports.sweep import fmt, whose
 from pipeline.bench import Bench
+from pipeline.cli.flow import build_flow
 from tasks import lifecycle
 from tasks.settings import DEFAULT_PARAMS
 
@@ -181,9 +180,7 @@ def run(args) -> int:
     except PerfdagError as e:
         print(e)
         return 2
-    result = luigi.build(tasks, local_scheduler=True, detailed_summary=True, workers=1)
-    if not all(t.is_done() for t in tasks):
-        print(f"perfdag: the bench was not completed ({result.status.name}); see the log above")
+    if build_flow(tasks, "the bench was not completed", detailed=True):
         return 1
     if args.no_report:
         for (label, _), task in zip(points, tasks):

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import json
 
-import luigi
-
 from harness.errors import PerfdagError
 from pipeline.cli.bench import add_server_flags, server_items
+from pipeline.cli.flow import build_flow
 from tasks import lifecycle
 from tasks.run_sessions import RunSessions
 from tasks.settings import DEFAULT_PARAMS
@@ -48,9 +47,7 @@ def run(args) -> int:
     except PerfdagError as e:
         print(e)
         return 2
-    result = luigi.build([task], local_scheduler=True, detailed_summary=True, workers=1)
-    if not task.is_done():
-        print(f"perfdag: the replay was not completed ({result.status.name}); see the log above")
+    if build_flow(task, "the replay was not completed", detailed=True):
         return 1
     doc = json.loads((task.artifact_dir / "result.json").read_text())
     lifecycle.note_result(task.task_id, valid=bool(doc.get("valid")), summary=summary(doc, task), persist=False)

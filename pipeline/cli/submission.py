@@ -6,11 +6,10 @@ import json
 import shutil
 from pathlib import Path
 
-import luigi
-
 from harness.cache import runs as runlog
 from harness.errors import InputError, PerfdagError
 from harness.mlperf import checker as mlperf_checker
+from pipeline.cli.flow import build_flow
 from pipeline.submission import Submission
 from tasks.base import log
 from tasks.settings import DEFAULT_PARAMS, artifacts_root
@@ -52,9 +51,7 @@ def run(args) -> int:
     except PerfdagError as e:
         print(e)
         return 2
-    result = luigi.build([task], local_scheduler=True, detailed_summary=True, workers=1)
-    if not task.is_done():
-        print(f"perfdag: the submission tree was not built ({result.status.name}); see the log above")
+    if build_flow(task, "the submission tree was not built", detailed=True):
         return 1
     tree = task.tree
     if args.out:
