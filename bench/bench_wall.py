@@ -31,19 +31,15 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
 
-from harness.model.tiny import train_tokenizer  # noqa: E402 - after the path fix
+from noise_example import wait_quiet  # noqa: E402 - after the path fix
+
+from harness.model.tiny import train_tokenizer  # noqa: E402
 from harness.serving.openai.client import probe  # noqa: E402
 from harness.serving.ports import free_port  # noqa: E402
 
 BUILT = re.compile(r"perfdag \S+ (\w+) [0-9a-f]{16}: built in ([0-9.]+)s")
-
-
-def wait_quiet(limit: float = 1.0, patience_s: float = 600) -> float:
-    deadline = time.monotonic() + patience_s
-    while os.getloadavg()[0] >= limit and time.monotonic() < deadline:
-        time.sleep(10)
-    return os.getloadavg()[0]
 
 
 def echo_server(delay_ms: float) -> tuple[str, subprocess.Popen]:
