@@ -8,6 +8,10 @@ harness/reports/frontier.py.
 
 SessionsFrontier is the same over the users of an agentic replay (`--sessions`): one RunSessions per
 `sessions.users` level, the window's tokens/s against 1000 / TPOT p50 of the window's turns.
+
+With `endpoint` (`frontier --url`) the levels are of one running server: Bench points (RunSessions
+for --sessions) against openai.endpoints, no model stage, no accuracy run; `--engines` has nothing to
+build there and is refused.
 """
 from __future__ import annotations
 
@@ -23,7 +27,7 @@ from harness.config.sweeps import SweepError, SweepFile, duplicate_points, parse
 from harness.reports.frontier import front_note, levels, parse_levels, text_table, write_frontier
 from harness.reports.frontier import frontier_rows as make_rows
 from harness.reports.frontier import session_row
-from pipeline.sweep import Sweep, point_problems
+from pipeline.sweep import Sweep, endpoint_problems, point_problems
 from tasks import RunSessions
 from tasks.base import load_params
 from tasks.lifecycle import note_result
@@ -49,6 +53,9 @@ class Frontier(Sweep):
         base = Path(self.params_file)
         try:
             engines = parse_grid(self.engines) if self.engines else {}
+            if engines and self.endpoint:
+                raise SweepError("", ["--engines with --url: a running server's engine is not perfdag's to build; "
+                                      "run one frontier per server (its levels are of that server)"])
             bad = [k for k in engines if not k.startswith(("build.", "quantize.", "model.", "runtime."))]
             if bad:
                 raise SweepError("", [f"--engines: {k} is not an engine parameter (build.*, quantize.*, model.*, "
@@ -58,6 +65,8 @@ class Frontier(Sweep):
         except (SweepError, ValueError) as e:
             raise ParamsError(getattr(e, "problems", None) or [str(e)]) from None
         problems = duplicate_points(sweep) + point_problems(sweep, base, self.overrides)
+        if self.endpoint and not problems:  # a replay sends recorded text: it needs no tokenizer
+            problems = endpoint_problems(sweep, base, self.overrides, tokenizer=self.level_key != "sessions.users")
         if problems:
             raise ParamsError(problems)
         return sweep, base

@@ -57,6 +57,8 @@ class Nightly(luigi.Task):
                                                         "the nights' repeats differ beyond their noise (needs 3)")
     site = luigi.Parameter(default="", description="a directory: the results site (python -m pipeline site) "
                                                    "rebuilt from the root at the end of the night")
+    endpoint = luigi.BoolParameter(default=False, description="measure the running servers the sweep's points name "
+                                   "(openai.endpoints, dataset.tokenizer): Bench points, no model stages")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -69,7 +71,8 @@ class Nightly(luigi.Task):
     def repeat(self, i: int) -> Sweep:
         """Repeat i's sweep; the repeat enters the measuring stages' keys (the first keeps the date alone)."""
         day = self.date.isoformat()
-        return Sweep(sweep=self.sweep, overrides=self.overrides, nightly_date=nightly.repeat_date(day, i + 1))
+        return Sweep(sweep=self.sweep, overrides=self.overrides, nightly_date=nightly.repeat_date(day, i + 1),
+                     endpoint=self.endpoint)
 
     def requires(self):
         return self.repeat(0)  # the others run one after another from run(): a sweep stops its servers
@@ -139,8 +142,9 @@ class Nightly(luigi.Task):
             pid = point_id(r, varied)
             if pid in out or not r.get("fullrun_key"):
                 continue
-            try:
-                m = json.loads((artifacts_root() / "FullRun" / r["fullrun_key"] / "manifest.json").read_text())
+            try:  # a Bench point's (--endpoint) report is keyed as a FullRun's is
+                stage = "Bench" if (artifacts_root() / "Bench" / r["fullrun_key"]).is_dir() else "FullRun"
+                m = json.loads((artifacts_root() / stage / r["fullrun_key"] / "manifest.json").read_text())
             except (OSError, json.JSONDecodeError):
                 continue
             out[pid] = flat(m.get("resolved_params") or {})

@@ -6,6 +6,10 @@ luigi as a dynamic dependency. So a rerun, a wider range or a tighter tolerance 
 already measured in the cache, and a search killed mid-probe resumes from the probes that finished.
 The found load is confirmed by a FullRun at the params' full settings (performance and accuracy); the
 search writes search.md, search.json, a plot, a params file and the user.conf line.
+
+With `endpoint` (`search --url`) the probes measure the running servers at openai.endpoints as they
+are (ExternalServers: no model stage), and a Bench confirms the found load (performance only: there
+are no accuracy references for a server perfdag did not build).
 """
 from __future__ import annotations
 
@@ -20,9 +24,11 @@ from harness.search import evidence
 from harness.loadgen.goodput import goodput
 from harness.search.judge import judge, limits_in_force, progress_line
 from harness.search.plan import Outcome, Plan, Probe, plan
+from pipeline.bench import Bench
 from pipeline.full_run import FullRun
-from tasks import LaunchServers, PrepareDataset, RunLoadgen, lifecycle
+from tasks import ExternalServers, LaunchServers, PrepareDataset, RunLoadgen, lifecycle
 from tasks.base import StageTask, log
+from tasks.external_servers import check_endpoint_params
 from tasks.lifecycle import note_result, release_servers
 
 _HOW: dict[str, str] = {}  # probe key -> "measured" or "cached", as first seen in this process
@@ -35,9 +41,14 @@ class FindMaxLoad(StageTask):  # not in STAGES: a flow over RunLoadgen probes, a
     point_label = luigi.Parameter(default="", significant=False, description="set by Sweep: the point searched")
     as_point = luigi.BoolParameter(default=False, significant=False,
                                    description="set by Sweep: one line when done; the sweep's table is the verdict")
+    # Significant: it changes the upstream (`search --url`); clone() hands it to every probe's RunLoadgen.
+    endpoint = luigi.BoolParameter(default=False, description="search the running servers at openai.endpoints "
+                                   "(ExternalServers: no model stages; a Bench confirms); needs dataset.tokenizer")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        if self.endpoint:
+            check_endpoint_params(self.params)
         problems = self.problems()
         if problems:
             lifecycle.errors_as_messages()
@@ -98,7 +109,8 @@ class FindMaxLoad(StageTask):  # not in STAGES: a flow over RunLoadgen probes, a
 
     # --- the stage -------------------------------------------------------------------
     def upstream(self):
-        return {"servers": self.clone(LaunchServers), "dataset": self.clone(PrepareDataset)}
+        servers = self.clone(ExternalServers) if self.endpoint else self.clone(LaunchServers)
+        return {"servers": servers, "dataset": self.clone(PrepareDataset)}
 
     def key_inputs(self):  # under Nightly every night searches afresh, as its probes measure afresh
         return {"nightly_date": self.nightly_date} if self.nightly_date else {}
@@ -134,8 +146,9 @@ class FindMaxLoad(StageTask):  # not in STAGES: a flow over RunLoadgen probes, a
                 result = json.loads((full.upstream()["performance"].artifact_dir / "result.json").read_text())
                 verdict = judge(result, self.slo)
                 perf_dir = full.upstream()["performance"].artifact_dir
+                accuracy = full.report()["accuracy"]  # None: a Bench's (a running server's) has none
                 tried.append({"value": value, "key": full.key, "valid": verdict.passed, "reason": verdict.reason,
-                              "accuracy_passed": full.report()["accuracy"]["passed"],
+                              "accuracy_passed": None if accuracy is None else accuracy["passed"],
                               "report": str(full.artifact_dir / "report.md"), "stats": verdict.stats,
                               "goodput": self.goodput(result, perf_dir), "loadgen": verdict.loadgen})
                 if verdict.passed:
@@ -147,13 +160,14 @@ class FindMaxLoad(StageTask):  # not in STAGES: a flow over RunLoadgen probes, a
         self._search_doc = doc
         StageTask.run(self)
         self._note(persist=True)
-        if not self.as_point:  # a sweep's point: the sweep releases its servers when every point is done
+        if not self.as_point and not self.endpoint:  # a sweep's point: the sweep releases its servers
             release_servers([self.clone(LaunchServers).key[:16]], keep=self.keep_servers,
                             why="search done; --keep-servers keeps them")
 
     def confirmation(self, value: float) -> FullRun:
-        """The FullRun that confirms `value` at the params' full settings (performance and accuracy)."""
-        return self.clone(FullRun, overrides=self.at_load(value, probe=False), as_point=True,
+        """The FullRun that confirms `value` at the params' full settings (performance and accuracy); a
+        Bench (performance only) where the search measures running servers."""
+        return self.clone(Bench if self.endpoint else FullRun, overrides=self.at_load(value, probe=False), as_point=True,
                           point_label=f"search confirmation, {self.axis}={value:g}")
 
     def confirmed_run(self, doc: dict) -> FullRun | None:
@@ -236,7 +250,7 @@ class FindMaxLoad(StageTask):  # not in STAGES: a flow over RunLoadgen probes, a
                  f"  probes     {len(doc['probes'])} runs"]
         for t in (c or {}).get("tried", []):
             lines.append(f"  confirmed  {t['value']:g}: {'VALID' if t['valid'] else 'INVALID: ' + (t['reason'] or '')} "
-                         f"at full settings, accuracy {'PASS' if t['accuracy_passed'] else 'FAIL'}")
+                         f"at full settings, {evidence.accuracy_words(t['accuracy_passed'])}")
         if doc.get("user_conf"):
             lines.append(f"  user.conf  {doc['user_conf']}")
         if doc["result"] is not None:
@@ -254,7 +268,7 @@ class FindMaxLoad(StageTask):  # not in STAGES: a flow over RunLoadgen probes, a
                      if doc["result"] is not None else f"no load confirmed ({c.get('reason') or doc['stopped']})")
             return
         valid = doc["result"] is not None
-        note_result(self.task_id, valid=valid, accuracy=c.get("accuracy_passed", True), summary=self.summary(doc),
+        note_result(self.task_id, valid=valid, accuracy=c.get("accuracy_passed") is not False, summary=self.summary(doc),
                     persist=persist)
 
     def is_done(self) -> bool:

@@ -3,6 +3,9 @@
 Points that share a stage's inputs share its key, so a sweep over build/runtime/loadgen keys
 quantizes once; points that share a Triton repo reuse its live servers (FullRuns inside a
 sweep keep their servers, and the sweep stops what it launched when it is done).
+
+With `endpoint` each point is a Bench of the running servers its parameters name (openai.endpoints:
+no model stages, no accuracy run, nothing launched or stopped), or a FindMaxLoad of them.
 """
 from __future__ import annotations
 
@@ -26,11 +29,13 @@ from harness.config.sweeps import (
 from harness.reports.nightly import repeat_of
 from harness.reports.spread import aggregate
 from harness.reports.sweep import fmt, lookup, row, search_row, text_table, write_results
+from pipeline.bench import Bench
 from pipeline.full_run import FullRun
 from pipeline.search import FindMaxLoad
 from pipeline.sweep_array import fans_out, run_array
 from tasks import LaunchServers, lifecycle
 from tasks.base import StageTask, load_params
+from tasks.external_servers import check_endpoint_params
 from tasks.lifecycle import note_result, release_servers
 
 
@@ -50,6 +55,13 @@ def _problems_by_point(sweep, base, overrides: str, check) -> list[str]:
 def point_problems(sweep, base, overrides: str) -> list[str]:
     """Every point's parameter problems."""
     return _problems_by_point(sweep, base, overrides, load_params)
+
+
+def endpoint_problems(sweep, base, overrides: str, tokenizer: bool = True) -> list[str]:
+    """Where the points measure running servers (`endpoint`): what each point's parameters lack for it
+    (openai.endpoints, build.backend=openai, dataset.tokenizer where the point tokenizes)."""
+    return _problems_by_point(sweep, base, overrides,
+                              lambda f, o: check_endpoint_params(load_params(f, o), tokenizer=tokenizer))
 
 
 def _searchable(params_file: str, overrides: str) -> None:
@@ -78,6 +90,9 @@ class Sweep(StageTask):  # not in STAGES: it takes a sweep file, not one params 
                                 "and plots give each number as the median [interval] of its repeats")
     converge = luigi.FloatParameter(default=0.0, description="with --repeat: a point stops repeating once its "
                                     "judged median is known within +-this share at 95 percent")
+    # Significant: it changes every point's upstream; clone() hands it to FindMaxLoad and RunSessions points.
+    endpoint = luigi.BoolParameter(default=False, description="measure the running servers each point's "
+                                   "openai.endpoints name (Bench points: no model stages, no accuracy run)")
 
     @cached_property
     def _loaded(self):
@@ -95,6 +110,8 @@ class Sweep(StageTask):  # not in STAGES: it takes a sweep file, not one params 
         except SweepError as e:
             raise ParamsError(e.problems or [str(e)]) from None
         problems = duplicate_points(sweep) + point_problems(sweep, base, self.overrides) + self.repeat_problems(base)
+        if self.endpoint and not problems:
+            problems = endpoint_problems(sweep, base, self.overrides)
         if sweep.search and not problems:
             problems = search_problems(sweep, base, self.overrides)
         if problems:
@@ -146,7 +163,7 @@ class Sweep(StageTask):  # not in STAGES: it takes a sweep file, not one params 
     def upstream(self):
         n, rep = len(self.points), repeat_of(self.nightly_date)
         night = f" (night {self.nightly_date.partition('.')[0]}, repeat {rep})" if rep else ""
-        point_task = FindMaxLoad if self.definition.search else FullRun  # the sweep releases their servers
+        point_task = FindMaxLoad if self.definition.search else Bench if self.endpoint else FullRun
         return {f"point{i:03d}": self.clone(point_task, params_file=str(self.base),
                                              overrides=point_overrides(self.definition, p, self.overrides),
                                              repeat=self.repeat, converge=self.converge,
@@ -203,6 +220,8 @@ class Sweep(StageTask):  # not in STAGES: it takes a sweep file, not one params 
             run_array(self)  # every point's FullRun, one array task each; then the table below
         super().run()
         self._note()
+        if self.endpoint:  # not perfdag's servers
+            return
         # Its points' servers, whichever worker launched them (under luigid that may be another).
         release_servers([p.clone(LaunchServers).key[:16] for p in self.upstream().values()],
                         keep=self.keep_servers, why="sweep done; --keep-servers keeps them")

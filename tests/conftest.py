@@ -62,7 +62,7 @@ SLOW_MODULES = set(LONGEST_FIRST) | {
     "test_failed_runs", "test_frontier", "test_gc", "test_interrupt", "test_invalidation", "test_loadgen_sut",
     "test_multinode_slurm", "test_observations", "test_progress", "test_qwen3_vl_standin", "test_search", "test_serve_stages",
     "test_serving", "test_sessions", "test_shared_across_nodes", "test_status_diff", "test_status_why",
-    "test_triton_generate", "test_trtllm_golden", "test_trust_inputs", "test_whisper_fullrun"}
+    "test_triton_generate", "test_trtllm_golden", "test_trust_inputs", "test_url_flows", "test_whisper_fullrun"}
 SLOW_FIXTURES = {"built_fast", "built_default"}
 
 

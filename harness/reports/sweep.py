@@ -32,8 +32,8 @@ def row(point: dict[str, Any], report: dict, resolved: dict[str, Any] | None = N
             "invalid_reason": invalid_reason(p), "loadgen_errors": error_count(p),
             "relaunches": len(p.get("relaunches") or ()),
             "relaunch_why": "; ".join(r.get("why") or "" for r in p.get("relaunches") or ()) or None,
-            "accuracy_passed": a is None or a["passed"], "target_qps": p.get("target_qps"),
-            "fullrun_key": report["stages"]["FullRun"][:16],
+            "accuracy_passed": None if a is None else a["passed"], "target_qps": p.get("target_qps"),  # None: no run
+            "fullrun_key": (report["stages"].get("FullRun") or report["stages"]["Bench"])[:16],  # a Bench: --url
             "observation": (report.get("observations") or {}).get("FullRun"),  # compare takes KEY@OBSERVATION
             # whose TTFT and TPOT they are: LoadGen's, or the client's where LoadGen measured none
             "sources": {k: (p.get("sources") or {}).get(k) or "LoadGen" for k in ("ttft_ms", "tpot_ms")}}
@@ -227,13 +227,13 @@ def _csv_row(r: dict) -> dict:
 
 
 #: How a point is drawn: valid with accuracy passed, INVALID, accuracy failed.
-_STYLE = {"ok": dict(marker="o", color="tab:blue", label="VALID, accuracy PASS"),
+_STYLE = {"ok": dict(marker="o", color="tab:blue", label="VALID, accuracy PASS or not run"),
           "invalid": dict(marker="x", color="tab:red", label="INVALID"),
           "failed": dict(marker="^", color="tab:orange", label="accuracy FAIL")}
 
 
 def point_kind(r: dict) -> str:
-    return "invalid" if not r.get("valid") else "ok" if r.get("accuracy_passed") else "failed"
+    return "invalid" if not r.get("valid") else "failed" if r.get("accuracy_passed") is False else "ok"
 
 
 def _numeric(xs: list) -> bool:

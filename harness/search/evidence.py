@@ -127,8 +127,8 @@ def markdown(doc: dict, picture: str | None) -> str:
              f"min_query_count={doc['probe_settings']['min_query_count']}"]
     for c in (doc.get("confirmation") or {}).get("tried", []):
         lines.append(f"- confirmed at full settings, {c['value']:g}: {'VALID' if c['valid'] else 'INVALID'}"
-                     f"{'' if c['valid'] else ' (' + (c.get('reason') or '') + ')'}, accuracy "
-                     f"{'PASS' if c['accuracy_passed'] else 'FAIL'}; report {c['report']}")
+                     f"{'' if c['valid'] else ' (' + (c.get('reason') or '') + ')'}, "
+                     f"{accuracy_words(c['accuracy_passed'])}; report {c['report']}")
     lines.append(f"- result: **{_g(doc.get('result'))}** (the highest load confirmed; without a confirmation, "
                  "the found one)")
     if doc.get("user_conf"):
@@ -178,3 +178,9 @@ def write(out_dir: Path, doc: dict, resolved: dict) -> dict:
         (out_dir / "user.conf").write_text(doc["user_conf"] + "\n")
         files["user_conf"] = "user.conf"
     return files
+
+
+def accuracy_words(passed: bool | None) -> str:
+    """A confirmation's accuracy verdict; None: a Bench's (a running server's), which has no accuracy run."""
+    return "no accuracy run (a running server: no references)" if passed is None else \
+        f"accuracy {'PASS' if passed else 'FAIL'}"

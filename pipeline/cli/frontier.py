@@ -3,6 +3,7 @@ more engines drawn as tokens/s per user against tokens/s per GPU, with its Paret
 from __future__ import annotations
 
 from harness.errors import PerfdagError
+from pipeline.cli.bench import add_server_flags, server_items
 from pipeline.cli.flow import build_flow
 from pipeline.frontier import Frontier, SessionsFrontier
 from tasks.settings import DEFAULT_PARAMS
@@ -13,7 +14,10 @@ def add_parser(sub) -> None:
                         description="Runs a streamed closed-loop FullRun at each concurrency level of each engine "
                                     "(engines built once each) and writes frontier.md, frontier.json and "
                                     "frontier.png: tokens/s per user (1000 / TPOT p50) against tokens/s per GPU, "
-                                    "the Pareto front of the VALID points marked. Exit 0 when every point ran.")
+                                    "the Pareto front of the VALID points marked. With --url, the levels of one "
+                                    "running server (Bench points: no model stages, no accuracy run). Exit 0 when "
+                                    "every point ran.")
+    add_server_flags(sp)
     sp.add_argument("--params-file", default=DEFAULT_PARAMS)
     sp.add_argument("--overrides", default="", help="applied to every point, after the frontier's own settings")
     sp.add_argument("--levels", default="", help="concurrency levels, e.g. 1,2,4,8 (default: 1..32 up to "
@@ -38,7 +42,8 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     try:
         flow = SessionsFrontier if args.sessions else Frontier
-        task = flow(params_file=args.params_file, overrides=args.overrides, levels=args.levels,
+        given = ",".join((server_items(args) if args.url else []) + ([args.overrides] if args.overrides else []))
+        task = flow(params_file=args.params_file, overrides=given, endpoint=bool(args.url), levels=args.levels,
                         max_level=args.max_level, engines=args.engines, gpus=args.gpus, repeat=args.repeat,
                         converge=args.converge,
                         keep_servers=args.keep_servers, verbose=args.verbose)

@@ -3,6 +3,7 @@ is pipeline/search.py, the plan harness/search/). Its flags are the params' sear
 from __future__ import annotations
 
 from harness.errors import PerfdagError
+from pipeline.cli.bench import add_server_flags, server_items
 from pipeline.cli.flow import build_flow
 from pipeline.search import FindMaxLoad
 from pipeline.sweep import Sweep
@@ -17,11 +18,13 @@ FLAGS = {"slo": "slo", "axis": "axis", "start": "start", "tolerance": "tolerance
 def add_parser(sub) -> None:
     sp = sub.add_parser("search", help="the highest server_target_qps (or concurrency) that stays VALID or meets an SLO",
                         description="Brackets then bisects the load over cached RunLoadgen probes, confirms the "
-                                    "found load with a FullRun at full settings, and writes search.md, a params "
+                                    "found load with a FullRun at full settings (with --url: the running server, "
+                                    "no model stages, a Bench confirms), and writes search.md, a params "
                                     "file and the user.conf line. With --sweep or --grid, one search per point and a table "
                                     "naming the best. Exit 0: found and confirmed; 10: nothing passed or the "
                                     "confirmation was INVALID; 11: its accuracy FAILed (a sweep's points are "
                                     "results in its table: it exits 0 when every search ran).")
+    add_server_flags(sp)
     sp.add_argument("--params-file", default=DEFAULT_PARAMS)
     sp.add_argument("--overrides", default="")
     sp.add_argument("--slo", help="e.g. 'ttft_p99_ms<=500,tpot_p99_ms<=40' (default: LoadGen's verdict)")
@@ -42,7 +45,8 @@ def add_parser(sub) -> None:
 
 
 def overrides(args) -> str:
-    parts = [args.overrides] if args.overrides else []
+    """--url's server flags first, then --overrides, then the search flags (they win)."""
+    parts = (server_items(args) if args.url else []) + ([args.overrides] if args.overrides else [])
     parts += [f"search.{key}={getattr(args, flag)}" for flag, key in FLAGS.items() if getattr(args, flag) is not None]
     return ",".join(parts)
 
@@ -51,10 +55,11 @@ def run(args) -> int:
     try:
         if args.sweep or args.grid:  # one search per point: a Sweep with search=true
             task = Sweep(sweep=args.sweep, grid=args.grid, search=True, params_file=args.params_file,
-                         overrides=overrides(args), keep_servers=args.keep_servers, verbose=args.verbose)
+                         overrides=overrides(args), endpoint=bool(args.url), keep_servers=args.keep_servers,
+                         verbose=args.verbose)
             task.definition  # its points' problems, before anything runs
         else:
-            task = FindMaxLoad(params_file=args.params_file, overrides=overrides(args),
+            task = FindMaxLoad(params_file=args.params_file, overrides=overrides(args), endpoint=bool(args.url),
                                keep_servers=args.keep_servers, verbose=args.verbose)
     except PerfdagError as e:
         print(e)
