@@ -115,7 +115,7 @@ class RunSessions(MeasuringStage):
         return {"result": {k: v for k, v in result.items() if k != "concurrency"}}
 
     def after_measurement(self, out_dir: Path) -> None:
-        """report.md once result.json holds the host's state too."""
+        """report.md and report.json (what history and compare read) once result.json holds the host's state too."""
         from harness.reports.sessions import write_report  # numpy, as in build
         rows = [json.loads(line) for line in (out_dir / "turns.jsonl").read_text().splitlines()]
-        write_report(out_dir, json.loads((out_dir / "result.json").read_text()), rows)
+        write_report(out_dir, json.loads((out_dir / "result.json").read_text()), rows, self.building.get("observation"))

@@ -22,6 +22,7 @@ from harness.sessions.scheduler import Plan
 from harness.sessions.trajectories import read_trajectories
 from harness.sessions.workload import SCHEDULER, Request, run_sessions
 from harness.untrusted.limits import MAX_EVENT_BYTES
+from pipeline.cli import main
 
 SYSTEM = "You are an agent with a bash tool."
 TOOLS = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]
@@ -469,10 +470,12 @@ def test_run_sessions_is_a_cached_stage_with_its_report(echo, built_fast, tmp_pa
         assert len(_requests(record, since)) == turns + 4
 
 
-def test_sessions_command_replays_against_a_running_server_without_model_stages(echo, tmp_path):
+def test_sessions_command_replays_against_a_running_server_without_model_stages(echo, tmp_path, monkeypatch, capsys):
     """`python -m pipeline sessions --url`: the replay against a server perfdag did not build, in a root
     where no model stage, dataset or launch ever ran (no tokenizer needed: the recorded text is sent);
-    its summary names whose the numbers are; the same command again reuses it."""
+    its summary names whose the numbers are; the same command again reuses it. Replayed again
+    (--rerun-from), its two observations are listed by `history` and taken by `compare` (issue 48, item 2),
+    their TTFT and TPOT named the client's."""
     url, record = echo
     root = tmp_path / "artifacts"
     standin = REPO / "harness/data/standins/agentic-trajectories.jsonl"
@@ -492,6 +495,22 @@ def test_sessions_command_replays_against_a_running_server_without_model_stages(
     again = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and statuses(run_records(root)[-1])["RunSessions"] == "reused"
     assert len(_requests(record, since)) == sent  # nothing sent again
+
+    third = subprocess.run(cmd + ["--rerun-from", "RunSessions"], cwd=REPO, env=env, capture_output=True, text=True,
+                           timeout=300)
+    assert third.returncode == 0, third.stdout[-3000:] + third.stderr[-3000:]
+    ids = [r["run_id"] for r in run_records(root)]
+    monkeypatch.setenv("PERFDAG_ARTIFACTS", str(root))
+    assert main(["history", art.name[:8]]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(f"RunSessions {art.name}: 2 observation(s)"), out
+    assert "TTFT p99 (client)" in out[1] and [r.split()[0] for r in out[2:]] == [ids[-1], ids[0]], out
+    assert [row.replace(" *", "").split()[3:5] for row in out[2:]] == [["Sessions", "VALID"]] * 2, out
+    assert main(["compare", ids[0], ids[-1]]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == f"A: RunSessions {art.name}@{ids[0]} (the 2 observations of its key)", out
+    assert "warning: A and B are observations of one key" in out
+    assert any(x.startswith("TTFT p99 ms (client)") for x in out.splitlines()), out
 
 
 def test_a_deeply_nested_line_is_one_line_in_run_sessions(echo, built_fast, tmp_path):

@@ -25,8 +25,9 @@ from harness.stats import noise
 from harness.untrusted import jsonio
 
 #: the stages whose artifact is one performance observation's report.json, which history and compare
-#: read: FullRun (pipeline/full_run.py) and Bench (pipeline/bench.py, the same report without accuracy)
-REPORT_STAGES = ("FullRun", "Bench")
+#: read: FullRun (pipeline/full_run.py), Bench (pipeline/bench.py, the same report without accuracy) and
+#: RunSessions (a session replay's, harness/reports/sessions.py report_doc: the client's numbers, no accuracy)
+REPORT_STAGES = ("FullRun", "Bench", "RunSessions")
 
 
 def _perf(fn):
@@ -94,7 +95,7 @@ def _read(report_dir: Path) -> tuple[dict, dict]:
 
 
 def load(found: "Path | dict", store=None) -> dict:
-    """A FullRun or Bench observation (what `resolve` found, or a directory): its report, the resolved
+    """A FullRun, Bench or RunSessions observation (what `resolve` found, or a directory): its report, the resolved
     parameters it ran with, and its repeats (`repeats`: the reports of the observations its noise is
     measured from, `repeats_from`: which). An observation found in the store that is not what was published
     (its files, its signature, what it was made from, or another observation's place) is refused."""
@@ -281,7 +282,7 @@ def _observation(store, stage: str, key: str, obs_id: str | None, name: str) -> 
 
 
 def _not_named(arg: str, root: Path) -> InputError:
-    return InputError(f"{arg!r}: not a report.json or its directory, a FullRun or Bench key (prefix), "
+    return InputError(f"{arg!r}: not a report.json or its directory, a FullRun, Bench or RunSessions key (prefix), "
                       f"KEY@OBSERVATION or a run id under {root / 'runs'}; `python -m pipeline history KEY` lists a "
                       "key's observations")
 
@@ -306,15 +307,15 @@ def keys_of(stage: str, prefix: str, root: Path) -> set[str]:
 
 
 def report_key(prefix: str, root: Path, named: str = "") -> tuple[str, str]:
-    """The one report stage (FullRun or Bench) and key of it starting with `prefix`: a prefix that
+    """The one report stage (FullRun, Bench or RunSessions) and key of it starting with `prefix`: a prefix that
     starts several keys, of one stage or of both, is refused naming each (`named`: what else the
     argument could have been, said when it is no key at all)."""
     found = [(stage, k) for stage in REPORT_STAGES for k in sorted(keys_of(stage, prefix, root))]
     if len(found) == 1:
         return found[0]
     if not found:
-        raise InputError(f"{prefix!r}: no FullRun or Bench key under {root} starts with it{named}; the keys are "
-                         f"the directory names under {root / 'FullRun'} and {root / 'Bench'}")
+        raise InputError(f"{prefix!r}: no FullRun, Bench or RunSessions key under {root} starts with it{named}; the keys are "
+                         f"the directory names under {root / 'FullRun'}, {root / 'Bench'} and {root / 'RunSessions'}")
     names = ", ".join(f"{stage} {k[:16]}" for stage, k in found[:6]) + (
         f" and {len(found) - 6} more" if len(found) > 6 else "")
     raise InputError(f"{prefix!r}: {len(found)} keys start with it ({names}); give more characters of the one "
@@ -322,8 +323,8 @@ def report_key(prefix: str, root: Path, named: str = "") -> tuple[str, str]:
 
 
 def resolve(arg: str, store) -> dict:
-    """The FullRun or Bench observation `arg` names: a report.json or a directory holding one; a run id
-    under runs/ (the observation that run made or read); `KEY@OBSERVATION`; or a FullRun or Bench key
+    """The FullRun, Bench or RunSessions observation `arg` names: a report.json or a directory holding one; a run id
+    under runs/ (the observation that run made or read); `KEY@OBSERVATION`; or a FullRun, Bench or RunSessions key
     (prefix: its latest observation)."""
     root = store.root
     p = Path(arg)
@@ -353,14 +354,14 @@ def _of_run(arg: str, run: Path, store) -> dict:
     if len(entries) != 1:
         touched = ", ".join(f"{s} {k[:16]}" for s, k in entries) or "none; it ran " + (", ".join(
             sorted({str(e.get("stage")) for e in stages.values() if isinstance(e, dict)})) or "no stage")
-        raise InputError(f"run {arg} touched {len(entries)} FullRun or Bench reports ({touched}); name one by its "
+        raise InputError(f"run {arg} touched {len(entries)} FullRun, Bench or RunSessions reports ({touched}); name one by its "
                          "key (KEY@OBSERVATION) or its report.json")
     ((stage, key), obs), = entries.items()
     return _observation(store, stage, key, obs, f"run {arg}")
 
 
 def _store_observation(store, d: Path) -> dict | None:
-    """A directory that is a FullRun or Bench observation in the store, found as one (so it is checked)."""
+    """A directory that is a FullRun, Bench or RunSessions observation in the store, found as one (so it is checked)."""
     try:
         rel = d.resolve().relative_to(store.root)
     except ValueError:

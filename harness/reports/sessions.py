@@ -6,6 +6,7 @@ that perfdag's own scheduler produced the numbers: LoadGen does not model sessio
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import harness.host.state as host_state
@@ -118,8 +119,27 @@ def _save(plt, fig, path: Path) -> str:
     return path.name
 
 
-def write_report(out_dir: Path, result: dict, rows: list[dict]) -> list[str]:
-    """report.md and its PNGs in `out_dir`; the PNG names."""
+def write_report(out_dir: Path, result: dict, rows: list[dict], observation: str | None = None) -> list[str]:
+    """report.md, its PNGs and report.json in `out_dir`; the PNG names."""
     plots = plot(rows, result, out_dir)
     (out_dir / "report.md").write_text(markdown(result, plots))
+    (out_dir / "report.json").write_text(json.dumps(report_doc(result, observation), indent=1))
     return plots
+
+
+def report_doc(result: dict, observation: str | None) -> dict:
+    """The replay as `history` and `compare` read a FullRun's report.json: its performance part under their
+    names (the window's tokens/s, its turns/s as samples/s, its turns' TTFT, TPOT and latency), each the
+    client's (perfdag's scheduler: LoadGen has no sessions); the inline accuracy as a score (it has no pass
+    mark, so no accuracy verdict); the host's state; which observation this is."""
+    m, w = result["metrics"], result["metrics"]["window"]
+    perf = {"scenario": "Sessions", "valid": bool(result.get("valid")),
+            "invalid_reasons": result.get("invalid_reasons") or [],
+            "tokens_per_second": w.get("tokens_per_s"), "samples_per_second": w.get("turns_per_s"),
+            "ttft_ms": m.get("ttft_ms") or {}, "tpot_ms": m.get("tpot_ms") or {}, "latency_ms": m.get("latency_ms") or {},
+            "turns": m.get("turns"), "window_turns": w.get("turns"),
+            "failed_conversations": len(result.get("failed_conversations") or []),
+            "inline_accuracy": (result.get("inline_accuracy") or {}).get("score"),
+            "sources": {"ttft_ms": "client", "tpot_ms": "client", "latency_ms": "client"}}
+    return {"performance": perf, "accuracy": None, "host": result.get("host"),
+            "observations": {"RunSessions": observation}}

@@ -1,12 +1,12 @@
-"""`python -m pipeline history KEY_OR_PARAMS`: the observations of one FullRun or Bench configuration.
+"""`python -m pipeline history KEY_OR_PARAMS`: the observations of one FullRun, Bench or RunSessions configuration.
 
-The configuration is a FullRun or Bench key (its first characters will do; `python -m pipeline
+The configuration is a FullRun, Bench or RunSessions key (its first characters will do; `python -m pipeline
 bench`'s summary names its report, Bench/<key16>/report.md) or a params file (with --overrides)
 whose FullRun key perfdag computes, or its Bench key where the file measures a running server
 (openai.endpoints) and that key has observations; nothing runs. Every execution of a measurement is
 an observation of its key, kept; each is listed with its headline numbers, newest first.
 
-`--all` lists every observation of every FullRun and Bench key in the root (those a Nightly or a
+`--all` lists every observation of every FullRun, Bench and RunSessions key in the root (those a Nightly or a
 Sweep made are FullRun observations); `--csv` writes one row per observation with every summary
 metric and the host's state, for a spreadsheet or a dashboard.
 """
@@ -25,11 +25,11 @@ from tasks.settings import artifacts_root, signing_key
 
 
 def add_parser(sub) -> None:
-    h = sub.add_parser("history", help="every observation (measurement) of one FullRun or Bench configuration, with "
+    h = sub.add_parser("history", help="every observation (measurement) of one FullRun, Bench or RunSessions configuration, with "
                                        "its headline numbers; runs nothing", description=__doc__)
     h.add_argument("config", metavar="KEY_OR_PARAMS", nargs="?",
-                   help="a FullRun or Bench key (prefix) or a params file (or --all)")
-    h.add_argument("--all", action="store_true", help="every observation of every FullRun and Bench key in the root")
+                   help="a FullRun, Bench or RunSessions key (prefix) or a params file (or --all)")
+    h.add_argument("--all", action="store_true", help="every observation of every FullRun, Bench and RunSessions key in the root")
     h.add_argument("--overrides", default="", help='with a params file: "section.key=value,..." applied last')
     out = h.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="machine-readable output")
@@ -49,7 +49,7 @@ def run(args) -> int:
             print(json.dumps({"observations": rows_of_root(store, keys)}, indent=2, default=str))
         else:
             print("\n\n".join(render(k, history(store, k, stage), stage) for stage, k in keys) or
-                  f"no FullRun or Bench observations under {store.root}")
+                  f"no FullRun, Bench or RunSessions observations under {store.root}")
         return 0
     if args.config.endswith((".yaml", ".yml")) or Path(args.config).is_file():
         stage, key = of_params(store, args.config, args.overrides)
