@@ -54,11 +54,12 @@ def group_of(nodeid: str) -> str:
 
 
 # The fast lane (`pytest -m "not slow"`, README's Tests): every test here is marked `slow`, the one
-# place that says which. Whole modules whose tests start luigi runs, tritonserver, `transformers serve`,
+# place that says which. Whole modules whose tests start luigi runs, LoadGen runs, tritonserver, `transformers serve`, routers,
 # Slurm or training (most take 15 s to minutes on 2 cores), and any test anywhere that uses a root
 # built by luigi (its first user pays minutes for the build). CI runs everything (.ci/run).
 SLOW_MODULES = set(LONGEST_FIRST) | {
-    "test_adv_results", "test_adv_verify", "test_bench_url", "test_code_keys", "test_compare", "test_dag_run",
+    "test_adv_peers", "test_adv_records", "test_adv_results", "test_adv_verify", "test_bench_url", "test_chat_core",
+    "test_offline_auto", "test_real_routers", "test_synthetic", "test_code_keys", "test_compare", "test_dag_run",
     "test_failed_runs", "test_frontier", "test_gc", "test_interrupt", "test_invalidation", "test_loadgen_sut",
     "test_multinode_slurm", "test_observations", "test_progress", "test_qwen3_vl_standin", "test_search", "test_serve_stages",
     "test_serving", "test_sessions", "test_shared_across_nodes", "test_status_diff", "test_status_why",
