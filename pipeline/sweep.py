@@ -59,9 +59,15 @@ def point_problems(sweep, base, overrides: str) -> list[str]:
 
 def endpoint_problems(sweep, base, overrides: str, tokenizer: bool = True) -> list[str]:
     """Where the points measure running servers (`endpoint`): what each point's parameters lack for it
-    (openai.endpoints, build.backend=openai, dataset.tokenizer where the point tokenizes)."""
-    return _problems_by_point(sweep, base, overrides,
-                              lambda f, o: check_endpoint_params(load_params(f, o), tokenizer=tokenizer))
+    (openai.endpoints, build.backend=openai, dataset.tokenizer where the point tokenizes), and Slurm
+    arrays, whose tasks run a point's FullRun (model stages and all)."""
+    def check(params_file: str, point: str) -> None:
+        p = load_params(params_file, point)
+        check_endpoint_params(p, tokenizer=tokenizer)
+        if p.slurm is not None and p.slurm.array:
+            raise ParamsError(["slurm.array with a running server (--url): each array task runs a point's FullRun, "
+                               "which builds the model stages; set slurm.array=false"])
+    return _problems_by_point(sweep, base, overrides, check)
 
 
 def _searchable(params_file: str, overrides: str) -> None:

@@ -97,6 +97,8 @@ def test_search_and_frontier_measure_a_running_server_with_no_model_stage(echo, 
     (("search", "--url", "http://127.0.0.1:9", "--model", "m"), "dataset.tokenizer: name the served model's"),
     (("frontier", "--url", "http://127.0.0.1:9", "--model", "m", "--tokenizer", "{tokenizer}", "--engines",
       "build.max_batch_size=4,8"), "--engines with --url"),
+    (("frontier", "--url", "http://127.0.0.1:9", "--model", "m", "--tokenizer", "{tokenizer}", "--overrides",
+      "slurm.mem=1G"), "slurm.array with a running server (--url)"),
 ])
 def test_a_url_flow_refuses_what_it_cannot_measure_before_anything_runs(args, needle, tokenizer_dir, tmp_path,
                                                                           monkeypatch, capsys):
