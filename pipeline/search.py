@@ -26,10 +26,11 @@ from harness.search.judge import judge, limits_in_force, progress_line
 from harness.search.plan import Outcome, Plan, Probe, plan
 from pipeline.bench import Bench
 from pipeline.full_run import FullRun
-from tasks import ExternalServers, LaunchServers, PrepareDataset, RunLoadgen, lifecycle
+from tasks import LaunchServers, PrepareDataset, RunLoadgen, lifecycle
 from tasks.base import StageTask, log
 from tasks.external_servers import check_endpoint_params
 from tasks.lifecycle import note_result, release_servers
+from tasks.measuring import servers_of
 
 _HOW: dict[str, str] = {}  # probe key -> "measured" or "cached", as first seen in this process
 _SAID: set[str] = set()  # probes whose progress line was printed in this process
@@ -109,8 +110,7 @@ class FindMaxLoad(StageTask):  # not in STAGES: a flow over RunLoadgen probes, a
 
     # --- the stage -------------------------------------------------------------------
     def upstream(self):
-        servers = self.clone(ExternalServers) if self.endpoint else self.clone(LaunchServers)
-        return {"servers": servers, "dataset": self.clone(PrepareDataset)}
+        return {"servers": servers_of(self), "dataset": self.clone(PrepareDataset)}
 
     def key_inputs(self):  # under Nightly every night searches afresh, as its probes measure afresh
         return {"nightly_date": self.nightly_date} if self.nightly_date else {}

@@ -45,6 +45,12 @@ SUT_CODE = ("harness.loadgen.measure", "harness.loadgen", "harness.loadgen.runne
             ) + package_modules(("harness.mlperf.benchmarks",))  # latency limits, LoadGen names: user.conf
 
 
+def servers_of(task: StageTask) -> StageTask:
+    """The servers `task` measures: those running at openai.endpoints (its `endpoint`: ExternalServers, no
+    model stage), else those perfdag launches."""
+    return task.clone(ExternalServers) if task.endpoint else task.clone(LaunchServers)
+
+
 class MeasuringStage(StageTask):
     observes = True  # every measurement is kept (harness/cache/observations.py)
 
@@ -62,8 +68,7 @@ class MeasuringStage(StageTask):
     # Not self-contained: a measurement is of the servers, their repository and engine; with those
     # gone from the root it is measured again rather than reported unreproducible.
     def upstream(self):
-        servers = self.clone(ExternalServers) if self.endpoint else self.clone(LaunchServers)
-        return {"servers": servers, "dataset": self.clone(PrepareDataset)}
+        return {"servers": servers_of(self), "dataset": self.clone(PrepareDataset)}
 
     @property
     def resources(self):  # measurements on one host never overlap, whatever the worker count

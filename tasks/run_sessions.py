@@ -18,9 +18,7 @@ from harness.serving.layout import front_door
 from harness.sessions.context import overflows
 from harness.sessions.trajectories import read_trajectories
 from tasks.base import log
-from tasks.external_servers import ExternalServers
-from tasks.launch_servers import LaunchServers
-from tasks.measuring import MeasuringStage
+from tasks.measuring import MeasuringStage, servers_of
 from tasks.registry import register
 
 SESSION_CODE = ("harness.sessions", "harness.model.tokenizer", "harness.sessions.trajectories",
@@ -53,7 +51,7 @@ class RunSessions(MeasuringStage):
     tokenizes = False  # the recorded text is sent as it is; a tokenizer only checks the context
 
     def upstream(self):  # a running server's (endpoint: no model stages), or the servers perfdag launches
-        return {"servers": self.clone(ExternalServers) if self.endpoint else self.clone(LaunchServers)}
+        return {"servers": servers_of(self)}
 
     def key_inputs(self):  # unset: a key all the same (status lists every stage); building it says what is missing
         path = self.params.sessions.trajectories_file
