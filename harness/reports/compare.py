@@ -28,6 +28,8 @@ from harness.untrusted import jsonio
 #: read: FullRun (pipeline/full_run.py), Bench (pipeline/bench.py, the same report without accuracy) and
 #: RunSessions (a session replay's, harness/reports/sessions.py report_doc: the client's numbers, no accuracy)
 REPORT_STAGES = ("FullRun", "Bench", "RunSessions")
+#: them in a sentence: "FullRun, Bench or RunSessions"
+REPORT_NAMES = f"{', '.join(REPORT_STAGES[:-1])} or {REPORT_STAGES[-1]}"
 
 
 def _perf(fn):
@@ -282,7 +284,7 @@ def _observation(store, stage: str, key: str, obs_id: str | None, name: str) -> 
 
 
 def _not_named(arg: str, root: Path) -> InputError:
-    return InputError(f"{arg!r}: not a report.json or its directory, a FullRun, Bench or RunSessions key (prefix), "
+    return InputError(f"{arg!r}: not a report.json or its directory, a {REPORT_NAMES} key (prefix), "
                       f"KEY@OBSERVATION or a run id under {root / 'runs'}; `python -m pipeline history KEY` lists a "
                       "key's observations")
 
@@ -314,8 +316,9 @@ def report_key(prefix: str, root: Path, named: str = "") -> tuple[str, str]:
     if len(found) == 1:
         return found[0]
     if not found:
-        raise InputError(f"{prefix!r}: no FullRun, Bench or RunSessions key under {root} starts with it{named}; the keys are "
-                         f"the directory names under {root / 'FullRun'}, {root / 'Bench'} and {root / 'RunSessions'}")
+        dirs = [str(root / stage) for stage in REPORT_STAGES]
+        raise InputError(f"{prefix!r}: no {REPORT_NAMES} key under {root} starts with it{named}; the keys are "
+                         f"the directory names under {', '.join(dirs[:-1])} and {dirs[-1]}")
     names = ", ".join(f"{stage} {k[:16]}" for stage, k in found[:6]) + (
         f" and {len(found) - 6} more" if len(found) > 6 else "")
     raise InputError(f"{prefix!r}: {len(found)} keys start with it ({names}); give more characters of the one "
@@ -354,7 +357,7 @@ def _of_run(arg: str, run: Path, store) -> dict:
     if len(entries) != 1:
         touched = ", ".join(f"{s} {k[:16]}" for s, k in entries) or "none; it ran " + (", ".join(
             sorted({str(e.get("stage")) for e in stages.values() if isinstance(e, dict)})) or "no stage")
-        raise InputError(f"run {arg} touched {len(entries)} FullRun, Bench or RunSessions reports ({touched}); name one by its "
+        raise InputError(f"run {arg} touched {len(entries)} {REPORT_NAMES} reports ({touched}); name one by its "
                          "key (KEY@OBSERVATION) or its report.json")
     ((stage, key), obs), = entries.items()
     return _observation(store, stage, key, obs, f"run {arg}")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from harness.cache.store import ArtifactStore
 from harness.errors import InputError, PerfdagError
-from harness.reports.compare import REPORT_STAGES, keys_of, report_key
+from harness.reports.compare import REPORT_NAMES, REPORT_STAGES, keys_of, report_key
 from harness.reports.history import history, render, rows_of_root, to_csv
 from pipeline.bench import Bench
 from pipeline.full_run import FullRun
@@ -49,7 +49,7 @@ def run(args) -> int:
             print(json.dumps({"observations": rows_of_root(store, keys)}, indent=2, default=str))
         else:
             print("\n\n".join(render(k, history(store, k, stage), stage) for stage, k in keys) or
-                  f"no FullRun, Bench or RunSessions observations under {store.root}")
+                  f"no {REPORT_NAMES} observations under {store.root}")
         return 0
     if args.config.endswith((".yaml", ".yml")) or Path(args.config).is_file():
         stage, key = of_params(store, args.config, args.overrides)
