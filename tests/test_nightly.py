@@ -98,6 +98,19 @@ def test_validity_accuracy_and_the_limit_are_judged_everywhere():
                                        if c["now"] is not None} <= {"new", "shown only"}
 
 
+def test_a_repeat_without_an_accuracy_run_is_counted_apart_never_as_a_pass():
+    """A running server's Bench point (no references) or an unconfirmed search has no accuracy run:
+    the night says "not run", not "3/3 PASS"; a mix counts only the repeats that scored."""
+    (p,) = nightly.compare(reps(3000, 3000, 3000, acc=None), reps(3000, 3000, 3000, acc=None), VARIED)
+    assert p["accuracy_passed"] == "not run" and p["previous"]["accuracy_passed"] == "not run"
+    assert not any("accuracy" in r for r in p["reasons"])
+    row = next(line for line in nightly.render_markdown(doc_for([p])).splitlines() if "accuracy PASS" in line)
+    assert "not run" in row and "ok" not in row and "regression" not in row
+    mixed = [srow(acc=True, repeat=1), srow(acc=None, repeat=2), srow(acc=False, repeat=3)]
+    (q,) = nightly.compare(mixed, [], VARIED)
+    assert q["accuracy_passed"] == "1/2" and "accuracy failed in 1 of 2 repeat(s) with an accuracy run" in q["reasons"]
+
+
 def test_goodput_at_a_fixed_load_is_judged_in_server():
     def with_goodput(rows, *values):
         return [{**r, "goodput_samples_per_s": v} for r, v in zip(rows, values)]

@@ -104,9 +104,11 @@ def summarize(rows: list[dict], varied: list[str]) -> dict[str, dict]:
         first = rs[0]
         s = {"point": json.loads(pid), "scenario": first.get("scenario"), "repeats": len(rs),
              "search": any(map(searched, rs)), "tried": tried(rs),
-             # a point without an accuracy run (a search not confirmed) has nothing to fail
              "valid": sum(bool(r.get("valid")) for r in rs),
-             "accuracy_passed": sum(r.get("accuracy_passed") is not False for r in rs),
+             # a repeat without an accuracy run (a search not confirmed, a running server's Bench) neither
+             # passes nor fails: counted apart, so "PASS" is only ever said of a run that scored
+             "accuracy_runs": sum(r.get("accuracy_passed") is not None for r in rs),
+             "accuracy_passed": sum(r.get("accuracy_passed") is True for r in rs),
              "invalid_reasons": sorted({r["invalid_reason"] for r in rs if r.get("invalid_reason")}),
              # repeats measured without a server crash (a crashed server is relaunched and measured again)
              "relaunch_free": sum(not r.get("relaunches") for r in rs),
@@ -217,20 +219,29 @@ def compare(rows: list[dict], prev_rows: list[dict], varied: list[str],
         if s["valid"] < n:
             why = "; ".join(s["invalid_reasons"])
             reasons.append(f"run is INVALID in {n - s['valid']} of {n} repeat(s)" + (f": {why}" if why else ""))
-        if s["accuracy_passed"] < n:
-            reasons.append(f"accuracy failed in {n - s['accuracy_passed']} of {n} repeat(s)")
+        if s["accuracy_passed"] < s["accuracy_runs"]:
+            reasons.append(f"accuracy failed in {s['accuracy_runs'] - s['accuracy_passed']} of {s['accuracy_runs']} "
+                           f"repeat(s) with an accuracy run")
         if s["relaunch_free"] < n:  # a flag like the two above: a crash is news whatever the night before did
             why = "; ".join(s["relaunch_whys"])
             reasons.append(f"a server crashed mid-measurement and was relaunched in {n - s['relaunch_free']} of {n} "
                            f"repeat(s), {s['relaunches']} relaunch(es)" + (f": {why}" if why else ""))
         points.append({"point": s["point"], "scenario": s["scenario"], "repeats": n, "checks": checks,
-                       "valid": f"{s['valid']}/{n}", "accuracy_passed": f"{s['accuracy_passed']}/{n}",
+                       "valid": f"{s['valid']}/{n}", "accuracy_passed": accuracy_count(s),
                        "relaunch_free": f"{s['relaunch_free']}/{n}", "relaunches": s["relaunches"],
                        "previous": {"valid": f"{before['valid']}/{before['repeats']}",
-                                    "accuracy_passed": f"{before['accuracy_passed']}/{before['repeats']}",
+                                    "accuracy_passed": accuracy_count(before),
                                     "relaunch_free": f"{before['relaunch_free']}/{before['repeats']}"} if before else None,
                        "reasons": reasons})
     return points
+
+
+def accuracy_count(s: dict) -> str:
+    """Accuracy PASS over the repeats that ran one ("2/3"), or "not run" when none did."""
+    return f"{s['accuracy_passed']}/{s['accuracy_runs']}" if s["accuracy_runs"] else NOT_RUN
+
+
+NOT_RUN = "not run"
 
 
 def _value(s: dict | None) -> str:
@@ -346,8 +357,9 @@ def render_markdown(doc: dict) -> str:
                            ("relaunch_free", "runs without a server relaunch")):
             if key not in p:  # a nightly.json written before relaunches were counted
                 continue
-            ok = p[key].split("/")[0] == p[key].split("/")[1]
-            lines.append(f"| {label} | {prev.get(key, '-')} | {p[key]} | - | - | {'ok' if ok else '**regression**'} |")
+            ok = p[key] == NOT_RUN or p[key].split("/")[0] == p[key].split("/")[1]
+            verdict = "-" if p[key] == NOT_RUN else "ok" if ok else "**regression**"
+            lines.append(f"| {label} | {prev.get(key, '-')} | {p[key]} | - | - | {verdict} |")
     if notes:
         lines += [""] + [f"[{n}] {why}  " for why, n in notes.items()]
     return "\n".join(lines) + "\n"

@@ -66,7 +66,7 @@
       const rows = D.configurations.map(c => ({cls: c.regression ? "regression" : "", cells: [
         esc(c.sweep), esc(c.name), esc(c.scenario || "-"),
         `${esc(c.date)}<br><small>vs ${esc(c.compared_with || "nothing (first night)")}</small>`,
-        `${esc(c.valid)} VALID <small>(LoadGen's verdict)</small>`, `${esc(c.accuracy_passed)} PASS`,
+        `${esc(c.valid)} VALID <small>(LoadGen's verdict)</small>`, c.accuracy_passed === "not run" ? "not run" : `${esc(c.accuracy_passed)} PASS`,
         c.checks.filter(k => k.judged).map(k =>
           `<div class="check ${esc(String(k.verdict).replace(/ /g, "-"))}"><strong>${esc(k.label)}</strong> <small>(${esc(k.whose)}'s)</small>: ` +
           `${spread(k.now)}<br><small>previous ${spread(k.previous)}; change ${fmt(k.delta)}${pct(k.rel)}; ` +
