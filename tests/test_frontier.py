@@ -91,32 +91,39 @@ def test_a_bad_engine_axis_is_refused_before_anything_runs(tmp_path):
     assert not root.exists()
 
 
-def test_a_frontier_over_two_engines_builds_each_once_and_draws_the_front(tmp_path):
-    root = tmp_path / "artifacts"
-    short = (f"{FAST},dataset.num_samples=32,loadgen.min_duration_ms=1000,loadgen.min_query_count=32,"
+def _published(root, stage: str) -> set[str]:
+    return {d.name for d in (root / stage).iterdir() if not d.name.startswith(".")} if (root / stage).is_dir() else set()
+
+
+def test_a_frontier_over_two_engines_builds_each_once_and_draws_the_front(built_fast, tmp_path):
+    # A copy of the session's FAST root (its model, quantized checkpoint, batch-32 engine and 24 samples):
+    # the frontier builds only its two engines, as a fresh root would, without training the model again.
+    short = (f"{FAST},dataset.num_samples=24,loadgen.min_duration_ms=1000,loadgen.min_query_count=32,"
              "accuracy.num_samples=8,accuracy.target=0.05")
-    proc = _frontier(root, "--levels", "1,4", "--engines", "build.max_batch_size=4,8", "--overrides", short)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "perfdag Frontier frontier-default: 4 point(s), 2 engine(s)" in proc.stdout, proc.stdout[-3000:]
-    assert len([d for d in (root / "BuildEngine").iterdir() if not d.name.startswith(".")]) == 2
-    (out,) = [d for d in (root / "Frontier").iterdir() if not d.name.startswith(".")]
-    assert {"frontier.md", "frontier.json", "frontier.png"} <= {p.name for p in out.iterdir()}
-    doc = json.loads((out / "frontier.json").read_text())
-    assert doc["gpus"] == 0 and doc["y"] == "tokens/s per system"
-    got = sorted((r["engine"], r["concurrency"]) for r in doc["rows"])
-    assert got == [(f"build.max_batch_size={b}", c) for b in (4, 8) for c in (1, 4)]
-    assert all(r["valid"] and r["tokens_per_s_per_user"] > 0 and r["ttft_p99_ms"] for r in doc["rows"])
-    assert any(r["on_front"] for r in doc["rows"])
-    assert "| build.max_batch_size=4 | 1 |" in (out / "frontier.md").read_text()
-    results = [json.loads(p.read_text()) for p in root.glob("RunLoadgen/*/result.json")]
-    held = sorted((r["harness"]["max_in_flight"], r["harness"]["peak_in_flight"]) for r in results)
-    assert held == [(1, 1), (1, 1), (4, 4), (4, 4)], held
-    for r in results:
-        m = r["measured"]
-        assert m["latency_from"] == "send" and r["ttft_source"] == "harness"
-        if r["harness"]["max_in_flight"] == 1:  # every sample issued at once, sent one at a time
-            assert m["ttft_ms"]["p99"] < 0.25 * m["queue_ms"]["p50"], (m["ttft_ms"], m["queue_ms"])
-    assert tritonservers_under(root) == []
+    with copied_root(built_fast, tmp_path / "artifacts") as root:
+        engines_before = _published(root, "BuildEngine")
+        proc = _frontier(root, "--levels", "1,4", "--engines", "build.max_batch_size=4,8", "--overrides", short)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert "perfdag Frontier frontier-default: 4 point(s), 2 engine(s)" in proc.stdout, proc.stdout[-3000:]
+        assert len(_published(root, "BuildEngine") - engines_before) == 2  # one engine per batch size, each built once
+        (out,) = [d for d in (root / "Frontier").iterdir() if not d.name.startswith(".")]
+        assert {"frontier.md", "frontier.json", "frontier.png"} <= {p.name for p in out.iterdir()}
+        doc = json.loads((out / "frontier.json").read_text())
+        assert doc["gpus"] == 0 and doc["y"] == "tokens/s per system"
+        got = sorted((r["engine"], r["concurrency"]) for r in doc["rows"])
+        assert got == [(f"build.max_batch_size={b}", c) for b in (4, 8) for c in (1, 4)]
+        assert all(r["valid"] and r["tokens_per_s_per_user"] > 0 and r["ttft_p99_ms"] for r in doc["rows"])
+        assert any(r["on_front"] for r in doc["rows"])
+        assert "| build.max_batch_size=4 | 1 |" in (out / "frontier.md").read_text()
+        results = [json.loads(p.read_text()) for p in root.glob("RunLoadgen/*/result.json")]
+        held = sorted((r["harness"]["max_in_flight"], r["harness"]["peak_in_flight"]) for r in results)
+        assert held == [(1, 1), (1, 1), (4, 4), (4, 4)], held
+        for r in results:
+            m = r["measured"]
+            assert m["latency_from"] == "send" and r["ttft_source"] == "harness"
+            if r["harness"]["max_in_flight"] == 1:  # every sample issued at once, sent one at a time
+                assert m["ttft_ms"]["p99"] < 0.25 * m["queue_ms"]["p50"], (m["ttft_ms"], m["queue_ms"])
+        assert tritonservers_under(root) == []
 
 
 def test_frontier_repeat_3_gives_each_point_its_interval(built_fast, tmp_path):
