@@ -44,7 +44,9 @@ PER_TEST = {"test_standins_fullrun"}
 LONGEST_FIRST = ["test_multinode_slurm", "test_adv_serving", "test_search", "test_standins_fullrun", "test_whisper_fullrun",
                  "test_site",
                  "test_frontier", "test_faults", "test_slurm", "test_singlestream", "test_concurrency_sweep", "test_fullrun",
-                 "test_operate", "test_openai_fullrun", "test_submission", "test_trust_artifacts"]
+                 "test_operate", "test_openai_fullrun", "test_submission", "test_trust_artifacts",
+                 # minutes too (test_sessions has the suite's longest test), though they were left to start in name order
+                 "test_sessions", "test_qwen3_vl_standin", "test_observations", "test_adv_results", "test_interrupt"]
 
 
 def group_of(nodeid: str) -> str:
