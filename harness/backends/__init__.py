@@ -40,6 +40,8 @@ def problems(p: Params) -> list[str]:
            for other in SERVER_SECTIONS if other != section for f in sorted(getattr(p, other).model_fields_set)]
     if not backend.launch.serves_elsewhere(p):  # else the servers' limits are their own, not build.*
         out += length_problems(p)
+    if p.trtllm_whisper is not None and p.build.backend != "trtllm":
+        out.append(f"trtllm_whisper: build.backend={p.build.backend} does not read it; remove it or set build.backend=trtllm")
     return out + backend.check(p).problems + layout_problems(p, backend.serving_stack(p))
 
 

@@ -530,6 +530,24 @@ class SlurmSection(Section):
         return self.gpus_per_stage.get(stage, self.gpus)
 
 
+class TrtllmWhisperSection(Section):
+    """build.backend=trtllm for whisper: TensorRT-LLM's Whisper example (convert_checkpoint.py, an encoder and a
+    decoder engine) behind Triton's whisper_bls model (harness/backends/trtllm/whisper.py). Rendered and checked,
+    not run. The three paths are None until set, so a missing one is named before anything runs."""
+
+    checkpoint: Optional[str] = None     # OpenAI's checkpoint file <dir>/<name>.pt (large-v3.pt): what convert_checkpoint.py reads
+    assets_dir: Optional[str] = None     # holds multilingual.tiktoken and mel_filters.npz, which whisper_bls/1/ needs
+    bls_model_dir: Optional[str] = None  # TensorRT-LLM's triton_backend/all_models/whisper/whisper_bls/1 (model.py, ...)
+    weight_only_precision: Literal["none", "int8", "int4"] = "none"  # convert_checkpoint.py --use_weight_only
+    max_beam_width: int = Field(1, ge=1, le=64)
+    decoder_max_input_len: int = Field(14, ge=1)   # the decoder prompt (text prefix) tokens
+    decoder_max_seq_len: int = Field(114, ge=2)    # prompt + generated tokens
+    cross_kv_cache_fraction: float = Field(0.5, gt=0, lt=1)
+    zero_pad: bool = False
+    bls_instances: int = Field(8, ge=1, le=256)
+    text_prefix: str = "<|startoftranscript|><|en|><|transcribe|><|notimestamps|>"
+
+
 class Params(Section):
     model: ModelSection = ModelSection()
     quantize: QuantizeSection = QuantizeSection()
@@ -546,6 +564,7 @@ class Params(Section):
     search: SearchSection = SearchSection()
     slurm: Optional[SlurmSection] = None  # unset: every stage runs in the luigi worker's process
     layout: Optional[LayoutSection] = None  # unset: the servers of the server section, on one node
+    trtllm_whisper: Optional[TrtllmWhisperSection] = None  # whisper's Triton form (rendered only)
 
 
 SECTIONS = tuple(Params.model_fields)

@@ -1,6 +1,7 @@
 """`python -m pipeline COMMAND`: commands around the DAG, one thin module each (its parser and a call
-into the logic). status, servers, gc, compare, history, site, score, bfcl and dataset run no stage; submission builds the
-stages a results tree needs; bench measures a running server, sessions replays sessions against one."""
+into the logic). status, servers, gc, compare, history, site, score, bfcl, dataset and whisper-triton run
+no stage; submission builds the stages a results tree needs; bench measures a running server, sessions
+replays sessions against one."""
 from __future__ import annotations
 
 import argparse
@@ -10,10 +11,10 @@ import sys
 import pipeline  # noqa: F401  registers the stages (status and submission read them)
 from harness.errors import PerfdagError
 from pipeline.cli import (bench, bfcl, compare, dataset, frontier, gc, history, score, search, servers, sessions,
-                          site, status, submission)
+                          site, status, submission, whisper_triton)
 
 COMMANDS = (status, servers, gc, submission, search, frontier, score, bfcl, dataset, compare, history, bench, sessions,
-            site)
+            site, whisper_triton)
 
 
 def main(argv: list[str] | None = None) -> int:

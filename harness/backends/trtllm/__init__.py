@@ -32,6 +32,7 @@ from harness.backends.trtllm.launch import pick_ports, serving_key_tools, triton
 from harness.backends.trtllm.layout import num_servers, server_layout
 from harness.backends.trtllm.quant import checkpoint_config_problems, export_plan, quantize_for_trtllm
 from harness.backends.trtllm.repo import fill_trtllm_repos, render_server_repos
+from harness.backends.trtllm import whisper
 from harness.backends.trtllm.rules import trtllm_notes, trtllm_problems
 from harness.backends.vision import text_only_problems
 from harness.cache.executed import normalise
@@ -47,6 +48,12 @@ from harness.serving.private import PLACEHOLDER, Plan, copies_of, wrap
 from harness.serving.triton.pbtxt import model_names
 
 __all__ = ["TrtllmBackend", "TrtllmError"]
+
+
+WHISPER_RENDERED_ONLY = (
+    "build.backend: trtllm for whisper is rendered and checked, not run (no GPU has run it, and LoadGen's Triton cores "
+    "send token ids, not audio); write its commands and model repository with `python -m pipeline whisper-triton`, "
+    "and measure whisper with build.backend=openai (vLLM)")
 
 
 @lru_cache(maxsize=1)
@@ -171,6 +178,10 @@ class TrtllmBackend(Backend):
     launch = Launch()
 
     def check(self, p) -> Checks:
+        if whisper.asks_for_it(p):  # its own engines and models: the LLM checks below do not apply
+            return Checks(whisper.problems(p) + [WHISPER_RENDERED_ONLY], whisper.notes(p))
+        if p.trtllm_whisper is not None:
+            return Checks(["trtllm_whisper: read only for loadgen.mlperf_model=whisper; remove it"], [])
         generate = ["triton.protocol: generate is offered with build.backend=torch only so far; use grpc"] \
             if p.triton.protocol != "grpc" else []
         # its servers follow runtime/triton, not a layout's roles: a layout would be silently ignored

@@ -9,10 +9,10 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 from harness.errors import BuildError
-from harness.serving.triton.contract import INPUTS, OUTPUTS
+from harness.serving.triton.contract import INPUTS, OUTPUTS, Tensor
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
 
@@ -38,9 +38,11 @@ def _dims(dims: Iterable[int]) -> str:
 
 def render_model_config(name: str, *, backend: str, max_batch_size: int, decoupled: bool,
                         parameters: Mapping[str, str], max_queue_delay_us: int = 0,
-                        max_queue_size: int | None = None, instance_count: int = 1) -> str:
-    """config.pbtxt text of one model speaking the contract: in-flight batching, KIND_CPU instances
-    (TensorRT-LLM places its own GPUs; the torch model runs where its `device` parameter says)."""
+                        max_queue_size: int | None = None, instance_count: int = 1,
+                        inputs: Sequence[Tensor] = INPUTS, outputs: Sequence[Tensor] = OUTPUTS) -> str:
+    """config.pbtxt text of one model speaking the contract (or the `inputs`/`outputs` given: whisper's
+    models), in-flight batching, KIND_CPU instances (TensorRT-LLM places its own GPUs; the torch model runs
+    where its `device` parameter says)."""
     if not NAME_RE.match(name or ""):
         raise ModelConfigError(f"invalid model name {name!r}; use letters, digits, '_', '.', '-'")
     if int(max_batch_size) < 1:
@@ -54,7 +56,7 @@ def render_model_config(name: str, *, backend: str, max_batch_size: int, decoupl
         lines.append(f"  default_queue_policy: {{ max_queue_size: {int(max_queue_size)} }}")
     lines += ["}", "", "input ["]
     blocks = []
-    for t in INPUTS:
+    for t in inputs:
         b = ["  {", f"    name: {quote(t.name)}", f"    data_type: {t.data_type}", f"    dims: {_dims(t.dims)}"]
         b += ["    reshape: { shape: [ ] }"] if t.scalar else []
         b += ["    allow_ragged_batch: true"] if t.ragged else []
@@ -62,7 +64,7 @@ def render_model_config(name: str, *, backend: str, max_batch_size: int, decoupl
         blocks.append("\n".join(b + ["  }"]))
     lines += [",\n".join(blocks), "]", "output ["]
     lines.append(",\n".join("\n".join(["  {", f"    name: {quote(t.name)}", f"    data_type: {t.data_type}",
-                                       f"    dims: {_dims(t.dims)}", "  }"]) for t in OUTPUTS))
+                                       f"    dims: {_dims(t.dims)}", "  }"]) for t in outputs))
     lines += ["]", "", "instance_group [", "  {", f"    count: {int(instance_count)}", "    kind: KIND_CPU", "  }", "]"]
     for key, value in parameters.items():
         lines += ["parameters: {", f"  key: {quote(key)}", f"  value: {{ string_value: {quote(value)} }}", "}"]
