@@ -36,6 +36,7 @@ that gc never deletes what is in use reads best in one place.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -162,10 +163,22 @@ def _server_records(root: Path, entry_dir: Path) -> list[dict]:
     """The artifact's server records, checked (servers.json, else the manifest's copy); [] when malformed."""
     recs = untrusted.read_servers(entry_dir / SERVERS_FILE, root, inside=entry_dir)
     if recs is None and not (entry_dir / SERVERS_FILE).exists():
-        manifest = _read_manifest(entry_dir) or {}
-        if manifest.get("servers") is not None:
-            recs = untrusted.servers_of(manifest["servers"], entry_dir / MANIFEST, root)
+        servers = _manifest_servers(entry_dir)
+        if servers is not None:
+            recs = untrusted.servers_of(servers, entry_dir / MANIFEST, root)
     return recs or []
+
+
+def _manifest_servers(d: Path):
+    """The manifest's copy of its server records (None: none, or unreadable). Only that part is walked for depth
+    (jsonio's check, before the strict schema walks it): a manifest lists every file, and walking all of it for
+    each LaunchServers artifact was a large part of a large root's gc."""
+    try:
+        m = json.loads((d / MANIFEST).read_bytes())
+    except (OSError, ValueError, RecursionError):
+        return None
+    servers = m.get("servers") if isinstance(m, dict) else None
+    return None if servers is None or jsonio.too_deep(servers, jsonio.MAX_DEPTH - 1) else servers
 
 
 def _names(d: Path) -> set[str]:
