@@ -3,22 +3,22 @@
     .venv/bin/python bench/large_root.py [--night DIR] [--overrides K=V,...] [--sizes 1000,10000,100000]
                                          [--repeat 3] [--work DIR] [--repo DIR]
 
-The night is a real artifacts root holding one FullRun (`--night`; default: one is built first with FAST's
-settings, `luigi --module pipeline FullRun --overrides <--overrides>`, minutes). Each size's root is a copy of the
-night (so the no-op FullRun and `status` are cached for real) plus clones of its artifacts in the store's own
-layout until it holds that many items (then each stage's index is written, as publishing would have, where the
-checkout has one): every clone is one of the night's artifacts under a varied key
-(a night number in its params, its upstream keys those of its own night's clones), dated back over the past
-year, its files hard links of the night's (so each manifest's sizes and digests hold and perfdag's integrity
-check passes; the stat each manifest records is the link's, taken after all links are made), with one run
-record per cloned night; the night itself is only read (its files' ctime moves: they gain links); 1 in 100
-items (365 at most) is a kept observation of the night's FullRun key (what `history` and `compare` read and
-re-hash). Then it times, as subprocesses (median of --repeat): the no-op FullRun, `status` (all cached, and with
---missing's overrides, which leave the measuring stages missing so status looks for the closest cached ones),
-`history KEY`, `compare` of two observations, and `gc --dry-run`. Prints a table; raw times go to
+The night is a real artifacts root holding one FullRun (`--night`; default: one is built first with FAST's settings,
+`luigi --module pipeline FullRun --overrides <--overrides>`, minutes). Each size's root is a copy of the night (so
+the no-op FullRun and `status` are cached for real) plus clones of its artifacts in the store's own layout until it
+holds that many items (then each stage's index is written, as publishing would have, and the run records' index, as
+the root's last `gc --delete` would have, where the checkout has them): every clone is one of the night's artifacts
+under a varied key (a night number in its params, its upstream keys those of its own night's clones), dated back
+over the past year, its files hard links of the night's (so each manifest's sizes and digests hold and perfdag's
+integrity check passes; the stat each manifest records is the link's, taken after all links are made), with one run
+record per cloned night; the night itself is only read (its files' ctime moves: they gain links); 1 in 100 items
+(365 at most) is a kept observation of the night's FullRun key (what `history` and `compare` read and re-hash). Then
+it times, as subprocesses (median of --repeat): the no-op FullRun, `status` (all cached, and with --missing's
+overrides, which leave the measuring stages missing so status looks for the closest cached ones), `history KEY`,
+`compare` of two observations, and `gc --dry-run`. Prints a table; raw times go to
 bench/results/large_root-<utc>.json. Asserts nothing. `--repo` runs another checkout's code on the same roots
-(before/after). Issue 51's goals at 100,000 items on a quiet 2-core host: status <= 1 s, history and compare <=
-1 s, gc --dry-run <= 5 s.
+(before/after). Issue 51's goals at 100,000 items on a quiet 2-core host: status <= 1 s, history and compare <= 1 s,
+gc --dry-run <= 5 s.
 """
 from __future__ import annotations
 
@@ -41,6 +41,8 @@ SKIP = {"runs", "observations", "Nightly", ".gc-trash"}
 # Writes every stage's index (harness/cache/index.py), as publishing into the root would have.
 INDEX_ALL = ("import sys; from pathlib import Path; from harness.cache import index; r = Path(sys.argv[1]); "
              "[index.entries(r, d.name, write=True) for d in r.iterdir() if d.is_dir() and d.name[0].isupper()]")
+# Writes runs/.index.jsonl (harness/cache/runindex.py) as the root's last `gc --delete` would have: its plan, no delete.
+RUNS_INDEX = "import sys; from pathlib import Path; from harness.gc.collect import plan; plan(Path(sys.argv[1]), verify=True)"
 
 
 def night_artifacts(night: Path) -> list[tuple[str, Path, dict]]:
@@ -166,6 +168,8 @@ def main() -> int:
         if (repo / "harness" / "cache" / "index.py").is_file():  # as a root perfdag published into has them
             t0 = time.perf_counter()
             subprocess.run([py, "-c", INDEX_ALL, str(root)], cwd=repo, env=env, check=True)
+            if (repo / "harness" / "cache" / "runindex.py").is_file():
+                subprocess.run([py, "-c", RUNS_INDEX, str(root)], cwd=repo, env=env, check=True)
             index_s = time.perf_counter() - t0
         key = held["full_key"]
         ids = sorted(p.name for p in (root / "observations" / "FullRun" / key[:16]).glob("*"))

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 import harness.serving.launcher
-from harness.cache import index
+from harness.cache import index, runindex
+from harness.cache import runs as runs_mod
 from harness.cache.store import ArtifactStore
 from harness.gc import collect as gc
 from pipeline.status import _diff
@@ -185,3 +186,118 @@ def test_the_next_publish_writes_a_whole_index_where_it_found_none_or_a_torn_one
     publish(root, "Quantize", "new", {"quant": {"format": "fp8"}})
     got = index.read(root.root, "Quantize")
     assert got == index.rebuild(root.root, "Quantize") and len(got) == 7
+
+
+# --- runs/.index.jsonl: what gc reads of each run record (harness/cache/runindex.py) ---------------------------------
+def run_record(r: Path, run_id: str, updated: str, *refs: tuple[str, str, str | None]) -> Path:
+    d = r / "runs" / run_id
+    d.mkdir(parents=True, exist_ok=True)
+    stages = {f"{s}/{k[:16]}": {"stage": s, "key": k, "status": "reused", **({"observation": o} if o else {})}
+              for s, k, o in refs}
+    (d / "run.json").write_text(json.dumps({"run_id": run_id, "started_at": updated, "updated_at": updated,
+                                            "stages": stages}))
+    return d
+
+
+@pytest.fixture
+def runs_root(root, monkeypatch):
+    """`root` with run records: one recent, two old (one with a failed stage's kept files), one malformed."""
+    monkeypatch.setattr(harness.serving.launcher, "servers_live", lambda records, timeout_s=2.0: False)
+    r = root.root
+    run_record(r, "recent", datetime.now(timezone.utc).isoformat(), ("Quantize", key(1), None),
+               ("FullRun", key("f"), "run-1"))
+    old = run_record(r, "old", "2020-01-01T00:00:00+00:00", ("Quantize", key(2), None))
+    (old / "failed" / "Quantize-x").mkdir(parents=True)
+    os.utime(old / "failed" / "Quantize-x", (0, 0))
+    run_record(r, "older", "2019-01-01T00:00:00+00:00", ("Quantize", key(3), None))
+    (r / "runs" / "bad").mkdir()
+    (r / "runs" / "bad" / "run.json").write_text('{"stages": 3}')
+    return r
+
+
+def _plan(r: Path, **kw) -> dict:
+    """gc's plan as --json prints it, but its warnings (a malformed record is reported once per process)."""
+    now = datetime(2030, 1, 1, tzinfo=timezone.utc)
+    doc = gc.to_json(gc.plan(r, keep_days=3650, now=now, **kw), False)
+    doc.pop("warnings")
+    return doc
+
+
+def _without_runs_index(r: Path, monkeypatch) -> dict:
+    with monkeypatch.context() as m:
+        m.setattr(runindex, "read", lambda runs: {})
+        return _plan(r)
+
+
+def test_gc_delete_writes_the_runs_index_and_a_dry_run_answers_as_from_the_records(runs_root, monkeypatch):
+    r = runs_root
+    assert not (r / "runs" / runindex.INDEX).exists()
+    assert any("runs/bad/run.json: malformed" in w for w in gc.plan(r, verify=False).warnings)
+    verified = _plan(r, verify=True)  # a plan that deletes: every record parsed, the index written back
+    lines = runindex.read(r / "runs")
+    assert sorted(lines) == ["old", "older", "recent"]  # the malformed record has no line: parsed (and reported) each time
+    assert lines["old"]["aged"] and not lines["recent"]["aged"]
+    calls = []
+    monkeypatch.setattr(runs_mod.untrusted, "read", lambda *a, **k: calls.append(a[1]) or _strict_read(*a, **k))
+    dry = _plan(r)
+    assert [Path(c).parent.name for c in calls] == ["bad"]  # every other record came from its line
+    assert dry == verified == _without_runs_index(r, monkeypatch)
+    assert any(e["id"].endswith("failed/Quantize-x") for e in dry["delete"]) and dry["runs"]["count"] == 3
+
+
+_strict_read = runs_mod.untrusted.read
+
+
+@pytest.mark.parametrize("harm", ["deleted", "torn", "truncated", "not json", "wrong type", "record rewritten",
+                                  "record edited in place", "record removed", "record added", "failed added",
+                                  "record a link"])
+def test_a_harmed_or_behind_runs_index_answers_as_the_records_do(runs_root, harm, monkeypatch):
+    r = runs_root
+    _plan(r, verify=True)
+    path = r / "runs" / runindex.INDEX
+    lines = path.read_text().splitlines(keepends=True)
+    if harm == "deleted":
+        path.unlink()
+    elif harm == "torn":
+        path.write_text("".join(lines)[:-20])
+    elif harm == "truncated":
+        path.write_text(lines[0])
+    elif harm == "not json":
+        path.write_text("".join(lines) + "{nope\n")
+    elif harm == "wrong type":
+        path.write_text("".join(lines).replace('"aged":false', '"aged":0', 1))
+    elif harm == "record rewritten":  # the recent run now references another artifact (a new file, a new inode)
+        run_record(r, "recent", datetime.now(timezone.utc).isoformat(), ("Quantize", key(4), None))
+    elif harm == "record edited in place":  # same inode, size and mtime: only the ctime moves
+        f = r / "runs" / "older" / "run.json"
+        st = f.stat()
+        data = f.read_bytes().replace(key(3).encode(), key(5).encode())
+        with open(f, "r+b") as fh:
+            fh.write(data)
+        os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    elif harm == "record removed":
+        (r / "runs" / "old" / "run.json").unlink()
+    elif harm == "record added":
+        run_record(r, "new", datetime.now(timezone.utc).isoformat(), ("Quantize", key(0), None))
+    elif harm == "failed added":  # kept files appear in a run whose line says it has none
+        (r / "runs" / "older" / "corrupt" / "Quantize-y").mkdir(parents=True)
+        os.utime(r / "runs" / "older" / "corrupt" / "Quantize-y", (0, 0))
+    elif harm == "record a link":  # a record replaced by a link to one outside the root
+        outside = r.parent / "elsewhere.json"
+        (r / "runs" / "older" / "run.json").rename(outside)
+        (r / "runs" / "older" / "run.json").symlink_to(outside)
+    assert _plan(r) == _without_runs_index(r, monkeypatch)
+    assert _plan(r, verify=True) == _without_runs_index(r, monkeypatch)  # and gc --delete writes it back whole
+    assert sorted(runindex.read(r / "runs")) == sorted(l for l in ("old", "older", "recent", "new")
+                                                if runindex.stamps(r / "runs" / l) is not None)
+
+
+def test_an_edited_runs_index_line_is_never_what_gc_delete_acts_on(runs_root, monkeypatch):
+    """A line edited with its stats left as they were: the dry run cannot see it (it is a cache, as the stages'
+    indexes are); gc --delete never reads the index."""
+    r = runs_root
+    honest = _plan(r, verify=True)
+    path = r / "runs" / runindex.INDEX
+    path.write_text(path.read_text().replace(f"Quantize/{key(2)[:16]}", f"Quantize/{key(5)[:16]}"))
+    assert _plan(r, verify=True) == honest == _without_runs_index(r, monkeypatch)
+    assert runindex.read(r / "runs")["old"]["ids"] == [f"Quantize/{key(2)[:16]}"]  # written back whole

@@ -14,12 +14,14 @@ from pathlib import Path
 
 from pydantic import Field
 
+from harness.cache import runindex
 from harness.untrusted import jsonio
 from harness.untrusted import records as untrusted
 from harness.untrusted.records import RunId, StrictRecord, Text
 
 ENV = "PERFDAG_RUN_ID"
 RUNS = "runs"  # <root>/runs/<run id>/run.json
+AGED = ("failed", "corrupt")  # runs/<id>/failed/*, runs/<id>/corrupt/*: kept files gc ages out
 _warned = {"readonly": False}
 
 
@@ -221,12 +223,20 @@ def confined(path: Path, root: Path) -> bool:
         return False
 
 
-def read_runs(root: Path, warnings: list[str] | None = None, seen: dict[str, int] | None = None) -> list[dict]:
+def read_runs(root: Path, warnings: list[str] | None = None, seen: dict[str, int] | None = None,
+              indexed: dict[str, dict] | None = None) -> list[dict]:
     """[{run_id, updated (datetime), ids: {"Stage/key16"}, observations: {"Stage/key16/<observation id>"},
     file, mtime_ns}] for every readable run.json;
-    with `seen` ({file: mtime_ns} of an earlier read), only the run records written since."""
+    with `seen` ({file: mtime_ns} of an earlier read), only the run records written since;
+    with `indexed` (runs/.index.jsonl's lines, harness/cache/runindex.py; {}: none), a record whose stats are
+    still the ones its line recorded is taken from the line instead of parsed, and every record also says
+    what its line would be (`name`, `now`: its stats; `aged`: its directory holds failed/ or corrupt/)."""
     out = []
     for f in sorted((root / RUNS).glob("*/run.json")):
+        now = runindex.stamps(f.parent) if indexed is not None else None
+        if indexed and (hit := runindex.lookup(indexed, f.parent.name, now)) is not None:
+            out.append({**hit, "file": str(f), "mtime_ns": now[1][2], "name": f.parent.name, "now": now})
+            continue
         try:
             st = f.stat()
             if seen is not None and seen.get(str(f)) == st.st_mtime_ns:
@@ -246,6 +256,9 @@ def read_runs(root: Path, warnings: list[str] | None = None, seen: dict[str, int
                if ent.get("observation")}
         out.append({"run_id": doc.get("run_id") or f.parent.name, "updated": updated, "ids": ids, "observations": obs,
                     "file": str(f), "mtime_ns": st.st_mtime_ns})
+        if indexed is not None:  # taken after the stats: a directory changed meanwhile has moved them on
+            out[-1].update(name=f.parent.name, now=now, aged=any(
+                os.path.lexists(f.parent / sub) for sub in AGED))
     return out
 
 

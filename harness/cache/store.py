@@ -24,7 +24,7 @@ from typing import Callable, Iterable, Iterator
 
 from filelock import FileLock, Timeout
 
-from harness.cache import index, integrity, observations, signing
+from harness.cache import index, integrity, observations, signing, verified
 from harness.errors import ArtifactError, PerfdagError
 from harness.untrusted import jsonio
 
@@ -146,26 +146,57 @@ class ArtifactStore:
     # --- observations (harness/cache/observations.py) ------------------------------------------
     def observations(self, stage: str, key: str) -> list[dict]:
         """Every observation of a key, newest first: {"id", "dir", "latest", "manifest" (None when
-        unreadable)}. The latest is the published artifact; the others are archived."""
+        unreadable)}. The latest is the published artifact; the others are archived. `read` names the manifest's
+        bytes as read (harness/cache/verified.py; None where it is no plain file read whole)."""
         out = []
-        latest = self.manifest(stage, key)
-        if latest is not None:
+        latest, read = verified.read_manifest(self.path(stage, key))
+        if latest is None:  # a link, or unreadable: read as before, never memoised
+            latest, read = self.manifest(stage, key), None
+        if latest is not None and latest.get("key") == key:
             out.append({"id": observations.id_of(latest), "dir": self.path(stage, key), "latest": True,
-                        "manifest": latest})
+                        "manifest": latest, "read": read})
         base = observations.archive_dir(self.root, stage, key)
         for obs in observations.archived_ids(self.root, stage, key):
-            try:
-                m = jsonio.loads((base / obs / MANIFEST).read_bytes())
-            except (OSError, jsonio.NotJson):
-                m = None
-            out.append({"id": obs, "dir": base / obs, "latest": False, "manifest": m if isinstance(m, dict) else None})
+            m, read = verified.read_manifest(base / obs)
+            if m is None:
+                try:
+                    m = jsonio.loads((base / obs / MANIFEST).read_bytes())
+                except (OSError, jsonio.NotJson):
+                    m = None
+            out.append({"id": obs, "dir": base / obs, "latest": False, "manifest": m if isinstance(m, dict) else None,
+                        "read": read})
         return sorted(out, key=lambda o: (o["latest"], finished_at(o["manifest"]), observations.sequence(o["id"])),
                       reverse=True)
 
     def observation_problems(self, stage: str, key: str, obs: dict, *, full: bool = True) -> list[str]:
         """Why an observation (an entry of `observations`) must not be read as what it claims to be:
         its manifest is unreadable, names another key or another observation id than where it lies,
-        is not signed as required, or its files differ from what was published (re-hashed: `full`)."""
+        is not signed as required, or its files differ from what was published (re-hashed: `full`). A full check
+        that found it intact is memoised by the identity of every path it read (harness/cache/verified.py), and
+        taken from there while none of them has moved."""
+        memo = (stage, key, obs["dir"], self.signing_key)
+        if full and verified.intact(obs.get("read"), *memo):
+            return []
+        seen = self._read_paths(obs["manifest"], Path(obs["dir"])) if full and obs.get("read") else None
+        out = self._observation_problems(stage, key, obs, full=full)
+        if seen is not None and not out:
+            verified.remember(obs["read"], *memo, seen)
+        return out
+
+    def _read_paths(self, m: dict | None, where: Path) -> list[tuple[str, list | None]]:
+        """What the full check of the observation at `where` reads, each with its identity now: its own tree, and
+        where each observation it was made from is looked for (its key's published directory and its kept one)."""
+        paths = verified.tree(where)
+        observed = (m or {}).get("observed_from")
+        for ident, obs_id in (observed.items() if isinstance(observed, dict) else ()):
+            stage, _, key16 = str(ident).partition("/")
+            if stage.isidentifier() and len(key16) == 16 and all(c in "0123456789abcdef" for c in key16) \
+                    and observations.is_id(obs_id):
+                paths += verified.tree(self.root / stage / key16)
+                paths += verified.tree(observations.archive_dir(self.root, stage, key16) / obs_id)
+        return [(p, verified.identity(p)) for p in dict.fromkeys(paths)]
+
+    def _observation_problems(self, stage: str, key: str, obs: dict, *, full: bool) -> list[str]:
         m = obs["manifest"]
         if m is None:
             return ["no readable manifest.json"]

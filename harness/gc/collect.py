@@ -36,6 +36,7 @@ that gc never deletes what is in use reads best in one place.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -46,9 +47,9 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from harness.cache import index
+from harness.cache import index, runindex
 from harness.cache.observations import OBSERVATIONS, archived_ids
-from harness.cache.runs import RUNS, confined, parse_time, read_runs, run_is_live
+from harness.cache.runs import AGED, RUNS, confined, parse_time, read_runs, run_is_live
 from harness.cache.store import MANIFEST, lock_held, lock_path
 from harness.gc.leftovers import orphan_servers, orphan_shm
 from harness.loadgen import semaphores
@@ -158,12 +159,33 @@ def servers_in_use(records: list[dict]) -> bool:
     return any(is_ours(r) or running_elsewhere(r) for r in records)  # (another node's: while its job runs)
 
 
-def _server_records(root: Path, entry_dir: Path, manifest: dict) -> list[dict]:
+def _server_records(root: Path, entry_dir: Path) -> list[dict]:
     """The artifact's server records, checked (servers.json, else the manifest's copy); [] when malformed."""
     recs = untrusted.read_servers(entry_dir / SERVERS_FILE, root, inside=entry_dir)
-    if recs is None and manifest.get("servers") is not None and not (entry_dir / SERVERS_FILE).exists():
-        recs = untrusted.servers_of(manifest["servers"], entry_dir / MANIFEST, root)
+    if recs is None and not (entry_dir / SERVERS_FILE).exists():
+        servers = _manifest_servers(entry_dir)
+        if servers is not None:
+            recs = untrusted.servers_of(servers, entry_dir / MANIFEST, root)
     return recs or []
+
+
+def _manifest_servers(d: Path):
+    """The manifest's copy of its server records (None: none, or unreadable). Only that part is walked for depth
+    (jsonio's check, before the strict schema walks it): a manifest lists every file, and walking all of it for
+    each LaunchServers artifact was a large part of a large root's gc."""
+    try:
+        m = json.loads((d / MANIFEST).read_bytes())
+    except (OSError, ValueError, RecursionError):
+        return None
+    servers = m.get("servers") if isinstance(m, dict) else None
+    return None if servers is None or jsonio.too_deep(servers, jsonio.MAX_DEPTH - 1) else servers
+
+
+def _names(d: Path) -> set[str]:
+    try:
+        return {e.name for e in os.scandir(d)}
+    except OSError:
+        return set()
 
 
 def _manifest_stamp(m: dict) -> tuple:
@@ -282,7 +304,12 @@ def _plan(root: Path, keep_days: float, now: datetime | None, verify: bool = Fal
         keep.setdefault(e.id, why)
 
     # Runs: the last reference of every artifact; recent or live runs keep theirs.
-    runs = read_runs(root, warnings)
+    # (a dry run takes what runs/.index.jsonl still vouches for; a plan that deletes parses every record and writes
+    # the index back: harness/cache/runindex.py)
+    runs = read_runs(root, warnings, indexed={} if verify else runindex.read(root / RUNS))
+    if verify and (root / RUNS).is_dir():
+        runindex.write(root / RUNS, [runindex.line(r["name"], r, r["now"], r["aged"]) for r in runs
+                                     if r.get("now") is not None])
     live_runs = 0
     for r in sorted(runs, key=lambda r: r["updated"]):
         recent = r["updated"] >= cutoff
@@ -303,14 +330,20 @@ def _plan(root: Path, keep_days: float, now: datetime | None, verify: bool = Fal
         if built and built >= cutoff:
             keep_because(e, f"built on {_date(e.finished_at)}, within {_days(keep_days)}")
 
-    # In use: a held lock (a stage building it), live servers.
+    # In use: a held lock (a stage building it), live servers. Only what nothing keeps yet is asked (the first
+    # reason wins), and only a key with a lock file can have its lock held.
+    lock_files: dict[str, set[str]] = {}
     for e in entries:
-        if lock_held(root, e.stage, e.key16):
+        if e.id in keep:
+            continue
+        if e.stage not in lock_files:
+            lock_files[e.stage] = _names(root / e.stage / ".locks")
+        if f"{e.key16}.lock" in lock_files[e.stage] and lock_held(root, e.stage, e.key16):
             keep_because(e, "lock held: a stage is building this key" + (" (in-progress build)" if e.kind == "leftover" else ""))
     registry = ServerRegistry(root)
     for e in by_id.values():
-        if e.stage == "LaunchServers":
-            recs = _server_records(root, Path(e.path), _read_manifest(Path(e.path)) or {})
+        if e.stage == "LaunchServers" and e.id not in keep:
+            recs = _server_records(root, Path(e.path))
             if servers_in_use(recs) or any(is_ours(r) for r in registry.records(e.key16)):
                 addrs = ", ".join(f"{r.get('host')}:{r.get('port', r.get('grpc_port'))}" for r in recs)
                 keep_because(e, f"live servers ({addrs})")
@@ -354,7 +387,7 @@ def _plan(root: Path, keep_days: float, now: datetime | None, verify: bool = Fal
 
     # A failed stage's kept files (runs/<id>/failed/<Stage>-<key16>/) and corrupt artifacts moved aside
     # (runs/<id>/corrupt/...) age out like artifacts do.
-    for d in sorted([*(root / RUNS).glob("*/failed/*"), *(root / RUNS).glob("*/corrupt/*")]):
+    for d in _aged(root, runs):
         try:
             mtime = datetime.fromtimestamp(d.stat().st_mtime, timezone.utc)
         except OSError:
@@ -376,6 +409,19 @@ def _plan(root: Path, keep_days: float, now: datetime | None, verify: bool = Fal
                "orphan_private": [str(d) for d in private.orphans()]}
     return Plan(root, keep_days, now, cutoff, entries, runs_info, {"nights": len(nights)}, skipped, warnings,
                 {r["file"]: r["mtime_ns"] for r in runs}, servers)
+
+
+def _aged(root: Path, runs: list[dict]) -> list[Path]:
+    """runs/*/failed/* and runs/*/corrupt/*, looking only into run directories that may hold them: not into one
+    whose index line (its directory's stat unchanged) says it holds neither."""
+    none = {r["name"] for r in runs if r.get("aged") is False and "name" in r}
+    out: list[Path] = []
+    for name in sorted(_names(root / RUNS)):
+        if name.startswith(".") or name in none:
+            continue
+        for sub in AGED:
+            out += (root / RUNS / name / sub).glob("*")
+    return sorted(out)
 
 
 # --- deleting ---------------------------------------------------------------------------------

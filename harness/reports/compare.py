@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import harness.host.state as host_state
-from harness.cache import index, observations
+from harness.cache import index, observations, verified
 from harness.cache.observations import OBSERVATIONS
 from harness.errors import InputError
 from harness.loadgen.verdict import error_count, is_valid
@@ -90,7 +90,7 @@ def _read(report_dir: Path) -> tuple[dict, dict]:
     except (OSError, jsonio.NotJson) as e:
         raise InputError(f"{report_dir}: no readable report.json ({e})") from None
     try:
-        params = jsonio.loads((report_dir / "manifest.json").read_bytes()).get("resolved_params") or {}
+        params = verified.loads((report_dir / "manifest.json").read_bytes()).get("resolved_params") or {}
     except (OSError, jsonio.NotJson, AttributeError):
         params = {}
     return report, params
@@ -299,9 +299,9 @@ def keys_of(stage: str, prefix: str, root: Path) -> set[str]:
                 if isinstance(k := e.get("key"), str) and k.startswith(prefix)}
     for d in [*(root / stage).glob(f"{head}*"), *(root / OBSERVATIONS / stage).glob(f"{head}*")]:
         for m in [d / "manifest.json", *d.glob("*/manifest.json")]:
-            try:
-                k = jsonio.loads(m.read_bytes()).get("key")
-            except (OSError, jsonio.NotJson, AttributeError):
+            try:  # only its key is read: no depth walk needed (a document too deep to parse is skipped)
+                k = json.loads(m.read_bytes()).get("key")
+            except (OSError, ValueError, RecursionError, AttributeError):
                 continue
             if isinstance(k, str) and k.startswith(prefix):
                 keys.add(k)
