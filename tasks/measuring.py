@@ -30,6 +30,8 @@ SUT_CODE = ("harness.loadgen.measure", "harness.loadgen", "harness.loadgen.runne
             "harness.model.tokenizer",  # which tokenizer class counts and decodes tokens (the cores, openai_api)
             "harness.config.openai",  # the prompt form through a layout's router (openai_api.methods)
             "harness.loadgen.cores.aioloop", "harness.loadgen.chunks",
+            "harness.loadgen.timings",  # requests.jsonl: per-request moments (HTTP's connect, headers, first byte)
+            "harness.loadgen.cores.http_pool",  # which moment each of its stamps is (timings reads them by index)
             "harness.loadgen.verdict",  # result.json's verdict (LoadGen errors) and its relaunch record
             "harness.serving.protocols",  # which core and readiness probe a protocol name means
             "harness.loadgen.goodput", "harness.config.slo",  # result.json's goodput under the latency limits

@@ -105,6 +105,44 @@ def test_bench_measures_a_running_server_without_the_model_stages(served, model_
     assert set(statuses(run_records(root)[-1]).values()) == {"reused"}
 
 
+MODEL_STAGES = {"PrepareModel", "Quantize", "BuildEngine", "FillTritonRepo", "LaunchServers"}
+
+
+def test_frontier_url_measures_a_running_transformers_serve_with_no_model_stage(served, model_dir, tmp_path,
+                                                                                monkeypatch, capsys):
+    """`frontier --url --levels 1,2` against a `transformers serve` started outside perfdag (issue 48, must
+    show): two Bench points of that server, no run record names a model stage or a launch, `history` lists
+    each point's Bench, and each point's requests.jsonl has the real server's HTTP moments in order."""
+    url, proc = served
+    root = tmp_path / "artifacts"
+    env = {**os.environ, "PERFDAG_ARTIFACTS": str(root)}
+    tiny = ("dataset.num_samples=8,dataset.max_new_tokens=8,loadgen.min_query_count=8,loadgen.min_duration_ms=0,"
+            "harness.warmup_queries=1,loadgen.offline_expected_qps=8")
+    run = subprocess.run([sys.executable, "-m", "pipeline", "frontier", "--url", url, "--model", str(model_dir),
+                          "--tokenizer", str(model_dir), "--levels", "1,2", "--overrides", tiny], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-5000:]
+    assert "2 point(s), 1 engine(s)" in run.stdout, run.stdout[-3000:]
+    built = {stage for r in run_records(root) for stage in statuses(r)}
+    assert built & MODEL_STAGES == set() and {"ExternalServers", "RunLoadgen", "Bench", "Frontier"} <= built, built
+    (fdir,) = [d for d in (root / "Frontier").iterdir() if not d.name.startswith(".")]
+    rows = json.loads((fdir / "frontier.json").read_text())["rows"]
+    assert [r["concurrency"] for r in rows] == [1, 2] and all(r["valid"] for r in rows), rows
+    monkeypatch.setenv("PERFDAG_ARTIFACTS", str(root))
+    for r in rows:
+        assert main(["history", r["fullrun_key"][:8]]) == 0
+        assert capsys.readouterr().out.startswith(f"Bench {r['fullrun_key']}: 1 observation(s)")
+    for jsonl in root.glob("RunLoadgen/*/requests.jsonl"):
+        _, *lines = [json.loads(line) for line in jsonl.read_text().splitlines()]
+        assert len(lines) == 8 and all(not x["client_retried"] for x in lines)
+        for x in lines:
+            moments = [x[k] for k in ("client_sent_at_ms", "client_connected_at_ms", "client_written_at_ms",
+                                      "client_headers_at_ms", "client_first_byte_at_ms", "client_first_token_at_ms",
+                                      "client_done_at_ms") if x[k] is not None]
+            assert moments == sorted(moments) and len(moments) >= 6, x
+    assert proc.poll() is None and probe(url)  # never perfdag's to stop
+
+
 @pytest.mark.parametrize("args, needle", [
     (("--url", "http://127.0.0.1:9"), "dataset.tokenizer: name the served model's tokenizer directory"),
     (("--tokenizer", "TOK"), "openai.endpoints: measuring a running server needs build.backend=openai"),

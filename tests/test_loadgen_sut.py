@@ -347,6 +347,14 @@ def test_server_streams_first_tokens(echo_server, tmp_path):
     assert all(q["ttft_ms"] is not None and 0 < q["ttft_ms"] < q["latency_ms"] for q in r["requests"])
     assert r["measured"]["ttft_ms"]["p99"] > 0
     assert (tmp_path / "mlperf_log_detail.txt").read_text().count("requested_server_ttft_latency") == 1
+    # requests.jsonl over gRPC: the same rows, without the HTTP fields (no connect, headers or body bytes)
+    head, *rows = [json.loads(line) for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
+    assert len(rows) == len(r["requests"]) and set(head["fields"]) == set(rows[0])
+    assert not any(k in rows[0] for k in ("client_headers_at_ms", "client_connect_ms", "client_connection_reused"))
+    for row, q in zip(rows, r["requests"]):
+        assert row["sample_index"] == q["sample_index"]
+        assert row["loadgen_issue_at_ms"] <= row["client_sent_at_ms"] <= row["client_first_token_at_ms"] \
+            <= row["client_done_at_ms"]
 
 
 def test_chunked_stream_first_token_and_counts_match_a_bare_tritonclient_loop(echo_server, tmp_path):

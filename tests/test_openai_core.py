@@ -191,3 +191,72 @@ def test_mostly_empty_answers_and_contradicting_finish_reasons_are_said(tmp_path
     assert "WARNING    answers: the server's finish reasons (stop 25) contradict the token counts: 25 of 25" \
         in texts["lies"]
     assert "WARNING    answers" not in texts["honest"] and "finished, as the server said" in texts["honest"]
+
+
+def _jsonl(path) -> tuple[dict, list[dict]]:
+    head, *rows = [json.loads(line) for line in path.read_text().splitlines()]
+    return head, rows
+
+
+MOMENTS = ("loadgen_issue_at_ms", "client_sent_at_ms", "client_connect_at_ms", "client_connected_at_ms",
+           "client_written_at_ms", "client_headers_at_ms", "client_first_byte_at_ms", "client_first_token_at_ms",
+           "client_done_at_ms")
+
+
+def test_requests_jsonl_has_every_request_with_its_http_moments_in_order(echo, tmp_path):
+    """requests.jsonl beside requests.csv (issue 48, item 5): its first line names the clock and every
+    field; then one row per LoadGen sample in requests.csv's order, joined to it by row, with the client's
+    moments in order (send <= connect <= connected <= written <= headers <= first byte <= first token <=
+    completion). A request on a kept-alive connection had no connect: null, not 0; the first ones on each
+    new connection have one, and no more connections than the pool holds."""
+    from harness.loadgen.results import read_requests_csv
+
+    r = run_loadgen([echo], "", PROMPTS, {"server_target_qps": 60, "min_duration_ms": 0, "min_query_count": 40,
+                                          "performance_sample_count": 40}, tmp_path, scenario="Server",
+                    frontends=2, clients_per_frontend=2, warmup_queries=0, max_new_tokens=8, progress=False,
+                    protocol="openai-http", api=API)
+    head, rows = _jsonl(tmp_path / "requests.jsonl")
+    assert "first LoadGen issue" in head["clock"] and "monotonic" in head["clock"]
+    assert set(head["fields"]) == set(rows[0]) and all(set(row) == set(rows[0]) for row in rows)
+    assert all(k.startswith(("client_", "loadgen_")) for k in rows[0] if k.endswith("_ms"))
+    csv_rows = read_requests_csv(tmp_path / "requests.csv")
+    assert len(rows) == len(csv_rows) == r["query_count"] >= 40
+    assert [row["row"] for row in rows] == list(range(len(rows)))
+    assert sorted(row["sample_index"] for row in rows) == sorted(q["sample_index"] for q in csv_rows)
+    for row, q in zip(rows, csv_rows):
+        assert (row["sample_index"], row["server"], row["n_tokens"]) == (q["sample_index"], q["server"], q["n_tokens"])
+        assert row["loadgen_issue_at_ms"] == pytest.approx(q["issue_ms"], abs=0.002)
+        assert row["client_done_at_ms"] == pytest.approx(q["start_ms"] + q["latency_ms"], abs=0.003)
+        assert row["client_first_token_at_ms"] == pytest.approx(q["start_ms"] + q["ttft_ms"], abs=0.003)
+        moments = [row[k] for k in MOMENTS if row[k] is not None]
+        assert moments == sorted(moments), row
+        assert len(moments) == len(MOMENTS) - (2 if row["client_connection_reused"] else 0), row
+        assert (row["client_connect_at_ms"] is None) == (row["client_connect_ms"] is None) == \
+            row["client_connection_reused"]
+        assert 0 <= row["client_time_to_headers_ms"] <= row["client_time_to_first_byte_ms"]
+        assert row["client_retried"] is False
+    connects = sum(not row["client_connection_reused"] for row in rows)
+    assert 0 < connects < len(rows)  # new connections first, kept alive after
+    assert connects <= r["harness"]["peak_in_flight"]  # a connection is opened only when none is idle
+
+
+def test_stamps_go_in_pieces_and_another_node_moves_its_moments_but_not_its_zeros(monkeypatch):
+    """A frontend's stamps go to the driver in messages of PER_MESSAGE requests; a frontend on another node
+    moves each moment onto the driver's clock (links.shift), leaving 0 ("no connect": a kept-alive
+    connection) and the retried flag as they are."""
+    from array import array
+
+    from harness.loadgen import links, timings
+    from harness.loadgen.cores.http_pool import CONNECT, RETRIED, STAMPS, WRITTEN
+
+    monkeypatch.setattr(timings, "PER_MESSAGE", 2)
+    qids = array("Q", [7, 8, 9])
+    times = array("q", [0, 0, 100, 110, 120, 1] + [50, 60, 100, 110, 120, 0] + [0, 0, 5, 6, 7, 0])
+    msgs = timings.stamp_messages(3, qids, times)
+    assert [len(m.qids) // 8 for m in msgs] == [2, 1] and {m.frontend for m in msgs} == {3}
+    moved = [links.shift(m, 1000) for m in msgs]
+    rows = [r for m in moved for r in array("q", m.times).tolist()]
+    first = rows[:STAMPS]
+    assert first[CONNECT] == 0 and first[WRITTEN] == 1100 and first[RETRIED] == 1
+    assert rows[STAMPS:2 * STAMPS] == [1050, 1060, 1100, 1110, 1120, 0]
+    assert b"".join(m.qids for m in moved) == qids.tobytes()

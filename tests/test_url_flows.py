@@ -70,13 +70,16 @@ def test_search_and_frontier_measure_a_running_server_with_no_model_stage(echo, 
     stage or a launch, and `history` and `compare` take the Benches they made."""
     root = tmp_path / "artifacts"
     server = ("--url", echo, "--model", "echo", "--tokenizer", str(tokenizer_dir), "--server", "vllm")
-    search = pipeline(root, "search", *server, "--overrides", SMALL + ",loadgen.scenario=Offline,search.highest=4",
-                      "--axis", "max_in_flight", "--slo", "e2e_p99_ms<=60000", "--start", "1",
-                      "--probe-min-duration-ms", "0", "--probe-min-query-count", "16", "--repeat", "1")
+    search = pipeline(root, "search", *server, "--overrides", SMALL + ",search.highest=4", "--concurrency", "1",
+                      "--slo", "e2e_p99_ms<=60000", "--probe-min-duration-ms", "0", "--probe-min-query-count", "16",
+                      "--repeat", "1")
+    # the plain load flag, mapped as bench maps its own, the mapping printed before anything runs
+    assert search.stdout.splitlines()[0] == \
+        "search: --concurrency 1 -> loadgen.scenario=Offline, search.axis=max_in_flight, search.start=1"
     assert "  confirmed  4: VALID at full settings, no accuracy run (a running server: no references)" in search.stdout
     assert "  result     4" in search.stdout, search.stdout[-3000:]
     (confirming,) = keys(root, "Bench")
-    frontier = pipeline(root, "frontier", *server, "--levels", "1,2", "--overrides", SMALL)
+    frontier = pipeline(root, "frontier", *server, "--concurrency", "1,2", "--overrides", SMALL)
     assert "perfdag Frontier" in frontier.stdout and "2 point(s), 1 engine(s)" in frontier.stdout, frontier.stdout
     (fdir,) = [d for d in (root / "Frontier").iterdir() if not d.name.startswith(".")]
     rows = json.loads((fdir / "frontier.json").read_text())["rows"]
@@ -99,6 +102,16 @@ def test_search_and_frontier_measure_a_running_server_with_no_model_stage(echo, 
       "build.max_batch_size=4,8"), "--engines with --url"),
     (("frontier", "--url", "http://127.0.0.1:9", "--model", "m", "--tokenizer", "{tokenizer}", "--overrides",
       "slurm.mem=1G"), "slurm.array with a running server (--url)"),
+    # the plain load flags: what a search or a frontier cannot mean is refused, naming the flags
+    (("search", "--concurrency", "1,4,16"), "--concurrency 1,4,16: a search chooses the loads it probes"),
+    (("search", "--concurrency", "--request-rate", "4"), "--concurrency and --request-rate: a search searches one loop"),
+    (("search", "--request-rate", "4", "--axis", "max_in_flight"), "--request-rate searches "
+                                                                     "search.axis=server_target_qps; --axis max_in_flight"),
+    (("search", "--concurrency", "4", "--start", "2"), "--concurrency 4 and --start 2: both give the first load"),
+    (("search", "--concurrency", "2.5"), "--concurrency: '2.5' is not a positive whole number"),
+    (("search", "--request-rate", "-1"), "--request-rate: '-1' is not a positive number"),
+    (("frontier", "--request-rate", "1,2"), "--request-rate 1,2: a frontier's points are closed-loop concurrency"),
+    (("frontier", "--concurrency", "1,2", "--levels", "1,2"), "--concurrency and --levels: the same levels"),
 ])
 def test_a_url_flow_refuses_what_it_cannot_measure_before_anything_runs(args, needle, tokenizer_dir, tmp_path,
                                                                           monkeypatch, capsys):

@@ -37,12 +37,13 @@ import numpy as np
 from harness.loadgen.chunks import CHUNKS_FILE, write_chunks
 from harness.loadgen.clients import clients_by_node
 from harness.loadgen.frontend import frontend_main
-from harness.loadgen.messages import ISSUE, Alive, Done, Failed, First, Quit, Ready, Stopped
+from harness.loadgen.messages import ISSUE, Alive, Done, Failed, First, Quit, Ready, Stamps, Stopped
 from harness.loadgen.progress import Progress
 from harness.loadgen.remote import NodeProcess, RemoteError, RemoteFrontends
 from harness.loadgen.results import answers, client_usage, json_default, measured_stats, write_requests_csv
 from harness.loadgen.semaphores import name_semaphores_as_perfdag
 from harness.loadgen.settings import SettingsError, build_test_settings
+from harness.loadgen.timings import REQUESTS_JSONL, write_requests_jsonl
 from harness.loadgen.usage import Usage
 import harness.serving.server_metrics as server_metrics
 from harness.serving.processes import pdeathsig_setter
@@ -94,6 +95,7 @@ class _Driver(Progress):
         self.t0 = 0
         self.records: list[tuple] = []
         self.chunks: list[bytes] = []  # each record's streamed chunks, packed (chunks.py)
+        self.stamps: list[Stamps] = []  # the HTTP frontends' per-request moments (timings.py)
         # the progress line's p99 over the latest completions (its cost goes with wall time)
         self.ttfts = collections.deque(maxlen=4096)
         self.lats = collections.deque(maxlen=4096)
@@ -211,6 +213,8 @@ class _Driver(Progress):
                         self.ready_info[m.frontend] = m.info
                         if len(self.ready) == self.cfg["frontends"]:
                             self.ready_ev.set()
+                    elif isinstance(m, Stamps):
+                        self.stamps.append(m)
                     elif isinstance(m, Stopped):
                         self.stopped.add(m.frontend)
                         self.frontend_usage[m.frontend] = m.counts
@@ -269,7 +273,7 @@ class _Driver(Progress):
                     resps.append(lg.QuerySampleResponse(qid, arr.ctypes.data, arr.nbytes, int(n)))
                 else:  # a performance run: the count only
                     resps.append(lg.QuerySampleResponse(qid, 0, 0, int(n)))
-                self.records.append((sidx, s, t_issue, t_first, t_done, int(n), t_sent))
+                self.records.append((sidx, s, t_issue, t_first, t_done, int(n), t_sent, qid, g))
                 self.chunks.append(chunks)
                 self.completed += 1
                 self.tokens += int(n)
@@ -415,6 +419,7 @@ class _Driver(Progress):
         # Offline is a closed loop: the client, not LoadGen, decides when a request goes out
         from_send = cfg.get("scenario") == "Offline"
         write_requests_csv(Path(cfg["out_dir"]) / "requests.csv", self.records, self.t0, from_send=from_send)
+        write_requests_jsonl(Path(cfg["out_dir"]) / REQUESTS_JSONL, self.records, self.t0, self.stamps)
         if any(self.chunks):
             write_chunks(Path(cfg["out_dir"]) / CHUNKS_FILE, self.chunks)
         per_server = [{"endpoint": cfg["endpoints"][s], "model": cfg["models"][s], "completed": self.server_done[s]}

@@ -16,6 +16,7 @@ from harness.loadgen.cores.aioloop import BatchSink, FrontendLoop, PipeOut
 from harness.loadgen.cores.base import Prompts
 from harness.loadgen.links import ShiftedOut
 from harness.loadgen.messages import ISSUE, Failed, Ready, Stopped
+from harness.loadgen.timings import stamp_messages
 from harness.loadgen.usage import Usage
 from harness.serving.processes import pdeathsig_setter
 from harness.serving.spec import this_node
@@ -100,6 +101,10 @@ def frontend_main(fe_idx: int, specs: list[dict], cfg: dict, prompts: Prompts, i
     finally:
         for c in cores.values():
             c.close()
+        for c in cores.values():  # HTTP cores' per-request moments, once, before Stopped (requests.jsonl)
+            if hasattr(c, "stamp_qids"):
+                for m in stamp_messages(fe_idx, c.stamp_qids, c.stamp_times):
+                    sink.put(m)
         counts = {g: {"sent": c.sent, "completed": c.completed, "peak_in_flight": c.peak, "empty": c.empty,
                       "finish": dict(c.finish_reasons)} for g, c in cores.items()}
         sink.put(Stopped(fe_idx, {"clients": counts, "peak_in_flight": in_flight[1], **usage}))

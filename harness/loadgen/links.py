@@ -23,7 +23,8 @@ import struct
 import time
 from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
 
-from harness.loadgen.messages import Alive, Done, First
+from harness.loadgen.messages import Alive, Done, First, Stamps
+from harness.loadgen.timings import shift_stamps
 
 KEY_BYTES = 32
 PING = b"t"                  # host -> driver: your clock, please
@@ -102,6 +103,8 @@ def shift(msg, offset: int):
                             t_sent=msg.t_sent and msg.t_sent + offset)
     if type(msg) is First or type(msg) is Alive:
         return msg._replace(t=msg.t + offset)
+    if type(msg) is Stamps:
+        return shift_stamps(msg, offset)
     return msg
 
 

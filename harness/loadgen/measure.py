@@ -8,9 +8,11 @@ from pathlib import Path
 from harness.errors import MeasurementError
 
 from harness.loadgen import run_loadgen
+from harness.loadgen.chunks import CHUNKS_FILE
 from harness.loadgen.client_nodes import on_node, placement
 from harness.loadgen.runner import LOADGEN_FILES
 from harness.loadgen.settings import from_params
+from harness.loadgen.timings import REQUESTS_JSONL
 from harness.serving.endpoints import endpoints_and_models, protocol_of
 from harness.serving.gpu_telemetry import GpuTelemetry
 from harness.serving.layout import front_door, layout_summary
@@ -145,7 +147,7 @@ def _short_run_kept(sized: dict, result: dict, out_dir: Path) -> float:
     recorded with the sizing runs; the rate the next one asks for (RETRY_MARGIN x its samples/s)."""
     short = out_dir / "sizing" / "short"
     short.mkdir(parents=True, exist_ok=True)
-    for name in (*LOADGEN_FILES, "result.json", "requests.csv", "user.conf"):
+    for name in (*LOADGEN_FILES, "result.json", "requests.csv", REQUESTS_JSONL, CHUNKS_FILE, "user.conf"):
         if (out_dir / name).is_file():
             os.replace(out_dir / name, short / name)
     rate = result["samples_per_s"]

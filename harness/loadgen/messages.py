@@ -50,6 +50,13 @@ class Ready(NamedTuple):
     info: dict           # warmup_s, warmup_requests, streaming / prompt and output methods per client
 
 
+class Stamps(NamedTuple):
+    """An HTTP frontend's per-request moments, sent once as it stops, before Stopped (timings.py)."""
+    frontend: int
+    qids: bytes          # LoadGen's query ids, uint64
+    times: bytes         # http_pool.STAMPS int64 per query, in qids' order
+
+
 class Stopped(NamedTuple):
     frontend: int
     counts: dict

@@ -36,9 +36,11 @@ from harness.config.slo import mlperf_limits
 from harness.errors import MeasurementError
 from harness.loadgen import semaphores
 from harness.loadgen.cores.base import Prompts, output_lengths
+from harness.loadgen.chunks import CHUNKS_FILE
 from harness.loadgen.goodput import goodput
 from harness.loadgen.results import json_default, merge_measured, parse_summary, read_requests_csv
 from harness.loadgen.settings import MODES, SCENARIOS, SETTINGS_KEYS
+from harness.loadgen.timings import REQUESTS_JSONL
 import harness.serving.server_metrics as server_side
 
 REPO_ROOT = CHECKOUT
@@ -110,7 +112,8 @@ def run_loadgen(
     (serving/server_metrics.py `targets`); result.json's ``server_metrics`` has their differences.
 
     Writes into ``out_dir``: LoadGen's files under their own names, ``user.conf``,
-    ``harness.log``, ``requests.csv`` and ``result.json`` (with ``notes`` added).  Raises :class:`LoadgenError`
+    ``harness.log``, ``requests.csv``, ``requests.jsonl`` (per-request timings, timings.py) and ``result.json``
+    (with ``notes`` added).  Raises :class:`LoadgenError`
     (naming the server) when anything fails; gRPC streams are closed when this returns.
     """
     cfg = _make_config(endpoints, model_names, samples, settings, scenario=scenario, mode=mode,
@@ -124,7 +127,7 @@ def run_loadgen(
     cfg["limits"] = dict(limits or {})  # how much of one answer a core holds (harness.max_response_bytes...)
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    for name in (*LOADGEN_FILES, "result.json", "requests.csv"):
+    for name in (*LOADGEN_FILES, "result.json", "requests.csv", REQUESTS_JSONL, CHUNKS_FILE):
         with contextlib.suppress(FileNotFoundError):
             (out / name).unlink()
     cfg["out_dir"] = str(out)

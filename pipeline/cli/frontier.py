@@ -2,7 +2,7 @@
 more engines drawn as tokens/s per user against tokens/s per GPU, with its Pareto front."""
 from __future__ import annotations
 
-from harness.errors import PerfdagError
+from harness.errors import InputError, PerfdagError
 from pipeline.cli.bench import add_server_flags, server_items
 from pipeline.cli.flow import build_flow
 from pipeline.frontier import Frontier, SessionsFrontier
@@ -22,6 +22,11 @@ def add_parser(sub) -> None:
     sp.add_argument("--overrides", default="", help="applied to every point, after the frontier's own settings")
     sp.add_argument("--levels", default="", help="concurrency levels, e.g. 1,2,4,8 (default: 1..32 up to "
                                                  "--max-level, doubling beyond it, and 1.1x it)")
+    sp.add_argument("--concurrency", default="", metavar="N[,N...]",
+                    help="the same as --levels, in bench's words: the closed loop's concurrency at each point")
+    sp.add_argument("--request-rate", default="", metavar="R[,R...]",
+                    help="refused: a frontier's points are closed-loop concurrency levels (tokens/s per user against "
+                         "per GPU); an open loop's rates are bench --request-rate R,R... or search --request-rate")
     sp.add_argument("--max-level", type=int, default=0,
                     help="the declared maximum concurrency (default: harness.max_in_flight, else build.max_batch_size)")
     sp.add_argument("--engines", default="", help="engine axes, e.g. 'build.max_batch_size=8,32' (';' between axes)")
@@ -39,11 +44,21 @@ def add_parser(sub) -> None:
     sp.add_argument("--verbose", action="store_true", help="show third-party warnings and chatter")
 
 
+def levels(args) -> str:
+    """--levels or --concurrency (one of them); --request-rate refused, saying why."""
+    if args.request_rate:
+        raise InputError(f"--request-rate {args.request_rate}: a frontier's points are closed-loop concurrency levels "
+                         "(--levels or --concurrency); measure rates with bench --request-rate or search --request-rate")
+    if args.concurrency and args.levels:
+        raise InputError("--concurrency and --levels: the same levels, given twice; drop one")
+    return args.concurrency or args.levels
+
+
 def run(args) -> int:
     try:
         flow = SessionsFrontier if args.sessions else Frontier
         given = ",".join((server_items(args) if args.url else []) + ([args.overrides] if args.overrides else []))
-        task = flow(params_file=args.params_file, overrides=given, endpoint=bool(args.url), levels=args.levels,
+        task = flow(params_file=args.params_file, overrides=given, endpoint=bool(args.url), levels=levels(args),
                         max_level=args.max_level, engines=args.engines, gpus=args.gpus, repeat=args.repeat,
                         converge=args.converge,
                         keep_servers=args.keep_servers, verbose=args.verbose)

@@ -1,8 +1,9 @@
 """`python -m pipeline search`: FindMaxLoad, the highest load that stays VALID or meets an SLO (the flow
-is pipeline/search.py, the plan harness/search/). Its flags are the params' search.* keys."""
+is pipeline/search.py, the plan harness/search/). Its flags are the params' search.* keys; the load flags
+(`--concurrency`, `--request-rate`) choose the loop as bench's do, and the mapping is printed."""
 from __future__ import annotations
 
-from harness.errors import PerfdagError
+from harness.errors import InputError, PerfdagError
 from pipeline.cli.bench import add_server_flags, server_items
 from pipeline.cli.flow import build_flow
 from pipeline.search import FindMaxLoad
@@ -42,24 +43,67 @@ def add_parser(sub) -> None:
                                                "(with --sweep, added to its grid)")
     sp.add_argument("--keep-servers", action="store_true", help="leave the servers running afterwards")
     sp.add_argument("--verbose", action="store_true", help="show third-party warnings and chatter")
+    load = sp.add_argument_group("load", "which loop is searched, as bench's flags choose it (the mapping is printed); "
+                                         "the search picks the loads, so each takes one starting value at most")
+    load.add_argument("--concurrency", nargs="?", const="", default=None, metavar="N",
+                      help="search the closed loop's concurrency: LoadGen Offline, search.axis=max_in_flight "
+                           "(harness.max_in_flight), from N (search.start) where given; needs --slo")
+    load.add_argument("--request-rate", nargs="?", const="", default=None, metavar="R",
+                      help="search the open loop's rate: LoadGen Server, search.axis=server_target_qps (Poisson "
+                           "arrivals, LoadGen's only kind), from R requests/s (search.start) where given")
 
 
-def overrides(args) -> str:
-    """--url's server flags first, then --overrides, then the search flags (they win)."""
-    parts = (server_items(args) if args.url else []) + ([args.overrides] if args.overrides else [])
+def load_items(args) -> tuple[str, list[str]]:
+    """The load flag as (its label, the overrides it maps to); ("", []) where none is given. Contradictory
+    flags are refused, each named."""
+    given = [(flag, value) for flag, value in (("--concurrency", args.concurrency),
+                                               ("--request-rate", args.request_rate)) if value is not None]
+    if not given:
+        return "", []
+    if len(given) > 1:
+        raise InputError("--concurrency and --request-rate: a search searches one loop (closed: Offline; open: Server)")
+    (flag, value), = given
+    scenario, axis = ("Offline", "max_in_flight") if flag == "--concurrency" else ("Server", "server_target_qps")
+    if args.axis not in (None, "auto", axis):
+        raise InputError(f"{flag} searches search.axis={axis}; --axis {args.axis} contradicts it: drop one")
+    items = [f"loadgen.scenario={scenario}", f"search.axis={axis}"]
+    if value:
+        if "," in value:
+            raise InputError(f"{flag} {value}: a search chooses the loads it probes; give one starting value (or "
+                             "none). To measure a list: bench " + flag + (" or frontier --levels" if axis ==
+                                                                          "max_in_flight" else ""))
+        try:
+            start = (int if axis == "max_in_flight" else float)(value)
+        except ValueError:
+            start = 0
+        if not start > 0:
+            raise InputError(f"{flag}: {value!r} is not a positive {'whole ' if axis == 'max_in_flight' else ''}number")
+        if args.start is not None:
+            raise InputError(f"{flag} {value} and --start {args.start:g}: both give the first load; drop one")
+        items.append(f"search.start={start:g}")
+    return f"{flag}{' ' + value if value else ''}", items
+
+
+def overrides(args, load: list[str] = ()) -> str:
+    """--url's server flags first, then the load flags' settings, then --overrides (they win over both),
+    then the search flags (they win)."""
+    parts = (server_items(args) if args.url else []) + list(load) + ([args.overrides] if args.overrides else [])
     parts += [f"search.{key}={getattr(args, flag)}" for flag, key in FLAGS.items() if getattr(args, flag) is not None]
     return ",".join(parts)
 
 
 def run(args) -> int:
     try:
+        label, load = load_items(args)
+        if label:
+            print(f"search: {label} -> {', '.join(load)}")
         if args.sweep or args.grid:  # one search per point: a Sweep with search=true
             task = Sweep(sweep=args.sweep, grid=args.grid, search=True, params_file=args.params_file,
-                         overrides=overrides(args), endpoint=bool(args.url), keep_servers=args.keep_servers,
+                         overrides=overrides(args, load), endpoint=bool(args.url), keep_servers=args.keep_servers,
                          verbose=args.verbose)
             task.definition  # its points' problems, before anything runs
         else:
-            task = FindMaxLoad(params_file=args.params_file, overrides=overrides(args), endpoint=bool(args.url),
+            task = FindMaxLoad(params_file=args.params_file, overrides=overrides(args, load), endpoint=bool(args.url),
                                keep_servers=args.keep_servers, verbose=args.verbose)
     except PerfdagError as e:
         print(e)

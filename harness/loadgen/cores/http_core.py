@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import re
 import time
+from array import array
 
 from harness.loadgen.cores.aioloop import FrontendLoop
 from harness.loadgen.cores.base import Core
-from harness.loadgen.cores.http_pool import HttpPool, Target
+from harness.loadgen.cores.http_pool import STAMPS, HttpPool, Target
 from harness.untrusted.limits import event_too_large
 
 _FINISH = re.compile(rb'"finish_reason"\s*:\s*"([A-Za-z_]{1,32})"')
@@ -76,7 +77,9 @@ class EventScan:
 
 class HttpCore(Core):
     """A core whose subclass calls `open_pool` in its connect and defines `async _exchange(qid, sample)`:
-    one request sent and its answer read, as (t_first, what LoadGen logs, the token count)."""
+    one request sent (`post(body, on_data, qid)`) and its answer read, as (t_first, what LoadGen logs,
+    the token count). Each timed request's moments (http_pool's stamps) are kept by query id, flat, for
+    requests.jsonl (`stamp_qids`, `stamp_times`: STAMPS per request)."""
 
     def open_pool(self, base: str, path: str, content_type: str = "application/json") -> None:
         """This client lane's share of its frontend's connection pool (one connection for every request its
@@ -86,21 +89,28 @@ class HttpCore(Core):
         self.pool = HttpPool.get(self.fl, size, self.max_response)
         self.target = Target(base, path, content_type=content_type)
         self.tasks: set = set()
+        self.open_stamps: dict = {}        # qid -> its stamps while it is in flight
+        self.stamp_qids = array("Q")
+        self.stamp_times = array("q")
 
     # --- requests ----------------------------------------------------------------------------
-    async def post(self, body: bytes, on_data) -> None:
-        """POSTs `body` to the core's target; a 200 response's body goes to `on_data` as it arrives."""
-        status, error = await self.pool.post(self.target, body, on_data)
+    async def post(self, body: bytes, on_data, qid) -> None:
+        """POSTs `body` for query `qid` to the core's target; a 200 response's body goes to `on_data` as it
+        arrives."""
+        status, error = await self.pool.post(self.target, body, on_data, self.open_stamps.get(qid))
         if status != 200:
             raise RuntimeError(f"HTTP {status}: {error[:300]!r}")
 
-    async def post_read(self, body: bytes) -> bytes:
-        """POSTs `body` and returns the whole 200 response's body."""
+    async def post_read(self, body: bytes, qid) -> bytes:
+        """POSTs `body` for query `qid` and returns the whole 200 response's body."""
         pieces: list[bytes] = []
-        await self.post(body, pieces.append)
+        await self.post(body, pieces.append, qid)
         return b"".join(pieces)
 
     async def _request(self, qid, sample: int) -> None:
+        timed = not isinstance(qid, str)  # warm-up queries have string ids and no row
+        if timed:
+            self.open_stamps[qid] = [0] * STAMPS
         try:
             t_first, data, n = await self._exchange(qid, sample)
             self.sent += 1
@@ -109,7 +119,11 @@ class HttpCore(Core):
                 self.fail(f"{type(exc).__name__}: {exc}", qid)
             return
         finally:
+            stamps = self.open_stamps.pop(qid, None) if timed else None
             self._pump_later()
+        if stamps is not None:
+            self.stamp_qids.append(qid)
+            self.stamp_times.extend(stamps)
         self.on_done(qid, t_first, data, time.monotonic_ns(), n)
 
     async def _exchange(self, qid, sample: int) -> tuple[int, bytes, int]:

@@ -19,6 +19,13 @@ headers by MAX_HEADER_BYTES, the whole of it (chunked framing included) by harne
 each checked by one comparison per read. A response over a bound fails its request, naming it; a chunk
 is never held whole (httptools hands its bytes on as they arrive), so a chunk declared huge, a header
 section or a body that never ends each stop at a bound.
+
+A caller may hand `post` a list of STAMPS zeros to have the request's moments written into it
+(`time.monotonic_ns()`, 0 where one did not happen): the connect's start and end (0 on a kept-alive
+connection: it had no connect), the request's write, its response headers complete and the first byte
+of its body, and 1 in RETRIED where a reused connection the server had closed made it go again on a
+new one. A few clock reads per request and one comparison per body piece (requests.jsonl:
+harness/loadgen/timings.py).
 """
 from __future__ import annotations
 
@@ -29,9 +36,15 @@ import threading
 from urllib.parse import urlsplit
 
 import httptools
+from time import monotonic_ns
 
 from harness.loadgen.cores.aioloop import FrontendLoop
 from harness.untrusted.limits import MAX_HEADER_BYTES, MAX_RESPONSE_BYTES, headers_too_large, response_too_large
+
+
+#: The request moments `post` writes into a caller's stamps (see the module's docstring).
+CONNECT, CONNECTED, WRITTEN, HEADERS, FIRST_BYTE, RETRIED = range(6)
+STAMPS = 6
 
 
 class Target:
@@ -67,6 +80,7 @@ class _Connection(asyncio.Protocol):
         self.used = False
         self.waiter: asyncio.Future | None = None
         self.on_data = None
+        self.stamps: list | None = None  # the request's moments, where its caller keeps them
         self.pieces: list[bytes] = []
         self.error_body: list[bytes] | None = None
         self.status = 0
@@ -75,17 +89,19 @@ class _Connection(asyncio.Protocol):
         self.complete = self.keep = False
 
     # --- a request -----------------------------------------------------------------------------
-    def send(self, data: bytes, on_data, waiter: asyncio.Future) -> None:
+    def send(self, data: bytes, on_data, waiter: asyncio.Future, stamps: list | None = None) -> None:
         self.used = True
-        self.waiter, self.on_data = waiter, on_data
+        self.waiter, self.on_data, self.stamps = waiter, on_data, stamps
         self.status = self.got = 0
         self.cap = MAX_HEADER_BYTES
         self.complete = self.keep = False
         self.error_body = None
+        if stamps is not None:
+            stamps[WRITTEN] = monotonic_ns()
         self.transport.write(data)
 
     def _settle(self, exc: BaseException | None = None) -> None:
-        waiter, self.waiter, self.on_data = self.waiter, None, None
+        waiter, self.waiter, self.on_data, self.stamps = self.waiter, None, None, None
         if exc is not None:
             self.abort()
             if waiter is not None and not waiter.done():
@@ -143,12 +159,16 @@ class _Connection(asyncio.Protocol):
 
     # --- httptools callbacks ---------------------------------------------------------------------
     def on_headers_complete(self) -> None:
+        if self.stamps is not None:
+            self.stamps[HEADERS] = monotonic_ns()
         self.cap = self.pool.max_response
         self.status = self.parser.get_status_code()
         if self.status != 200:
             self.error_body = []
 
     def on_body(self, body: bytes) -> None:
+        if self.stamps is not None and not self.stamps[FIRST_BYTE]:
+            self.stamps[FIRST_BYTE] = monotonic_ns()
         (self.pieces if self.error_body is None else self.error_body).append(body)
 
     def on_message_complete(self) -> None:
@@ -178,16 +198,25 @@ class HttpPool:
             cls._instance.users += 1
             return cls._instance
 
-    async def post(self, target: Target, body: bytes, on_data) -> tuple[int, bytes]:
+    async def post(self, target: Target, body: bytes, on_data, stamps: list | None = None) -> tuple[int, bytes]:
         """POSTs `body`; a 200 response's body goes to `on_data` as it arrives (each read's bytes
-        at once). Returns (status, the body of a response other than 200)."""
+        at once). Returns (status, the body of a response other than 200). `stamps`: STAMPS zeros,
+        where the request's moments are wanted."""
         data = target.request(body)
         for attempt in (0, 1):
             idle = self._idle.get(target.key)
-            conn = idle.pop() if idle else await self._open(target)
+            if idle:
+                conn = idle.pop()
+            else:
+                t_connect = monotonic_ns()
+                conn = await self._open(target)
+                if stamps is not None:
+                    stamps[CONNECT], stamps[CONNECTED] = t_connect, monotonic_ns()
             reused = conn.used
+            if stamps is not None and attempt:
+                stamps[RETRIED] = 1
             waiter = self.fl.loop.create_future()
-            conn.send(data, on_data, waiter)
+            conn.send(data, on_data, waiter, stamps)
             try:
                 return await waiter
             except NothingBack:

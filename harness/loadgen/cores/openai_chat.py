@@ -66,10 +66,10 @@ class OpenAIChatCore(HttpCore):
     async def _exchange(self, qid, sample: int) -> tuple[int, bytes, int]:
         if self.streaming:
             scan = _ChatStream(self, qid)
-            await self.post(self._body(sample), scan.feed)
+            await self.post(self._body(sample), scan.feed, qid)
             t_first, raw, usage = scan.end()
         else:
-            t_first, raw = 0, await self.post_read(self._body(sample))
+            t_first, raw = 0, await self.post_read(self._body(sample), qid)
             usage = chat.usage_tokens(raw)
             self.note_finish(qid, finish_reason(raw))
         return (t_first, *self._finish(qid, sample, raw, usage))

@@ -106,10 +106,10 @@ class OpenAIHttpCore(HttpCore):
         body = self._body(sample)
         if self.output_method == "server" and self.streaming:
             scan = _IdStream(self, qid)
-            await self.post(body, scan.feed)
+            await self.post(body, scan.feed, qid)
             return scan.end()
         if self.output_method == "server" and not self.keep_tokens:
-            whole = await self.post_read(body)
+            whole = await self.post_read(body, qid)
             self.note_finish(qid, finish_reason(whole))
             return 0, b"", _count_ids(whole)
         return await self._decoded(qid, body)
@@ -123,11 +123,11 @@ class OpenAIHttpCore(HttpCore):
             def feed(chunk: bytes) -> None:
                 for data in parser.feed(chunk):
                     self._event(qid, data, state)
-            await self.post(body, feed)
+            await self.post(body, feed, qid)
             for data in parser.close():
                 self._event(qid, data, state)
         else:
-            self._event(qid, (await self.post_read(body)).decode(), state)
+            self._event(qid, (await self.post_read(body, qid)).decode(), state)
         self.note_finish(qid, state["finish"])
         if self.output_method == "server":
             toks = np.asarray(state["ids"], dtype=np.int32)

@@ -50,10 +50,10 @@ class OpenAITranscriptionCore(HttpCore):
     async def _exchange(self, qid, sample: int) -> tuple[int, bytes, int]:
         if self.streaming:
             scan = _TranscriptStream(self, qid)
-            await self.post(self.bodies[sample], scan.feed)
+            await self.post(self.bodies[sample], scan.feed, qid)
             t_first, text, usage = scan.end()
         else:
-            t_first, answer = 0, tr.whole_answer(await self.post_read(self.bodies[sample]))
+            t_first, answer = 0, tr.whole_answer(await self.post_read(self.bodies[sample], qid))
             text, usage = answer.text, answer.usage
         return (t_first, *self._finish(qid, text, usage))
 

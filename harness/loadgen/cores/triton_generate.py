@@ -70,7 +70,7 @@ class TritonGenerateCore(HttpCore):
 
     async def _exchange(self, qid, sample: int) -> tuple[int, bytes, int]:
         scan = _Events(self, qid)
-        await self.post(self._body(sample), scan.feed)
+        await self.post(self._body(sample), scan.feed, qid)
         return scan.end()
 
 
