@@ -25,8 +25,9 @@ SHARED_NAMESPACES = {
 }
 
 
-_IN_BUNDLE = ('[ -n "$SLURMD_NODENAME" ] || [ "$SLURM_STEP_NUM_NODES" != 1 ] || export SLURMD_NODENAME='
-              '"$SLURM_STEP_NODELIST"; cd "$0" && exec "$@"')
+# (SLURMD_NODENAME may be the caller's, passed on by srun: a one-node step names its node, others none.)
+_IN_BUNDLE = ('if [ "$SLURM_STEP_NUM_NODES" = 1 ]; then export SLURMD_NODENAME="$SLURM_STEP_NODELIST"; '
+              'else unset SLURMD_NODENAME; fi; cd "$0" && exec "$@"')
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ class Container:
         """What srun runs. Slurm starts an OCI container's process in config.json's process.cwd, not in
         the step's directory (pyxis has --container-workdir), and Slurm 22.05 writes the container's
         environment before the task's own variables (no SLURMD_NODENAME, SLURM_PROCID): the bundle's
-        POSIX shell changes directory first and, in a one-node step, names the node (serving/spec.py)."""
+        POSIX shell changes directory first and names the node of a one-node step (serving/spec.py)."""
         if self.bundle:
             return ["/bin/sh", "-c", _IN_BUNDLE, self.workdir or "/", *command]
         return list(command)
