@@ -12,7 +12,8 @@
 # find the cluster through SLURM_CONF=DIR/etc/slurm.conf, printed by `start`. Installs Debian's
 # slurm-wlm (munge slurmctld slurmd slurm-client) when missing; needs root (slurmd runs jobs as any
 # user, and the cgroup plugins need it). Exit 3: cannot install or start (the reason on stderr).
-# No accounting database: squeue/scontrol answer without one, sacct does not.
+# No accounting database: squeue/scontrol answer without one, sacct does not. Where crun is installed,
+# DIR/etc/oci.conf lets steps run in OCI bundles (srun --container=<bundle>; scripts/oci-bundle.sh).
 set -euo pipefail
 
 cmd=${1:-status}
@@ -104,6 +105,29 @@ CONF
     echo "NodeName=$name Name=gpu File=$DIR/dev/fakegpu[0-1]"
     [ "$NODES" = 1 ] || mkdir -p "$DIR/spool/$name" "$DIR/tmp/$name"  # (srun --mpi=pmix's directories per node)
   done >"$ETC/gres.conf"
+  # Slurm's own OCI containers (srun --container=<bundle>, perfdag's slurm.container_bundle), where crun
+  # is installed: Slurm's documented crun "run" example, with crun's state under DIR, and no cgroup of
+  # crun's own (the container stays in the step's cgroup, so scancel and proctrack reach what it runs).
+  rm -f "$ETC/oci.conf" "$ETC/crun"
+  if command -v crun >/dev/null; then
+    mkdir -p "$RUN/crun"
+    local crun=crun id="%n.%u.%j.%s.%t"
+    # crun (1.8) refuses a host whose cgroup v2 tree is mounted beside v1 with controllers in it ("cgroups
+    # in hybrid mode not supported", this sandbox's: hugetlb on /sys/fs/cgroup/unified). There it runs in a
+    # mount namespace of its own without that mount: it uses no cgroup of its own (disabled) anyway.
+    if [ -n "$(cat /sys/fs/cgroup/unified/cgroup.controllers 2>/dev/null)" ]; then
+      crun=$ETC/crun
+      printf '%s\n' '#!/bin/sh' '# crun without the hybrid cgroup v2 mount (scripts/slurm-local.sh)' \
+        "exec unshare -m --propagation private sh -c 'umount /sys/fs/cgroup/unified && exec crun \"\$@\"' crun \"\$@\"" >"$crun"
+      chmod 755 "$crun"
+    fi
+    cat >"$ETC/oci.conf" <<CONF
+RunTimeQuery="$crun --root=$RUN/crun state $id"
+RunTimeKill="$crun --root=$RUN/crun kill -a $id"
+RunTimeDelete="$crun --root=$RUN/crun delete --force $id"
+RunTimeRun="$crun --cgroup-manager=disabled --root=$RUN/crun run --bundle %b $id"
+CONF
+  fi
   # Memory limits are enforced by the cgroup (a job over --mem ends OUT_OF_MEMORY).
   cat >"$ETC/cgroup.conf" <<CONF
 CgroupPlugin=autodetect

@@ -28,6 +28,7 @@ from harness.cache.hashing import stage_key
 from harness.cache.store import ArtifactStore
 from harness.config import ENV_FLAGS, Params, ParamsError
 from harness.errors import InputError
+from harness.slurm import check_bundle_here
 from tasks import lifecycle, observing, trust
 from tasks.evidence import keep_failed
 from tasks.registry import STAGES
@@ -125,6 +126,12 @@ class StageTask(luigi.Task):
                 signing_key()
             except InputError as e:
                 raise ParamsError([str(e)]) from None
+            bundle = self.params.slurm and self.params.slurm.container_bundle
+            if bundle:  # the stages in it write under the root (the params checked it mounts the checkout)
+                try:
+                    check_bundle_here(bundle, sees=(artifacts_root(),))
+                except InputError as e:
+                    raise ParamsError([str(e)]) from None
             if self.rerun_from and self.rerun_from not in STAGES:
                 raise ParamsError([f"--rerun-from: unknown stage {self.rerun_from!r}; stages are {', '.join(STAGES)}"])
             # luigi (and luigid across workers) tells tasks apart by task_id, which it derives from

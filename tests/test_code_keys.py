@@ -75,7 +75,7 @@ NOT_SHAPING = {
     "harness.serving.layout": "where instances run: placement is a pure function of the layout section, keyed "
                               "as values (the measuring stages declare it: it picks the clients' servers)",
     "harness.slurm": "how a process is started on another node (srun), not what it computes",
-    "harness.slurm.jobs": "",
+    "harness.slurm.jobs": "", "harness.slurm.oci": "",
     "harness.serving.openai": "an empty package (its modules are declared where they are used)",
 }
 KEYED_AS_EXECUTED = ("harness.backends.trtllm.",)  # the trtllm renderers: their commands are the key

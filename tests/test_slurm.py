@@ -397,14 +397,15 @@ def test_a_refused_submission_names_sbatch_and_the_fix(cluster, tmp_path):
 # --- the job script, rendered (no cluster needed) ---------------------------------------------------
 
 def test_the_job_script_carries_every_setting_and_the_container():
-    from harness.slurm import JobSpec, render_script
+    from harness.slurm import Container, JobSpec, render_script
 
     spec = JobSpec(name="perfdag-BuildEngine-0123", log=Path("/shared/runs/r/slurm/BuildEngine-%j.log"),
                    command=["python3", "-c", "print('hi there')"], workdir=Path("/src/perfdag"),
                    env={"PERFDAG_ARTIFACTS": "/shared/perfdag"}, partition="gpu", account="mlperf", gpus=8,
                    cpus=16, mem="64G", time_limit="120", extra_args=("--exclusive",),
-                   container_image="nvcr.io#nvidia/tritonserver:25.01-trtllm-python-py3",
-                   container_mounts=("/shared:/shared", "/src/perfdag:/src/perfdag"), array="0-7%3")
+                   container=Container(image="nvcr.io#nvidia/tritonserver:25.01-trtllm-python-py3",
+                                       mounts=("/shared:/shared", "/src/perfdag:/src/perfdag"), workdir="/src/perfdag"),
+                   array="0-7%3")
     text = render_script(spec)
     for opt in ("--partition=gpu", "--account=mlperf", "--gpus=8", "--cpus-per-task=16", "--mem=64G",
                 "--time=120", "--array=0-7%3", "--exclusive", "--output=/shared/runs/r/slurm/BuildEngine-%j.log"):

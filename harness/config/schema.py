@@ -13,12 +13,14 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import AfterValidator, BeforeValidator, Field, field_validator, model_validator
 
+from harness import CHECKOUT
 from harness.cache.hashing import file_sha256
 from harness.config.layout import LayoutSection
 from harness.config.section import Section
 from harness.config.sessions import SessionsSection
 from harness.config.slo import SloError, parse_slo
 from harness.mlperf import benchmarks
+from harness.slurm.oci import check_bundle_here
 from harness.untrusted import limits
 from harness.untrusted.files import not_regular
 
@@ -499,6 +501,10 @@ class SlurmSection(Section):
     # and this checkout mounted at their own paths; the image must hold perfdag's Python stack.
     container_image: str = ""
     container_mounts: list[str] = []  # more mounts, "src:dst"
+    # Slurm's own OCI support: stages and every layout step run under `srun --container=<bundle>` (an
+    # OCI bundle directory on every node, run by oci.conf's runtime, e.g. crun); its config.json must
+    # bind-mount the checkout and the artifacts root at their own paths (harness/slurm/oci.py).
+    container_bundle: str = ""
     poll_s: float = Field(2.0, gt=0, le=600)  # how often squeue/scontrol are asked
     # LaunchServers holds an allocation (a job that keeps the servers) and the measuring stages of
     # the point run in it (srun --overlap); false: both run in the luigi worker's process.
@@ -525,6 +531,23 @@ class SlurmSection(Section):
         if any(any(ord(c) < 32 for c in a) for a in v):
             raise ValueError("arguments must not hold newlines or control characters")
         return v
+
+    @field_validator("container_bundle")
+    @classmethod
+    def _usable_bundle(cls, v: str) -> str:
+        if v:
+            check_bundle_here(v, sees=(CHECKOUT,))
+        return v
+
+    @model_validator(mode="after")
+    def _one_container(self) -> "SlurmSection":
+        if self.container_bundle and self.container_image:
+            raise ValueError("slurm.container_image (pyxis/enroot) and slurm.container_bundle (Slurm's OCI support) "
+                             "both set: a step runs in one container; keep one of them")
+        if self.container_bundle and self.container_mounts:
+            raise ValueError("slurm.container_mounts is for slurm.container_image (pyxis); an OCI bundle "
+                             "(slurm.container_bundle) takes its mounts from its config.json: add them there")
+        return self
 
     def gpus_for(self, stage: str) -> int:
         return self.gpus_per_stage.get(stage, self.gpus)

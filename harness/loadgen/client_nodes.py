@@ -15,7 +15,7 @@ import sys
 from harness import CHECKOUT
 from harness.errors import InputError, MeasurementError
 from harness.serving.spec import this_node
-from harness.slurm import allocation_nodes, srun_argv
+from harness.slurm import allocation_nodes, container_of, srun_argv
 
 
 def _loopback(addr: str) -> bool:
@@ -76,8 +76,5 @@ def on_node(params, what: str, read_dirs: tuple[str, ...] = ()):
     job = os.environ.get("SLURM_JOB_ID")
     if not job:
         return None
-    s = params.slurm
-    image = s.container_image if s is not None else ""
-    mounts = (f"{CHECKOUT}:{CHECKOUT}", *(f"{d}:{d}" for d in read_dirs), *(s.container_mounts if s else ()))
-    return lambda node: srun_argv(job, [], name=f"perfdag-{what}", node=node, container_image=image,
-                                  container_mounts=mounts if image else (), workdir=str(CHECKOUT) if image else "")
+    container = container_of(params.slurm, (CHECKOUT, *read_dirs), CHECKOUT)
+    return lambda node: srun_argv(job, [], name=f"perfdag-{what}", node=node, container=container)

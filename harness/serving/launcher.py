@@ -134,10 +134,8 @@ def placed_argv(spec: LaunchSpec) -> list[str]:
     # on, and a site may not export the caller's environment at all (SLURM_EXPORT_ENV): the instance's
     # own settings (its GPUs, its role's env) are set inside the step, on every rank of every node.
     command = (["env", *(f"{k}={v}" for k, v in spec.env.items())] if spec.env else []) + list(spec.argv)
-    image, mounts, workdir = spec.container or ("", (), "")
     return srun_argv(job, command, name=f"perfdag-{spec.role or 'server'}-{spec.index}", node=spec.node,
-                     nodes=spec.span, tasks_per_node=spec.tasks_per_node, mpi=spec.mpi, container_image=image,
-                     container_mounts=mounts, workdir=workdir)
+                     nodes=spec.span, tasks_per_node=spec.tasks_per_node, mpi=spec.mpi, container=spec.container)
 
 
 def launch(specs: Sequence[LaunchSpec], out_dir: str | Path, *, root: str | Path, ready_timeout_s: float,

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from harness.serving.private import Plan
+    from harness.slurm import Container
 
 
 @dataclass(frozen=True)
@@ -31,9 +32,9 @@ class LaunchSpec:
     span: tuple[str, ...] = ()
     tasks_per_node: int = 1
     mpi: str = ""
-    # The allocation's container (pyxis/enroot: image, mounts, workdir) for an instance started through
-    # srun on another node or over several, so every layout step runs in the job's image.
-    container: tuple[str, tuple[str, ...], str] | None = None
+    # The allocation's container (pyxis/enroot's image, or an OCI bundle) for an instance started through
+    # srun on another node or over several, so every layout step runs in the job's container.
+    container: "Container | None" = None
     # Its private directory (serving/private.py): what is copied there and pinned; argv names it <private>.
     private: "Plan | None" = None
 

@@ -19,6 +19,7 @@ from harness.slurm.jobs import (
            submit,
            wait_ended,
 )
+from harness.slurm.oci import Container, check_bundle, check_bundle_here, container_of
 
-__all__ = ["JobError", "allocation_nodes", "JobSpec", "SlurmJob", "cancel", "ended_error", "job_lines", "job_state",
+__all__ = ["Container", "check_bundle", "check_bundle_here", "container_of", "JobError", "allocation_nodes", "JobSpec", "SlurmJob", "cancel", "ended_error", "job_lines", "job_state",
            "node_address", "node_names", "render_script", "srun_argv", "submit", "wait_ended"]

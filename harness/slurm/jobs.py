@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from harness.errors import PerfdagError
+from harness.slurm.oci import Container
 
 # Job states that end a job (squeue/scontrol spellings), and what each means for a stage.
 ENDED = {
@@ -56,8 +57,7 @@ class JobSpec:
     mem: str = ""
     time_limit: str = ""
     extra_args: tuple[str, ...] = ()
-    container_image: str = ""
-    container_mounts: tuple[str, ...] = ()
+    container: Container | None = None  # the command runs in it (pyxis's image or an OCI bundle)
     array: str = ""                # e.g. "0-3%2": a job array, at most 2 tasks at once
     nodes: int = 1                 # >1: a serving layout's allocation (one task per node)
     gpus_per_node: int = 0         # with nodes > 1: --gpus-per-node instead of --gpus
@@ -84,18 +84,18 @@ def _directive(opt: str) -> str:
 
 
 def render_script(spec: JobSpec) -> str:
-    """The batch script. With a container image the command runs under pyxis/enroot's
-    `srun --container-image`, with the artifacts root and the checkout mounted at the same paths."""
+    """The batch script. With a container the command runs in a step of it: pyxis/enroot's
+    `srun --container-image` (the artifacts root and the checkout mounted at the same paths), or
+    Slurm's own `srun --container=<OCI bundle>`."""
     lines = ["#!/bin/bash", *(f"#SBATCH {_directive(o)}" for o in sbatch_options(spec)),
              "# written by perfdag (harness/slurm/jobs.py)",
              "set -eo pipefail",
              'echo "perfdag: job $SLURM_JOB_ID on $(hostname): CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-unset}"']
     lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(spec.env.items())]
     run = [shlex.quote(a) for a in spec.command]
-    if spec.container_image:
-        mounts = ",".join(spec.container_mounts)
-        run = ["srun", "--ntasks=1", *map(shlex.quote, [f"--container-image={spec.container_image}",
-               *([f"--container-mounts={mounts}"] if mounts else []), f"--container-workdir={spec.workdir}"]), *run]
+    if spec.container:
+        c = spec.container
+        run = ["srun", "--ntasks=1", *map(shlex.quote, c.srun_options() + c.command(spec.command))]
     lines.append("exec " + " ".join(run))
     return "\n".join(lines) + "\n"
 
@@ -255,13 +255,13 @@ def wait_ended(job_id: str, timeout: float = 60.0) -> str:
         time.sleep(0.5)
 
 
-def srun_argv(job_id: str, command: list[str], *, name: str = "", container_image: str = "",
-              container_mounts: tuple[str, ...] = (), workdir: str = "", node: str = "",
-              nodes: tuple[str, ...] = (), tasks_per_node: int = 1, mpi: str = "") -> list[str]:
+def srun_argv(job_id: str, command: list[str], *, name: str = "", container: Container | None = None,
+              node: str = "", nodes: tuple[str, ...] = (), tasks_per_node: int = 1, mpi: str = "") -> list[str]:
     """A step inside a running allocation that shares its resources (the holder step keeps them all);
     `node`: on that node of the allocation; `nodes`: over these nodes, `tasks_per_node` tasks on each
     (one task ending ends them all), under srun's `mpi` plugin; --overcommit, since ranks are GPU
-    processes and the allocation may hold fewer CPUs per node than a node has ranks."""
+    processes and the allocation may hold fewer CPUs per node than a node has ranks. `container`: every
+    task runs in it."""
     if nodes:
         argv = ["srun", f"--jobid={job_id}", "--overlap", f"--nodes={len(nodes)}",
                 f"--ntasks={len(nodes) * tasks_per_node}", f"--ntasks-per-node={tasks_per_node}", "--overcommit",
@@ -270,10 +270,8 @@ def srun_argv(job_id: str, command: list[str], *, name: str = "", container_imag
         argv = ["srun", f"--jobid={job_id}", "--overlap", "--nodes=1", "--ntasks=1", "--kill-on-bad-exit=1"]
         argv += [f"--nodelist={node}"] if node else []
     argv += [f"--job-name={name}"] if name else []
-    if container_image:
-        argv += [f"--container-image={container_image}"]
-        argv += [f"--container-mounts={','.join(container_mounts)}"] if container_mounts else []
-        argv += [f"--container-workdir={workdir}"] if workdir else []
+    if container:
+        return argv + container.srun_options() + container.command(command)
     return argv + list(command)
 
 

@@ -26,7 +26,7 @@ from harness.cache import runs as runlog
 from harness.serving.launcher import stop_recorded
 from harness.serving.registry import serves_key
 from harness.serving.spec import this_node
-from harness.slurm import JobError, SlurmJob, ended_error, job_lines, srun_argv, submit
+from harness.slurm import JobError, SlurmJob, container_of, ended_error, job_lines, srun_argv, submit
 from tasks import lifecycle
 from tasks.settings import REPO_ROOT
 from tasks.slurm.submit import IN_POINT, job_command, job_env, job_spec, runs_here
@@ -252,9 +252,7 @@ def _measure_step(task: "StageTask") -> None:
     jobs_dir.mkdir(parents=True, exist_ok=True)
     log_path = jobs_dir / f"{task.stage}-{key16}-{job_id}.step.log"
     argv = srun_argv(job_id, job_command(task), name=f"perfdag-{task.stage}-{key16}",
-                     container_image=s.container_image, workdir=str(REPO_ROOT),
-                     container_mounts=(f"{task.store.root}:{task.store.root}", f"{REPO_ROOT}:{REPO_ROOT}",
-                                       *s.container_mounts))
+                     container=container_of(s, (task.store.root, REPO_ROOT), REPO_ROOT))
     entry = {"stage": task.stage, "key": task.key, "job_id": job_id, "log": str(log_path), "kind": "step",
              "node": node, "state": "RUNNING"}
     runlog.record_job(task.store.root, {**entry, "job_id": f"{job_id}/{task.stage}"})

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from harness.cache import runs as runlog
 from harness.config import ENV_FLAGS
-from harness.slurm import JobError, JobSpec, SlurmJob, submit
+from harness.slurm import JobError, JobSpec, SlurmJob, container_of, submit
 from tasks.settings import REPO_ROOT, params_path
 
 if TYPE_CHECKING:
@@ -56,7 +56,8 @@ def job_command(task: "StageTask") -> list[str]:
     """The interpreter running `main(<Stage>, <params>)` from this checkout."""
     params = task.to_str_params()
     params["params_file"] = str(params_path(task.params_file).resolve())  # the job's cwd is the checkout
-    python = "python3" if task.params.slurm.container_image else sys.executable  # in a container: the image's
+    s = task.params.slurm  # in a container: the image's (the bundle's) python3
+    python = "python3" if s.container_image or s.container_bundle else sys.executable
     return [python, "-c", _ENTRY, task.stage, json.dumps(params, sort_keys=True)]
 
 
@@ -68,8 +69,7 @@ def job_spec(task: "StageTask", *, name: str = "", gpus: int | None = None) -> J
                    command=job_command(task), workdir=REPO_ROOT, env=job_env(task), partition=s.partition,
                    account=s.account, gpus=s.gpus_for(task.stage) if gpus is None else gpus, cpus=s.cpus, mem=s.mem,
                    time_limit=str(s.time_limit_min) if s.time_limit_min else "", extra_args=tuple(s.extra_args),
-                   container_image=s.container_image,
-                   container_mounts=(f"{root}:{root}", f"{REPO_ROOT}:{REPO_ROOT}", *s.container_mounts))
+                   container=container_of(s, (root, REPO_ROOT), REPO_ROOT))
 
 
 def run_as_job(task: "StageTask") -> None:

@@ -17,6 +17,7 @@ from harness.backends.openai.disagg import KV_TRANSFERS, VLLM_KV_PORT_ENV, rende
 from harness.backends.openai.servers import served_name, server_env
 from harness.serving.layout import PlacementError, place, placed
 from harness.serving.spec import LaunchSpec
+from harness.slurm import container_of
 
 # a flag that names a port (`--port 8000`, `--disaggregation-bootstrap-port=9000`, `--master-port`)
 _PORT_FLAG = re.compile(r"^--[a-z0-9_-]*port$")
@@ -143,7 +144,7 @@ def layout_specs(p, instances, targets: list[tuple[str, str]], ports: dict, out_
     specs = [dataclasses.replace(s, span=tuple(targets[k][0] for k in r["nodes"]), tasks_per_node=r["tasks_per_node"],
                                  mpi=r["mpi"]) if len(r["nodes"]) > 1 else s
              for s, r in zip(placed(specs, instances, targets), rendered, strict=True)]
-    if p.slurm is not None and p.slurm.container_image:  # every step on every node in the job's image
-        mounts = (f"{root}:{root}", *p.slurm.container_mounts)
-        specs = [dataclasses.replace(s, container=(p.slurm.container_image, mounts, root)) for s in specs]
+    container = container_of(p.slurm, (root,), root)  # every step on every node in the job's container
+    if container:
+        specs = [dataclasses.replace(s, container=container) for s in specs]
     return specs, rendered
