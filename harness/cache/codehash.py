@@ -17,16 +17,13 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import json
-import os
-import stat
 import sys
 from functools import lru_cache
 from pathlib import Path
 from typing import Iterable
 
 from harness import CHECKOUT
-from harness.untrusted import jsonio
+from harness.cache import private_memo
 
 REPO_ROOT = CHECKOUT
 PACKAGES = ("harness",)  # perfdag's work; tasks/ and pipeline/ only wire it together
@@ -84,14 +81,8 @@ _MEMO_BYTES = 4 << 20
 def _memo_file() -> Path:
     """One memo per Python version (ast.dump's format follows it) and per version of this module (its
     digest rule): a digest from another rule is never read as this one's."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     rule = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
-    return Path(base) / "perfdag" / f"code-digests-py{sys.version_info.major}{sys.version_info.minor}-{rule}.json"
-
-
-def _private(st: os.stat_result) -> bool:
-    """Owned by this user, writable by nobody else, and no link (lstat)."""
-    return not stat.S_ISLNK(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o022
+    return private_memo.path(f"code-digests-py{sys.version_info.major}{sys.version_info.minor}-{rule}.json")
 
 
 _MEMO: dict | None = None
@@ -104,20 +95,8 @@ def _memo() -> dict:
     unreadable, malformed or not private to this user. A cache, not a source of truth."""
     global _MEMO
     if _MEMO is None:
-        _MEMO = {}
-        f = _memo_file()
-        try:
-            if not _private(os.lstat(f.parent)):
-                return _MEMO
-            fd = os.open(f, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-            with os.fdopen(fd, "rb") as r:
-                st = os.fstat(fd)
-                data = r.read(_MEMO_BYTES + 1) if stat.S_ISREG(st.st_mode) and _private(st) else b""
-            doc = jsonio.loads(data) if 0 < len(data) <= _MEMO_BYTES else {}
-        except (OSError, ValueError):
-            return _MEMO
-        if isinstance(doc, dict):
-            _MEMO = {k: v for k, v in doc.items() if isinstance(v, str) and len(v) == 64}
+        doc = private_memo.read(_memo_file(), _MEMO_BYTES)
+        _MEMO = {k: v for k, v in doc.items() if isinstance(v, str) and len(v) == 64}
     return _MEMO
 
 
@@ -126,19 +105,7 @@ def _save_memo() -> None:
     if not _FRESH:
         return
     _FRESH.clear()
-    memo = dict(list(_memo().items())[-MEMO_ENTRIES:])
-    f = _memo_file()
-    try:
-        f.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if not _private(os.lstat(f.parent)):
-            return
-        tmp = f.with_name(f".{f.name}.{os.getpid()}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        with os.fdopen(fd, "w") as w:
-            w.write(json.dumps(memo))
-        os.replace(tmp, f)
-    except OSError:
-        pass
+    private_memo.write(_memo_file(), dict(list(_memo().items())[-MEMO_ENTRIES:]))
 
 
 def source_digest(path: str | Path, trust_memo: bool = True) -> str:

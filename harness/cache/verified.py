@@ -21,6 +21,7 @@ import stat
 from functools import lru_cache
 from pathlib import Path
 
+from harness.cache import private_memo
 from harness.cache.integrity import MANIFEST
 from harness.untrusted import jsonio
 
@@ -34,34 +35,17 @@ _SHAS: set[str] | None = None
 @lru_cache(maxsize=1)
 def _memo_file() -> Path:
     """One memo per version of this module and of the checks it stands for (a rule change starts afresh)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     here = Path(__file__).parent
     rule = hashlib.sha256(b"".join((here / f).read_bytes() for f in ("verified.py", "integrity.py", "store.py",
                                                                     "signing.py"))).hexdigest()[:12]
-    return Path(base) / "perfdag" / f"verified-observations-{rule}.json"
-
-
-def _private(st: os.stat_result) -> bool:
-    return not stat.S_ISLNK(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o022
+    return private_memo.path(f"verified-observations-{rule}.json")
 
 
 def _memo() -> dict:
     global _MEMO
     if _MEMO is None:
-        _MEMO = {}
-        f = _memo_file()
-        try:
-            if not _private(os.lstat(f.parent)):
-                return _MEMO
-            fd = os.open(f, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-            with os.fdopen(fd, "rb") as r:
-                st = os.fstat(fd)
-                data = r.read(_MEMO_BYTES + 1) if stat.S_ISREG(st.st_mode) and _private(st) else b""
-            doc = jsonio.loads(data) if 0 < len(data) <= _MEMO_BYTES else {}
-        except (OSError, ValueError):
-            return _MEMO
-        if isinstance(doc, dict):
-            _MEMO = {k: v for k, v in doc.items() if isinstance(k, str) and _paths_ok(v)}
+        doc = private_memo.read(_memo_file(), _MEMO_BYTES)
+        _MEMO = {k: v for k, v in doc.items() if isinstance(k, str) and _paths_ok(v)}
     return _MEMO
 
 
@@ -84,19 +68,7 @@ def save() -> None:
     if not _FRESH:
         return
     _FRESH.clear()
-    memo = dict(list(_memo().items())[-MEMO_ENTRIES:])
-    f = _memo_file()
-    try:
-        f.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if not _private(os.lstat(f.parent)):
-            return
-        tmp = f.with_name(f".{f.name}.{os.getpid()}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        with os.fdopen(fd, "w") as w:
-            w.write(json.dumps(memo, separators=(",", ":")))
-        os.replace(tmp, f)
-    except OSError:
-        pass
+    private_memo.write(_memo_file(), dict(list(_memo().items())[-MEMO_ENTRIES:]))
 
 
 def identity(path: str | os.PathLike) -> list[int] | None:
