@@ -21,8 +21,7 @@ import luigi
 
 from harness.backends import backend_for, resolve
 from harness.backends.base import Key, Work
-from harness.cache import observations
-from harness.cache import runs as runlog
+from harness.cache import observations, runs as runlog
 from harness.cache.codehash import code_digests
 from harness.cache.hashing import stage_key
 from harness.cache.store import ArtifactStore
@@ -124,14 +123,11 @@ class StageTask(luigi.Task):
             self.params  # noqa: B018
             try:
                 signing_key()
+                # an OCI bundle's stages write under the root (the params checked it mounts the checkout)
+                if bundle := self.params.slurm and self.params.slurm.container_bundle:
+                    check_bundle_here(bundle, sees=(artifacts_root(),))
             except InputError as e:
                 raise ParamsError([str(e)]) from None
-            bundle = self.params.slurm and self.params.slurm.container_bundle
-            if bundle:  # the stages in it write under the root (the params checked it mounts the checkout)
-                try:
-                    check_bundle_here(bundle, sees=(artifacts_root(),))
-                except InputError as e:
-                    raise ParamsError([str(e)]) from None
             if self.rerun_from and self.rerun_from not in STAGES:
                 raise ParamsError([f"--rerun-from: unknown stage {self.rerun_from!r}; stages are {', '.join(STAGES)}"])
             # luigi (and luigid across workers) tells tasks apart by task_id, which it derives from
@@ -394,7 +390,6 @@ class StageTask(luigi.Task):
             log.info("fault hook: holding %s for %ss before publishing", self.stage, seconds or 0)
             time.sleep(float(seconds or 0))
         return extra
-
 
 
 _TRUST_MEMO: dict[tuple, list[str]] = {}

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from harness.backends.trtllm.build import flag_value
 from harness.mlperf import benchmarks
+from harness.serving.triton import contract
 from harness.serving.triton.contract import Tensor
 from harness.serving.triton.pbtxt import check_model_config, render_model_config
 
@@ -43,19 +44,18 @@ DTYPE = "float16"  # fbank.py casts the features to half, and the tensorrt_llm m
 BLS_INPUTS = (Tensor("TEXT_PREFIX", "TYPE_STRING", (1,)), Tensor("WAV", "TYPE_FP32", (-1,)),
               Tensor("WAV_LENS", "TYPE_INT32", (1,), optional=True))
 BLS_OUTPUTS = (Tensor("TRANSCRIPTS", "TYPE_STRING", (1,)),)
-# What whisper_bls sends the tensorrt_llm model, as its config.pbtxt declares them.
+# What whisper_bls sends the tensorrt_llm model, as its config.pbtxt declares them: the text contract's
+# tensors (one definition, contract.py) with the encoder's between them, in the template's order.
+_TEXT = {t.name: t for t in contract.INPUTS}
 LLM_INPUTS = (
-    Tensor("input_ids", "TYPE_INT32", (-1,), optional=True, ragged=True),
+    _TEXT["input_ids"],
     Tensor("encoder_input_features", "TYPE_FP16", (-1, -1), optional=True, ragged=True),
     Tensor("encoder_output_lengths", "TYPE_INT32", (1,), optional=True, scalar=True),
-    Tensor("input_lengths", "TYPE_INT32", (1,), scalar=True),
-    Tensor("request_output_len", "TYPE_INT32", (1,), scalar=True),
+    _TEXT["input_lengths"], _TEXT["request_output_len"],
     Tensor("decoder_input_ids", "TYPE_INT32", (-1,), optional=True, ragged=True),
-    Tensor("end_id", "TYPE_INT32", (1,), optional=True, scalar=True),
-    Tensor("pad_id", "TYPE_INT32", (1,), optional=True, scalar=True),
-    Tensor("streaming", "TYPE_BOOL", (1,), optional=True, scalar=True),
+    _TEXT["end_id"], _TEXT["pad_id"], _TEXT["streaming"],
 )
-LLM_OUTPUTS = (Tensor("output_ids", "TYPE_INT32", (-1, -1)), Tensor("sequence_length", "TYPE_INT32", (-1,)))
+LLM_OUTPUTS = contract.OUTPUTS
 EXAMPLE = "params/examples/whisper-trtllm-h200.yaml"
 
 
