@@ -408,23 +408,29 @@ def test_a_forged_layout_field_makes_the_whole_servers_file_ignored(field, value
     assert servers_of({"servers": [good, {**good, field: value}]}, "servers.json") is None
 
 
+def remote_layout_argvs(p) -> list[list[str]]:
+    """The srun command lines of `p`'s layout instances on the second node (n1) or over several nodes,
+    placed on a two-node allocation (job 41) with fixed ports."""
+    from harness.backends.openai.layouts import layout_specs
+    from harness.serving.launcher import placed_argv
+
+    instances = place(p.layout)
+    ports = {f"{i.name}{s}": 9000 + k for k, i in enumerate(instances) for s in ("", "_kv", "_metrics", "_dist")}
+    specs, _ = layout_specs(p, instances, [("n0", "10.0.0.1"), ("n1", "10.0.0.2")], ports, "/root/ls", "/ckpt",
+                            "/root", "openai-http")
+    return [placed_argv(s) for s in specs if s.span or s.node == "n1"]
+
+
 def test_every_layout_step_on_another_node_runs_in_the_jobs_container(monkeypatch):
     """With slurm.container_image (pyxis/enroot), an instance started through srun on another node, and one
     over several nodes, runs with the allocation's --container-image, the artifacts root mounted (rendered
     and checked here: no pyxis on this host)."""
-    from harness.backends.openai.layouts import layout_specs
-    from harness.serving.launcher import placed_argv
-
     image = "nvcr.io#nvidia/tritonserver:25.01-trtllm-python-py3"
     monkeypatch.setenv("SLURM_JOB_ID", "41")
     monkeypatch.setenv("SLURMD_NODENAME", "n0")
     for layout in (DISAGG, SPAN):
         p = params("vllm", layout, f"slurm.container_image={image},slurm.container_mounts=[/data:/data]")
-        instances = place(p.layout)
-        ports = {f"{i.name}{s}": 9000 + k for k, i in enumerate(instances) for s in ("", "_kv", "_metrics", "_dist")}
-        specs, _ = layout_specs(p, instances, [("n0", "10.0.0.1"), ("n1", "10.0.0.2")], ports, "/root/ls", "/ckpt",
-                                "/root", "openai-http")
-        remote = [placed_argv(s) for s in specs if s.span or s.node == "n1"]
+        remote = remote_layout_argvs(p)
         assert remote
         for argv in remote:
             assert f"--container-image={image}" in argv and "--container-mounts=/root:/root,/data:/data" in argv

@@ -217,22 +217,15 @@ def test_a_bundle_that_does_not_mount_the_artifacts_root_is_refused_before_any_s
 def test_every_step_of_a_layout_and_the_batch_step_render_the_bundle(monkeypatch, tmp_path):
     """Rendered (no cluster needed): the batch script's step and every layout step on another node run with
     `--container=<bundle>`, starting in their directory through the bundle's /bin/sh; no pyxis option."""
-    from harness.backends.openai.layouts import layout_specs
-    from harness.serving.launcher import placed_argv
-    from harness.serving.layout import place
     from harness.slurm import JobSpec, render_script
-    from test_serving_roles import DISAGG as ROLES, SPAN, params
+    from test_serving_roles import DISAGG as ROLES, SPAN, params, remote_layout_argvs
 
     b = _bundle(tmp_path / "b", mounts=[{"destination": "/", "source": "/", "type": "bind", "options": ["rbind"]}])
     monkeypatch.setenv("SLURM_JOB_ID", "41")
     monkeypatch.setenv("SLURMD_NODENAME", "n0")
     for layout in (ROLES, SPAN):
         p = params("vllm", layout, f"slurm.container_bundle={b}")
-        instances = place(p.layout)
-        ports = {f"{i.name}{s}": 9000 + k for k, i in enumerate(instances) for s in ("", "_kv", "_metrics", "_dist")}
-        specs, _ = layout_specs(p, instances, [("n0", "10.0.0.1"), ("n1", "10.0.0.2")], ports, "/root/ls", "/ckpt",
-                                "/root", "openai-http")
-        remote = [placed_argv(s) for s in specs if s.span or s.node == "n1"]
+        remote = remote_layout_argvs(p)
         assert remote
         for argv in remote:
             k = argv.index(f"--container={b}")
