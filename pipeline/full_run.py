@@ -109,8 +109,9 @@ class FullRun(StageTask):
         accuracy = json.loads((up["accuracy"].artifact_dir / "accuracy.json").read_text()) if "accuracy" in up else None
 
         report = build_report(self.stage_keys(), perf, accuracy, self.report_name())
-        # which observation this report is, and which measurements it reports (`history`, `compare`)
-        report["observations"] = {"FullRun": self.building.get("observation"),
+        # which observation this report is (under its own stage: FullRun or Bench), and which measurements it
+        # reports (`history`, `compare`)
+        report["observations"] = {self.stage: self.building.get("observation"),
                                   **{k.split("/")[0]: v for k, v in self.building.get("observed_from", {}).items()}}
         requests = read_requests_csv(perf_dir / "requests.csv")
         lengths = self._input_lengths(up["performance"])

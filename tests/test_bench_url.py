@@ -295,6 +295,9 @@ def test_two_benches_are_observations_that_history_lists_and_compare_takes(token
     reports = [json.loads((d / "report.json").read_text())["performance"]["tokens_per_second"] for d in
                (root / "observations" / "Bench" / key16 / first, root / "Bench" / key16)]
     assert [row["a"], row["b"]] == reports and row["a_spread"]["n"] == 2  # each named observation's own number
+    said = [json.loads((d / "report.json").read_text())["observations"] for d in
+            (root / "observations" / "Bench" / key16 / first, root / "Bench" / key16)]
+    assert [s.get("Bench") for s in said] == [first, second] and not any("FullRun" in s for s in said)  # its own
 
 
 def test_plain_load_flags_measure_one_point_each_and_print_one_table(tokenizer_dir, tmp_path):

@@ -43,7 +43,7 @@ def repeats_text(stage: str, key: str, reports: list[dict], asked: int) -> str:
     rows = []
     for i, r in enumerate(reports, 1):
         p, a, h = r["performance"], r["accuracy"], r.get(host_state.KEY) or {}
-        said = r.get("observations") or {}  # a bench's report names its own observation as FullRun's does
+        said = r.get("observations") or {}  # FullRun or Bench; a Bench report before 2026-12 named its own FullRun
         rows.append([str(i), str(said.get(stage) or said.get("FullRun") or "-"), "VALID" if is_valid(p) else "INVALID",
                      fmt(p["tokens_per_second"]), fmt(p["ttft_ms"].get("p99")),
                      "-" if a is None else "PASS" if a["passed"] else "FAIL",

@@ -34,9 +34,16 @@ def row(point: dict[str, Any], report: dict, resolved: dict[str, Any] | None = N
             "relaunch_why": "; ".join(r.get("why") or "" for r in p.get("relaunches") or ()) or None,
             "accuracy_passed": None if a is None else a["passed"], "target_qps": p.get("target_qps"),  # None: no run
             "fullrun_key": (report["stages"].get("FullRun") or report["stages"]["Bench"])[:16],  # a Bench: --url
-            "observation": (report.get("observations") or {}).get("FullRun"),  # compare takes KEY@OBSERVATION
+            # compare takes KEY@OBSERVATION; a Bench report names its own (one before 2026-12 named it FullRun)
+            "observation": own_observation(report),
             # whose TTFT and TPOT they are: LoadGen's, or the client's where LoadGen measured none
             "sources": {k: (p.get("sources") or {}).get(k) or "LoadGen" for k in ("ttft_ms", "tpot_ms")}}
+
+
+def own_observation(report: dict) -> str | None:
+    """The observation a FullRun's or a Bench's report is."""
+    said = report.get("observations") or {}
+    return said.get("FullRun") if "FullRun" in report["stages"] else said.get("Bench") or said.get("FullRun")
 
 
 def cell(r: dict, k: str) -> str:
