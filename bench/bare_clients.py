@@ -8,7 +8,8 @@ perfdag's contract helpers build the gRPC request tensors only.
 
 Every asyncio loop runs twice over: on uvloop, the event loop perfdag's frontends run on
 (harness/loadgen/cores/aioloop.py), and on asyncio's own; the label says which (`aiohttp-uvloop`,
-`aiohttp-asyncio`). tritonclient's threaded streams are a third gRPC baseline, with no event loop.
+`aiohttp-asyncio`). tritonclient's threaded streams are a third gRPC baseline, with no event loop; a
+raw grpc.aio loop (`grpc-aio-raw`: templated request bytes, raw output bytes) is the fourth.
 
 Every loop returns {"responses", "tokens", "requests", "seconds", "ttft_ns": {sample: ns},
 "n_tokens": {sample: n}} for the timed requests (warm-up ones excluded).
@@ -267,6 +268,101 @@ def triton_aio_loop(url, prompts, in_flight, tokens, streaming, warm, conns, mod
     return tally.result(secs)
 
 
+def raw_grpc_aio_loop(url, prompts, in_flight, tokens, streaming, warm, conns, model="echo", loop="uvloop",
+                      **_) -> dict:
+    """grpc.aio alone, as a hand-tuned client would write it: `conns` channels, one ModelStreamInfer stream
+    each, in_flight/conns requests outstanding per stream. Each prompt's request is serialized once from a
+    template and sent as bytes with its id appended (protobuf merges concatenated messages); a response is
+    parsed by the generated protobuf class and only output_ids' raw bytes (cut to sequence_length) are read:
+    no tritonclient InferResult, no numpy on the response path."""
+    import struct
+
+    import grpc
+    from tritonclient.grpc import service_pb2
+
+    from harness.serving.triton.contract import OUTPUT_NAMES, request_arrays
+
+    i32 = struct.Struct("<i")
+    blobs: dict[int, bytes] = {}
+
+    def request(ids) -> bytes:
+        blob = blobs.get(id(ids))
+        if blob is None:
+            req = service_pb2.ModelInferRequest(model_name=model)
+            for name, arr in request_arrays(ids, tokens, None, streaming, exclude_input_in_output=True).items():
+                t = req.inputs.add()
+                t.name, t.datatype = name, "BOOL" if arr.dtype == bool else "INT32"
+                t.shape.extend(arr.shape)
+                req.raw_input_contents.append(arr.tobytes())
+            for name in OUTPUT_NAMES:
+                req.outputs.add().name = name
+            blob = blobs[id(ids)] = req.SerializeToString()
+        return blob
+
+    async def main():
+        tally = _Tally()
+        shares = [list(enumerate(prompts))[k::conns] for k in range(conns)]
+        per = max(1, in_flight // conns)
+        slots: list = []   # (index of output_ids, index of sequence_length or -1), from the first response
+
+        async def stream(k: int, todo: list, sample_ok: bool):
+            if not todo:
+                return
+            async with grpc.aio.insecure_channel(url) as channel:
+                call = channel.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer",
+                                             request_serializer=None,
+                                             response_deserializer=service_pb2.ModelStreamInferResponse.FromString)()
+                state: dict[str, list] = {}
+                todo_it = iter(todo)
+                left = len(todo)
+
+                async def send_next():
+                    for sample, ids in todo_it:
+                        rid = f"{k}-{next(RIDS)}"
+                        state[rid] = [sample if sample_ok else None, time.monotonic_ns(), 0]
+                        await call.write(request(ids) + service_pb2.ModelInferRequest(id=rid).SerializeToString())
+                        return
+
+                for _ in range(min(per, len(todo))):
+                    await send_next()
+                while left:
+                    msg = await call.read()
+                    if msg is grpc.aio.EOF:
+                        raise RuntimeError("the stream ended early")
+                    if msg.error_message:
+                        raise RuntimeError(msg.error_message)
+                    r = msg.infer_response
+                    raw = r.raw_output_contents
+                    if not slots:
+                        names = [o.name for o in r.outputs]
+                        slots.append((names.index("output_ids"),
+                                      names.index("sequence_length") if "sequence_length" in names else -1))
+                    i_ids, i_seq = slots[0]
+                    data = raw[i_ids] if raw else b""
+                    if i_seq >= 0 and data:
+                        data = data[:4 * i32.unpack_from(raw[i_seq])[0]]
+                    st = state[r.id]
+                    n = len(data) >> 2
+                    tally.event(st[0], st[1], n)
+                    st[2] += n
+                    if not streaming or st[2] >= tokens:
+                        del state[r.id]
+                        if sample_ok:
+                            tally.requests += 1
+                        left -= 1
+                        await send_next()
+                await call.done_writing()
+
+        await asyncio.gather(*(stream(k, [(None, prompts[j % len(prompts)]) for j in range(k, warm, conns)], False)
+                               for k in range(conns)))
+        t0 = time.monotonic()
+        await asyncio.gather(*(stream(k, shares[k], True) for k in range(conns)))
+        return tally, time.monotonic() - t0
+
+    tally, secs = _run(main, loop)
+    return tally.result(secs)
+
+
 def triton_stream_loop(url, prompts, in_flight, tokens, streaming, warm, conns, model="echo", **_) -> dict:
     """tritonclient.grpc (sync) streams: `conns` clients with a callback each (tritonclient's reader
     thread); the callback sends a stream's next request when one finishes."""
@@ -446,7 +542,8 @@ def _on_loops(**fns) -> dict:
 
 #: protocol -> client label -> loop(url, prompts, in_flight, tokens, streaming, warm, conns=, model=)
 LOOPS = {
-    "grpc": {**_on_loops(**{"tritonclient-aio": triton_aio_loop}), "tritonclient-stream": triton_stream_loop},
+    "grpc": {**_on_loops(**{"tritonclient-aio": triton_aio_loop, "grpc-aio-raw": raw_grpc_aio_loop}),
+             "tritonclient-stream": triton_stream_loop},
     "http": _on_loops(aiohttp=aiohttp_loop, httpx=httpx_loop),
     "generate": _on_loops(aiohttp=aiohttp_generate_loop),
     "chat": _on_loops(**{"aiohttp-chat": aiohttp_chat_loop}),

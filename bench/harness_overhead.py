@@ -6,7 +6,8 @@ Servers cost (almost) nothing, so what differs is the client: the echo Triton mo
 HTTP through Triton's generate extension (`--protocols generate`: perfdag's triton-generate core
 against the gRPC stream core on one server). Each server runs in two modes: burst
 (a request's responses sent at once, so one read carries many) and paced (`--pace-ms` per token,
-one response per read). Bare loops (bench/bare_clients.py): tritonclient.grpc.aio, aiohttp and
+one response per read). Bare loops (bench/bare_clients.py): tritonclient.grpc.aio, a raw grpc.aio loop
+(templated request bytes, raw output bytes: the cheapest a gRPC client gets), aiohttp and
 httpx (aiohttp alone for generate_stream), each on uvloop (perfdag's frontends' loop) and on asyncio's own; tritonclient's threaded
 streams. For chat completions (`--protocols chat`: perfdag's chat core, the same echo
 server's /v1/chat/completions), aiohttp on each loop. For transcriptions (`--protocols transcription`:

@@ -28,7 +28,7 @@ def _doc(runs: list[dict], rounds: int) -> dict:
 
 def test_every_event_loop_client_runs_on_uvloop_and_on_asyncio():
     """Each asyncio bare loop has a uvloop and an asyncio label; tritonclient's threaded streams stay."""
-    for proto, names in (("grpc", ["tritonclient-aio"]), ("http", ["aiohttp", "httpx"]), ("generate", ["aiohttp"])):
+    for proto, names in (("grpc", ["tritonclient-aio", "grpc-aio-raw"]), ("http", ["aiohttp", "httpx"]), ("generate", ["aiohttp"])):
         for name in names:
             assert {f"{name}-{loop}" for loop in EVENT_LOOPS} <= set(LOOPS[proto])
     assert "tritonclient-stream" in LOOPS["grpc"]

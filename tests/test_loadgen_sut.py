@@ -360,7 +360,7 @@ def test_server_streams_first_tokens(echo_server, tmp_path):
 def test_chunked_stream_first_token_and_counts_match_a_bare_tritonclient_loop(echo_server, tmp_path):
     """4 tokens per response: TTFT is the first response's arrival, n_tokens exact and TPOT the
     rest over n-1 tokens, as a bare tritonclient.grpc.aio loop measures them on the same model."""
-    from bench.bare_clients import triton_aio_loop
+    from bench.bare_clients import raw_grpc_aio_loop, triton_aio_loop
 
     samples = _prompts(24)
     r = run_loadgen([echo_server.grpc_url], ["echo_chunks"], samples,
@@ -369,6 +369,11 @@ def test_chunked_stream_first_token_and_counts_match_a_bare_tritonclient_loop(ec
                     clients_per_frontend=2, warmup_queries=2, max_new_tokens=16, request_timeout_s=30, progress=False)
     bare = triton_aio_loop(echo_server.grpc_url, samples, 8, 16, True, 2, conns=2, model="echo_chunks")
     assert sorted(q["n_tokens"] for q in r["requests"]) == [16] * 24 == sorted(bare["n_tokens"].values())
+    # the raw grpc.aio loop (bench/harness_overhead.py's fourth gRPC baseline) counts what tritonclient's does,
+    # streamed (4 tokens a response) and not (one response a request)
+    for streaming, responses in ((True, 24 * 4), (False, 24)):
+        raw = raw_grpc_aio_loop(echo_server.grpc_url, samples, 8, 16, streaming, 2, conns=2, model="echo_chunks")
+        assert sorted(raw["n_tokens"].values()) == [16] * 24 and (raw["requests"], raw["responses"]) == (24, responses)
     mine = sorted(q["ttft_ms"] for q in r["requests"])[12]
     theirs = sorted(v / 1e6 for v in bare["ttft_ns"].values())[12]
     assert 8 * 0.9 <= mine < max(3 * theirs, theirs + 20)  # the first 4-token response, 4 x 2 ms
