@@ -43,8 +43,10 @@ RunId = Annotated[str, matching(re.compile(r"[A-Za-z0-9_.:-]{1,128}"), "a run id
 
 
 class StrictRecord(BaseModel):
-    # Exact types; fields this perfdag does not know are dropped, never acted on.
-    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+    # Exact types; fields this perfdag does not know are dropped, never acted on. defer_build: a
+    # record's validator is built when one is first read, not when its module is imported (a cached
+    # run reads few of them; the same validation either way).
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True, defer_build=True)
 
 
 # --- reporting --------------------------------------------------------------------------------
