@@ -1,7 +1,8 @@
 """What a `bench` costs beyond its own duration: wall time of `python -m pipeline bench --duration S`
 against a server that runs already, stage by stage.
 
-    .venv/bin/python bench/bench_wall.py [--duration 60] [--rate 20] [--concurrency 8] [--out bench/results]
+    .venv/bin/python bench/bench_wall.py [--duration 60] [--rate 20] [--concurrency 8] [--shapes open,closed]
+                                         [--out bench/results]
 
 The server is perfdag's paced echo server (harness/serving/testing/echo_openai.py, --token-delay-ms 10:
 each token flushed alone, 10 ms apart, as from a GPU server at moderate load), so what is measured is
@@ -74,6 +75,9 @@ def bench_once(root: Path, url: str, tok: Path, shape: list[str], duration: floa
     sizing = (r.get("offline_expected_qps_auto") or {}).get("sizing_runs") or []
     return {"command": cmd[1:], "wall_s": round(wall, 2), "load1_before": load, "stages_s": stages,
             "loadgen_duration_s": timed_length(r),
+            # LoadGen's equal issue (llama2-70b's sample_concatenate_permutation) rounds the queries up to whole
+            # passes over the performance samples: the timed run's length follows this count, not --duration alone
+            "queries": r.get("query_count"),
             "sizing_runs": len(sizing), "valid": r.get("valid"), "exit": out.returncode}
 
 
@@ -91,10 +95,16 @@ def main() -> None:
     ap.add_argument("--osl", type=int, default=64, help="tokens per answer")
     ap.add_argument("--delay-ms", type=float, default=10.0, help="the echo server's time per token")
     ap.add_argument("--patience", type=float, default=600, help="seconds to wait for a load average under 1")
+    ap.add_argument("--shapes", default="open,closed", help="which load shapes to measure: open (--rate), closed "
+                                                                "(--concurrency) or both, comma-separated")
     ap.add_argument("--out", default=str(REPO / "bench" / "results"))
     args = ap.parse_args()
+    wanted = {x.strip() for x in args.shapes.split(",") if x.strip()}
+    if not wanted or wanted - {"open", "closed"}:
+        ap.error(f"--shapes {args.shapes!r}: give open, closed or open,closed")
     quiet = wait_quiet(patience_s=args.patience)
     shapes = {"open loop": ["--request-rate", f"{args.rate:g}"], "closed loop": ["--concurrency", str(args.concurrency)]}
+    shapes = {name: flags for name, flags in shapes.items() if name.split()[0] in wanted}
     url, server = echo_server(args.delay_ms)
     rows = []
     try:
@@ -107,7 +117,8 @@ def main() -> None:
                     row = bench_once(root, url, tok, shape, args.duration, again, args.osl)
                     rows.append({"shape": name, "run": "again" if again else "first", **row})
                     print(f"{name:11} {'again' if again else 'first':5}  wall {row['wall_s']:7.1f} s  "
-                          f"= {row['wall_s'] / args.duration:4.2f} x --duration  LoadGen {row['loadgen_duration_s']} s  "
+                          f"= {row['wall_s'] / args.duration:4.2f} x --duration  LoadGen {row['loadgen_duration_s']} s "
+                          f"({row['queries']} queries)  "
                           f"sizing runs {row['sizing_runs']}  stages {row['stages_s']}", flush=True)
     finally:
         server.terminate()

@@ -143,6 +143,43 @@ def test_frontier_url_measures_a_running_transformers_serve_with_no_model_stage(
     assert proc.poll() is None and probe(url)  # never perfdag's to stop
 
 
+def test_search_url_measures_a_running_transformers_serve_with_no_model_stage(served, model_dir, tmp_path,
+                                                                              monkeypatch, capsys):
+    """`search --url` against a `transformers serve` started outside perfdag (issue 48): its probes and the
+    Bench that confirms the found load are of that server, no run record names a model stage or a launch,
+    `history` lists the confirming Bench and `compare` takes it beside a plain `bench` of the same server."""
+    url, proc = served
+    root = tmp_path / "artifacts"
+    env = {**os.environ, "PERFDAG_ARTIFACTS": str(root)}
+    server = ("--url", url, "--model", str(model_dir), "--tokenizer", str(model_dir))
+    tiny = ("dataset.num_samples=8,dataset.max_new_tokens=8,loadgen.min_query_count=8,loadgen.min_duration_ms=0,"
+            "harness.warmup_queries=1,loadgen.offline_expected_qps=8")
+    run = subprocess.run([sys.executable, "-m", "pipeline", "search", *server, "--concurrency", "1",
+                          "--overrides", tiny + ",search.highest=2", "--slo", "e2e_p99_ms<=600000",
+                          "--probe-min-duration-ms", "0", "--probe-min-query-count", "8", "--repeat", "1"],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-5000:]
+    assert "  confirmed  2: VALID at full settings, no accuracy run (a running server: no references)" in run.stdout, \
+        run.stdout[-3000:]
+    assert "  result     2" in run.stdout, run.stdout[-3000:]
+    (confirming,) = [d.name for d in (root / "Bench").iterdir() if not d.name.startswith(".")]
+    one = bench(root, *server, "--concurrency", "1", "--overrides", tiny)
+    assert one.returncode == 0, one.stdout[-3000:] + one.stderr[-5000:]
+    built = {stage for r in run_records(root) for stage in statuses(r)}
+    assert built & MODEL_STAGES == set() and {"ExternalServers", "RunLoadgen", "Bench", "FindMaxLoad"} <= built, built
+    for result in root.glob("RunLoadgen/*/result.json"):  # every probe and measurement: of that server
+        assert json.loads(result.read_text())["harness"]["endpoints"] == [url.removeprefix("http://")]
+    (plain,) = [d.name for d in (root / "Bench").iterdir() if not d.name.startswith(".") and d.name != confirming]
+    monkeypatch.setenv("PERFDAG_ARTIFACTS", str(root))
+    assert main(["history", confirming[:8]]) == 0
+    assert capsys.readouterr().out.startswith(f"Bench {confirming}: 1 observation(s)")
+    assert main(["compare", confirming[:8], plain[:8]]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(f"A: Bench {confirming}") and out[1].startswith(f"B: Bench {plain}"), out
+    assert next(x for x in out if x.startswith("result")).split()[1:3] == ["VALID", "VALID"], out
+    assert proc.poll() is None and probe(url)  # never perfdag's to stop
+
+
 @pytest.mark.parametrize("args, needle", [
     (("--url", "http://127.0.0.1:9"), "dataset.tokenizer: name the served model's tokenizer directory"),
     (("--tokenizer", "TOK"), "openai.endpoints: measuring a running server needs build.backend=openai"),

@@ -60,7 +60,9 @@ def test_sweep_grid_builds_one_fullrun_per_value_without_a_file(artifacts):
 
 @pytest.fixture
 def drawn(monkeypatch):
-    """What the plots drew: every horizontal/vertical line's position and every annotation's text."""
+    """What the plots drew: every horizontal/vertical line's position and every annotation's text (all in
+    this process: no figure drawn in a forked child)."""
+    monkeypatch.setattr(plots, "FORK", False)
     seen = {"hlines": [], "vlines": [], "notes": []}
     for name, key in (("axhline", "hlines"), ("axvline", "vlines")):
         orig = getattr(Axes, name)
@@ -91,6 +93,22 @@ def test_a_limit_far_above_the_data_is_written_not_drawn(drawn, tmp_path):
     assert 2000.0 not in drawn["hlines"] + drawn["vlines"]
     assert any("2,000 ms: off scale" in n for n in drawn["notes"])
     assert 54.0 in drawn["hlines"]  # LoadGen's p99 is data: still drawn
+
+
+def test_figures_drawn_by_a_forked_child_come_back_in_order_and_its_failure_is_raised():
+    """_render: where the host has a second CPU, every other figure is drawn in a forked child; the names
+    come back in the jobs' order, and a figure that fails there fails the report here, with its traceback."""
+    import os
+
+    names = plots._render([lambda i=i: f"{i}-{os.getpid()}.png" for i in range(5)])
+    assert [n.split("-")[0] for n in names] == ["0", "1", "2", "3", "4"]
+    pids = {n.split("-")[1] for n in names}
+    assert len(pids) == (2 if (os.cpu_count() or 1) >= 2 else 1), names
+
+    def broken():
+        raise ValueError("no such axis")
+    with pytest.raises((RuntimeError, ValueError), match="no such axis"):
+        plots._render([lambda: "a.png", broken, lambda: "c.png"])
 
 
 def test_a_limit_near_the_data_is_still_drawn(drawn, tmp_path):

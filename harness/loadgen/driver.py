@@ -364,6 +364,18 @@ class _Driver(Progress):
         comp.start()
         wd = threading.Thread(target=self.watchdog, name="loadgen-watchdog", daemon=True)
         wd.start()
+        # LoadGen's settings, SUT and QSL while the frontends connect and warm up, not after
+        try:
+            settings, self.perf_count = build_test_settings(lg, self.scenario, cfg["mode"], cfg["settings"],
+                                                            cfg["n_samples"], Path(cfg["out_dir"]))
+        except SettingsError as exc:
+            raise _Fatal(str(exc)) from None
+        log_settings = lg.LogSettings()
+        log_settings.log_output.outdir = cfg["out_dir"]
+        log_settings.log_output.copy_summary_to_stdout = False
+        log_settings.enable_trace = False
+        sut = lg.ConstructSUT(self.issue_queries, lambda: None)  # nothing to flush
+        qsl = lg.ConstructQSL(cfg["n_samples"], self.perf_count, lambda s: None, lambda s: None)
         if not self.ready_ev.wait(cfg["startup_timeout_s"]):
             missing = sorted(set(range(n_fe)) - self.ready)
             self.fatal(f"frontend(s) {missing} not ready (connect + warm-up) within {cfg['startup_timeout_s']:.0f}s; "
@@ -376,17 +388,6 @@ class _Driver(Progress):
         streaming = {g: c.get("streaming") for g, c in clients.items()}
         sys.stderr.write(f"frontends ready: warm-up {warm_n} requests in {warm_s:.2f}s; streaming {streaming}\n")
 
-        try:
-            settings, self.perf_count = build_test_settings(lg, self.scenario, cfg["mode"], cfg["settings"],
-                                                            cfg["n_samples"], Path(cfg["out_dir"]))
-        except SettingsError as exc:
-            raise _Fatal(str(exc)) from None
-        log_settings = lg.LogSettings()
-        log_settings.log_output.outdir = cfg["out_dir"]
-        log_settings.log_output.copy_summary_to_stdout = False
-        log_settings.enable_trace = False
-        sut = lg.ConstructSUT(self.issue_queries, lambda: None)  # nothing to flush
-        qsl = lg.ConstructQSL(cfg["n_samples"], self.perf_count, lambda s: None, lambda s: None)
         # the servers' own metrics around LoadGen's test alone: after the warm-up, before the frontends stop
         scraped = cfg.get("server_metrics") or []
         metrics_before = server_metrics.scrape(scraped) if scraped else None

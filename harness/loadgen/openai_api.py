@@ -20,18 +20,18 @@ def methods(kind: str, prompt: str = "auto", output: str = "auto", router: bool 
 
 
 def openai_api(params, samples, tokenizer_dir) -> tuple[dict, list[str] | None]:
-    """The core's settings, and the prompts as text when the server takes only text."""
+    """The core's settings; prompts as text are left to the frontends (`decode_prompts`): they load the
+    tokenizer anyway where they re-tokenize answers, and do it while the driver starts, not before it."""
     o = params.openai
-    prompt, _ = methods(o.server, o.prompt, o.output_tokens, through_router(params))
     api = {"kind": o.server, "prompt": o.prompt, "output_tokens": o.output_tokens, "tokenizer": str(tokenizer_dir),
            "ignore_eos": ignore_eos(params), "router": through_router(params)}
-    texts = None
-    if prompt == "text":
-        from harness.model.tokenizer import load_tokenizer
+    return api, None
 
-        tok = load_tokenizer(tokenizer_dir)
-        texts = tok.batch_decode([s.input_ids for s in samples], skip_special_tokens=True)
-    return api, texts
+
+def decode_prompts(tokenizer, prompts) -> list[str]:
+    """Each prompt's text, for a server that takes only text: its token ids decoded, special tokens
+    dropped (what the dataset's tokenizer made of the prompt)."""
+    return tokenizer.batch_decode([prompts.ids(i).tolist() for i in range(len(prompts))], skip_special_tokens=True)
 
 
 def request_settings(params) -> dict:

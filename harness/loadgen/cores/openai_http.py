@@ -26,7 +26,7 @@ import time
 import numpy as np
 
 from harness.loadgen.cores.http_core import EventScan, HttpCore, finish_reason
-from harness.loadgen.openai_api import TOKEN_ID_SERVERS, methods
+from harness.loadgen.openai_api import TOKEN_ID_SERVERS, decode_prompts, methods
 from harness.serving.openai.client import base_url, health_status
 from harness.serving.openai.sse import DONE, SSEParser
 from harness.untrusted.limits import too_many_tokens
@@ -54,6 +54,22 @@ def request_body(kind: str, model: str, prompt, max_tokens: int, stream: bool, o
     return body
 
 
+_TOKENIZERS: dict = {}
+
+
+def frontend_tokenizer(path):
+    """The tokenizer of `path`, loaded once per frontend process and shared by its cores (they all run on
+    the frontend's one loop thread)."""
+    if not path:
+        raise RuntimeError("this server takes text prompts or re-tokenized answers, but no tokenizer was given "
+                           "(dataset.tokenizer)")
+    if path not in _TOKENIZERS:
+        from harness.model.tokenizer import load_tokenizer  # heavy: only where a run needs it
+
+        _TOKENIZERS[path] = load_tokenizer(path)
+    return _TOKENIZERS[path]
+
+
 def open_when_healthy(core: HttpCore, path: str, content_type: str = "application/json") -> None:
     """The core's share of its frontend's pool (HttpCore.open_pool), once its server's GET /health answers 200:
     one pool per frontend, shared by the OpenAI cores."""
@@ -71,12 +87,11 @@ class OpenAIHttpCore(HttpCore):
         self.kind = api["kind"]
         self.prompt_method, self.output_method = methods(self.kind, api.get("prompt", "auto"),
                                                          api.get("output_tokens", "auto"), bool(api.get("router")))
-        if self.prompt_method == "text" and self.prompts.texts is None:
-            raise RuntimeError("this server takes text prompts, but no prompt texts were given")
         self.tokenizer = None
-        if self.output_method == "retokenize":
-            from harness.model.tokenizer import load_tokenizer  # heavy: only where a run needs it
-            self.tokenizer = load_tokenizer(api["tokenizer"])
+        if self.output_method == "retokenize" or (self.prompt_method == "text" and self.prompts.texts is None):
+            self.tokenizer = frontend_tokenizer(api.get("tokenizer"))
+        if self.prompt_method == "text" and self.prompts.texts is None:  # once per frontend: its cores share them
+            self.prompts.texts = decode_prompts(self.tokenizer, self.prompts)
         self.base = base_url(self.url)
         self.endpoint = f"{self.base}/v1/completions"
         open_when_healthy(self, "/v1/completions")
