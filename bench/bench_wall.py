@@ -99,6 +99,7 @@ def main() -> None:
                                                                 "(--concurrency) or both, comma-separated")
     ap.add_argument("--out", default=str(REPO / "bench" / "results"))
     args = ap.parse_args()
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)  # timed runs read compiled bytecode (bench/noop_speed.py)
     wanted = {x.strip() for x in args.shapes.split(",") if x.strip()}
     if not wanted or wanted - {"open", "closed"}:
         ap.error(f"--shapes {args.shapes!r}: give open, closed or open,closed")

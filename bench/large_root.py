@@ -148,6 +148,7 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true", help="keep the roots (default: each removed after its size)")
     ap.add_argument("--out", default=str(REPO / "bench" / "results"))
     args = ap.parse_args()
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)  # timed runs read compiled bytecode (bench/noop_speed.py)
     work, repo = Path(args.work), Path(args.repo).resolve()
     work.mkdir(parents=True, exist_ok=True)
     py = sys.executable

@@ -47,6 +47,9 @@ def main() -> int:
     ap.add_argument("--overrides", default="", help="FullRun's --overrides (the root's run)")
     ap.add_argument("--out", default=str(REPO / "bench" / "results"))
     args = ap.parse_args()
+    # Timed commands read compiled bytecode, as an installed perfdag does: with PYTHONDONTWRITEBYTECODE set
+    # (some shells and CI images set it), an editable checkout compiles its own modules again in every run.
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     env = {**os.environ, "PERFDAG_ARTIFACTS": args.artifacts}
     fullrun = [sys.executable, "-m", "luigi", "--module", "pipeline", "FullRun", "--local-scheduler"]
     if args.overrides:
