@@ -301,3 +301,33 @@ def test_an_edited_runs_index_line_is_never_what_gc_delete_acts_on(runs_root, mo
     path.write_text(path.read_text().replace(f"Quantize/{key(2)[:16]}", f"Quantize/{key(5)[:16]}"))
     assert _plan(r, verify=True) == honest == _without_runs_index(r, monkeypatch)
     assert runindex.read(r / "runs")["old"]["ids"] == [f"Quantize/{key(2)[:16]}"]  # written back whole
+
+
+def test_closest_skips_observation_lines_but_never_trusts_a_forged_artifact_line(root):
+    """status's closest reads only the artifacts' lines (a measuring stage's index is mostly observations): a
+    harmed observation line changes nothing, and a forged artifact line (a key that is not there, or an edited line
+    whose manifest's stat still matches) never becomes the answer."""
+    r = root.root
+    doc = {"params": {"quant": {"format": "int4", "calib": 99}}, "upstream": {}, "code": {"a.py": "x"}}
+    want = min(root.manifests("Quantize"), key=lambda m: len(_diff(doc, m)))["key"]
+    assert index.closest(r, "Quantize", doc)["key"] == want
+    fr = r / "FullRun" / index.INDEX  # an observation's line torn in the middle of the index: not read
+    lines = fr.read_text().splitlines(keepends=True)
+    obs = [i for i, line in enumerate(lines) if line.startswith('{"d":"obs/')]
+    assert obs
+    lines[obs[0]] = lines[obs[0]][:30] + "\n"
+    fr.write_text("".join(lines))
+    assert index.closest(r, "FullRun", {"params": {"a": 1}, "upstream": {}, "code": {"a.py": "x"}})["key"] == key("f")
+    assert index.entries(r, "FullRun") == index.rebuild(r, "FullRun")  # every other reader still finds it harmed
+    path = r / "Quantize" / index.INDEX
+    good = path.read_text()
+    exact = index.field_hashes(doc)
+    forged = {**json.loads(good.splitlines()[1]), "d": "0123456789abcdef", "key": "0123456789abcdef" + "0" * 48,
+              "fields": exact}
+    path.write_text(good + json.dumps(forged, separators=(",", ":")) + "\n")  # no such directory
+    assert index.closest(r, "Quantize", doc)["key"] == want
+    other = key(0)[:16]  # an existing artifact's line edited to match exactly, its manifest's stat kept
+    path.write_text("".join(
+        json.dumps({**e, "fields": exact}, separators=(",", ":")) + "\n" if (e := json.loads(line)).get("d") == other
+        else line for line in good.splitlines(keepends=True)))
+    assert index.closest(r, "Quantize", doc) is False  # its manifest is not what the line says: status scans

@@ -161,7 +161,9 @@ def servers_in_use(records: list[dict]) -> bool:
 
 def _server_records(root: Path, entry_dir: Path) -> list[dict]:
     """The artifact's server records, checked (servers.json, else the manifest's copy); [] when malformed."""
-    recs = untrusted.read_servers(entry_dir / SERVERS_FILE, root, inside=entry_dir)
+    # most old artifacts have no servers.json: one lstat says so before read_servers resolves both paths
+    recs = untrusted.read_servers(entry_dir / SERVERS_FILE, root, inside=entry_dir) \
+        if os.path.lexists(entry_dir / SERVERS_FILE) else None
     if recs is None and not (entry_dir / SERVERS_FILE).exists():
         servers = _manifest_servers(entry_dir)
         if servers is not None:
@@ -243,6 +245,15 @@ def _observation_entries(root: Path, indexes: dict, verify: bool) -> list[Entry]
     return out
 
 
+def _dir_names(d: Path) -> list[str]:
+    """The names of `d`'s subdirectories, sorted; a link is none (the entry's type, as readdir gives it)."""
+    try:
+        with os.scandir(d) as it:
+            return sorted(e.name for e in it if e.is_dir(follow_symlinks=False))
+    except OSError:
+        return []
+
+
 def _stage_dirs(root: Path) -> list[Path]:
     if not root.is_dir():
         return []
@@ -271,8 +282,9 @@ def _plan(root: Path, keep_days: float, now: datetime | None, verify: bool = Fal
     indexes: dict[str, dict] = {}  # stage -> its index's lines (harness/cache/index.py)
     known_size: set[str] = set()   # entries whose size the index recorded (else the tree is walked)
     for sdir in _stage_dirs(root):
-        for d in sorted(sdir.iterdir()):
-            if not d.is_dir() or d.is_symlink() or d.name == ".locks":
+        for name in _dir_names(sdir):  # (a stat per name of a stage's directory was a large root's cost)
+            d = sdir / name
+            if name == ".locks":
                 continue
             m = _LEFTOVER.match(d.name)
             if m:
