@@ -214,12 +214,35 @@ def _line_ok(e) -> bool:
 
 
 _OBS_LINE = b'{"d":"obs/'  # how `_write` and `record` begin an observation's line (compact separators)
+_FIELDS = b',"fields":['  # and how they end every line with a manifest: `fields` last (describe's order)
+_UINTS = re.compile(rb"(?:(?:0|[1-9][0-9]*)(?:,(?:0|[1-9][0-9]*))*)?")  # JSON's non-negative ints, comma-separated
 
 
-def read(root: Path, stage: str, *, artifacts_only: bool = False) -> dict[str, dict] | None:
+def _loads(line: bytes, fields: bool) -> dict:
+    """One line parsed; without `fields`, a line ending in a `fields` list of plain integers (every line perfdag
+    writes) is parsed without it (most of a line's bytes; gc's dry run never reads it), the list checked by a regex
+    for exactly what `_line_ok` would have taken. Any other line is parsed whole."""
+    if not fields and line.endswith(b"]}") and (i := line.rfind(_FIELDS)) > 0 \
+            and _UINTS.fullmatch(line, i + len(_FIELDS), len(line) - 2):
+        e = json.loads(line[:i] + b"}")
+        if isinstance(e, dict):
+            e["fields"] = _UNREAD
+        return e
+    return json.loads(line)
+
+
+class _Unread(list):
+    """`fields` of a line read without them (checked, not kept): a list of no ints, so `_line_ok` takes it."""
+
+
+_UNREAD = _Unread()
+
+
+def read(root: Path, stage: str, *, artifacts_only: bool = False, fields: bool = True) -> dict[str, dict] | None:
     """The index's lines (by directory) as written, or None when it is missing or malformed. `artifacts_only`
     (status's closest, which reads no observation): an observation's line is skipped unparsed, and so unchecked;
-    the caller compares only the artifacts' lines with the root (`consistent(..., artifacts_only=True)`)."""
+    the caller compares only the artifacts' lines with the root (`consistent(..., artifacts_only=True)`). Without
+    `fields`, each line's `fields` is checked but not parsed (`_loads`): an empty list stands for it."""
     path = Path(root) / stage / INDEX
     try:
         data = read_regular(path, "index", MAX_INDEX_BYTES, "rebuilt from the manifests")
@@ -233,7 +256,7 @@ def read(root: Path, stage: str, *, artifacts_only: bool = False) -> dict[str, d
         if artifacts_only and line.startswith(_OBS_LINE):
             continue
         try:  # no depth walk (jsonio's): `_line_ok` takes only flat lines of exact types
-            e = json.loads(line)
+            e = _loads(line, fields or i == 0)
         except (ValueError, RecursionError):
             return None
         if i == 0:
@@ -272,12 +295,14 @@ def consistent(root: Path, stage: str, entries: dict[str, dict], *, artifacts_on
     return True
 
 
-def entries(root: str | os.PathLike, stage: str, *, write: bool = False, verify: bool = False) -> dict[str, dict]:
+def entries(root: str | os.PathLike, stage: str, *, write: bool = False, verify: bool = False,
+            fields: bool = True) -> dict[str, dict]:
     """The stage's index lines by directory, checked against the root (and, with `verify`, every manifest's
     lines against a fresh reading of them); rebuilt from the manifests when they do not hold, and then written when
-    `write`."""
+    `write`. Without `fields` (a reader that compares no key inputs: gc's dry run, a key prefix), a line's `fields`
+    may be an empty list (`read`)."""
     root = Path(root)
-    got = read(root, stage)
+    got = read(root, stage, fields=fields or verify)
     if got is not None and consistent(root, stage, got) and (not verify or _lines_hold(root, stage, got)):
         return got
     if not write or not (root / stage).is_dir():

@@ -209,7 +209,8 @@ def _indexed(root: Path, stage: str, rel: str, indexes: dict, verify: bool) -> t
     `rel` of `stage`, from the stage's index (harness/cache/index.py) where it lists it, else its manifest;
     and whether the directory's manifest is readable."""
     if stage not in indexes:
-        indexes[stage] = index.entries(root, stage, write=verify and (root / stage).is_dir(), verify=verify)
+        indexes[stage] = index.entries(root, stage, write=verify and (root / stage).is_dir(), verify=verify,
+                                       fields=False)  # gc compares no key inputs
     e = indexes[stage].get(rel)
     if e is not None and not e.get("odd"):
         if not e.get("manifest"):
