@@ -279,11 +279,11 @@ def consistent(root: Path, stage: str, entries: dict[str, dict], *, artifacts_on
     want = sorted(n for n in _subdirs(root / stage) if _KEY16.fullmatch(n)) if artifacts_only else listing(root, stage)
     if sorted(entries) != want:
         return False
-    base, obs = os.path.join(root, stage), os.path.join(root, OBSERVATIONS, stage)
+    base, obs = f"{root}/{stage}/", f"{root}/{OBSERVATIONS}/{stage}/"  # (os.path.join per item: a large root's cost)
     for rel, e in entries.items():
         in_obs = rel.startswith("obs/")
         try:
-            s = os.lstat(os.path.join(obs, rel[4:], MANIFEST) if in_obs else os.path.join(base, rel, MANIFEST))
+            s = os.lstat(f"{obs}{rel[4:]}/{MANIFEST}" if in_obs else f"{base}{rel}/{MANIFEST}")
             st = [s.st_ino, s.st_size, s.st_mtime_ns, s.st_ctime_ns]
         except OSError:
             st = None
