@@ -353,3 +353,30 @@ def test_a_line_read_without_its_fields_is_still_checked_as_whole(root, bad):
     else:
         assert index.read(r, stage, fields=False) is None and index.read(r, stage) is None
         assert index.entries(r, stage, fields=False) == index.rebuild(r, stage)  # rebuilt: every field real
+
+
+@pytest.mark.parametrize("forge", ["fields not ints", "finished today, stat kept"])
+def test_a_forged_line_never_makes_gc_delete_or_keep_what_the_manifests_do_not_say(root, forge, monkeypatch):
+    """gc reads lines without their fields: a line whose fields are not plain integers still makes the whole index
+    malformed (the plan is the manifests'), and a line edited to say an old artifact was built today, its
+    manifest's stat kept, is what only the check of every line against its manifest sees: the plan that deletes
+    (`verify`) is the manifests' either way."""
+    monkeypatch.setattr(harness.serving.launcher, "servers_live", lambda records, timeout_s=2.0: False)
+    r = root.root
+    future = datetime(2100, 1, 1, tzinfo=timezone.utc)  # everything published is older than keep_days here
+    path = r / "Quantize" / index.INDEX
+    lines = path.read_text().splitlines(keepends=True)
+    e = json.loads(lines[3])
+    if forge == "fields not ints":
+        e["fields"] = [1, "x"]
+    else:
+        e["finished_at"] = "2099-12-31T00:00:00+00:00"
+    lines[3] = json.dumps(e, separators=(",", ":")) + "\n"
+    path.write_text("".join(lines))
+    got = {v: gc.to_json(gc.plan(r, keep_days=1, now=future, verify=v), False) for v in (False, True)}
+    monkeypatch.setattr(index, "entries", lambda *a, **k: {})  # every manifest read
+    truth = gc.to_json(gc.plan(r, keep_days=1, now=future), False)
+    assert e["d"] in {x["key16"] for x in truth["delete"]}
+    assert got[True] == truth  # the plan that deletes: never the forged line's
+    if forge == "fields not ints":
+        assert got[False] == truth  # the index was refused whole
