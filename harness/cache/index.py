@@ -371,7 +371,7 @@ def closest(root: str | os.PathLike, stage: str, doc: dict) -> dict | None | boo
     got = read(root, stage, artifacts_only=True)  # the observations' lines, most of a measuring stage's, unread
     if got is None or not consistent(root, stage, got, artifacts_only=True):
         got = {rel: entry_of(root, stage, rel) for rel in listing(root, stage) if "/" not in rel}
-    cands = [(e.get("finished_at") or "", str(root / stage / rel), e) for rel, e in got.items()
+    cands = [(e.get("finished_at") or "", f"{root}/{stage}/{rel}", e) for rel, e in got.items()  # (no Path per line)
              if "/" not in rel and e.get("manifest")]
     if not cands:
         return None
