@@ -301,3 +301,82 @@ def test_an_edited_runs_index_line_is_never_what_gc_delete_acts_on(runs_root, mo
     path.write_text(path.read_text().replace(f"Quantize/{key(2)[:16]}", f"Quantize/{key(5)[:16]}"))
     assert _plan(r, verify=True) == honest == _without_runs_index(r, monkeypatch)
     assert runindex.read(r / "runs")["old"]["ids"] == [f"Quantize/{key(2)[:16]}"]  # written back whole
+
+
+def test_closest_skips_observation_lines_but_never_trusts_a_forged_artifact_line(root):
+    """status's closest reads only the artifacts' lines (a measuring stage's index is mostly observations): a
+    harmed observation line changes nothing, and a forged artifact line (a key that is not there, or an edited line
+    whose manifest's stat still matches) never becomes the answer."""
+    r = root.root
+    doc = {"params": {"quant": {"format": "int4", "calib": 99}}, "upstream": {}, "code": {"a.py": "x"}}
+    want = min(root.manifests("Quantize"), key=lambda m: len(_diff(doc, m)))["key"]
+    assert index.closest(r, "Quantize", doc)["key"] == want
+    fr = r / "FullRun" / index.INDEX  # an observation's line torn in the middle of the index: not read
+    lines = fr.read_text().splitlines(keepends=True)
+    obs = [i for i, line in enumerate(lines) if line.startswith('{"d":"obs/')]
+    assert obs
+    lines[obs[0]] = lines[obs[0]][:30] + "\n"
+    fr.write_text("".join(lines))
+    assert index.closest(r, "FullRun", {"params": {"a": 1}, "upstream": {}, "code": {"a.py": "x"}})["key"] == key("f")
+    assert index.entries(r, "FullRun") == index.rebuild(r, "FullRun")  # every other reader still finds it harmed
+    path = r / "Quantize" / index.INDEX
+    good = path.read_text()
+    exact = index.field_hashes(doc)
+    forged = {**json.loads(good.splitlines()[1]), "d": "0123456789abcdef", "key": "0123456789abcdef" + "0" * 48,
+              "fields": exact}
+    path.write_text(good + json.dumps(forged, separators=(",", ":")) + "\n")  # no such directory
+    assert index.closest(r, "Quantize", doc)["key"] == want
+    other = key(0)[:16]  # an existing artifact's line edited to match exactly, its manifest's stat kept
+    path.write_text("".join(
+        json.dumps({**e, "fields": exact}, separators=(",", ":")) + "\n" if (e := json.loads(line)).get("d") == other
+        else line for line in good.splitlines(keepends=True)))
+    assert index.closest(r, "Quantize", doc) is False  # its manifest is not what the line says: status scans
+
+
+@pytest.mark.parametrize("bad", ['[1,"x"]', "[1.5]", "[true]", "[-0]", '[1],"fields":[2]'])
+def test_a_line_read_without_its_fields_is_still_checked_as_whole(root, bad):
+    """gc's dry run reads lines without parsing `fields` (a regex checks them): every line perfdag writes reads the
+    same but for them, and a line whose fields are anything but plain integers makes the index malformed, as a full
+    parse would."""
+    r, stage = root.root, "Quantize"
+    whole, light = index.read(r, stage), index.read(r, stage, fields=False)
+    assert light is not None and {d: {**e, "fields": None} for d, e in light.items()} == \
+        {d: {**e, "fields": None} for d, e in whole.items()}
+    assert all(e["fields"] == [] for e in light.values()) and all(e["fields"] for e in whole.values())
+    path = r / stage / index.INDEX
+    lines = path.read_text().splitlines(keepends=True)
+    head, _, _ = lines[2].rpartition(',"fields":[')
+    lines[2] = head + ',"fields":' + bad + "}\n"
+    path.write_text("".join(lines))
+    if bad in ("[-0]", '[1],"fields":[2]'):  # ints (-0 is 0; of a duplicate key JSON takes the last): taken whole
+        assert index.read(r, stage, fields=False) is not None and index.read(r, stage) is not None
+    else:
+        assert index.read(r, stage, fields=False) is None and index.read(r, stage) is None
+        assert index.entries(r, stage, fields=False) == index.rebuild(r, stage)  # rebuilt: every field real
+
+
+@pytest.mark.parametrize("forge", ["fields not ints", "finished today, stat kept"])
+def test_a_forged_line_never_makes_gc_delete_or_keep_what_the_manifests_do_not_say(root, forge, monkeypatch):
+    """gc reads lines without their fields: a line whose fields are not plain integers still makes the whole index
+    malformed (the plan is the manifests'), and a line edited to say an old artifact was built today, its
+    manifest's stat kept, is what only the check of every line against its manifest sees: the plan that deletes
+    (`verify`) is the manifests' either way."""
+    monkeypatch.setattr(harness.serving.launcher, "servers_live", lambda records, timeout_s=2.0: False)
+    r = root.root
+    future = datetime(2100, 1, 1, tzinfo=timezone.utc)  # everything published is older than keep_days here
+    path = r / "Quantize" / index.INDEX
+    lines = path.read_text().splitlines(keepends=True)
+    e = json.loads(lines[3])
+    if forge == "fields not ints":
+        e["fields"] = [1, "x"]
+    else:
+        e["finished_at"] = "2099-12-31T00:00:00+00:00"
+    lines[3] = json.dumps(e, separators=(",", ":")) + "\n"
+    path.write_text("".join(lines))
+    got = {v: gc.to_json(gc.plan(r, keep_days=1, now=future, verify=v), False) for v in (False, True)}
+    monkeypatch.setattr(index, "entries", lambda *a, **k: {})  # every manifest read
+    truth = gc.to_json(gc.plan(r, keep_days=1, now=future), False)
+    assert e["d"] in {x["key16"] for x in truth["delete"]}
+    assert got[True] == truth  # the plan that deletes: never the forged line's
+    if forge == "fields not ints":
+        assert got[False] == truth  # the index was refused whole

@@ -44,6 +44,7 @@ MAX_MANIFEST_BYTES = 64 << 20
 SECTIONS = ("params", "tools", "upstream", "code", "executed")  # the key inputs status compares
 _KEY16 = re.compile(r"[0-9a-f]{16}")
 _HEADER = {"perfdag_index": 1}
+_INT = {int}  # `set(map(type, xs)) <= _INT`: every x an int, never a bool (as `type(x) is int`), in C
 
 
 def lock_file(root: Path, stage: str) -> Path:
@@ -200,7 +201,7 @@ def _line_ok(e) -> bool:
     if e.get("op") == "del":
         return True
     st = e.get("stamp")
-    if not (st is None or (isinstance(st, list) and len(st) == 4 and all(type(x) is int for x in st))):
+    if not (st is None or (isinstance(st, list) and len(st) == 4 and set(map(type, st)) <= _INT)):
         return False
     if e.get("manifest") is False:
         return True
@@ -208,12 +209,40 @@ def _line_ok(e) -> bool:
     return (isinstance(key, (str, type(None))) and isinstance(e.get("digest"), str) and st is not None
             and isinstance(e.get("upstream"), list) and all(isinstance(u, str) for u in e["upstream"])
             and (e.get("size") is None or type(e.get("size")) is int)
-            and isinstance(fields, list) and all(type(x) is int for x in fields)
+            and isinstance(fields, list) and set(map(type, fields)) <= _INT
             and all(isinstance(e.get(f), (str, type(None))) for f in ("run_id", "finished_at")))
 
 
-def read(root: Path, stage: str) -> dict[str, dict] | None:
-    """The index's lines (by directory) as written, or None when it is missing or malformed."""
+_OBS_LINE = b'{"d":"obs/'  # how `_write` and `record` begin an observation's line (compact separators)
+_FIELDS = b',"fields":['  # and how they end every line with a manifest: `fields` last (describe's order)
+_UINTS = re.compile(rb"(?:(?:0|[1-9][0-9]*)(?:,(?:0|[1-9][0-9]*))*)?")  # JSON's non-negative ints, comma-separated
+
+
+def _loads(line: bytes, fields: bool) -> dict:
+    """One line parsed; without `fields`, a line ending in a `fields` list of plain integers (every line perfdag
+    writes) is parsed without it (most of a line's bytes; gc's dry run never reads it), the list checked by a regex
+    for exactly what `_line_ok` would have taken. Any other line is parsed whole."""
+    if not fields and line.endswith(b"]}") and (i := line.rfind(_FIELDS)) > 0 \
+            and _UINTS.fullmatch(line, i + len(_FIELDS), len(line) - 2):
+        e = json.loads(line[:i] + b"}")
+        if isinstance(e, dict):
+            e["fields"] = _UNREAD
+        return e
+    return json.loads(line)
+
+
+class _Unread(list):
+    """`fields` of a line read without them (checked, not kept): a list of no ints, so `_line_ok` takes it."""
+
+
+_UNREAD = _Unread()
+
+
+def read(root: Path, stage: str, *, artifacts_only: bool = False, fields: bool = True) -> dict[str, dict] | None:
+    """The index's lines (by directory) as written, or None when it is missing or malformed. `artifacts_only`
+    (status's closest, which reads no observation): an observation's line is skipped unparsed, and so unchecked;
+    the caller compares only the artifacts' lines with the root (`consistent(..., artifacts_only=True)`). Without
+    `fields`, each line's `fields` is checked but not parsed (`_loads`): an empty list stands for it."""
     path = Path(root) / stage / INDEX
     try:
         data = read_regular(path, "index", MAX_INDEX_BYTES, "rebuilt from the manifests")
@@ -224,8 +253,10 @@ def read(root: Path, stage: str) -> dict[str, dict] | None:
         return None
     out: dict[str, dict] = {}
     for i, line in enumerate(lines[:-1]):
+        if artifacts_only and line.startswith(_OBS_LINE):
+            continue
         try:  # no depth walk (jsonio's): `_line_ok` takes only flat lines of exact types
-            e = json.loads(line)
+            e = _loads(line, fields or i == 0)
         except (ValueError, RecursionError):
             return None
         if i == 0:
@@ -236,35 +267,42 @@ def read(root: Path, stage: str) -> dict[str, dict] | None:
             return None
         if e.get("op") == "del":
             out.pop(e["d"], None)
-        else:
+        elif not (artifacts_only and e["d"].startswith("obs/")):
             out[e["d"]] = e
     return out
 
 
-def consistent(root: Path, stage: str, entries: dict[str, dict]) -> bool:
-    """Whether the index names exactly the stage's directories, each with the manifest recorded (its stat),
-    and each artifact's key where its directory says."""
-    if sorted(entries) != listing(root, stage):
+def consistent(root: Path, stage: str, entries: dict[str, dict], *, artifacts_only: bool = False) -> bool:
+    """Whether the index names exactly the stage's directories (`artifacts_only`: its published artifacts'), each
+    with the manifest recorded (its stat), and each artifact's key where its directory says. Paths as strings: this
+    runs once per item of a root on every listing."""
+    want = sorted(n for n in _subdirs(root / stage) if _KEY16.fullmatch(n)) if artifacts_only else listing(root, stage)
+    if sorted(entries) != want:
         return False
+    base, obs = f"{root}/{stage}/", f"{root}/{OBSERVATIONS}/{stage}/"  # (os.path.join per item: a large root's cost)
     for rel, e in entries.items():
+        in_obs = rel.startswith("obs/")
         try:
-            st = _stamp(os.lstat(directory(root, stage, rel) / MANIFEST))
+            s = os.lstat(f"{obs}{rel[4:]}/{MANIFEST}" if in_obs else f"{base}{rel}/{MANIFEST}")
+            st = [s.st_ino, s.st_size, s.st_mtime_ns, s.st_ctime_ns]
         except OSError:
             st = None
         if st != e.get("stamp"):
             return False
         key = e.get("key")
-        if e.get("manifest") and key is not None and key[:16] != rel.split("/")[-2 if rel.startswith("obs/") else 0]:
+        if e.get("manifest") and key is not None and key[:16] != rel.split("/")[-2 if in_obs else 0]:
             return False
     return True
 
 
-def entries(root: str | os.PathLike, stage: str, *, write: bool = False, verify: bool = False) -> dict[str, dict]:
+def entries(root: str | os.PathLike, stage: str, *, write: bool = False, verify: bool = False,
+            fields: bool = True) -> dict[str, dict]:
     """The stage's index lines by directory, checked against the root (and, with `verify`, every manifest's
     lines against a fresh reading of them); rebuilt from the manifests when they do not hold, and then written when
-    `write`."""
+    `write`. Without `fields` (a reader that compares no key inputs: gc's dry run, a key prefix), a line's `fields`
+    may be an empty list (`read`)."""
     root = Path(root)
-    got = read(root, stage)
+    got = read(root, stage, fields=fields or verify)
     if got is not None and consistent(root, stage, got) and (not verify or _lines_hold(root, stage, got)):
         return got
     if not write or not (root / stage).is_dir():
@@ -330,7 +368,10 @@ def closest(root: str | os.PathLike, stage: str, doc: dict) -> dict | None | boo
     the newest among equals, as ArtifactStore.manifests orders them), read and checked against its line;
     None when the stage has none; False when that manifest is not the one indexed (the caller scans instead)."""
     root = Path(root)
-    cands = [(e.get("finished_at") or "", str(root / stage / rel), e) for rel, e in entries(root, stage).items()
+    got = read(root, stage, artifacts_only=True)  # the observations' lines, most of a measuring stage's, unread
+    if got is None or not consistent(root, stage, got, artifacts_only=True):
+        got = {rel: entry_of(root, stage, rel) for rel in listing(root, stage) if "/" not in rel}
+    cands = [(e.get("finished_at") or "", f"{root}/{stage}/{rel}", e) for rel, e in got.items()  # (no Path per line)
              if "/" not in rel and e.get("manifest")]
     if not cands:
         return None

@@ -161,7 +161,9 @@ def servers_in_use(records: list[dict]) -> bool:
 
 def _server_records(root: Path, entry_dir: Path) -> list[dict]:
     """The artifact's server records, checked (servers.json, else the manifest's copy); [] when malformed."""
-    recs = untrusted.read_servers(entry_dir / SERVERS_FILE, root, inside=entry_dir)
+    # most old artifacts have no servers.json: one lstat says so before read_servers resolves both paths
+    recs = untrusted.read_servers(entry_dir / SERVERS_FILE, root, inside=entry_dir) \
+        if os.path.lexists(entry_dir / SERVERS_FILE) else None
     if recs is None and not (entry_dir / SERVERS_FILE).exists():
         servers = _manifest_servers(entry_dir)
         if servers is not None:
@@ -207,7 +209,8 @@ def _indexed(root: Path, stage: str, rel: str, indexes: dict, verify: bool) -> t
     `rel` of `stage`, from the stage's index (harness/cache/index.py) where it lists it, else its manifest;
     and whether the directory's manifest is readable."""
     if stage not in indexes:
-        indexes[stage] = index.entries(root, stage, write=verify and (root / stage).is_dir(), verify=verify)
+        indexes[stage] = index.entries(root, stage, write=verify and (root / stage).is_dir(), verify=verify,
+                                       fields=False)  # gc compares no key inputs
     e = indexes[stage].get(rel)
     if e is not None and not e.get("odd"):
         if not e.get("manifest"):
@@ -232,15 +235,25 @@ def _observation_entries(root: Path, indexes: dict, verify: bool) -> list[Entry]
         for kdir in sorted(sdir.iterdir()):
             if kdir.is_symlink() or not kdir.is_dir():
                 continue
+            base = str(kdir)
             for obs in archived_ids(root, sdir.name, kdir.name):
-                d = kdir / obs
+                d = os.path.join(base, obs)
                 man, _, _ = _indexed(root, sdir.name, f"obs/{kdir.name}/{obs}", indexes, verify)
                 man = man or {}
-                out.append(Entry(id=f"{sdir.name}/{kdir.name}/{obs}", stage=sdir.name, key16=kdir.name, path=str(d),
+                out.append(Entry(id=f"{sdir.name}/{kdir.name}/{obs}", stage=sdir.name, key16=kdir.name, path=d,
                                  kind="observation", key=man.get("key"), finished_at=man.get("finished_at"),
                                  run_id=man.get("run_id"), upstream=man.get("upstream") or []))
                 out[-1].size_bytes = man.get("size") or 0
     return out
+
+
+def _dir_names(d: Path) -> list[str]:
+    """The names of `d`'s subdirectories, sorted; a link is none (the entry's type, as readdir gives it)."""
+    try:
+        with os.scandir(d) as it:
+            return sorted(e.name for e in it if e.is_dir(follow_symlinks=False))
+    except OSError:
+        return []
 
 
 def _stage_dirs(root: Path) -> list[Path]:
@@ -271,22 +284,24 @@ def _plan(root: Path, keep_days: float, now: datetime | None, verify: bool = Fal
     indexes: dict[str, dict] = {}  # stage -> its index's lines (harness/cache/index.py)
     known_size: set[str] = set()   # entries whose size the index recorded (else the tree is walked)
     for sdir in _stage_dirs(root):
-        for d in sorted(sdir.iterdir()):
-            if not d.is_dir() or d.is_symlink() or d.name == ".locks":
+        base = str(sdir)
+        for name in _dir_names(sdir):  # (a stat, and a Path, per name of a stage's directory were a large root's cost)
+            d = os.path.join(base, name)
+            if name == ".locks":
                 continue
-            m = _LEFTOVER.match(d.name)
+            m = _LEFTOVER.match(name)
             if m:
-                entries.append(Entry(id=f"{sdir.name}/{d.name}", stage=sdir.name, key16=m.group(2), path=str(d),
+                entries.append(Entry(id=f"{sdir.name}/{name}", stage=sdir.name, key16=m.group(2), path=d,
                                      kind="leftover"))
                 continue
-            if d.name.startswith("."):
+            if name.startswith("."):
                 continue
-            man, stamp, readable = _indexed(root, sdir.name, d.name, indexes, verify)
+            man, stamp, readable = _indexed(root, sdir.name, name, indexes, verify)
             if not readable:
-                skipped.append({"id": f"{sdir.name}/{d.name}", "path": str(d),
+                skipped.append({"id": f"{sdir.name}/{name}", "path": d,
                                 "why": "no readable manifest.json: not a published artifact, left alone"})
                 continue
-            entries.append(Entry(id=f"{sdir.name}/{d.name}", stage=sdir.name, key16=d.name, path=str(d),
+            entries.append(Entry(id=f"{sdir.name}/{name}", stage=sdir.name, key16=name, path=d,
                                  kind="artifact", key=man["key"], finished_at=man["finished_at"],
                                  run_id=man["run_id"], upstream=man["upstream"], manifest_stamp=stamp,
                                  size_bytes=man["size"] or 0))
@@ -341,13 +356,15 @@ def _plan(root: Path, keep_days: float, now: datetime | None, verify: bool = Fal
         if f"{e.key16}.lock" in lock_files[e.stage] and lock_held(root, e.stage, e.key16):
             keep_because(e, "lock held: a stage is building this key" + (" (in-progress build)" if e.kind == "leftover" else ""))
     registry = ServerRegistry(root)
+    registered = set(_names(registry.root))  # a key with no entry there has no process records and no leases
     for e in by_id.values():
         if e.stage == "LaunchServers" and e.id not in keep:
             recs = _server_records(root, Path(e.path))
-            if servers_in_use(recs) or any(is_ours(r) for r in registry.records(e.key16)):
+            known = registry._dir(e.key16).name in registered  # (the registry's own name for the key's directory)
+            if servers_in_use(recs) or (known and any(is_ours(r) for r in registry.records(e.key16))):
                 addrs = ", ".join(f"{r.get('host')}:{r.get('port', r.get('grpc_port'))}" for r in recs)
                 keep_because(e, f"live servers ({addrs})")
-            elif registry.holders(e.key16):
+            elif known and registry.holders(e.key16):
                 keep_because(e, "a running run holds its servers")
 
     # Upstream closure of everything kept.

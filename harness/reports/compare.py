@@ -295,7 +295,7 @@ def keys_of(stage: str, prefix: str, root: Path) -> set[str]:
     keys = set()
     head = prefix[:16]  # directories are named by a key's first 16 characters
     if len(head) < 16:
-        return {k for e in index.entries(root, stage).values()
+        return {k for e in index.entries(root, stage, fields=False).values()
                 if isinstance(k := e.get("key"), str) and k.startswith(prefix)}
     for d in [*(root / stage).glob(f"{head}*"), *(root / OBSERVATIONS / stage).glob(f"{head}*")]:
         for m in [d / "manifest.json", *d.glob("*/manifest.json")]:

@@ -12,6 +12,7 @@ outside it (Mann-Whitney's test, p <= 0.10, beyond the metric's floor).
 """
 from __future__ import annotations
 
+import functools
 import json
 
 from harness.reports.compare import compare, load, render, resolve
@@ -31,6 +32,9 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     store = ArtifactStore(artifacts_root(), signing_key=signing_key())
+    # each key's observations listed once for this command (both sides, and each side's noise, list the same key;
+    # every one is still checked where it is read: observation_problems)
+    store.observations = functools.cache(store.observations)
     doc = compare(load(resolve(args.a, store), store), load(resolve(args.b, store), store))
     print(json.dumps(doc, indent=2, default=str) if args.json else render(doc))
     return 0
