@@ -195,6 +195,15 @@ def aiohttp_generate_loop(url, prompts, in_flight, tokens, streaming, warm, mode
     return tally.result(secs)
 
 
+async def _warm_then_timed(stream, prompts, warm: int, conns: int, shares: list) -> float:
+    """`warm` requests over the `conns` streams (not counted), then each stream's share: the timed seconds."""
+    await asyncio.gather(*(stream(k, [(None, prompts[j % len(prompts)]) for j in range(k, warm, conns)], False)
+                           for k in range(conns)))
+    t0 = time.monotonic()
+    await asyncio.gather(*(stream(k, shares[k], True) for k in range(conns)))
+    return time.monotonic() - t0
+
+
 def _triton_inputs(ids, tokens, streaming):
     from harness.serving.triton.contract import request_inputs
     return request_inputs(ids, tokens, None, streaming, exclude_input_in_output=True)
@@ -258,11 +267,7 @@ def triton_aio_loop(url, prompts, in_flight, tokens, streaming, warm, conns, mod
                         break
             await client.close()
 
-        await asyncio.gather(*(stream(k, [(None, prompts[j % len(prompts)]) for j in range(k, warm, conns)], False)
-                               for k in range(conns)))
-        t0 = time.monotonic()
-        await asyncio.gather(*(stream(k, shares[k], True) for k in range(conns)))
-        return tally, time.monotonic() - t0
+        return tally, await _warm_then_timed(stream, prompts, warm, conns, shares)
 
     tally, secs = _run(main, loop)
     return tally.result(secs)
@@ -280,7 +285,7 @@ def raw_grpc_aio_loop(url, prompts, in_flight, tokens, streaming, warm, conns, m
     import grpc
     from tritonclient.grpc import service_pb2
 
-    from harness.serving.triton.contract import OUTPUT_NAMES, request_arrays
+    from harness.serving.triton.contract import request_arrays, request_message
 
     i32 = struct.Struct("<i")
     blobs: dict[int, bytes] = {}
@@ -288,15 +293,8 @@ def raw_grpc_aio_loop(url, prompts, in_flight, tokens, streaming, warm, conns, m
     def request(ids) -> bytes:
         blob = blobs.get(id(ids))
         if blob is None:
-            req = service_pb2.ModelInferRequest(model_name=model)
-            for name, arr in request_arrays(ids, tokens, None, streaming, exclude_input_in_output=True).items():
-                t = req.inputs.add()
-                t.name, t.datatype = name, "BOOL" if arr.dtype == bool else "INT32"
-                t.shape.extend(arr.shape)
-                req.raw_input_contents.append(arr.tobytes())
-            for name in OUTPUT_NAMES:
-                req.outputs.add().name = name
-            blob = blobs[id(ids)] = req.SerializeToString()
+            arrays = request_arrays(ids, tokens, None, streaming, exclude_input_in_output=True)
+            blob = blobs[id(ids)] = request_message(model, arrays).SerializeToString()
         return blob
 
     async def main():
@@ -353,11 +351,7 @@ def raw_grpc_aio_loop(url, prompts, in_flight, tokens, streaming, warm, conns, m
                         await send_next()
                 await call.done_writing()
 
-        await asyncio.gather(*(stream(k, [(None, prompts[j % len(prompts)]) for j in range(k, warm, conns)], False)
-                               for k in range(conns)))
-        t0 = time.monotonic()
-        await asyncio.gather(*(stream(k, shares[k], True) for k in range(conns)))
-        return tally, time.monotonic() - t0
+        return tally, await _warm_then_timed(stream, prompts, warm, conns, shares)
 
     tally, secs = _run(main, loop)
     return tally.result(secs)

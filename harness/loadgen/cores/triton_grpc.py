@@ -21,7 +21,7 @@ import traceback
 
 from harness.loadgen.cores.aioloop import FrontendLoop
 from harness.loadgen.cores.base import Core
-from harness.serving.triton.contract import OUTPUT_NAMES, request_arrays
+from harness.serving.triton.contract import request_arrays, request_message
 from harness.untrusted.limits import too_many_tokens
 
 MAX_MESSAGE = 2**31 - 1
@@ -67,19 +67,10 @@ class TritonGrpcCore(Core):
 
     def _template(self):
         """A request with every fixed tensor set; per request only the id and the prompt change."""
-        from tritonclient.grpc import service_pb2
-
-        req = service_pb2.ModelInferRequest(model_name=self.model)
         arrays = request_arrays([0], self.cfg["max_new_tokens"], self.cfg["end_id"], self.streaming,
                                 pad_id=self.cfg["pad_id"], exclude_input_in_output=True)
         assert list(arrays)[:3] == ["input_ids", "input_lengths", "request_output_len"]
-        for name, arr in arrays.items():
-            t = req.inputs.add()
-            t.name, t.datatype = name, "BOOL" if arr.dtype == bool else "INT32"
-            t.shape.extend(arr.shape)
-            req.raw_input_contents.append(arr.tobytes())
-        for name in OUTPUT_NAMES:
-            req.outputs.add().name = name
+        req = request_message(self.model, arrays)
         if self.decoupled:
             req.parameters["triton_enable_empty_final_response"].bool_param = True
         return req

@@ -65,6 +65,22 @@ def generate_body(input_ids: Sequence[int], max_new_tokens: int, end_id: int | N
         input_ids, max_new_tokens, end_id, streaming, pad_id, exclude_input_in_output).items()}
 
 
+def request_message(model: str, arrays: dict):
+    """A gRPC ModelInferRequest (tritonclient's protobuf) carrying `arrays` (request_arrays') as raw input
+    contents and asking for every output: the template a raw gRPC client fills per request."""
+    from tritonclient.grpc import service_pb2
+
+    req = service_pb2.ModelInferRequest(model_name=model)
+    for name, arr in arrays.items():
+        t = req.inputs.add()
+        t.name, t.datatype = name, "BOOL" if arr.dtype == bool else "INT32"
+        t.shape.extend(arr.shape)
+        req.raw_input_contents.append(arr.tobytes())
+    for name in OUTPUT_NAMES:
+        req.outputs.add().name = name
+    return req
+
+
 def request_inputs(input_ids: Sequence[int], max_new_tokens: int, end_id: int | None, streaming: bool,
                    pad_id: int | None = None, exclude_input_in_output: bool | None = None):
     """The tritonclient gRPC InferInputs of one request."""
