@@ -180,6 +180,36 @@ def test_search_url_measures_a_running_transformers_serve_with_no_model_stage(se
     assert proc.poll() is None and probe(url)  # never perfdag's to stop
 
 
+def test_session_replay_url_measures_a_running_transformers_serve_with_no_model_stage(served, model_dir, tmp_path,
+                                                                                     monkeypatch, capsys):
+    """`sessions --url` against a `transformers serve` started outside perfdag (issue 48, must show): the
+    agentic replay's chat turns go to that server, no model stage, dataset or launch ever ran, and its
+    two observations (the replay measured again) are listed by `history` and taken by `compare`."""
+    url, proc = served
+    root = tmp_path / "artifacts"
+    env = {**os.environ, "PERFDAG_ARTIFACTS": str(root)}
+    cmd = [sys.executable, "-m", "pipeline", "sessions", "--url", url, "--model", str(model_dir), "--trajectories",
+           str(REPO / "harness/data/standins/agentic-trajectories.jsonl"), "--users", "2",
+           "--overrides", "sessions.trajectories=2,sessions.max_tokens=4"]
+    for extra in ((), ("--rerun-from", "RunSessions")):
+        run = subprocess.run(cmd + list(extra), cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-5000:]
+    assert sorted(d.name for d in root.iterdir() if d.name[0].isupper()) == ["ExternalServers", "RunSessions"]
+    built = {stage for r in run_records(root) for stage in statuses(r)}
+    assert built & MODEL_STAGES == set(), built
+    (art,) = (d for d in (root / "RunSessions").iterdir() if (d / "manifest.json").is_file())
+    result = json.loads((art / "result.json").read_text())
+    assert result["metrics"]["turns"] > 0
+    first, second = (r["run_id"] for r in run_records(root))
+    monkeypatch.setenv("PERFDAG_ARTIFACTS", str(root))
+    assert main(["history", art.name[:8]]) == 0
+    assert capsys.readouterr().out.startswith(f"RunSessions {art.name}: 2 observation(s)")
+    assert main(["compare", first, second]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"A: RunSessions {art.name}@{first} (the 2 observations of its key)", out
+    assert proc.poll() is None and probe(url)  # never perfdag's to stop
+
+
 @pytest.mark.parametrize("args, needle", [
     (("--url", "http://127.0.0.1:9"), "dataset.tokenizer: name the served model's tokenizer directory"),
     (("--tokenizer", "TOK"), "openai.endpoints: measuring a running server needs build.backend=openai"),
