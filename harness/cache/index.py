@@ -139,7 +139,8 @@ def describe(rel: str, data: bytes | None, st: os.stat_result | None) -> dict:
 
 
 # --- where a stage's directories are --------------------------------------------------------------
-def _subdirs(d: Path) -> list[str]:
+def subdirs(d: Path) -> list[str]:
+    """The names of `d`'s subdirectories; a link is none (the entry's type as readdir gives it: no stat per name)."""
     try:
         return [e.name for e in os.scandir(d) if e.is_dir(follow_symlinks=False)]
     except OSError:
@@ -148,12 +149,12 @@ def _subdirs(d: Path) -> list[str]:
 
 def listing(root: Path, stage: str) -> list[str]:
     """Every directory of `stage` an index line describes: `<key16>` and `obs/<key16>/<id>`."""
-    out = [n for n in _subdirs(root / stage) if _KEY16.fullmatch(n)]
+    out = [n for n in subdirs(root / stage) if _KEY16.fullmatch(n)]
     obs = root / OBSERVATIONS / stage
     if not obs.is_symlink():
-        for k in _subdirs(obs):
+        for k in subdirs(obs):
             if _KEY16.fullmatch(k):
-                out += [f"obs/{k}/{i}" for i in _subdirs(obs / k) if is_id(i)]
+                out += [f"obs/{k}/{i}" for i in subdirs(obs / k) if is_id(i)]
     return sorted(out)
 
 
@@ -276,7 +277,7 @@ def consistent(root: Path, stage: str, entries: dict[str, dict], *, artifacts_on
     """Whether the index names exactly the stage's directories (`artifacts_only`: its published artifacts'), each
     with the manifest recorded (its stat), and each artifact's key where its directory says. Paths as strings: this
     runs once per item of a root on every listing."""
-    want = sorted(n for n in _subdirs(root / stage) if _KEY16.fullmatch(n)) if artifacts_only else listing(root, stage)
+    want = sorted(n for n in subdirs(root / stage) if _KEY16.fullmatch(n)) if artifacts_only else listing(root, stage)
     if sorted(entries) != want:
         return False
     base, obs = f"{root}/{stage}/", f"{root}/{OBSERVATIONS}/{stage}/"  # (os.path.join per item: a large root's cost)

@@ -247,15 +247,6 @@ def _observation_entries(root: Path, indexes: dict, verify: bool) -> list[Entry]
     return out
 
 
-def _dir_names(d: Path) -> list[str]:
-    """The names of `d`'s subdirectories, sorted; a link is none (the entry's type, as readdir gives it)."""
-    try:
-        with os.scandir(d) as it:
-            return sorted(e.name for e in it if e.is_dir(follow_symlinks=False))
-    except OSError:
-        return []
-
-
 def _stage_dirs(root: Path) -> list[Path]:
     if not root.is_dir():
         return []
@@ -285,7 +276,7 @@ def _plan(root: Path, keep_days: float, now: datetime | None, verify: bool = Fal
     known_size: set[str] = set()   # entries whose size the index recorded (else the tree is walked)
     for sdir in _stage_dirs(root):
         base = str(sdir)
-        for name in _dir_names(sdir):  # (a stat, and a Path, per name of a stage's directory were a large root's cost)
+        for name in sorted(index.subdirs(sdir)):  # (a stat, and a Path, per name of a stage's directory were a large root's cost)
             d = os.path.join(base, name)
             if name == ".locks":
                 continue
@@ -356,16 +347,16 @@ def _plan(root: Path, keep_days: float, now: datetime | None, verify: bool = Fal
         if f"{e.key16}.lock" in lock_files[e.stage] and lock_held(root, e.stage, e.key16):
             keep_because(e, "lock held: a stage is building this key" + (" (in-progress build)" if e.kind == "leftover" else ""))
     registry = ServerRegistry(root)
-    registered = set(_names(registry.root))  # a key with no entry there has no process records and no leases
-    for e in by_id.values():
-        if e.stage == "LaunchServers" and e.id not in keep:
-            recs = _server_records(root, Path(e.path))
-            known = registry._dir(e.key16).name in registered  # (the registry's own name for the key's directory)
-            if servers_in_use(recs) or (known and any(is_ours(r) for r in registry.records(e.key16))):
-                addrs = ", ".join(f"{r.get('host')}:{r.get('port', r.get('grpc_port'))}" for r in recs)
-                keep_because(e, f"live servers ({addrs})")
-            elif known and registry.holders(e.key16):
-                keep_because(e, "a running run holds its servers")
+    launched = [e for e in by_id.values() if e.stage == "LaunchServers" and e.id not in keep]
+    registered = registry.with_entries({e.key16 for e in launched})  # only they have process records or leases
+    for e in launched:
+        recs = _server_records(root, Path(e.path))
+        known = e.key16 in registered
+        if servers_in_use(recs) or (known and any(is_ours(r) for r in registry.records(e.key16))):
+            addrs = ", ".join(f"{r.get('host')}:{r.get('port', r.get('grpc_port'))}" for r in recs)
+            keep_because(e, f"live servers ({addrs})")
+        elif known and registry.holders(e.key16):
+            keep_because(e, "a running run holds its servers")
 
     # Upstream closure of everything kept.
     todo = [by_id[i] for i in keep if i in by_id]

@@ -65,6 +65,15 @@ class ServerRegistry:
     def _dir(self, key16: str) -> Path:
         return self.root / _SAFE.sub("_", key16)
 
+    def with_entries(self, keys) -> set[str]:
+        """Which of `keys` (key16s) have a directory here, by one listing: the others have no process records and
+        no leases to read (gc asks this of every LaunchServers artifact of a root)."""
+        try:
+            names = set(os.listdir(self.root))
+        except OSError:
+            return set()
+        return {k for k in keys if self._dir(k).name in names}
+
     # --- process records ---------------------------------------------------------------------
     def record(self, key16: str, rec: dict) -> None:
         """Records a server process at once (before it is ready)."""
