@@ -32,7 +32,7 @@ from tasks import (
 
 __all__ = ["STAGES", "StageTask", "PrepareModel", "Quantize", "BuildEngine", "FillTritonRepo",
            "LaunchServers", "ExternalServers", "PrepareDataset", "RunLoadgen", "RunSessions", "RunAccuracy", "CheckAccuracy", "FullRun",
-           "Bench", "Sweep", "Frontier", "SessionsFrontier", "Nightly", "FindMaxLoad",
+           "Bench", "PerformanceRun", "Sweep", "Frontier", "SessionsFrontier", "Nightly", "FindMaxLoad",
            "RunTest01", "RunTest06", "RunTest07", "RunTest09", "Submission"]
 
 if flows.needed(sys.argv, set(__all__) - set(flows.FLOWS) - {"STAGES", "StageTask"}):

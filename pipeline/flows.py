@@ -1,6 +1,6 @@
 """Which of pipeline's flows `import pipeline` loads, from the command line that imports it.
 
-The flows (Bench, Sweep, Frontier, Nightly, FindMaxLoad, Submission) are loaded with the package except
+The flows (Bench, PerformanceRun, Sweep, Frontier, Nightly, FindMaxLoad, Submission) are loaded with the package except
 where the command line shows that none can run in this process: `luigi --module pipeline <Task> ...`
 whose root task is a stage or FullRun (their requirements are all stages), and `python -m pipeline
 COMMAND`, whose command module imports what it runs. A cached FullRun then pays neither the flows'
@@ -14,7 +14,7 @@ import os
 # Each flow's class -> the module defining it.
 FLOWS = {"Bench": "pipeline.bench", "Frontier": "pipeline.frontier", "SessionsFrontier": "pipeline.frontier",
          "Nightly": "pipeline.nightly", "FindMaxLoad": "pipeline.search", "Submission": "pipeline.submission",
-         "Sweep": "pipeline.sweep"}
+         "Sweep": "pipeline.sweep", "PerformanceRun": "pipeline.performance_run"}
 
 # Before the root task, luigi's command line as perfdag's docs and scripts write it; any other flag
 # there (one that might take a value) makes the root task uncertain, and every flow is loaded.

@@ -9,6 +9,9 @@ harness/reports/frontier.py.
 SessionsFrontier is the same over the users of an agentic replay (`--sessions`): one RunSessions per
 `sessions.users` level, the window's tokens/s against 1000 / TPOT p50 of the window's turns.
 
+With `no_accuracy` (`frontier --no-accuracy`) each level is a PerformanceRun: the same report, no
+accuracy run (RunAccuracy's key covers harness.max_in_flight, so a FullRun level runs one per level).
+
 With `endpoint` (`frontier --url`) the levels are of one running server: Bench points (RunSessions
 for --sessions) against openai.endpoints, no model stage, no accuracy run; `--engines` has nothing to
 build there and is refused.
@@ -150,8 +153,12 @@ class SessionsFrontier(Frontier):
     def declared_max(self, p) -> int:
         return p.sessions.users
 
+    @property
+    def point_task(self):
+        return RunSessions  # a replay has no accuracy run: --no-accuracy changes nothing here
+
     def upstream(self):
-        return {f"point{i:03d}": self.clone(RunSessions, params_file=str(self.base),
+        return {f"point{i:03d}": self.clone(self.point_task, params_file=str(self.base),
                                              overrides=point_overrides(self.definition, p, self.overrides))
                 for i, p in enumerate(self.points)}
 

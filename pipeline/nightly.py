@@ -22,7 +22,7 @@ from harness.config import ParamsError
 from harness.errors import PerfdagError, shorten
 from harness.reports import nightly
 from harness.reports.compare import flat
-from harness.reports.sweep import point_id
+from harness.reports.sweep import POINT_STAGES, point_id
 from pipeline.sweep import Sweep
 from tasks.lifecycle import errors_as_messages, note_result, setup
 from tasks.settings import artifacts_root, signing_key
@@ -142,8 +142,8 @@ class Nightly(luigi.Task):
             pid = point_id(r, varied)
             if pid in out or not r.get("fullrun_key"):
                 continue
-            try:  # a Bench point's (--endpoint) report is keyed as a FullRun's is
-                stage = "Bench" if (artifacts_root() / "Bench" / r["fullrun_key"]).is_dir() else "FullRun"
+            try:  # a Bench's (--endpoint) or PerformanceRun's (--no-accuracy) point is keyed as a FullRun's is
+                stage = next((s for s in POINT_STAGES if (artifacts_root() / s / r["fullrun_key"]).is_dir()), "FullRun")
                 m = json.loads((artifacts_root() / stage / r["fullrun_key"] / "manifest.json").read_text())
             except (OSError, json.JSONDecodeError):
                 continue

@@ -4,8 +4,8 @@ The plan (harness/search/plan.py) asks for one load at a time; each probe is a R
 key (the load, the probe's shorter duration and query count, and for a repeat its seed), yielded to
 luigi as a dynamic dependency. So a rerun, a wider range or a tighter tolerance finds the probes it
 already measured in the cache, and a search killed mid-probe resumes from the probes that finished.
-The found load is confirmed by a FullRun at the params' full settings (performance and accuracy); the
-search writes search.md, search.json, a plot, a params file and the user.conf line.
+The found load is confirmed by a FullRun at the params' full settings (performance and accuracy; a
+PerformanceRun, performance only, with `no_accuracy`); the search writes search.md, search.json, a plot, a params file and the user.conf line.
 
 With `endpoint` (`search --url`) the probes measure the running servers at openai.endpoints as they
 are (ExternalServers: no model stage), and a Bench confirms the found load (performance only: there
@@ -26,6 +26,7 @@ from harness.search.judge import judge, limits_in_force, progress_line
 from harness.search.plan import Outcome, Plan, Probe, plan
 from pipeline.bench import Bench
 from pipeline.full_run import FullRun
+from pipeline.performance_run import PerformanceRun
 from tasks import LaunchServers, PrepareDataset, RunLoadgen, lifecycle
 from tasks.base import StageTask, log
 from tasks.external_servers import check_endpoint_params
@@ -45,6 +46,8 @@ class FindMaxLoad(StageTask):  # not in STAGES: a flow over RunLoadgen probes, a
     # Significant: it changes the upstream (`search --url`); clone() hands it to every probe's RunLoadgen.
     endpoint = luigi.BoolParameter(default=False, description="search the running servers at openai.endpoints "
                                    "(ExternalServers: no model stages; a Bench confirms); needs dataset.tokenizer")
+    no_accuracy = luigi.BoolParameter(default=False, description="confirm the found load with a PerformanceRun "
+                                      "(performance only, no accuracy run) instead of a FullRun")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -113,7 +116,8 @@ class FindMaxLoad(StageTask):  # not in STAGES: a flow over RunLoadgen probes, a
         return {"servers": servers_of(self), "dataset": self.clone(PrepareDataset)}
 
     def key_inputs(self):  # under Nightly every night searches afresh, as its probes measure afresh
-        return {"nightly_date": self.nightly_date} if self.nightly_date else {}
+        perf_only = {"no_accuracy": True} if self.no_accuracy and not self.endpoint else {}  # what confirms
+        return {**({"nightly_date": self.nightly_date} if self.nightly_date else {}), **perf_only}
 
     def code(self):
         return ("harness.search.plan", "harness.search.judge", "harness.search.evidence", "harness.config.slo",
@@ -166,8 +170,10 @@ class FindMaxLoad(StageTask):  # not in STAGES: a flow over RunLoadgen probes, a
 
     def confirmation(self, value: float) -> FullRun:
         """The FullRun that confirms `value` at the params' full settings (performance and accuracy); a
-        Bench (performance only) where the search measures running servers."""
-        return self.clone(Bench if self.endpoint else FullRun, overrides=self.at_load(value, probe=False), as_point=True,
+        PerformanceRun with `no_accuracy`, a Bench where the search measures running servers (both
+        performance only)."""
+        confirm = Bench if self.endpoint else PerformanceRun if self.no_accuracy else FullRun
+        return self.clone(confirm, overrides=self.at_load(value, probe=False), as_point=True,
                           point_label=f"search confirmation, {self.axis}={value:g}")
 
     def confirmed_run(self, doc: dict) -> FullRun | None:

@@ -31,6 +31,7 @@ from harness.reports.spread import aggregate
 from harness.reports.sweep import fmt, lookup, row, search_row, text_table, write_results
 from pipeline.bench import Bench
 from pipeline.full_run import FullRun
+from pipeline.performance_run import PerformanceRun
 from pipeline.search import FindMaxLoad
 from pipeline.sweep_array import fans_out, run_array
 from tasks import LaunchServers, lifecycle
@@ -99,6 +100,9 @@ class Sweep(StageTask):  # not in STAGES: it takes a sweep file, not one params 
     # Significant: it changes every point's upstream; clone() hands it to FindMaxLoad and RunSessions points.
     endpoint = luigi.BoolParameter(default=False, description="measure the running servers each point's "
                                    "openai.endpoints name (Bench points: no model stages, no accuracy run)")
+    no_accuracy = luigi.BoolParameter(default=False, description="measure each point's performance only "
+                                      "(PerformanceRun points, or searches a PerformanceRun confirms: no "
+                                      "RunAccuracy, no CheckAccuracy)")
 
     @cached_property
     def _loaded(self):
@@ -160,7 +164,15 @@ class Sweep(StageTask):  # not in STAGES: it takes a sweep file, not one params 
 
     def key_inputs(self):
         repeats = {"repeat": self.repeat, "converge": self.converge} if self.repeat != 1 else {}
-        return {"sweep": self.definition.model_dump(mode="json"), **repeats}
+        perf_only = {"no_accuracy": True} if self.point_task is PerformanceRun else {}
+        return {"sweep": self.definition.model_dump(mode="json"), **repeats, **perf_only}
+
+    @property
+    def point_task(self) -> type[StageTask]:
+        """What one point is: a search, a running server's Bench, a PerformanceRun or a FullRun."""
+        if self.definition.search:
+            return FindMaxLoad
+        return Bench if self.endpoint else PerformanceRun if self.no_accuracy else FullRun
 
     def code(self):
         # the tables and plots, the verdict in its rows, the spread of a point's repeats
@@ -169,8 +181,7 @@ class Sweep(StageTask):  # not in STAGES: it takes a sweep file, not one params 
     def upstream(self):
         n, rep = len(self.points), repeat_of(self.nightly_date)
         night = f" (night {self.nightly_date.partition('.')[0]}, repeat {rep})" if rep else ""
-        point_task = FindMaxLoad if self.definition.search else Bench if self.endpoint else FullRun
-        return {f"point{i:03d}": self.clone(point_task, params_file=str(self.base),
+        return {f"point{i:03d}": self.clone(self.point_task, params_file=str(self.base),
                                              overrides=point_overrides(self.definition, p, self.overrides),
                                              repeat=self.repeat, converge=self.converge,
                                              as_point=True, point_label=f"{i + 1}/{n} " + (

@@ -53,7 +53,8 @@ def run_array(sweep: "Sweep") -> None:
     jobs_dir.mkdir(parents=True, exist_ok=True)
     points_file = jobs_dir / f"Sweep-{key16}.points.json"
     points_file.write_text(json.dumps([
-        {"args": _cli_args(p), "label": p.point_label, "key": p.key} for p in points], indent=2))
+        {"task": p.get_task_family(), "args": _cli_args(p), "label": p.point_label, "key": p.key} for p in points],
+        indent=2))
     k = min(s.max_parallel, n)
     env = {"PYTHONPATH": str(REPO_ROOT), "PERFDAG_ARTIFACTS": str(sweep.store.root), IN_POINT: "1",
            runlog.ENV: "",  # each task is a run of its own
@@ -153,7 +154,7 @@ def _cli_args(point) -> list[str]:
 
 
 def point_main(points_file: str) -> int:
-    """Inside array task i: point i's FullRun (the luigi CLI, local scheduler, a run of its own), then
+    """Inside array task i: point i's FullRun or PerformanceRun (the luigi CLI, local scheduler, a run of its own), then
     the servers it launched stay up while other tasks still lease them."""
     import subprocess
 
@@ -162,10 +163,11 @@ def point_main(points_file: str) -> int:
     print(f"perfdag: sweep point {point['label']} in Slurm job {os.environ.get('SLURM_ARRAY_JOB_ID')}_{i} "
           f"on {this_node()}", flush=True)
     env = {k: v for k, v in os.environ.items() if k != runlog.ENV}
-    rc = subprocess.call([sys.executable, "-m", "luigi", "--module", "pipeline", "FullRun", "--local-scheduler",
+    task = point.get("task", "FullRun")  # a PerformanceRun with --no-accuracy
+    rc = subprocess.call([sys.executable, "-m", "luigi", "--module", "pipeline", task, "--local-scheduler",
                           *point["args"]], cwd=REPO_ROOT, env=env)
     _wait_for_other_holders()
-    print(f"perfdag: sweep point {point['label']}: FullRun exited {rc}", flush=True)
+    print(f"perfdag: sweep point {point['label']}: {task} exited {rc}", flush=True)
     return rc
 
 

@@ -10,11 +10,11 @@ if TYPE_CHECKING:  # an annotation only: the base registers its subclasses, it i
 
 # The DAG's topological order; STAGES (filled by tasks/ as classes are defined) follows it.
 # ExternalServers and Bench (pipeline bench) are ordered here for reports but not registered: they
-# take only pipeline bench's parameters.
+# take only pipeline bench's parameters; nor is PerformanceRun, a flow's point (frontier --no-accuracy).
 STAGE_ORDER = ("PrepareModel", "Quantize", "BuildEngine", "FillTritonRepo", "LaunchServers", "ExternalServers",
                "PrepareDataset", "RunLoadgen", "RunSessions", "RunAccuracy", "CheckAccuracy", "RunTest01", "RunTest06", "RunTest07",
                "RunTest09",
-               "FullRun", "Bench")
+               "FullRun", "PerformanceRun", "Bench")
 
 
 STAGES: dict[str, type[StageTask]] = {}

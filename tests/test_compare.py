@@ -57,10 +57,10 @@ def test_compare_by_key_prefix_json_and_a_clear_error(artifacts, capsys):
     assert doc["params"] == [] and next(m for m in doc["metrics"] if m["metric"] == "tokens/s")["delta"] == pytest.approx(0.1)
     assert main(["compare", "aaaa", "nothing-like-it"]) == 2
     err = capsys.readouterr().err
-    assert "'nothing-like-it': no FullRun, Bench or RunSessions key under" in err and "nor is it a report.json, its directory" in err
+    assert "'nothing-like-it': no FullRun, PerformanceRun, Bench or RunSessions key under" in err and "nor is it a report.json, its directory" in err
     assert main(["compare", "aaaa", "no/such/report.json"]) == 2
     err = capsys.readouterr().err
-    assert "'no/such/report.json': not a report.json or its directory, a FullRun, Bench or RunSessions key" in err
+    assert "'no/such/report.json': not a report.json or its directory, a FullRun, PerformanceRun, Bench or RunSessions key" in err
     with pytest.raises(InputError):
         from pipeline.cli.compare import resolve
         resolve("", ArtifactStore(artifacts))
@@ -88,7 +88,7 @@ def test_compare_across_scenarios_warns_and_judges_nothing(artifacts, capsys):
 
 def observe(store: ArtifactStore, key: str, run_id: str, tokens: float, tpot99: float, scenario: str = "Offline",
             host: dict | None = None, stage: str = "FullRun") -> str:
-    """Publishes one `stage` (FullRun, Bench or RunSessions) observation of `key` as a run (or a repeat of it) does, and
+    """Publishes one `stage` (FullRun, PerformanceRun, Bench or RunSessions) observation of `key` as a run (or a repeat of it) does, and
     its run's record; returns its id."""
     latest = store.manifest(stage, key)
     taken = set(observations.archived_ids(store.root, stage, key))
@@ -238,11 +238,11 @@ def test_a_prefix_of_a_fullrun_and_a_bench_key_or_a_run_of_neither_is_refused_na
                                                                             "status": "built"}}}))
     assert main(["compare", "20261103T000000000000Z-3", "ab1"]) == 2
     err = capsys.readouterr().err
-    assert "run 20261103T000000000000Z-3 touched 0 FullRun, Bench or RunSessions reports (none; it ran PrepareDataset)" in err
+    assert "run 20261103T000000000000Z-3 touched 0 FullRun, PerformanceRun, Bench or RunSessions reports (none; it ran PrepareDataset)" in err
     assert main(["history", "ffff"]) == 2
     err = capsys.readouterr().err
-    assert f"'ffff': no FullRun, Bench or RunSessions key under {artifacts} starts with it, and it is no params file" in err
-    assert f"the keys are the directory names under {artifacts / 'FullRun'}, {artifacts / 'Bench'} and {artifacts / 'RunSessions'}" in err
+    assert f"'ffff': no FullRun, PerformanceRun, Bench or RunSessions key under {artifacts} starts with it, and it is no params file" in err
+    assert f"the keys are the directory names under {artifacts / 'FullRun'}, {artifacts / 'PerformanceRun'}, {artifacts / 'Bench'} and {artifacts / 'RunSessions'}" in err
 
 
 def test_a_bench_observation_named_by_its_directory_is_checked_as_one(artifacts, capsys):

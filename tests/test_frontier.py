@@ -149,3 +149,49 @@ def test_frontier_repeat_3_gives_each_point_its_interval(built_fast, tmp_path):
             for result in root.glob(f"{stage}/*/result.json"):
                 host = json.loads(result.read_text())["host"]
                 assert len(host["load_after"]) == 3 and host["servers"][0]["from"] == "pid", host["servers"]
+
+
+def _cli(root, *args):
+    return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PERFDAG_ARTIFACTS": str(root)})
+
+
+def test_frontier_no_accuracy_measures_each_level_without_an_accuracy_run(built_fast, tmp_path):
+    """`frontier --no-accuracy` (issue 48): each level is a PerformanceRun, the same report without
+    RunAccuracy or CheckAccuracy (a FullRun level runs one accuracy run per level: RunAccuracy's key
+    covers harness.max_in_flight); its points are observations history and compare take."""
+    tiny = (f"{FAST},dataset.num_samples=16,loadgen.min_duration_ms=300,loadgen.min_query_count=16,"
+            "loadgen.offline_expected_qps=50,harness.warmup_queries=2")
+    with copied_root(built_fast, tmp_path / "artifacts") as root:
+        before = {s: _published(root, s) for s in ("RunAccuracy", "CheckAccuracy", "FullRun")}
+        proc = _frontier(root, "--levels", "1,2", "--no-accuracy", "--overrides", tiny)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert "perfdag Frontier frontier-default: 2 point(s), 1 engine(s)" in proc.stdout, proc.stdout[-3000:]
+        assert {s: _published(root, s) for s in before} == before  # no accuracy run, no FullRun
+        runs = sorted(_published(root, "PerformanceRun"))
+        assert len(runs) == 2
+        for key16 in runs:
+            report = json.loads((root / "PerformanceRun" / key16 / "report.json").read_text())
+            assert report["accuracy"] is None and "RunAccuracy" not in report["stages"]
+            assert report["observations"]["PerformanceRun"]
+        (out,) = [d for d in (root / "Frontier").iterdir() if not d.name.startswith(".")]
+        rows = json.loads((out / "frontier.json").read_text())["rows"]
+        assert sorted(r["concurrency"] for r in rows) == [1, 2] and all(r["valid"] for r in rows)
+        hist = _cli(root, "history", runs[0])
+        assert hist.returncode == 0 and "PerformanceRun" in hist.stdout, hist.stdout + hist.stderr
+        comp = _cli(root, "compare", runs[0], runs[1])
+        assert comp.returncode == 0, comp.stdout + comp.stderr
+        assert runs[0] in comp.stdout and runs[1] in comp.stdout
+        again = _frontier(root, "--levels", "1,2", "--no-accuracy", "--overrides", tiny)  # a rerun measures nothing
+        assert again.returncode == 0 and _published(root, "PerformanceRun") == set(runs)
+        assert tritonservers_under(root) == []
+
+
+def test_no_accuracy_is_in_the_frontiers_key_only_where_it_changes_the_points():
+    from pipeline.frontier import Frontier, SessionsFrontier
+
+    def key(flow, **kw):
+        return flow(levels="1,2", overrides=FAST, **kw).key
+
+    assert key(Frontier, no_accuracy=True) != key(Frontier)
+    assert key(SessionsFrontier, no_accuracy=True) == key(SessionsFrontier)  # a replay runs no accuracy anyway

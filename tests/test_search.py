@@ -202,6 +202,20 @@ def test_search_finds_the_predicted_capacity_of_a_server(capacity_server, tmp_pa
     assert best["goodput"]["share"] == 1.0 and best["goodput"]["samples_per_s"] <= best["samples_per_s"] * 1.05
 
 
+def test_no_accuracy_confirms_with_a_performance_run_under_its_own_key():
+    """`search --no-accuracy` (issue 48): the found load's confirmation runs no accuracy run, and the
+    search's key says so (its upstream, the servers and dataset, is the same either way)."""
+    from pipeline import FindMaxLoad
+
+    overrides = SEARCH + ",search.slo=ttft_p99_ms<=300"
+    plain, perf = (FindMaxLoad(overrides=overrides, no_accuracy=flag) for flag in (False, True))
+    assert type(plain.confirmation(20)).__name__ == "FullRun" and "CheckAccuracy" in plain.confirmation(20).stage_keys()
+    confirm = perf.confirmation(20)
+    assert type(confirm).__name__ == "PerformanceRun" and "CheckAccuracy" not in confirm.stage_keys()
+    assert confirm.clone(type(plain.confirmation(20))).key == plain.confirmation(20).key  # the same run otherwise
+    assert perf.key != plain.key
+
+
 # ====================================================================== the stage on the CPU default
 
 # The full settings are the probes' own, so the confirmation's timed run is the found probe (cached) and

@@ -455,6 +455,21 @@ def test_an_array_task_runs_the_fullrun_the_worker_computed(tmp_path):
     assert again.key == point.key
 
 
+def test_an_array_task_of_a_no_accuracy_sweep_runs_a_performance_run(tmp_path):
+    """`Sweep --no-accuracy`: the array task's command names the point's own task, not FullRun, so it runs
+    no accuracy run and computes the key the worker computed."""
+    from pipeline import PerformanceRun, Sweep
+    from pipeline.sweep_array import _cli_args
+
+    sweep = Sweep(params_file="params/default.yaml", grid="harness.max_in_flight=1,2", overrides=f"{FAST},{SLURM}",
+                  no_accuracy=True)
+    points = list(sweep.upstream().values())
+    assert {p.get_task_family() for p in points} == {"PerformanceRun"}
+    args = _cli_args(points[0])
+    again = PerformanceRun(**{a[2:].replace("-", "_"): v for a, v in zip(args[::2], args[1::2])})
+    assert again.key == points[0].key and "CheckAccuracy" not in again.stage_keys()
+
+
 def test_params_refuse_what_slurm_would_misread():
     from harness.backends import resolve
     from harness.config import ParamsError

@@ -25,10 +25,10 @@ from harness.stats import noise
 from harness.untrusted import jsonio
 
 #: the stages whose artifact is one performance observation's report.json, which history and compare
-#: read: FullRun (pipeline/full_run.py), Bench (pipeline/bench.py, the same report without accuracy) and
-#: RunSessions (a session replay's, harness/reports/sessions.py report_doc: the client's numbers, no accuracy)
-REPORT_STAGES = ("FullRun", "Bench", "RunSessions")
-#: them in a sentence: "FullRun, Bench or RunSessions"
+#: read: FullRun (pipeline/full_run.py), PerformanceRun (pipeline/performance_run.py) and Bench
+#: (pipeline/bench.py), the same report without accuracy, and RunSessions (a session replay's, harness/reports/sessions.py report_doc: the client's numbers, no accuracy)
+REPORT_STAGES = ("FullRun", "PerformanceRun", "Bench", "RunSessions")
+#: them in a sentence: "FullRun, PerformanceRun, Bench or RunSessions"
 REPORT_NAMES = f"{', '.join(REPORT_STAGES[:-1])} or {REPORT_STAGES[-1]}"
 
 
@@ -309,7 +309,7 @@ def keys_of(stage: str, prefix: str, root: Path) -> set[str]:
 
 
 def report_key(prefix: str, root: Path, named: str = "") -> tuple[str, str]:
-    """The one report stage (FullRun, Bench or RunSessions) and key of it starting with `prefix`: a prefix that
+    """The one report stage (REPORT_STAGES) and key of it starting with `prefix`: a prefix that
     starts several keys, of one stage or of both, is refused naming each (`named`: what else the
     argument could have been, said when it is no key at all)."""
     found = [(stage, k) for stage in REPORT_STAGES for k in sorted(keys_of(stage, prefix, root))]

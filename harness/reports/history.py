@@ -1,4 +1,4 @@
-"""`python -m pipeline history`: every observation of one FullRun, Bench or RunSessions configuration, newest first, with
+"""`python -m pipeline history`: every observation of one FullRun, PerformanceRun, Bench or RunSessions configuration, newest first, with
 its headline numbers (no luigi). An observation that is not what was published is listed as refused."""
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def observed(store, stage: str, key: str):
 
 
 def history(store, key: str, stage: str = "FullRun") -> list[dict]:
-    """One row per observation of `stage` (FullRun, Bench or RunSessions) `key`: its id, when, whether it is the latest (what reuse
+    """One row per observation of `stage` (FullRun, PerformanceRun, Bench or RunSessions) `key`: its id, when, whether it is the latest (what reuse
     takes), its headline numbers, and `refused` (why it is not trusted; None: it is)."""
     rows = []
     for obs, refused, report in observed(store, stage, key):

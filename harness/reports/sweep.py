@@ -33,17 +33,26 @@ def row(point: dict[str, Any], report: dict, resolved: dict[str, Any] | None = N
             "relaunches": len(p.get("relaunches") or ()),
             "relaunch_why": "; ".join(r.get("why") or "" for r in p.get("relaunches") or ()) or None,
             "accuracy_passed": None if a is None else a["passed"], "target_qps": p.get("target_qps"),  # None: no run
-            "fullrun_key": (report["stages"].get("FullRun") or report["stages"]["Bench"])[:16],  # a Bench: --url
+            "fullrun_key": report["stages"][own_stage(report)][:16],  # a Bench's (--url) or PerformanceRun's too
             # compare takes KEY@OBSERVATION; a Bench report names its own (one before 2026-12 named it FullRun)
             "observation": own_observation(report),
             # whose TTFT and TPOT they are: LoadGen's, or the client's where LoadGen measured none
             "sources": {k: (p.get("sources") or {}).get(k) or "LoadGen" for k in ("ttft_ms", "tpot_ms")}}
 
 
+#: the stages whose report.json a sweep point is, each report's own stage among its stages
+POINT_STAGES = ("FullRun", "PerformanceRun", "Bench")
+
+
+def own_stage(report: dict) -> str:
+    """Which of POINT_STAGES made this report (a PerformanceRun's or a Bench's has no FullRun stage)."""
+    return next(s for s in POINT_STAGES if s in report["stages"])
+
+
 def own_observation(report: dict) -> str | None:
-    """The observation a FullRun's or a Bench's report is."""
+    """The observation a report is (a Bench report before 2026-12 named its own under FullRun)."""
     said = report.get("observations") or {}
-    return said.get("FullRun") if "FullRun" in report["stages"] else said.get("Bench") or said.get("FullRun")
+    return said.get(own_stage(report)) or said.get("FullRun")
 
 
 def cell(r: dict, k: str) -> str:

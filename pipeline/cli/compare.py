@@ -3,9 +3,9 @@ their noise.
 
 Each argument names one observation of a FullRun or of a Bench (`python -m pipeline bench`: a running
 server measured; every execution of a measurement is kept): a report (report.json or its directory),
-KEY@OBSERVATION (`python -m pipeline history` lists them), a FullRun, Bench or RunSessions key (its first
+KEY@OBSERVATION (`python -m pipeline history` lists them), a FullRun, PerformanceRun, Bench or RunSessions key (its first
 characters will do: its latest observation), or a run id under artifacts/runs/ whose run touched one
-FullRun, Bench or RunSessions (the observation that run made or read). A Bench and a FullRun compare on the
+FullRun, PerformanceRun, Bench or RunSessions (the observation that run made or read). A Bench and a FullRun compare on the
 metrics both reports hold (a Bench has no accuracy). Each side's noise comes from its run's repeats
 (`--repeat`), else from every observation of its key; a change is called worse or better only
 outside it (Mann-Whitney's test, p <= 0.10, beyond the metric's floor).
@@ -21,7 +21,7 @@ from tasks.settings import artifacts_root, signing_key
 
 
 def add_parser(sub) -> None:
-    c = sub.add_parser("compare", help="two runs (FullRun, Bench or RunSessions) side by side: metrics and the parameters that "
+    c = sub.add_parser("compare", help="two runs (FullRun, PerformanceRun, Bench or RunSessions) side by side: metrics and the parameters that "
                                        "differ; runs nothing",
                        description=__doc__)
     c.add_argument("a", metavar="RUN_OR_REPORT")

@@ -15,7 +15,8 @@ def add_parser(sub) -> None:
                                     "(engines built once each) and writes frontier.md, frontier.json and "
                                     "frontier.png: tokens/s per user (1000 / TPOT p50) against tokens/s per GPU, "
                                     "the Pareto front of the VALID points marked. With --url, the levels of one "
-                                    "running server (Bench points: no model stages, no accuracy run). Exit 0 when "
+                                    "running server (Bench points: no model stages, no accuracy run); with "
+                                    "--no-accuracy, performance only (PerformanceRun points). Exit 0 when "
                                     "every point ran.")
     add_server_flags(sp)
     sp.add_argument("--params-file", default=DEFAULT_PARAMS)
@@ -40,6 +41,9 @@ def add_parser(sub) -> None:
                          "draws the intervals, and `~` marks points the noise cannot tell from the front")
     sp.add_argument("--converge", type=float, default=0.0, metavar="W",
                     help="with --repeat: a point stops once its tokens/s median is known within +-W at 95%%")
+    sp.add_argument("--no-accuracy", action="store_true",
+                    help="measure each level's performance only (PerformanceRun points: no accuracy run, whose key "
+                         "covers the level, so a FullRun point runs one per level); --url and --sessions run none")
     sp.add_argument("--keep-servers", action="store_true", help="leave the servers running afterwards")
     sp.add_argument("--verbose", action="store_true", help="show third-party warnings and chatter")
 
@@ -60,7 +64,7 @@ def run(args) -> int:
         given = ",".join((server_items(args) if args.url else []) + ([args.overrides] if args.overrides else []))
         task = flow(params_file=args.params_file, overrides=given, endpoint=bool(args.url), levels=levels(args),
                         max_level=args.max_level, engines=args.engines, gpus=args.gpus, repeat=args.repeat,
-                        converge=args.converge,
+                        converge=args.converge, no_accuracy=args.no_accuracy,
                         keep_servers=args.keep_servers, verbose=args.verbose)
         task.definition  # noqa: B018  every point's parameters checked before any stage runs
     except PerfdagError as e:

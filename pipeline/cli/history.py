@@ -1,12 +1,12 @@
-"""`python -m pipeline history KEY_OR_PARAMS`: the observations of one FullRun, Bench or RunSessions configuration.
+"""`python -m pipeline history KEY_OR_PARAMS`: the observations of one FullRun, PerformanceRun, Bench or RunSessions configuration.
 
-The configuration is a FullRun, Bench or RunSessions key (its first characters will do; `python -m pipeline
+The configuration is a FullRun, PerformanceRun, Bench or RunSessions key (its first characters will do; `python -m pipeline
 bench`'s summary names its report, Bench/<key16>/report.md) or a params file (with --overrides)
 whose FullRun key perfdag computes, or its Bench key where the file measures a running server
 (openai.endpoints) and that key has observations; nothing runs. Every execution of a measurement is
 an observation of its key, kept; each is listed with its headline numbers, newest first.
 
-`--all` lists every observation of every FullRun, Bench and RunSessions key in the root (those a Nightly or a
+`--all` lists every observation of every FullRun, PerformanceRun, Bench and RunSessions key in the root (those a Nightly or a
 Sweep made are FullRun observations); `--csv` writes one row per observation with every summary
 metric and the host's state, for a spreadsheet or a dashboard.
 """
@@ -21,15 +21,16 @@ from harness.reports.compare import REPORT_NAMES, REPORT_STAGES, keys_of, report
 from harness.reports.history import history, render, rows_of_root, to_csv
 from pipeline.bench import Bench
 from pipeline.full_run import FullRun
+from pipeline.performance_run import PerformanceRun
 from tasks.settings import artifacts_root, signing_key
 
 
 def add_parser(sub) -> None:
-    h = sub.add_parser("history", help="every observation (measurement) of one FullRun, Bench or RunSessions configuration, with "
+    h = sub.add_parser("history", help="every observation (measurement) of one FullRun, PerformanceRun, Bench or RunSessions configuration, with "
                                        "its headline numbers; runs nothing", description=__doc__)
     h.add_argument("config", metavar="KEY_OR_PARAMS", nargs="?",
-                   help="a FullRun, Bench or RunSessions key (prefix) or a params file (or --all)")
-    h.add_argument("--all", action="store_true", help="every observation of every FullRun, Bench and RunSessions key in the root")
+                   help="a FullRun, PerformanceRun, Bench or RunSessions key (prefix) or a params file (or --all)")
+    h.add_argument("--all", action="store_true", help="every observation of every FullRun, PerformanceRun, Bench and RunSessions key in the root")
     h.add_argument("--overrides", default="", help='with a params file: "section.key=value,..." applied last')
     out = h.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="machine-readable output")
@@ -65,15 +66,17 @@ def run(args) -> int:
 
 
 def of_params(store: ArtifactStore, params_file: str, overrides: str) -> tuple[str, str]:
-    """A params file's FullRun key, or its Bench key (`bench --params-file` measures the same file) where
-    that one has observations: both having some is refused, naming both."""
-    full = FullRun(params_file=params_file, overrides=overrides).key
+    """A params file's FullRun key, or its PerformanceRun key (`frontier --no-accuracy` measures the same
+    file) or Bench key (`bench --params-file`) where that one has observations: more than one having
+    some is refused, naming them."""
+    keys = {"FullRun": FullRun(params_file=params_file, overrides=overrides).key,
+            "PerformanceRun": PerformanceRun(params_file=params_file, overrides=overrides).key}
     try:
-        bench = Bench(params_file=params_file, overrides=overrides).key
-    except PerfdagError:  # not a running server's measurement (no openai.endpoints): a FullRun's only
-        return "FullRun", full
-    seen = [(stage, key) for stage, key in (("FullRun", full), ("Bench", bench)) if store.observations(stage, key)]
+        keys["Bench"] = Bench(params_file=params_file, overrides=overrides).key
+    except PerfdagError:  # not a running server's measurement (no openai.endpoints)
+        pass
+    seen = [(stage, key) for stage, key in keys.items() if store.observations(stage, key)]
     if len(seen) > 1:
-        raise InputError(f"{params_file}: both its FullRun {full[:16]} and its Bench {bench[:16]} have observations; "
-                         "name the one you mean by its key")
-    return seen[0] if seen else ("FullRun", full)
+        raise InputError(f"{params_file}: " + " and ".join(f"its {s} {k[:16]}" for s, k in seen) +
+                         " have observations; name the one you mean by its key")
+    return seen[0] if seen else ("FullRun", keys["FullRun"])

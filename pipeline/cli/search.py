@@ -41,6 +41,9 @@ def add_parser(sub) -> None:
     sp.add_argument("--sweep", default="", help="search every point of this sweep file (the table names the best)")
     sp.add_argument("--grid", default="", help="search every point of these axes, e.g. 'build.max_batch_size=4,8' "
                                                "(with --sweep, added to its grid)")
+    sp.add_argument("--no-accuracy", action="store_true",
+                    help="confirm the found load with a PerformanceRun (performance only: no accuracy run); "
+                         "--overrides search.confirm=false skips the confirmation; --url confirms with a Bench")
     sp.add_argument("--keep-servers", action="store_true", help="leave the servers running afterwards")
     sp.add_argument("--verbose", action="store_true", help="show third-party warnings and chatter")
     load = sp.add_argument_group("load", "which loop is searched, as bench's flags choose it (the mapping is printed); "
@@ -100,11 +103,11 @@ def run(args) -> int:
         if args.sweep or args.grid:  # one search per point: a Sweep with search=true
             task = Sweep(sweep=args.sweep, grid=args.grid, search=True, params_file=args.params_file,
                          overrides=overrides(args, load), endpoint=bool(args.url), keep_servers=args.keep_servers,
-                         verbose=args.verbose)
+                         no_accuracy=args.no_accuracy, verbose=args.verbose)
             task.definition  # its points' problems, before anything runs
         else:
             task = FindMaxLoad(params_file=args.params_file, overrides=overrides(args, load), endpoint=bool(args.url),
-                               keep_servers=args.keep_servers, verbose=args.verbose)
+                               no_accuracy=args.no_accuracy, keep_servers=args.keep_servers, verbose=args.verbose)
     except PerfdagError as e:
         print(e)
         return 2
