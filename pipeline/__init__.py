@@ -6,49 +6,40 @@ defined; the flows (Bench, Sweep, Frontier, Nightly, FindMaxLoad, Submission) to
 command line shows none of them runs in this process (pipeline/flows.py). `from pipeline import
 Sweep` works either way.
 """
-import gc
 import sys
 
-# The imports below allocate hundreds of thousands of objects and free almost none: the collector's
-# passes over them are ~10% of a cached FullRun's CPU (issue 51). It is paused while they run, and what
-# they made is frozen afterwards (it lives as long as the process; later passes need not walk it).
-_COLLECTING = gc.isenabled()
-gc.disable()
-
-from pipeline import flows  # noqa: E402
-from pipeline.full_run import FullRun  # noqa: E402
-from tasks import (  # noqa: E402
-                   STAGES,
-                   BuildEngine,
-                   CheckAccuracy,
-                   ExternalServers,
-                   FillTritonRepo,
-                   LaunchServers,
-                   PrepareDataset,
-                   PrepareModel,
-                   Quantize,
-                   RunAccuracy,
-                   RunLoadgen,
-                   RunSessions,
-                   RunTest01,
-                   RunTest06,
-                   RunTest07,
-                   RunTest09,
-                   StageTask,
-)
+from pipeline.collector import paused_for_imports
 
 __all__ = ["STAGES", "StageTask", "PrepareModel", "Quantize", "BuildEngine", "FillTritonRepo",
            "LaunchServers", "ExternalServers", "PrepareDataset", "RunLoadgen", "RunSessions", "RunAccuracy", "CheckAccuracy", "FullRun",
            "Bench", "PerformanceRun", "Sweep", "Frontier", "SessionsFrontier", "Nightly", "FindMaxLoad",
            "RunTest01", "RunTest06", "RunTest07", "RunTest09", "Submission"]
 
-try:
+with paused_for_imports():  # and the flows below
+    from pipeline import flows
+    from pipeline.full_run import FullRun
+    from tasks import (
+                       STAGES,
+                       BuildEngine,
+                       CheckAccuracy,
+                       ExternalServers,
+                       FillTritonRepo,
+                       LaunchServers,
+                       PrepareDataset,
+                       PrepareModel,
+                       Quantize,
+                       RunAccuracy,
+                       RunLoadgen,
+                       RunSessions,
+                       RunTest01,
+                       RunTest06,
+                       RunTest07,
+                       RunTest09,
+                       StageTask,
+    )
+
     if flows.needed(sys.argv, set(__all__) - set(flows.FLOWS) - {"STAGES", "StageTask"}):
         flows.load_all()
-finally:
-    gc.freeze()
-    if _COLLECTING:
-        gc.enable()
 
 
 def __getattr__(name: str):

@@ -12,6 +12,7 @@ import os
 import sys
 
 from harness.errors import PerfdagError
+from pipeline.collector import paused_for_imports
 
 # The commands in the order --help lists them; each is pipeline/cli/<name with - as _>.py.
 COMMANDS = ("status", "servers", "gc", "submission", "search", "frontier", "score", "bfcl", "dataset", "compare",
@@ -33,10 +34,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m pipeline", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="command", required=True)
     runs = {}
-    for name in _asked_for(argv):
-        command = _module(name)
-        command.add_parser(sub)
-        runs[name] = command.run
+    with paused_for_imports():
+        for name in _asked_for(argv):
+            command = _module(name)
+            command.add_parser(sub)
+            runs[name] = command.run
     args = ap.parse_args(argv)
     try:
         return runs[args.command](args)
