@@ -84,45 +84,57 @@ def flat(doc: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix: doc}
 
 
-def _read(report_dir: Path) -> tuple[dict, dict]:
+def _report(report_dir: Path) -> dict:
     try:
-        report = jsonio.loads((report_dir / "report.json").read_bytes())
+        return jsonio.loads((report_dir / "report.json").read_bytes())
     except (OSError, jsonio.NotJson) as e:
         raise InputError(f"{report_dir}: no readable report.json ({e})") from None
-    try:
-        params = verified.loads((report_dir / "manifest.json").read_bytes()).get("resolved_params") or {}
-    except (OSError, jsonio.NotJson, AttributeError):
-        params = {}
-    return report, params
 
 
-def load(found: "Path | dict", store=None) -> dict:
+def load(found: "Path | dict", store=None, memo: dict | None = None) -> dict:
     """A FullRun, Bench or RunSessions observation (what `resolve` found, or a directory): its report, the resolved
     parameters it ran with, and its repeats (`repeats`: the reports of the observations its noise is
     measured from, `repeats_from`: which). An observation found in the store that is not what was published
-    (its files, its signature, what it was made from, or another observation's place) is refused."""
+    (its files, its signature, what it was made from, or another observation's place) is refused. `memo`: one
+    dict for one command's loads (two sides of one key check and read its observations once)."""
     if not isinstance(found, dict):
         found = {"dir": Path(found), "name": str(found)}
     report_dir = Path(found["dir"])
     if found.get("problems"):
         raise InputError(f"{found['name']}: not trusted: {found['problems'][0]}"
                          + (f" (and {len(found['problems']) - 1} more)" if len(found["problems"]) > 1 else ""))
-    report, params = _read(report_dir)
+    report = _report(report_dir)
+    try:
+        params = verified.loads((report_dir / "manifest.json").read_bytes()).get("resolved_params") or {}
+    except (OSError, jsonio.NotJson, AttributeError):
+        params = {}
     repeats, how, ids = [report], "one observation", [found.get("id")]
     if store is not None and found.get("key"):
-        peers, how = repeats_of(store, found["key"], found["id"], found.get("stage", "FullRun"))
-        if len(peers) > 1:
-            repeats, ids = [_read(Path(o["dir"]))[0] for o in peers], [o["id"] for o in peers]
+        peers, how = repeats_of(store, found["key"], found["id"], found.get("stage", "FullRun"), memo)
+        if len(peers) > 1:  # only their reports: the named one's parameters are what is compared
+            repeats = [_once(memo, ("report", str(o["dir"])), lambda d=Path(o["dir"]): _report(d)) for o in peers]
+            ids = [o["id"] for o in peers]
     return {"name": found["name"], "report": report, "params": params, "dir": str(report_dir),
             "stage": found.get("stage"), "key": found.get("key"), "id": found.get("id"), "repeats": repeats,
             "repeats_from": how, "repeat_ids": ids}
 
 
-def repeats_of(store, key: str, obs_id: str | None, stage: str = "FullRun") -> tuple[list[dict], str]:
+def _once(memo: dict | None, name: tuple, make):
+    """`make()`, once per `name` in `memo` (one command's: the root does not change under it); None: no memo."""
+    if memo is None:
+        return make()
+    if name not in memo:
+        memo[name] = make()
+    return memo[name]
+
+
+def repeats_of(store, key: str, obs_id: str | None, stage: str = "FullRun",
+               memo: dict | None = None) -> tuple[list[dict], str]:
     """The trusted observations of `key` that measure what `obs_id` measured, and which they are: its
     run's repeats (ids `<run>`, `<run>.2`...) where the run made several, else every observation of the
     key (the noise floor measured for it before)."""
-    trusted = [o for o in store.observations(stage, key) if not store.observation_problems(stage, key, o)]
+    trusted = _once(memo, ("trusted", stage, key), lambda: [
+        o for o in store.observations(stage, key) if not store.observation_problems(stage, key, o)])
     run = observations.sequence(obs_id)[0]
     same_run = [o for o in trusted if observations.sequence(o["id"])[0] == run]
     if len(same_run) > 1:
@@ -308,11 +320,12 @@ def keys_of(stage: str, prefix: str, root: Path) -> set[str]:
     return keys
 
 
-def report_key(prefix: str, root: Path, named: str = "") -> tuple[str, str]:
+def report_key(prefix: str, root: Path, named: str = "", memo: dict | None = None) -> tuple[str, str]:
     """The one report stage (REPORT_STAGES) and key of it starting with `prefix`: a prefix that
     starts several keys, of one stage or of both, is refused naming each (`named`: what else the
-    argument could have been, said when it is no key at all)."""
-    found = [(stage, k) for stage in REPORT_STAGES for k in sorted(keys_of(stage, prefix, root))]
+    argument could have been, said when it is no key at all; `memo`: as `load`'s)."""
+    found = [(stage, k) for stage in REPORT_STAGES
+             for k in sorted(_once(memo, ("keys", stage, prefix, str(root)), lambda s=stage: keys_of(s, prefix, root)))]
     if len(found) == 1:
         return found[0]
     if not found:
@@ -325,10 +338,10 @@ def report_key(prefix: str, root: Path, named: str = "") -> tuple[str, str]:
                      "you mean")
 
 
-def resolve(arg: str, store) -> dict:
+def resolve(arg: str, store, memo: dict | None = None) -> dict:
     """The FullRun, Bench or RunSessions observation `arg` names: a report.json or a directory holding one; a run id
     under runs/ (the observation that run made or read); `KEY@OBSERVATION`; or a FullRun, Bench or RunSessions key
-    (prefix: its latest observation)."""
+    (prefix: its latest observation). `memo`: as `load`'s."""
     root = store.root
     p = Path(arg)
     if arg and p.is_file() and p.name == "report.json":
@@ -342,7 +355,8 @@ def resolve(arg: str, store) -> dict:
     prefix, _, obs = arg.partition("@")
     if not prefix or any(c in prefix for c in "/*?[") or not observations.is_id(obs or "x"):
         raise _not_named(arg, root)
-    stage, key = report_key(prefix, root, f", nor is it a report.json, its directory or a run id under {root / 'runs'}")
+    stage, key = report_key(prefix, root, f", nor is it a report.json, its directory or a run id under {root / 'runs'}",
+                            memo)
     return _observation(store, stage, key, obs or None, arg)
 
 

@@ -35,6 +35,7 @@ def run(args) -> int:
     # each key's observations listed once for this command (both sides, and each side's noise, list the same key;
     # every one is still checked where it is read: observation_problems)
     store.observations = functools.cache(store.observations)
-    doc = compare(load(resolve(args.a, store), store), load(resolve(args.b, store), store))
+    memo: dict = {}  # what both sides read (one key's observations, checked and read once: harness/reports/compare.py)
+    doc = compare(load(resolve(args.a, store, memo), store, memo), load(resolve(args.b, store, memo), store, memo))
     print(json.dumps(doc, indent=2, default=str) if args.json else render(doc))
     return 0
