@@ -114,6 +114,19 @@ def test_jsonio_bounds_depth_whatever_the_stack():
     assert jsonio.loads(json.dumps(wide)) == wide
 
 
+def test_jsonio_counts_openings_before_walking_and_never_misses_a_deep_document():
+    """A document holding no more `[`/`{` than the limit skips the walk (it cannot nest deeper); one holding more is
+    walked, whatever encoding its bytes are in and however many brackets hide in its strings."""
+    assert jsonio.loads(b"[" * 100 + b"]" * 100) is not None and jsonio.loads("[[[]]]", max_depth=3) == [[[]]]
+    deep = "[" * 101 + "]" * 101
+    for data in (deep, deep.encode(), bytearray(deep.encode()), deep.encode("utf-16"), deep.encode("utf-32-le")):
+        with pytest.raises(jsonio.NotJson, match="nested too deeply"):
+            jsonio.loads(data)
+    with pytest.raises(jsonio.NotJson, match=r"more than 60 levels"):  # 61 deep, 50 more openings in a string
+        jsonio.loads('{"a":' * 60 + '{"b":"' + "{" * 50 + '"}' + "}" * 60, max_depth=60)
+    assert jsonio.loads('{"b": "' + "[" * 500 + '"}') == {"b": "[" * 500}  # many openings, all in a string: shallow
+
+
 def _deep_json(prefix: str = '{"key": ') -> str:
     return prefix + "[" * DEEP + "]" * DEEP + "}"
 

@@ -31,7 +31,10 @@ def loads(data: str | bytes | bytearray, max_depth: int = MAX_DEPTH) -> Any:
         raise NotJson(f"invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
     except UnicodeDecodeError as e:
         raise NotJson(f"not UTF-8 (byte 0x{e.object[e.start]:02x} at offset {e.start})") from None
-    if too_deep(doc, max_depth):
+    # each level opens with a `[` or `{` (one 0x5b or 0x7b byte in any UTF): text holding no more of them than
+    # `max_depth` (counted in C) cannot nest deeper, and the walk is skipped
+    opens = (b"[", b"{") if isinstance(data, (bytes, bytearray)) else ("[", "{")
+    if data.count(opens[0]) + data.count(opens[1]) > max_depth and too_deep(doc, max_depth):
         raise NotJson(f"JSON nested too deeply (more than {max_depth} levels)")
     return doc
 
