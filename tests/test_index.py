@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import harness.serving.launcher
-from harness.cache import index, runindex
+from harness.cache import closest, index, runindex
 from harness.cache import runs as runs_mod
 from harness.cache.store import ArtifactStore
 from harness.gc import collect as gc
@@ -134,7 +134,7 @@ def test_gc_and_status_answer_the_same_with_and_without_the_index(root, monkeypa
         doc = {"params": want, "upstream": {}, "code": {"a.py": "x"}}
         cached = root.manifests("Quantize")
         scanned = min(cached, key=lambda m: len(_diff(doc, m)))
-        got = index.closest(r, "Quantize", doc)
+        got = closest.closest(r, "Quantize", doc)
         assert got["key"] == scanned["key"] and _diff(doc, got) == _diff(doc, scanned)
 
 
@@ -310,14 +310,14 @@ def test_closest_skips_observation_lines_but_never_trusts_a_forged_artifact_line
     r = root.root
     doc = {"params": {"quant": {"format": "int4", "calib": 99}}, "upstream": {}, "code": {"a.py": "x"}}
     want = min(root.manifests("Quantize"), key=lambda m: len(_diff(doc, m)))["key"]
-    assert index.closest(r, "Quantize", doc)["key"] == want
+    assert closest.closest(r, "Quantize", doc)["key"] == want
     fr = r / "FullRun" / index.INDEX  # an observation's line torn in the middle of the index: not read
     lines = fr.read_text().splitlines(keepends=True)
     obs = [i for i, line in enumerate(lines) if line.startswith('{"d":"obs/')]
     assert obs
     lines[obs[0]] = lines[obs[0]][:30] + "\n"
     fr.write_text("".join(lines))
-    assert index.closest(r, "FullRun", {"params": {"a": 1}, "upstream": {}, "code": {"a.py": "x"}})["key"] == key("f")
+    assert closest.closest(r, "FullRun", {"params": {"a": 1}, "upstream": {}, "code": {"a.py": "x"}})["key"] == key("f")
     assert index.entries(r, "FullRun") == index.rebuild(r, "FullRun")  # every other reader still finds it harmed
     path = r / "Quantize" / index.INDEX
     good = path.read_text()
@@ -325,12 +325,12 @@ def test_closest_skips_observation_lines_but_never_trusts_a_forged_artifact_line
     forged = {**json.loads(good.splitlines()[1]), "d": "0123456789abcdef", "key": "0123456789abcdef" + "0" * 48,
               "fields": exact}
     path.write_text(good + json.dumps(forged, separators=(",", ":")) + "\n")  # no such directory
-    assert index.closest(r, "Quantize", doc)["key"] == want
+    assert closest.closest(r, "Quantize", doc)["key"] == want
     other = key(0)[:16]  # an existing artifact's line edited to match exactly, its manifest's stat kept
     path.write_text("".join(
         json.dumps({**e, "fields": exact}, separators=(",", ":")) + "\n" if (e := json.loads(line)).get("d") == other
         else line for line in good.splitlines(keepends=True)))
-    assert index.closest(r, "Quantize", doc) is False  # its manifest is not what the line says: status scans
+    assert closest.closest(r, "Quantize", doc) is False  # its manifest is not what the line says: status scans
 
 
 @pytest.mark.parametrize("bad", ['[1,"x"]', "[1.5]", "[true]", "[-0]", '[1],"fields":[2]'])

@@ -3,10 +3,10 @@
 `<root>/<Stage>/.index.jsonl` has one line per published artifact (`<Stage>/<key16>/`) and kept observation
 (`observations/<Stage>/<key16>/<id>/`) of the stage: its key, run, finished time, size, upstream keys, the
 manifest's stat and digest, and `fields` (one 64-bit number per key input: params, tools, upstream, code,
-executed) from which `status` finds the closest cached artifact without reading every manifest. The store
-appends a line when it publishes, archives or moves an artifact aside, gc when it deletes, each under the
-stage's index lock (a flock, as the keys' locks are) and while it still holds the key's lock, so two hosts on
-one root append in the order their renames happened.
+executed) from which `status` finds the closest cached artifact without reading every manifest
+(harness/cache/closest.py). The store appends a line when it publishes, archives or moves an artifact aside, gc
+when it deletes, each under the stage's index lock (a flock, as the keys' locks are) and while it still holds the
+key's lock, so two hosts on one root append in the order their renames happened.
 
 The index only speeds up listing; it never vouches for an artifact (reuse still checks its manifest and files).
 It is read as untrusted input: a bounded read, every line parsed and type-checked, and compared with the root
@@ -147,6 +147,25 @@ def subdirs(d: Path) -> list[str]:
         return []
 
 
+def artifact_name(name: str) -> bool:
+    """Whether `name` is a published artifact's directory name (a key's first 16 hex digits)."""
+    return bool(_KEY16.fullmatch(name))
+
+
+def artifact_dirs(root: Path, stage: str) -> list[str]:
+    """The names of the stage's published artifacts' directories (`<key16>`), sorted."""
+    return sorted(n for n in subdirs(root / stage) if _KEY16.fullmatch(n))
+
+
+def stamp_now(manifest: str) -> list[int] | None:
+    """The stat a line records of the manifest at path `manifest` (`stamp`), as it is now; None: none there."""
+    try:
+        s = os.lstat(manifest)
+    except OSError:
+        return None
+    return [s.st_ino, s.st_size, s.st_mtime_ns, s.st_ctime_ns]
+
+
 def listing(root: Path, stage: str) -> list[str]:
     """Every directory of `stage` an index line describes: `<key16>` and `obs/<key16>/<id>`."""
     out = [n for n in subdirs(root / stage) if _KEY16.fullmatch(n)]
@@ -175,7 +194,7 @@ def rel_of(root: Path, stage: str, d: Path) -> str | None:
     return None
 
 
-def _read_manifest(d: Path) -> tuple[bytes | None, os.stat_result | None]:
+def read_manifest(d: Path) -> tuple[bytes | None, os.stat_result | None]:
     f = d / MANIFEST
     try:
         st = os.lstat(f)
@@ -187,7 +206,7 @@ def _read_manifest(d: Path) -> tuple[bytes | None, os.stat_result | None]:
 
 
 def entry_of(root: Path, stage: str, rel: str) -> dict:
-    return describe(rel, *_read_manifest(directory(root, stage, rel)))
+    return describe(rel, *read_manifest(directory(root, stage, rel)))
 
 
 def rebuild(root: Path, stage: str) -> dict[str, dict]:
@@ -277,18 +296,13 @@ def consistent(root: Path, stage: str, entries: dict[str, dict], *, artifacts_on
     """Whether the index names exactly the stage's directories (`artifacts_only`: its published artifacts'), each
     with the manifest recorded (its stat), and each artifact's key where its directory says. Paths as strings: this
     runs once per item of a root on every listing."""
-    want = sorted(n for n in subdirs(root / stage) if _KEY16.fullmatch(n)) if artifacts_only else listing(root, stage)
+    want = artifact_dirs(root, stage) if artifacts_only else listing(root, stage)
     if sorted(entries) != want:
         return False
     base, obs = f"{root}/{stage}/", f"{root}/{OBSERVATIONS}/{stage}/"  # (os.path.join per item: a large root's cost)
     for rel, e in entries.items():
         in_obs = rel.startswith("obs/")
-        try:
-            s = os.lstat(f"{obs}{rel[4:]}/{MANIFEST}" if in_obs else f"{base}{rel}/{MANIFEST}")
-            st = [s.st_ino, s.st_size, s.st_mtime_ns, s.st_ctime_ns]
-        except OSError:
-            st = None
-        if st != e.get("stamp"):
+        if stamp_now(f"{obs}{rel[4:]}/{MANIFEST}" if in_obs else f"{base}{rel}/{MANIFEST}") != e.get("stamp"):
             return False
         key = e.get("key")
         if e.get("manifest") and key is not None and key[:16] != rel.split("/")[-2 if in_obs else 0]:
@@ -361,34 +375,3 @@ def record(root: str | os.PathLike, stage: str, dirs: list[Path], gone: list[Pat
                 os.write(fd, ("\n".join(out) + "\n").encode())
             finally:
                 os.close(fd)
-
-
-# --- status: the closest cached artifact ------------------------------------------------------------------
-def closest(root: str | os.PathLike, stage: str, doc: dict) -> dict | None | bool:
-    """The published manifest of `stage` whose key inputs are closest to `doc`'s (fewest differing: `distance`;
-    the newest among equals, as ArtifactStore.manifests orders them), read and checked against its line;
-    None when the stage has none; False when that manifest is not the one indexed (the caller scans instead)."""
-    root = Path(root)
-    got = read(root, stage, artifacts_only=True)  # the observations' lines, most of a measuring stage's, unread
-    if got is None or not consistent(root, stage, got, artifacts_only=True):
-        got = {rel: entry_of(root, stage, rel) for rel in listing(root, stage) if "/" not in rel}
-    cands = [(e.get("finished_at") or "", f"{root}/{stage}/{rel}", e) for rel, e in got.items()  # (no Path per line)
-             if "/" not in rel and e.get("manifest")]
-    if not cands:
-        return None
-    cands.sort(key=lambda c: c[:2], reverse=True)
-    now = set(field_hashes(doc))
-    now_names = {h >> 40 for h in now}
-    best, best_d = None, None
-    for _, where, e in cands:
-        then = e["fields"]
-        d = len(now_names | {h >> 40 for h in then}) - len(now.intersection(then))
-        if best_d is None or d < best_d:
-            best, best_d = (where, e), d
-    where, e = best
-    data, st = _read_manifest(Path(where))
-    if data is None or describe(e["d"], data, st) != e:  # not the manifest indexed, or the line was edited
-        return False
-    m = jsonio.loads(data)
-    m["_dir"] = where
-    return m

@@ -24,7 +24,7 @@ from typing import Callable, Iterable, Iterator
 
 from filelock import FileLock, Timeout
 
-from harness.cache import index, integrity, observations, signing, verified
+from harness.cache import closest, index, integrity, observations, signing, verified
 from harness.errors import ArtifactError, PerfdagError
 from harness.untrusted import jsonio
 
@@ -127,9 +127,9 @@ class ArtifactStore:
 
     def closest(self, stage: str, key_doc: dict) -> dict | None | bool:
         """The published manifest of `stage` whose key inputs are closest to `key_doc`'s, found from the stage's
-        index (harness/cache/index.py); None: none published; False: the index's pick is not what is published
+        index (harness/cache/closest.py); None: none published; False: the index's pick is not what is published
         (read `manifests` instead)."""
-        return index.closest(self.root, stage, key_doc)
+        return closest.closest(self.root, stage, key_doc)
 
     def problems(self, stage: str, key: str, manifest: dict, *, full: bool = False,
                  where: Path | None = None) -> list[str]:
