@@ -97,20 +97,22 @@ def _remember(name: str, read: list, stamps: str, asked: str, line: dict | None)
 
 def _pick(root: Path, stage: str, got: dict[str, dict], doc: dict) -> dict | None:
     """The artifact line whose key inputs are closest to `doc`'s (fewest differing: `index.distance`; the newest
-    among equals, as ArtifactStore.manifests orders them); None when there is none."""
-    cands = [(e.get("finished_at") or "", f"{root}/{stage}/{rel}", e) for rel, e in got.items()  # (no Path per line)
-             if "/" not in rel and e.get("manifest")]
-    if not cands:
-        return None
-    cands.sort(key=lambda c: c[:2], reverse=True)
+    among equals, as ArtifactStore.manifests orders them: by finished time, then directory); None when there is none.
+    A line sharing too few inputs to be closer than the best so far is not counted further (the count is at least
+    the inputs asked for less those it shares)."""
     now = set(index.field_hashes(doc))
     now_names = {h >> 40 for h in now}
-    best, best_d = None, None
-    for _, _, e in cands:
+    best, best_rank = None, None
+    for rel, e in got.items():
+        if "/" in rel or not e.get("manifest"):
+            continue
         then = e["fields"]
-        d = len(now_names | {h >> 40 for h in then}) - len(now.intersection(then))
-        if best_d is None or d < best_d:
-            best, best_d = e, d
+        shared = len(now.intersection(then))
+        if best_rank is not None and len(now_names) - shared > best_rank[0]:
+            continue
+        rank = (len(now_names | {h >> 40 for h in then}) - shared, e.get("finished_at") or "", rel)
+        if best_rank is None or rank[0] < best_rank[0] or (rank[0] == best_rank[0] and rank[1:] > best_rank[1:]):
+            best, best_rank = e, rank
     return best
 
 
