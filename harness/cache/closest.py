@@ -95,7 +95,7 @@ def _remember(name: str, read: list, stamps: str, asked: str, line: dict | None)
     _FRESH.append(name)
 
 
-def _pick(root: Path, stage: str, got: dict[str, dict], doc: dict) -> dict | None:
+def _pick(got: dict[str, dict], doc: dict) -> dict | None:
     """The artifact line whose key inputs are closest to `doc`'s (fewest differing: `index.distance`; the newest
     among equals, as ArtifactStore.manifests orders them: by finished time, then directory); None when there is none.
     A line sharing too few inputs to be closer than the best so far is not counted further (the count is at least
@@ -127,11 +127,11 @@ def closest(root: str | os.PathLike, stage: str, doc: dict) -> dict | None | boo
     before = verified.identity(path) if memo else None
     found, line = _memoised(name, before, asked, root, stage) if memo else (False, None)
     if not found:
-        got = index.read(root, stage, artifacts_only=True)  # the observations' lines, most of a measuring stage's, unread
+        got = index.read(root, stage, artifacts_only=True)  # observations' lines (most of a measuring stage's): unread
         held = got is not None and index.consistent(root, stage, got, artifacts_only=True)
         if not held:
             got = {rel: index.entry_of(root, stage, rel) for rel in index.artifact_dirs(root, stage)}
-        line = _pick(root, stage, got, doc)
+        line = _pick(got, doc)
         if held and before is not None and verified.identity(path) == before:
             _remember(name, before, _digest([[rel, got[rel].get("stamp")] for rel in sorted(got)]), asked, line)
     if line is None:
