@@ -134,3 +134,16 @@ def test_verify_never_reads_the_memo(store, monkeypatch):
     real = index.read
     monkeypatch.setattr(index, "read", lambda *a, **k: calls.append(1) or real(*a, **k))
     assert closest.closest(r, "Quantize", DOC)["key"] == scanned(store, DOC) and calls == [1]
+
+
+def test_the_memo_keeps_the_latest_picks_of_an_index(store, monkeypatch):
+    """Each set of key inputs asked adds a pick; an entry keeps the last MEMO_PICKS of them."""
+    monkeypatch.setattr(closest, "MEMO_PICKS", 2)
+    r = store.root
+    docs = [{**DOC, "params": {"quant": {"format": "int4", "calib": c}}} for c in (97, 98, 99)]
+    for doc in docs:
+        closest.closest(r, "Quantize", doc)
+    picks = closest._memo()[f"{r}|Quantize"]["picks"]
+    assert list(picks) == [closest._digest(index.field_hashes(d)) for d in docs[1:]]
+    unread(monkeypatch)
+    assert closest.closest(r, "Quantize", docs[2])["key"] == scanned(store, docs[2])

@@ -29,6 +29,7 @@ from harness.cache.integrity import MANIFEST
 from harness.untrusted import jsonio
 
 MEMO_ENTRIES = 256  # (root, stage) pairs
+MEMO_PICKS = 32  # sets of key inputs asked, per entry
 _MEMO_BYTES = 64 << 20
 _MEMO: dict | None = None
 _FRESH: list[str] = []
@@ -88,7 +89,11 @@ def _remember(name: str, read: list, stamps: str, asked: str, line: dict | None)
     if not isinstance(entry, dict) or entry.get("index") != read or entry.get("stamps") != stamps \
             or not isinstance(entry.get("picks"), dict):
         entry = {"index": read, "stamps": stamps, "picks": {}}
-    entry["picks"][asked] = line
+    picks = entry["picks"]
+    picks.pop(asked, None)
+    picks[asked] = line
+    for old in list(picks)[:-MEMO_PICKS]:  # the oldest asked go first
+        del picks[old]
     memo[name] = entry
     if not _FRESH:
         atexit.register(_save)
