@@ -154,9 +154,12 @@ def servers_in_use(records: list[dict]) -> bool:
     perfdag started for them still runs (same pid and start time), ready or not."""
     if not records:
         return False
-    if launcher.servers_live(records):
+    # Each record's process looked up once: when one is ours (or another node's, while its job runs) the answer is
+    # yes, ready or not; when none is, servers_live can only hold where every record is external (it asks each
+    # record the same, and a record neither ours, nor elsewhere, nor external is down).
+    if any(is_ours(r) or running_elsewhere(r) for r in records):
         return True
-    return any(is_ours(r) or running_elsewhere(r) for r in records)  # (another node's: while its job runs)
+    return all(r.get("external") for r in records) and launcher.servers_live(records)
 
 
 def _server_records(root: Path, entry_dir: Path) -> list[dict]:
