@@ -52,6 +52,7 @@ from harness.cache.observations import OBSERVATIONS, archived_ids
 from harness.cache.runs import AGED, RUNS, confined, parse_time, read_runs, run_is_live
 from harness.cache.store import MANIFEST, lock_held, lock_path
 from harness.gc.leftovers import orphan_servers, orphan_shm
+from harness.gc.server_memo import SERVERS_FILE, Memo
 from harness.loadgen import semaphores
 from harness.serving import private
 from harness.serving import launcher
@@ -61,10 +62,9 @@ from harness.serving.launcher import is_ours
 from harness.serving.registry import ServerRegistry
 from harness.serving.shm import remove_shm_files
 from harness.untrusted import jsonio
-from harness.untrusted.records import collected
+from harness.untrusted.records import Unreadable, collected
 
 NIGHTLY, TRASH = "Nightly", ".gc-trash"
-SERVERS_FILE = "servers.json"
 _LEFTOVER = re.compile(r"^\.(tmp|trash)-([0-9a-f]{16})-")
 
 
@@ -162,16 +162,37 @@ def servers_in_use(records: list[dict]) -> bool:
     return all(r.get("external") for r in records) and launcher.servers_live(records)
 
 
-def _server_records(root: Path, entry_dir: Path) -> list[dict]:
-    """The artifact's server records, checked (servers.json, else the manifest's copy); [] when malformed."""
-    # most old artifacts have no servers.json: one lstat says so before read_servers resolves both paths
-    recs = untrusted.read_servers(entry_dir / SERVERS_FILE, root, inside=entry_dir) \
-        if os.path.lexists(entry_dir / SERVERS_FILE) else None
-    if recs is None and not (entry_dir / SERVERS_FILE).exists():
-        servers = _manifest_servers(entry_dir)
-        if servers is not None:
-            recs = untrusted.servers_of(servers, entry_dir / MANIFEST, root)
+def _server_records(root: Path, entry_dir: Path, memo: Memo, stamp: dict) -> list[dict]:
+    """The artifact's server records, checked (servers.json, else the manifest's copy); [] when malformed. What
+    they are read from may come from the memo (harness/gc/server_memo.py); they are checked here either way."""
+    ids = memo.identities(entry_dir)
+    got = memo.get(entry_dir, ids)
+    if got is None:
+        doc, name, clean = _server_doc(entry_dir)
+        if clean:
+            memo.put(entry_dir, ids, doc, name)
+    else:
+        doc, name = got
+    recs = untrusted.servers_of(doc, entry_dir / name, root, stamp) if name is not None else None
     return recs or []
+
+
+def _server_doc(d: Path) -> tuple[Any, str | None, bool]:
+    """(the document `d`'s server records are in, the file of `d` it was read from (None: no records), and whether
+    this reading may be memoised: not where a file could not be read, which is reported on every run)."""
+    sj, clean = d / SERVERS_FILE, True
+    # most old artifacts have no servers.json: one lstat says so before servers_doc resolves both paths
+    if os.path.lexists(sj):
+        try:
+            return untrusted.servers_doc(sj, inside=d), SERVERS_FILE, True
+        except FileNotFoundError:
+            pass
+        except Unreadable:  # (reported)
+            clean = False
+        if sj.exists():  # there but not read: no records, and not the manifest's either
+            return None, None, clean
+    servers = _manifest_servers(d)
+    return servers, (MANIFEST if servers is not None else None), clean
 
 
 def _manifest_servers(d: Path):
@@ -352,14 +373,16 @@ def _plan(root: Path, keep_days: float, now: datetime | None, verify: bool = Fal
     registry = ServerRegistry(root)
     launched = [e for e in by_id.values() if e.stage == "LaunchServers" and e.id not in keep]
     registered = registry.with_entries({e.key16 for e in launched})  # only they have process records or leases
+    memo, stamp = Memo(use=not verify), untrusted.stamp_of(root)  # (a plan that deletes reads every manifest)
     for e in launched:
-        recs = _server_records(root, Path(e.path))
+        recs = _server_records(root, Path(e.path), memo, stamp)
         known = e.key16 in registered
         if servers_in_use(recs) or (known and any(is_ours(r) for r in registry.records(e.key16))):
             addrs = ", ".join(f"{r.get('host')}:{r.get('port', r.get('grpc_port'))}" for r in recs)
             keep_because(e, f"live servers ({addrs})")
         elif known and registry.holders(e.key16):
             keep_because(e, "a running run holds its servers")
+    memo.save()
 
     # Upstream closure of everything kept.
     todo = [by_id[i] for i in keep if i in by_id]
