@@ -42,6 +42,7 @@ import re
 import shutil
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +121,11 @@ class Plan:
 
 
 def _date(s: str | None) -> str:
+    return _date_of(s) if isinstance(s, str) else "never"
+
+
+@lru_cache(maxsize=1 << 16)  # (a report names the same few thousand run dates on its 100,000 lines)
+def _date_of(s: str) -> str:
     t = parse_time(s)
     return t.strftime("%Y-%m-%d") if t else "never"
 
@@ -162,18 +168,18 @@ def servers_in_use(records: list[dict]) -> bool:
     return all(r.get("external") for r in records) and launcher.servers_live(records)
 
 
-def _server_records(root: Path, entry_dir: Path, memo: Memo, stamp: dict) -> list[dict]:
+def _server_records(root: Path, entry_dir: str, memo: Memo, stamp: dict) -> list[dict]:
     """The artifact's server records, checked (servers.json, else the manifest's copy); [] when malformed. What
     they are read from may come from the memo (harness/gc/server_memo.py); they are checked here either way."""
     ids = memo.identities(entry_dir)
     got = memo.get(entry_dir, ids)
     if got is None:
-        doc, name, clean = _server_doc(entry_dir)
+        doc, name, clean = _server_doc(Path(entry_dir))
         if clean:
             memo.put(entry_dir, ids, doc, name)
     else:
         doc, name = got
-    recs = untrusted.servers_of(doc, entry_dir / name, root, stamp) if name is not None else None
+    recs = untrusted.servers_of(doc, f"{entry_dir}/{name}", root, stamp) if name is not None else None
     return recs or []
 
 
@@ -261,7 +267,7 @@ def _observation_entries(root: Path, indexes: dict, verify: bool) -> list[Entry]
                 continue
             base = str(kdir)
             for obs in archived_ids(root, sdir.name, kdir.name):
-                d = os.path.join(base, obs)
+                d = f"{base}/{obs}"  # (os.path.join per item: a large root's cost)
                 man, _, _ = _indexed(root, sdir.name, f"obs/{kdir.name}/{obs}", indexes, verify)
                 man = man or {}
                 out.append(Entry(id=f"{sdir.name}/{kdir.name}/{obs}", stage=sdir.name, key16=kdir.name, path=d,
@@ -301,7 +307,7 @@ def _plan(root: Path, keep_days: float, now: datetime | None, verify: bool = Fal
     for sdir in _stage_dirs(root):
         base = str(sdir)
         for name in sorted(index.subdirs(sdir)):  # (a stat, and a Path, per name of a stage's directory were a large root's cost)
-            d = os.path.join(base, name)
+            d = f"{base}/{name}"
             if name == ".locks":
                 continue
             m = _LEFTOVER.match(name)
@@ -345,11 +351,12 @@ def _plan(root: Path, keep_days: float, now: datetime | None, verify: bool = Fal
         recent = r["updated"] >= cutoff
         live = not recent and run_is_live(r["run_id"])
         live_runs += live
+        updated = r["updated"].isoformat(timespec="seconds")
         for i in r["ids"] | r["observations"]:
             e = by_id.get(i)
             if e is None:
                 continue
-            e.last_referenced, e.last_run = r["updated"].isoformat(timespec="seconds"), r["run_id"]
+            e.last_referenced, e.last_run = updated, r["run_id"]
             if recent:
                 keep_because(e, f"referenced by run {r['run_id']} on {_date(e.last_referenced)}")
             elif live:
@@ -375,7 +382,7 @@ def _plan(root: Path, keep_days: float, now: datetime | None, verify: bool = Fal
     registered = registry.with_entries({e.key16 for e in launched})  # only they have process records or leases
     memo, stamp = Memo(use=not verify), untrusted.stamp_of(root)  # (a plan that deletes reads every manifest)
     for e in launched:
-        recs = _server_records(root, Path(e.path), memo, stamp)
+        recs = _server_records(root, e.path, memo, stamp)
         known = e.key16 in registered
         if servers_in_use(recs) or (known and any(is_ours(r) for r in registry.records(e.key16))):
             addrs = ", ".join(f"{r.get('host')}:{r.get('port', r.get('grpc_port'))}" for r in recs)
@@ -394,13 +401,14 @@ def _plan(root: Path, keep_days: float, now: datetime | None, verify: bool = Fal
                 keep[u.id] = f"upstream of kept {e.id}"
                 todo.append(u)
 
+    days = _days(keep_days)
     for e in entries:
         if e.id in keep:
             e.action, e.why = "keep", keep[e.id]
         elif e.kind == "leftover":
             e.why = "dead builder's leftover (its lock is free)"
         elif e.last_referenced:
-            e.why = f"no run within {_days(keep_days)} referenced it (last: run {e.last_run})"
+            e.why = f"no run within {days} referenced it (last: run {e.last_run})"
         else:
             e.why = "no run references it" + (f" (built {_date(e.finished_at)})" if e.finished_at else "")
     for e in entries:

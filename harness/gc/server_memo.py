@@ -64,22 +64,23 @@ class Memo:
         self.entries = {k: v for k, v in doc.items() if isinstance(k, str) and _entry_ok(v)}
 
     @staticmethod
-    def identities(d: Path) -> list:
-        return [identity(d), identity(d / MANIFEST), identity(d / SERVERS_FILE)]
+    def identities(d: str) -> list:
+        """Of the artifact's directory `d` (a normalised absolute path), its manifest and its servers.json."""
+        return [identity(d), identity(f"{d}/{MANIFEST}"), identity(f"{d}/{SERVERS_FILE}")]
 
-    def get(self, d: Path, ids: list) -> tuple[object, str | None] | None:
+    def get(self, d: str, ids: list) -> tuple[object, str | None] | None:
         """(document, file name) read from `d` while its paths had identities `ids`; None: not known."""
-        e = self.entries.get(str(d)) if self.use else None
+        e = self.entries.get(d) if self.use else None
         return (e[2], e[1]) if e is not None and e[0] == ids else None
 
-    def put(self, d: Path, ids: list, doc, name: str | None) -> None:
+    def put(self, d: str, ids: list, doc, name: str | None) -> None:
         """`d` read as `doc` from `name` while its paths had identities `ids` (taken before the reading)."""
         if not self.use or ids[0] is None or self.identities(d) != ids:  # moved while read: read again next time
             return
         if name is not None and jsonio.too_deep(doc, jsonio.MAX_DEPTH - 3):  # the memo's own nesting on top
             return
-        self.entries.pop(str(d), None)  # re-inserted last: the newest entry
-        self.entries[str(d)] = [ids, name, doc if name is not None else None]
+        self.entries.pop(d, None)  # re-inserted last: the newest entry
+        self.entries[d] = [ids, name, doc if name is not None else None]
         self.fresh = True
 
     def save(self) -> None:
