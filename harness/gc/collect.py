@@ -305,24 +305,24 @@ def _plan(root: Path, keep_days: float, now: datetime | None, verify: bool = Fal
     indexes: dict[str, dict] = {}  # stage -> its index's lines (harness/cache/index.py)
     known_size: set[str] = set()   # entries whose size the index recorded (else the tree is walked)
     for sdir in _stage_dirs(root):
-        base = str(sdir)
+        base, stage = str(sdir), sdir.name  # (a Path's name per item: a large root's cost)
         for name in sorted(index.subdirs(sdir)):  # (a stat, and a Path, per name of a stage's directory were a large root's cost)
             d = f"{base}/{name}"
             if name == ".locks":
                 continue
             m = _LEFTOVER.match(name)
             if m:
-                entries.append(Entry(id=f"{sdir.name}/{name}", stage=sdir.name, key16=m.group(2), path=d,
+                entries.append(Entry(id=f"{stage}/{name}", stage=stage, key16=m.group(2), path=d,
                                      kind="leftover"))
                 continue
             if name.startswith("."):
                 continue
-            man, stamp, readable = _indexed(root, sdir.name, name, indexes, verify)
+            man, stamp, readable = _indexed(root, stage, name, indexes, verify)
             if not readable:
-                skipped.append({"id": f"{sdir.name}/{name}", "path": d,
+                skipped.append({"id": f"{stage}/{name}", "path": d,
                                 "why": "no readable manifest.json: not a published artifact, left alone"})
                 continue
-            entries.append(Entry(id=f"{sdir.name}/{name}", stage=sdir.name, key16=name, path=d,
+            entries.append(Entry(id=f"{stage}/{name}", stage=stage, key16=name, path=d,
                                  kind="artifact", key=man["key"], finished_at=man["finished_at"],
                                  run_id=man["run_id"], upstream=man["upstream"], manifest_stamp=stamp,
                                  size_bytes=man["size"] or 0))
