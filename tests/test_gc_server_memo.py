@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 
 import psutil
@@ -67,6 +68,10 @@ def test_a_dry_run_reads_again_whatever_changed_since_the_memo(tmp_path, cache, 
     why = {e.id: (e.action, e.why) for e in gc.plan(root).entries}
     assert why[aid("LaunchServers", a)] == ("keep", "live servers (127.0.0.1:1)")
     assert why[aid("LaunchServers", b)] == ("keep", "live servers (127.0.0.1:1)")
+    shutil.rmtree(root / "LaunchServers" / a[:16])  # (gone: its entry is dropped, the memo grows no stale ones)
+    gc.plan(root)
+    assert str(root / "LaunchServers" / a[:16]) not in memo_entries()
+    assert str(root / "LaunchServers" / b[:16]) in memo_entries()
 
 
 def test_a_plan_that_deletes_never_takes_the_memo_and_a_shared_memo_is_never_read(tmp_path, cache, server):

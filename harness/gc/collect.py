@@ -389,7 +389,7 @@ def _plan(root: Path, keep_days: float, now: datetime | None, verify: bool = Fal
             keep_because(e, f"live servers ({addrs})")
         elif known and registry.holders(e.key16):
             keep_because(e, "a running run holds its servers")
-    memo.save()
+    memo.save(f"{root}/LaunchServers/")
 
     # Upstream closure of everything kept.
     todo = [by_id[i] for i in keep if i in by_id]

@@ -11,7 +11,8 @@ read: the document holding the records and the file it is in (None: no records).
 paths still have that identity: a write, touch, rename, link or removal moves one (the kernel sets ctime), and they
 are read again exactly as without the memo. Only the reading is saved: the document's records are still checked by
 the strict schema (harness/serving/records.py; a malformed one is reported on every run), stamped with this root's
-identity, and their processes looked up afresh. A reading that reported a file it could not read is never kept.
+identity, and their processes looked up afresh. A reading that reported a file it could not read is never kept;
+the entries of a root's artifacts a dry run did not ask about (gone, or kept for another reason) are dropped.
 A plan that deletes, and PERFDAG_VERIFY=1, never read the memo. Deleting the file is always safe.
 """
 from __future__ import annotations
@@ -27,7 +28,7 @@ from harness.cache.verified import identity
 from harness.untrusted import jsonio
 
 SERVERS_FILE = "servers.json"
-MEMO_ENTRIES = 200_000          # entries kept, newest last (a root of 100,000 items has about 10,000 launches)
+MEMO_ENTRIES = 50_000           # entries kept, newest last (a root of 100,000 items has about 10,000 launches)
 _MEMO_BYTES = 1 << 30
 _NAMES = (None, SERVERS_FILE, MANIFEST)
 
@@ -59,7 +60,7 @@ class Memo:
 
     def __init__(self, use: bool):
         self.use = use and os.environ.get("PERFDAG_VERIFY") != "1"
-        self.fresh = False
+        self.fresh, self.seen = False, set()
         doc = private_memo.read(memo_file(), _MEMO_BYTES) if self.use else {}
         self.entries = {k: v for k, v in doc.items() if isinstance(k, str) and _entry_ok(v)}
 
@@ -70,6 +71,7 @@ class Memo:
 
     def get(self, d: str, ids: list) -> tuple[object, str | None] | None:
         """(document, file name) read from `d` while its paths had identities `ids`; None: not known."""
+        self.seen.add(d)
         e = self.entries.get(d) if self.use else None
         return (e[2], e[1]) if e is not None and e[0] == ids else None
 
@@ -83,8 +85,13 @@ class Memo:
         self.entries[d] = [ids, name, doc if name is not None else None]
         self.fresh = True
 
-    def save(self) -> None:
-        """Writes the memo when this plan added to it (a private file, replaced whole); never fails."""
-        if self.fresh:
+    def save(self, under: str) -> None:
+        """Writes the memo when this plan added to it or it held directories under `under` (the root's LaunchServers/)
+        this plan did not ask about (gone, or kept for another reason): those are dropped. A private file, replaced
+        whole; never fails."""
+        stale = [d for d in self.entries if d.startswith(under) and d not in self.seen] if self.use else []
+        for d in stale:
+            del self.entries[d]
+        if self.fresh or stale:
             private_memo.write(memo_file(), dict(list(self.entries.items())[-MEMO_ENTRIES:]))
             self.fresh = False
