@@ -42,6 +42,7 @@ import re
 import shutil
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,7 @@ from harness.cache.observations import OBSERVATIONS, archived_ids
 from harness.cache.runs import AGED, RUNS, confined, parse_time, read_runs, run_is_live
 from harness.cache.store import MANIFEST, lock_held, lock_path
 from harness.gc.leftovers import orphan_servers, orphan_shm
+from harness.gc.server_memo import SERVERS_FILE, Memo
 from harness.loadgen import semaphores
 from harness.serving import private
 from harness.serving import launcher
@@ -61,10 +63,9 @@ from harness.serving.launcher import is_ours
 from harness.serving.registry import ServerRegistry
 from harness.serving.shm import remove_shm_files
 from harness.untrusted import jsonio
-from harness.untrusted.records import collected
+from harness.untrusted.records import Unreadable, collected
 
 NIGHTLY, TRASH = "Nightly", ".gc-trash"
-SERVERS_FILE = "servers.json"
 _LEFTOVER = re.compile(r"^\.(tmp|trash)-([0-9a-f]{16})-")
 
 
@@ -120,6 +121,11 @@ class Plan:
 
 
 def _date(s: str | None) -> str:
+    return _date_of(s) if isinstance(s, str) else "never"
+
+
+@lru_cache(maxsize=1 << 16)  # (a report names the same few thousand run dates on its 100,000 lines)
+def _date_of(s: str) -> str:
     t = parse_time(s)
     return t.strftime("%Y-%m-%d") if t else "never"
 
@@ -154,21 +160,45 @@ def servers_in_use(records: list[dict]) -> bool:
     perfdag started for them still runs (same pid and start time), ready or not."""
     if not records:
         return False
-    if launcher.servers_live(records):
+    # Each record's process looked up once: when one is ours (or another node's, while its job runs) the answer is
+    # yes, ready or not; when none is, servers_live can only hold where every record is external (it asks each
+    # record the same, and a record neither ours, nor elsewhere, nor external is down).
+    if any(is_ours(r) or running_elsewhere(r) for r in records):
         return True
-    return any(is_ours(r) or running_elsewhere(r) for r in records)  # (another node's: while its job runs)
+    return all(r.get("external") for r in records) and launcher.servers_live(records)
 
 
-def _server_records(root: Path, entry_dir: Path) -> list[dict]:
-    """The artifact's server records, checked (servers.json, else the manifest's copy); [] when malformed."""
-    # most old artifacts have no servers.json: one lstat says so before read_servers resolves both paths
-    recs = untrusted.read_servers(entry_dir / SERVERS_FILE, root, inside=entry_dir) \
-        if os.path.lexists(entry_dir / SERVERS_FILE) else None
-    if recs is None and not (entry_dir / SERVERS_FILE).exists():
-        servers = _manifest_servers(entry_dir)
-        if servers is not None:
-            recs = untrusted.servers_of(servers, entry_dir / MANIFEST, root)
+def _server_records(root: Path, entry_dir: str, memo: Memo, stamp: dict) -> list[dict]:
+    """The artifact's server records, checked (servers.json, else the manifest's copy); [] when malformed. What
+    they are read from may come from the memo (harness/gc/server_memo.py); they are checked here either way."""
+    ids = memo.identities(entry_dir)
+    got = memo.get(entry_dir, ids)
+    if got is None:
+        doc, name, clean = _server_doc(Path(entry_dir))
+        if clean:
+            memo.put(entry_dir, ids, doc, name)
+    else:
+        doc, name = got
+    recs = untrusted.servers_of(doc, f"{entry_dir}/{name}", root, stamp) if name is not None else None
     return recs or []
+
+
+def _server_doc(d: Path) -> tuple[Any, str | None, bool]:
+    """(the document `d`'s server records are in, the file of `d` it was read from (None: no records), and whether
+    this reading may be memoised: not where a file could not be read, which is reported on every run)."""
+    sj, clean = d / SERVERS_FILE, True
+    # most old artifacts have no servers.json: one lstat says so before servers_doc resolves both paths
+    if os.path.lexists(sj):
+        try:
+            return untrusted.servers_doc(sj, inside=d), SERVERS_FILE, True
+        except FileNotFoundError:
+            pass
+        except Unreadable:  # (reported)
+            clean = False
+        if sj.exists():  # there but not read: no records, and not the manifest's either
+            return None, None, clean
+    servers = _manifest_servers(d)
+    return servers, (MANIFEST if servers is not None else None), clean
 
 
 def _manifest_servers(d: Path):
@@ -237,7 +267,7 @@ def _observation_entries(root: Path, indexes: dict, verify: bool) -> list[Entry]
                 continue
             base = str(kdir)
             for obs in archived_ids(root, sdir.name, kdir.name):
-                d = os.path.join(base, obs)
+                d = f"{base}/{obs}"  # (os.path.join per item: a large root's cost)
                 man, _, _ = _indexed(root, sdir.name, f"obs/{kdir.name}/{obs}", indexes, verify)
                 man = man or {}
                 out.append(Entry(id=f"{sdir.name}/{kdir.name}/{obs}", stage=sdir.name, key16=kdir.name, path=d,
@@ -275,24 +305,24 @@ def _plan(root: Path, keep_days: float, now: datetime | None, verify: bool = Fal
     indexes: dict[str, dict] = {}  # stage -> its index's lines (harness/cache/index.py)
     known_size: set[str] = set()   # entries whose size the index recorded (else the tree is walked)
     for sdir in _stage_dirs(root):
-        base = str(sdir)
+        base, stage = str(sdir), sdir.name  # (a Path's name per item: a large root's cost)
         for name in sorted(index.subdirs(sdir)):  # (a stat, and a Path, per name of a stage's directory were a large root's cost)
-            d = os.path.join(base, name)
+            d = f"{base}/{name}"
             if name == ".locks":
                 continue
             m = _LEFTOVER.match(name)
             if m:
-                entries.append(Entry(id=f"{sdir.name}/{name}", stage=sdir.name, key16=m.group(2), path=d,
+                entries.append(Entry(id=f"{stage}/{name}", stage=stage, key16=m.group(2), path=d,
                                      kind="leftover"))
                 continue
             if name.startswith("."):
                 continue
-            man, stamp, readable = _indexed(root, sdir.name, name, indexes, verify)
+            man, stamp, readable = _indexed(root, stage, name, indexes, verify)
             if not readable:
-                skipped.append({"id": f"{sdir.name}/{name}", "path": d,
+                skipped.append({"id": f"{stage}/{name}", "path": d,
                                 "why": "no readable manifest.json: not a published artifact, left alone"})
                 continue
-            entries.append(Entry(id=f"{sdir.name}/{name}", stage=sdir.name, key16=name, path=d,
+            entries.append(Entry(id=f"{stage}/{name}", stage=stage, key16=name, path=d,
                                  kind="artifact", key=man["key"], finished_at=man["finished_at"],
                                  run_id=man["run_id"], upstream=man["upstream"], manifest_stamp=stamp,
                                  size_bytes=man["size"] or 0))
@@ -321,11 +351,12 @@ def _plan(root: Path, keep_days: float, now: datetime | None, verify: bool = Fal
         recent = r["updated"] >= cutoff
         live = not recent and run_is_live(r["run_id"])
         live_runs += live
+        updated = r["updated"].isoformat(timespec="seconds")
         for i in r["ids"] | r["observations"]:
             e = by_id.get(i)
             if e is None:
                 continue
-            e.last_referenced, e.last_run = r["updated"].isoformat(timespec="seconds"), r["run_id"]
+            e.last_referenced, e.last_run = updated, r["run_id"]
             if recent:
                 keep_because(e, f"referenced by run {r['run_id']} on {_date(e.last_referenced)}")
             elif live:
@@ -349,14 +380,16 @@ def _plan(root: Path, keep_days: float, now: datetime | None, verify: bool = Fal
     registry = ServerRegistry(root)
     launched = [e for e in by_id.values() if e.stage == "LaunchServers" and e.id not in keep]
     registered = registry.with_entries({e.key16 for e in launched})  # only they have process records or leases
+    memo, stamp = Memo(use=not verify), untrusted.stamp_of(root)  # (a plan that deletes reads every manifest)
     for e in launched:
-        recs = _server_records(root, Path(e.path))
+        recs = _server_records(root, e.path, memo, stamp)
         known = e.key16 in registered
         if servers_in_use(recs) or (known and any(is_ours(r) for r in registry.records(e.key16))):
             addrs = ", ".join(f"{r.get('host')}:{r.get('port', r.get('grpc_port'))}" for r in recs)
             keep_because(e, f"live servers ({addrs})")
         elif known and registry.holders(e.key16):
             keep_because(e, "a running run holds its servers")
+    memo.save(f"{root}/LaunchServers/")
 
     # Upstream closure of everything kept.
     todo = [by_id[i] for i in keep if i in by_id]
@@ -368,13 +401,14 @@ def _plan(root: Path, keep_days: float, now: datetime | None, verify: bool = Fal
                 keep[u.id] = f"upstream of kept {e.id}"
                 todo.append(u)
 
+    days = _days(keep_days)
     for e in entries:
         if e.id in keep:
             e.action, e.why = "keep", keep[e.id]
         elif e.kind == "leftover":
             e.why = "dead builder's leftover (its lock is free)"
         elif e.last_referenced:
-            e.why = f"no run within {_days(keep_days)} referenced it (last: run {e.last_run})"
+            e.why = f"no run within {days} referenced it (last: run {e.last_run})"
         else:
             e.why = "no run references it" + (f" (built {_date(e.finished_at)})" if e.finished_at else "")
     for e in entries:

@@ -116,16 +116,16 @@ def stamp_of(root: Path | None) -> dict:
         return {"_root_id": None}
 
 
-def servers_of(doc, source, root: Path | None = None) -> list[dict] | None:
+def servers_of(doc, source, root: Path | None = None, stamp: dict | None = None) -> list[dict] | None:
     """The server records of a servers.json document (or a manifest's `servers`) read under the
     artifacts root `root`: all of them checked, or None (reported) when any is malformed: half a
-    launch is not acted on either."""
+    launch is not acted on either. `stamp`: stamp_of(root), where the caller computed it once for many."""
     if isinstance(doc, dict):
         doc = doc.get("servers")
     if not isinstance(doc, list) or len(doc) > 4096:
         ignored(source, "malformed servers file (no list of servers); perfdag does not act on it")
         return None
-    out, stamp = [], stamp_of(root)
+    out, stamp = [], stamp if stamp is not None else stamp_of(root)
     for i, item in enumerate(doc):
         rec = parse(ServerRecord, item, f"{source} (server {i})")
         if rec is None:
@@ -144,13 +144,20 @@ def read_servers(path: Path, root: Path | None, inside: Path | None = None) -> l
     """The records of a LaunchServers artifact's servers.json under the artifacts root `root`; None when
     absent or not acted on."""
     try:
-        doc = read_json(Path(path), inside)
-    except FileNotFoundError:
-        return None
-    except Unreadable as e:
-        ignored(path, f"{e}; perfdag does not act on it")
+        doc = servers_doc(path, inside)
+    except (FileNotFoundError, Unreadable):
         return None
     return servers_of(doc, path, root)
+
+
+def servers_doc(path: Path, inside: Path | None = None):
+    """The JSON document of a servers.json, not yet checked (servers_of checks it). FileNotFoundError when it is
+    absent; Unreadable, reported, when it is not acted on (a link, not JSON, outside `inside`...)."""
+    try:
+        return read_json(Path(path), inside)
+    except Unreadable as e:
+        ignored(path, f"{e}; perfdag does not act on it")
+        raise
 
 
 def log_file(rec: dict, artifact_dir: Path) -> Path | None:
