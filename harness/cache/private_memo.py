@@ -1,15 +1,24 @@
 """A per-user cache file in `~/.cache/perfdag/` ($XDG_CACHE_HOME where set), the code-digest memo's
 and the verified-observation memo's: read only when it and its directory belong to this user, nobody
 else can write them and neither is a link; replaced whole, never edited in place. A cache, never a
-source of truth: a file that is absent, too large, malformed or not private reads as empty."""
+source of truth: a file that is absent, too large, malformed or not private reads as empty.
+
+Each memo's name ends in a digest of the code that reads it (`closest-<rule>.json`), so every upgrade
+starts a new file and leaves the old one (a large root's can be 10 MB). Writing a memo removes this
+user's files of the same name before the digest that nobody wrote for STALE_S: another checkout still
+using its own rule rewrites its file as it adds to it, and a memo removed is only rebuilt."""
 from __future__ import annotations
 
 import json
 import os
 import stat
+import time
 from pathlib import Path
 
 from harness.untrusted import jsonio
+
+#: A memo file of an older rule left unwritten this long is removed when one of its kind is written.
+STALE_S = 14 * 86400
 
 
 def path(name: str) -> Path:
@@ -48,5 +57,17 @@ def write(f: Path, doc: dict) -> None:
         with os.fdopen(fd, "w") as w:
             w.write(json.dumps(doc, separators=(",", ":")))
         os.replace(tmp, f)
+        _prune(f)
     except OSError:
         pass
+
+
+def _prune(f: Path) -> None:
+    """Removes `f`'s stale siblings of the same kind (its name up to the last '-'): this user's regular files."""
+    kind, now = f.name.rsplit("-", 1)[0] + "-", time.time()
+    with os.scandir(f.parent) as entries:
+        for e in entries:
+            if e.name != f.name and e.name.startswith(kind) and e.name.endswith(".json"):
+                st = e.stat(follow_symlinks=False)
+                if stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid() and now - st.st_mtime > STALE_S:
+                    os.unlink(e.path)
