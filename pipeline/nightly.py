@@ -59,6 +59,8 @@ class Nightly(luigi.Task):
                                                    "rebuilt from the root at the end of the night")
     endpoint = luigi.BoolParameter(default=False, description="measure the running servers the sweep's points name "
                                    "(openai.endpoints, dataset.tokenizer): Bench points, no model stages")
+    no_accuracy = luigi.BoolParameter(default=False, description="measure each point's performance only "
+                                      "(PerformanceRun points, or searches a PerformanceRun confirms)")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -72,7 +74,7 @@ class Nightly(luigi.Task):
         """Repeat i's sweep; the repeat enters the measuring stages' keys (the first keeps the date alone)."""
         day = self.date.isoformat()
         return Sweep(sweep=self.sweep, overrides=self.overrides, nightly_date=nightly.repeat_date(day, i + 1),
-                     endpoint=self.endpoint)
+                     endpoint=self.endpoint, no_accuracy=self.no_accuracy)
 
     def requires(self):
         return self.repeat(0)  # the others run one after another from run(): a sweep stops its servers

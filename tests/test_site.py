@@ -184,6 +184,22 @@ def test_a_night_naming_a_path_as_its_observation_writes_nothing_outside_the_sit
     assert not (tmp_path / "escaped").exists() and not (tmp_path / "out" / "escaped").exists()
 
 
+def test_a_night_of_performance_runs_is_verified_on_the_site(built_fast, tmp_path):
+    """`Nightly --no-accuracy`: its points are PerformanceRuns (no accuracy run); the site finds each point's
+    observation under that stage and verifies it, as it does a FullRun's."""
+    sweep = tmp_path / "perf-nightly.yaml"
+    sweep.write_text(f"name: perf-nightly\nbase: {REPO / 'params' / 'default.yaml'}\noverrides: \"{TINY}\"\n"
+                     "grid:\n  harness.max_in_flight: [2]\n")
+    with copied_root(built_fast, tmp_path / "artifacts") as root:
+        run_luigi("Nightly", "--date", NIGHTS[0], "--sweep", str(sweep), "--no-accuracy", artifacts=root, check=False)
+        (row,) = json.loads((root / "Nightly" / "perf-nightly" / NIGHTS[0] / "nightly.json").read_text())["rows"]
+        assert (root / "PerformanceRun" / row["fullrun_key"]).is_dir() and row["accuracy_passed"] is None, row
+        proc = build_site(root, tmp_path / "site")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        seen = [o for c in data(tmp_path / "site", "overview")["configurations"] for o in c["observations"]]
+        assert seen and all(o["verified"] and o["ref"].startswith(row["fullrun_key"]) for o in seen), seen
+
+
 # ---- in a real browser ----
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from typing import Any
 from harness.cache.runs import RUNS, RunOutcomeRecord, run_is_live
 from harness.reports import nightly
 from harness.reports.frontier import frontier_rows
-from harness.reports.sweep import applies, fmt, point_id, whose
+from harness.reports.sweep import POINT_STAGES, applies, fmt, point_id, whose
 from harness.untrusted import records as untrusted
 
 NIGHTLY = "Nightly"
@@ -59,7 +59,8 @@ class Root:
         return out
 
     def observation(self, ref: str | None) -> dict:
-        """The FullRun observation `ref` names, verified: {"ref", "verified", "refused", "report", "manifest"}."""
+        """The point's observation `ref` names (a FullRun's, PerformanceRun's or Bench's), verified:
+        {"ref", "verified", "refused", "report", "manifest"}."""
         if not ref:
             return {"ref": None, "verified": False, "refused": "the night names no observation", "report": None,
                     "manifest": None}
@@ -67,15 +68,19 @@ class Root:
             return self.observations[ref]
         key16, _, obs_id = ref.partition("@")
         got = {"ref": ref, "verified": False, "refused": None, "report": None, "manifest": None}
-        # a night's file names it: a path in disguise (../) is no observation, and never a directory name here
-        obs = self.store.find_observation("FullRun", key16, obs_id) if REF.fullmatch(ref) and ".." not in ref else None
+        # a night's file names it: a path in disguise (../) is no observation, and never a directory name here;
+        # a point is a FullRun's, or a PerformanceRun's (--no-accuracy) or a Bench's (--endpoint)
+        stage, obs = "FullRun", None
+        if REF.fullmatch(ref) and ".." not in ref:
+            stage, obs = next(((s, o) for s in POINT_STAGES if (o := self.store.find_observation(s, key16, obs_id))),
+                              ("FullRun", None))
         if not REF.fullmatch(ref) or ".." in ref:
             got["refused"] = "not an observation's name (KEY16@OBSERVATION)"
         elif obs is None:
             got["refused"] = "no such observation in the root (collected, or moved)"
         else:
             key = str((obs["manifest"] or {}).get("key") or key16)
-            problems = self.store.observation_problems("FullRun", key, obs) if key.startswith(key16) else \
+            problems = self.store.observation_problems(stage, key, obs) if key.startswith(key16) else \
                 [f"its manifest names key {key[:16]}, not {key16}"]
             if problems:
                 got["refused"] = problems[0]
