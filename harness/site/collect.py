@@ -59,22 +59,17 @@ class Root:
         return out
 
     def observation(self, ref: str | None) -> dict:
-        """The point's observation `ref` names (a FullRun's, PerformanceRun's or Bench's), verified:
-        {"ref", "verified", "refused", "report", "manifest"}."""
+        """The observation `ref` names, under its stage, verified: {ref, verified, refused, report, manifest}."""
+        got = {"ref": ref, "verified": False, "refused": None, "report": None, "manifest": None}
         if not ref:
-            return {"ref": None, "verified": False, "refused": "the night names no observation", "report": None,
-                    "manifest": None}
+            return {**got, "ref": None, "refused": "the night names no observation"}
         if ref in self.observations:
             return self.observations[ref]
         key16, _, obs_id = ref.partition("@")
-        got = {"ref": ref, "verified": False, "refused": None, "report": None, "manifest": None}
-        # a night's file names it: a path in disguise (../) is no observation, and never a directory name here;
-        # a point is a FullRun's, or a PerformanceRun's (--no-accuracy) or a Bench's (--endpoint)
-        stage, obs = "FullRun", None
-        if REF.fullmatch(ref) and ".." not in ref:
-            stage, obs = next(((s, o) for s in POINT_STAGES if (o := self.store.find_observation(s, key16, obs_id))),
-                              ("FullRun", None))
-        if not REF.fullmatch(ref) or ".." in ref:
+        named = REF.fullmatch(ref) and ".." not in ref  # a path in disguise (../) is never a directory name here
+        find = self.store.find_observation  # under the point's stage: FullRun, PerformanceRun or Bench
+        stage, obs = next(((s, o) for s in POINT_STAGES if named and (o := find(s, key16, obs_id))), ("FullRun", None))
+        if not named:
             got["refused"] = "not an observation's name (KEY16@OBSERVATION)"
         elif obs is None:
             got["refused"] = "no such observation in the root (collected, or moved)"
