@@ -8,6 +8,7 @@ and is kept under its own stage's observations, which `history` and `compare` li
 """
 from __future__ import annotations
 
+from pipeline.bench import Bench
 from pipeline.full_run import FullRun
 from tasks import RunLoadgen
 
@@ -17,3 +18,9 @@ class PerformanceRun(FullRun):  # not in STAGES: a flow's point, named by `--no-
 
     def upstream(self):
         return {"performance": self.clone(RunLoadgen)}
+
+
+def measurement(endpoint: bool, no_accuracy: bool) -> type[FullRun]:
+    """What measures one point of a sweep, or confirms a search: a Bench of the running servers
+    (`--url`), a PerformanceRun (`--no-accuracy`), else a FullRun."""
+    return Bench if endpoint else PerformanceRun if no_accuracy else FullRun

@@ -24,9 +24,8 @@ from harness.search import evidence
 from harness.loadgen.goodput import goodput
 from harness.search.judge import judge, limits_in_force, progress_line
 from harness.search.plan import Outcome, Plan, Probe, plan
-from pipeline.bench import Bench
 from pipeline.full_run import FullRun
-from pipeline.performance_run import PerformanceRun
+from pipeline.performance_run import measurement
 from tasks import LaunchServers, PrepareDataset, RunLoadgen, lifecycle
 from tasks.base import StageTask, log
 from tasks.external_servers import check_endpoint_params
@@ -172,8 +171,7 @@ class FindMaxLoad(StageTask):  # not in STAGES: a flow over RunLoadgen probes, a
         """The FullRun that confirms `value` at the params' full settings (performance and accuracy); a
         PerformanceRun with `no_accuracy`, a Bench where the search measures running servers (both
         performance only)."""
-        confirm = Bench if self.endpoint else PerformanceRun if self.no_accuracy else FullRun
-        return self.clone(confirm, overrides=self.at_load(value, probe=False), as_point=True,
+        return self.clone(measurement(self.endpoint, self.no_accuracy), overrides=self.at_load(value, probe=False), as_point=True,
                           point_label=f"search confirmation, {self.axis}={value:g}")
 
     def confirmed_run(self, doc: dict) -> FullRun | None:

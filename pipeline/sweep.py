@@ -29,9 +29,7 @@ from harness.config.sweeps import (
 from harness.reports.nightly import repeat_of
 from harness.reports.spread import aggregate
 from harness.reports.sweep import fmt, lookup, row, search_row, text_table, write_results
-from pipeline.bench import Bench
-from pipeline.full_run import FullRun
-from pipeline.performance_run import PerformanceRun
+from pipeline.performance_run import PerformanceRun, measurement
 from pipeline.search import FindMaxLoad
 from pipeline.sweep_array import fans_out, run_array
 from tasks import LaunchServers, lifecycle
@@ -172,7 +170,7 @@ class Sweep(StageTask):  # not in STAGES: it takes a sweep file, not one params 
         """What one point is: a search, a running server's Bench, a PerformanceRun or a FullRun."""
         if self.definition.search:
             return FindMaxLoad
-        return Bench if self.endpoint else PerformanceRun if self.no_accuracy else FullRun
+        return measurement(self.endpoint, self.no_accuracy)
 
     def code(self):
         # the tables and plots, the verdict in its rows, the spread of a point's repeats

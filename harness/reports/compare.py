@@ -20,14 +20,14 @@ from harness.cache.observations import OBSERVATIONS
 from harness.errors import InputError
 from harness.loadgen.verdict import error_count, is_valid
 from harness.reports.nightly import DEFAULT_FLOORS, STREAMING
-from harness.reports.sweep import fmt
+from harness.reports.sweep import POINT_STAGES, fmt
 from harness.stats import noise
 from harness.untrusted import jsonio
 
 #: the stages whose artifact is one performance observation's report.json, which history and compare
 #: read: FullRun (pipeline/full_run.py), PerformanceRun (pipeline/performance_run.py) and Bench
 #: (pipeline/bench.py), the same report without accuracy, and RunSessions (a session replay's, harness/reports/sessions.py report_doc: the client's numbers, no accuracy)
-REPORT_STAGES = ("FullRun", "PerformanceRun", "Bench", "RunSessions")
+REPORT_STAGES = (*POINT_STAGES, "RunSessions")
 #: them in a sentence: "FullRun, PerformanceRun, Bench or RunSessions"
 REPORT_NAMES = f"{', '.join(REPORT_STAGES[:-1])} or {REPORT_STAGES[-1]}"
 
